@@ -1,0 +1,85 @@
+//! Stream events: what a host shows while a run progresses. Streamed and
+//! non-streamed responses yield the same events (a whole body is a stream of
+//! one chunk), so hosts need one rendering path.
+
+use serde::{Deserialize, Serialize};
+
+use crate::message::{ToolCall, Usage};
+use crate::provider::StopReason;
+use crate::suspend::{Request, ToolResult};
+
+/// One thing that happened in a run, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StreamEvent {
+    /// A model call began (1-based turn).
+    TurnStarted {
+        /// Turn number.
+        turn: u32,
+    },
+    /// A piece of visible text.
+    TextDelta {
+        /// The piece.
+        text: String,
+    },
+    /// A piece of reasoning.
+    ReasoningDelta {
+        /// The piece.
+        text: String,
+    },
+    /// The model began a tool call.
+    ToolCallStarted {
+        /// Call id.
+        id: String,
+        /// Tool name.
+        name: String,
+    },
+    /// A piece of a tool call's raw argument text.
+    ToolCallDelta {
+        /// Call id.
+        id: String,
+        /// The piece.
+        arguments: String,
+    },
+    /// A tool call is complete.
+    ToolCallFinished {
+        /// The assembled call.
+        call: ToolCall,
+    },
+    /// Usage of one model call.
+    Usage {
+        /// The counts.
+        usage: Usage,
+    },
+    /// The model's turn ended.
+    TurnFinished {
+        /// Turn number.
+        turn: u32,
+        /// Why it ended.
+        stop: StopReason,
+    },
+    /// A tool result was recorded (in call order once the turn's results are complete).
+    ToolResult {
+        /// Call id.
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// The result.
+        result: ToolResult,
+    },
+    /// A call suspended; the request is outstanding.
+    Pending {
+        /// What the run waits for.
+        request: Request,
+    },
+    /// A failed model call will be retried.
+    Retrying {
+        /// 1-based retry number.
+        attempt: u32,
+        /// Milliseconds until the retry.
+        delay_ms: u64,
+        /// Why.
+        reason: String,
+    },
+}

@@ -1,0 +1,119 @@
+//! Tool declarations: what the model is told it may call.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// How a declared tool is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    /// The driver runs it and feeds the result back.
+    #[default]
+    Executed,
+    /// Declaration only: the model's calls surface to the caller as one
+    /// `tool_call` request and nothing runs locally.
+    Relay,
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDecl {
+    /// The name, already sanitized to `[a-zA-Z0-9_-]`.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub input_schema: Value,
+    /// Executed here or relayed to the caller.
+    #[serde(default)]
+    pub kind: ToolKind,
+}
+
+impl ToolDecl {
+    /// An executed tool. The name is sanitized; a `null` schema becomes an empty object schema.
+    pub fn new(name: &str, description: impl Into<String>, input_schema: Value) -> ToolDecl {
+        ToolDecl {
+            name: sanitize_name(name),
+            description: description.into(),
+            input_schema: normalize_schema(input_schema),
+            kind: ToolKind::Executed,
+        }
+    }
+
+    /// A declaration-only (relay) tool.
+    pub fn relay(name: &str, description: impl Into<String>, input_schema: Value) -> ToolDecl {
+        ToolDecl { kind: ToolKind::Relay, ..ToolDecl::new(name, description, input_schema) }
+    }
+
+    /// OpenAI Chat Completions shape: `{type:"function", function:{name, description, parameters}}`.
+    pub fn to_openai(&self) -> Value {
+        json!({
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.input_schema,
+            }
+        })
+    }
+
+    /// Anthropic Messages shape: `{name, description, input_schema}`.
+    pub fn to_anthropic(&self) -> Value {
+        json!({
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        })
+    }
+
+    /// One Gemini function declaration: `{name, description, parameters}`.
+    /// Gemini wants all of them wrapped in one `[{functionDeclarations:[…]}]`; see [`gemini_tools`].
+    pub fn to_gemini(&self) -> Value {
+        json!({
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.input_schema,
+        })
+    }
+}
+
+/// Gemini's `tools` value: ONE element wrapping every declaration.
+pub fn gemini_tools(tools: &[ToolDecl]) -> Value {
+    json!([{ "functionDeclarations": tools.iter().map(ToolDecl::to_gemini).collect::<Vec<_>>() }])
+}
+
+/// Every character outside `[a-zA-Z0-9_-]` becomes `_` (what all three providers accept).
+pub fn sanitize_name(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .collect()
+}
+
+fn normalize_schema(schema: Value) -> Value {
+    if schema.is_null() {
+        json!({"type": "object", "properties": {}})
+    } else {
+        schema
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitize_replaces_everything_outside_the_allowed_set() {
+        assert_eq!(sanitize_name("fs.read file/ü"), "fs_read_file__");
+        assert_eq!(sanitize_name("ok-Name_9"), "ok-Name_9");
+    }
+
+    #[test]
+    fn adapter_shapes() {
+        let t = ToolDecl::new("add", "adds", json!({"type":"object"}));
+        assert_eq!(t.to_openai()["function"]["parameters"]["type"], "object");
+        assert_eq!(t.to_anthropic()["input_schema"]["type"], "object");
+        let g = gemini_tools(&[t.clone(), t]);
+        assert_eq!(g.as_array().unwrap().len(), 1);
+        assert_eq!(g[0]["functionDeclarations"].as_array().unwrap().len(), 2);
+    }
+}
