@@ -54,13 +54,23 @@ pub fn summarize(style: Style, bytes: &[u8], stream: bool) -> Value {
             s["error"] = Value::Null;
             s
         }
+        Err(nexus_proto::RemoteError::Provider(p)) => serde_json::json!({
+            "text": "", "tool_calls": [], "stop": null,
+            "usage": {"input": null, "output": null}, "thinking": null,
+            "error": {"type": p.kind, "message": p.message},
+        }),
         Err(e) => serde_json::json!({"decode_error": e.to_string()}),
     }
 }
 
 /// Compares the fields both sides have: text, tool_calls, stop, usage, thinking.
 pub fn assert_matches(path: &Path, got: &Value, want: &Value) {
-    for key in ["text", "tool_calls", "stop", "usage", "thinking"] {
-        assert_eq!(got.get(key), want.get(key), "{}: field {key}\n got: {got}\nwant: {want}", path.display());
+    let mut keys = vec!["text", "tool_calls", "stop", "usage", "thinking"];
+    if want["error"]["type"].is_string() && want["stop"].is_null() {
+        keys.push("error");
+    }
+    for key in keys {
+        let (g, w) = if key == "error" { (&got[key]["type"], &want[key]["type"]) } else { (&got[key], &want[key]) };
+        assert_eq!(g, w, "{}: field {key}\n got: {got}\nwant: {want}", path.display());
     }
 }
