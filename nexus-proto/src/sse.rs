@@ -2,6 +2,12 @@
 //! LF, CRLF and CR line ends; `:` comment lines; multi-line `data:`; `event:`
 //! and `id:` fields; a leading BOM; a final event without its blank line at EOF.
 //! Chunks may split anywhere, including inside a line ending or a UTF-8 character.
+//!
+//! One deliberate departure from the standard: WHATWG discards an event that
+//! the stream ends in the middle of, but several provider proxies close the
+//! connection right after the last `data:` line, so [`SseDecoder::finish`]
+//! dispatches it. Whether the turn is complete is the assembler's call (each
+//! provider has its own end marker), not the framing's.
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -10,22 +16,30 @@ pub struct SseEvent {
     pub event: Option<String>,
     /// The `data:` lines joined with `\n`.
     pub data: String,
-    /// The `id:` field, when one came with this event.
+    /// The stream's last event ID when this event was dispatched: the value of
+    /// the most recent `id:` field, which WHATWG keeps across events until
+    /// another `id:` replaces it. `None` when none came or an empty `id:` reset it.
     pub id: Option<String>,
 }
 
-/// Feeds bytes in, gets events out. Keeps only the unfinished line between calls.
+/// Feeds bytes in, gets events out. Keeps only the unfinished line and the
+/// unfinished event between calls, so memory does not grow with the stream.
 #[derive(Debug, Clone, Default)]
 pub struct SseDecoder {
+    /// Bytes of the line not yet ended. Kept as bytes, not text, because a
+    /// chunk may end inside a UTF-8 character; a line is decoded once whole.
     line: Vec<u8>,
     /// The previous chunk ended in CR: a leading LF in the next one belongs to that line end.
     after_cr: bool,
     /// Whether the stream start has been checked for a BOM.
     bom_checked: bool,
-    /// Bytes held back while deciding whether the stream starts with a BOM.
+    /// Bytes held back while deciding whether the stream starts with a BOM
+    /// (always a strict prefix of the BOM while `bom_checked` is false).
     head: Vec<u8>,
     event: Option<String>,
     data: String,
+    /// Whether a `data` field came since the last dispatch. Needed apart from
+    /// `data` because `data:` with an empty value still makes an event.
     has_data: bool,
     id: Option<String>,
 }
@@ -46,7 +60,7 @@ impl SseDecoder {
         }
         self.head.extend_from_slice(chunk);
         let n = self.head.len().min(BOM.len());
-        if self.head[..n] != BOM[..n] {
+        if self.head.get(..n) != BOM.get(..n) {
             self.bom_checked = true;
         } else if self.head.len() >= BOM.len() {
             self.bom_checked = true;
@@ -59,58 +73,43 @@ impl SseDecoder {
     }
 
     fn feed_lines(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
-        if bytes.is_empty() {
-            return;
-        }
-        let mut i = 0;
-        if self.after_cr {
+        let mut rest = bytes;
+        if self.after_cr && !rest.is_empty() {
             self.after_cr = false;
-            if bytes[0] == b'\n' {
-                i = 1;
+            if let Some(tail) = rest.strip_prefix(b"\n") {
+                rest = tail;
             }
         }
-        let mut start = i;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'\n' => {
-                    self.line.extend_from_slice(&bytes[start..i]);
-                    self.end_line(out);
-                    i += 1;
-                    start = i;
+        while let Some(pos) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            let (text, tail) = rest.split_at(pos);
+            self.line.extend_from_slice(text);
+            self.end_line(out);
+            // `tail` starts with the CR or LF found above.
+            rest = match tail {
+                [b'\r', b'\n', after @ ..] => after,
+                [b'\r'] => {
+                    // The LF of a CRLF may be the first byte of the next chunk.
+                    self.after_cr = true;
+                    &[]
                 }
-                b'\r' => {
-                    self.line.extend_from_slice(&bytes[start..i]);
-                    self.end_line(out);
-                    if i + 1 == bytes.len() {
-                        self.after_cr = true;
-                        i += 1;
-                    } else if bytes[i + 1] == b'\n' {
-                        i += 2;
-                    } else {
-                        i += 1;
-                    }
-                    start = i;
-                }
-                _ => i += 1,
-            }
+                [_, after @ ..] => after,
+                [] => &[],
+            };
         }
-        self.line.extend_from_slice(&bytes[start..]);
+        self.line.extend_from_slice(rest);
     }
 
-    /// The stream ended: dispatches a final event that had no blank line after it.
+    /// The stream ended: dispatches a final event that had no blank line after
+    /// it. The decoder is then back at the start of a new stream.
     pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
-        if !self.bom_checked {
-            self.bom_checked = true;
-            let head = std::mem::take(&mut self.head);
-            if head.as_slice() != &BOM[..head.len()] {
-                self.feed_lines(&head, out);
-            }
-        }
+        // Held-back bytes are a strict BOM prefix: as text they are one U+FFFD,
+        // an unterminated line whose field name matches nothing, so they are
+        // dropped without effect.
         if !self.line.is_empty() {
             self.end_line(out);
         }
         self.dispatch(out);
-        self.after_cr = false;
+        *self = SseDecoder::default();
     }
 
     fn end_line(&mut self, out: &mut Vec<SseEvent>) {
@@ -119,13 +118,12 @@ impl SseDecoder {
             return;
         }
         let line = std::mem::take(&mut self.line);
+        // CR and LF never occur inside a UTF-8 sequence, so decoding per line
+        // gives the same text as decoding the whole stream at once.
         let text = String::from_utf8_lossy(&line);
-        let (field, value) = match text.find(':') {
-            Some(0) => return, // comment
-            Some(pos) => {
-                let v = &text[pos + 1..];
-                (&text[..pos], v.strip_prefix(' ').unwrap_or(v))
-            }
+        let (field, value) = match text.split_once(':') {
+            Some(("", _)) => ("", ""), // a comment
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
             None => (&text[..], ""),
         };
         match field {
@@ -137,9 +135,12 @@ impl SseDecoder {
                 self.data.push_str(value);
                 self.has_data = true;
             }
-            "id" if !value.contains('\0') => self.id = Some(value.to_string()),
-            _ => {}
+            // WHATWG ignores an id holding NUL; an empty one resets the last event ID.
+            "id" if !value.contains('\0') => self.id = (!value.is_empty()).then(|| value.to_string()),
+            _ => {} // comments, `retry` (reconnection is the driver's business) and unknown fields
         }
+        drop(text);
+        // Keep the allocation for the next line.
         self.line = line;
         self.line.clear();
     }

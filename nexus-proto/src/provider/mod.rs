@@ -14,6 +14,7 @@ use crate::tool::ToolDecl;
 pub mod anthropic;
 pub mod gemini;
 pub mod openai;
+mod partial_json;
 
 /// Which wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -1,0 +1,118 @@
+//! Run configuration. Everything here is serialized into the run state, so it
+//! must never hold a secret: API keys and secret headers are given to the
+//! [`Run`](crate::Run) separately and live only in memory.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::provider::{Style, RESERVED_PARAMS};
+use crate::time::Timestamp;
+use crate::InputError;
+
+/// Default cap on model calls per run.
+pub const DEFAULT_MAX_TURNS: u32 = 10;
+/// Default response body limit (bytes).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// How failed model calls are retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (`0` means none).
+    pub retries: u32,
+    /// Backoff base in milliseconds: attempt `n` waits `base·2ⁿ` plus up to half again of jitter.
+    pub base_delay_ms: u64,
+    /// Upper bound on one backoff (a `Retry-After` is honoured beyond it).
+    pub max_delay_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy { retries: 2, base_delay_ms: 500, max_delay_ms: 30_000 }
+    }
+}
+
+/// What a run needs to know, minus secrets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunConfig {
+    /// Wire format.
+    pub style: Style,
+    /// API base URL (see [`Style::default_base_url`]).
+    pub base_url: String,
+    /// Model id, sent verbatim every turn.
+    pub model: String,
+    /// System prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// Cap on model calls; reaching it with tool calls still to answer ends the
+    /// run `incomplete` with limit `maxTurns`.
+    pub max_turns: u32,
+    /// Output token cap per call (Anthropic defaults to 4096 when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Ask for SSE streams.
+    #[serde(default)]
+    pub stream: bool,
+    /// Retry policy.
+    #[serde(default)]
+    pub retry: RetryPolicy,
+    /// Seeds retry jitter and the run id.
+    #[serde(default)]
+    pub seed: u64,
+    /// Whole-run deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
+    /// Extra body keys (caller keys win over ours; conversation keys are refused).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub params: Map<String, Value>,
+    /// Extra, non-secret headers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+    /// Response body limit in bytes.
+    pub max_body_bytes: usize,
+    /// A fixed run id (else derived from the seed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+impl RunConfig {
+    /// Defaults for `style` and `model`: the public base URL, 10 turns, 2 retries.
+    pub fn new(style: Style, model: impl Into<String>) -> RunConfig {
+        RunConfig {
+            style,
+            base_url: style.default_base_url().to_string(),
+            model: model.into(),
+            system: None,
+            max_turns: DEFAULT_MAX_TURNS,
+            max_tokens: None,
+            stream: false,
+            retry: RetryPolicy::default(),
+            seed: 0,
+            deadline: None,
+            params: Map::new(),
+            headers: Vec::new(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            run_id: None,
+        }
+    }
+
+    /// Refuses configs the machine cannot honour.
+    pub fn validate(&self) -> Result<(), InputError> {
+        if let Some(k) = self.params.keys().find(|k| RESERVED_PARAMS.contains(&k.as_str())) {
+            return Err(InputError::Config(format!("param {k:?} is owned by the conversation and cannot be set")));
+        }
+        if self.model.is_empty() {
+            return Err(InputError::Config("model is empty".into()));
+        }
+        if self.max_turns == 0 {
+            return Err(InputError::Config("max_turns must be at least 1".into()));
+        }
+        if let Some((k, _)) = self.headers.iter().find(|(k, _)| crate::http::is_secret_header(k)) {
+            return Err(InputError::Config(format!(
+                "header {k:?} is a secret: give it with Run::set_secret_header so it never enters the state"
+            )));
+        }
+        Ok(())
+    }
+}

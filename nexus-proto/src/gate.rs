@@ -1,0 +1,83 @@
+//! The pre-send gate: every request the machine emits is checked here first,
+//! so an unbalanced transcript becomes a typed error instead of a provider 400.
+
+use std::collections::HashSet;
+
+use crate::error::GateError;
+use crate::message::{Block, Message, Role};
+use crate::provider::Style;
+
+/// Checks that `messages` is a transcript the provider will accept:
+/// every tool call is answered by exactly one result in the very next turn
+/// (a user turn), no result answers a call that was not made in the turn
+/// before it, call ids are unique and names non-empty, the transcript does not
+/// end on unanswered calls, and (Anthropic) reasoning precedes tool calls.
+pub fn check(style: Style, messages: &[Message]) -> Result<(), GateError> {
+    if messages.is_empty() {
+        return Err(GateError("the transcript is empty".into()));
+    }
+    let mut seen_ids: HashSet<&str> = HashSet::new();
+    let mut open: Vec<(&str, &str)> = Vec::new(); // (id, name) awaiting results
+    for (i, msg) in messages.iter().enumerate() {
+        let results: Vec<_> = msg.tool_results().collect();
+        if !open.is_empty() {
+            if msg.role != Role::User {
+                return Err(GateError(format!("messages[{i}]: tool calls of messages[{}] have no results", i - 1)));
+            }
+            for (id, name) in &open {
+                let matching: Vec<_> = results.iter().filter(|r| r.call_id == *id).collect();
+                match matching.len() {
+                    0 => return Err(GateError(format!("messages[{i}]: no result for tool call {id:?}"))),
+                    1 if matching[0].name != *name && style == Style::Gemini => {
+                        return Err(GateError(format!(
+                            "messages[{i}]: result for {id:?} names {:?}, the call named {name:?}",
+                            matching[0].name
+                        )))
+                    }
+                    1 => {}
+                    _ => return Err(GateError(format!("messages[{i}]: more than one result for tool call {id:?}"))),
+                }
+            }
+        }
+        for r in &results {
+            if !open.iter().any(|(id, _)| *id == r.call_id) {
+                return Err(GateError(format!(
+                    "messages[{i}]: result for {:?} answers no tool call of the turn before",
+                    r.call_id
+                )));
+            }
+        }
+        open.clear();
+        if msg.role == Role::Assistant {
+            let mut saw_call = false;
+            for block in &msg.content {
+                match block {
+                    Block::ToolCall(call) => {
+                        if call.name.is_empty() {
+                            return Err(GateError(format!("messages[{i}]: tool call {:?} has an empty name", call.id)));
+                        }
+                        if call.id.is_empty() || !seen_ids.insert(call.id.as_str()) {
+                            return Err(GateError(format!("messages[{i}]: tool call id {:?} is empty or reused", call.id)));
+                        }
+                        open.push((call.id.as_str(), call.name.as_str()));
+                        saw_call = true;
+                    }
+                    Block::Reasoning { .. } if saw_call && style == Style::Anthropic => {
+                        return Err(GateError(format!("messages[{i}]: thinking after a tool call")));
+                    }
+                    Block::ToolResult(_) => {
+                        return Err(GateError(format!("messages[{i}]: a tool result in an assistant turn")));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    if !open.is_empty() {
+        return Err(GateError("the transcript ends on tool calls without results".into()));
+    }
+    if messages.last().map(|m| m.role) != Some(Role::User) {
+        return Err(GateError("the transcript must end on a user turn".into()));
+    }
+    Ok(())
+}

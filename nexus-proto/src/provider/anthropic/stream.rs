@@ -1,0 +1,434 @@
+//! The Messages streaming format: `message_start`, then per content block
+//! `content_block_start` / `content_block_delta`* / `content_block_stop`, then
+//! `message_delta` (stop reason, final usage) and `message_stop`, the end
+//! marker. `ping` keeps the connection alive; `error` reports a failure
+//! mid-stream.
+//!
+//! Deltas name their block by `index`. The assembler keeps blocks in the order
+//! they started and maps each index to the block that started under it most
+//! recently, so a reused index starts a new block instead of gluing two blocks
+//! (two calls' arguments) together; a delta without an index goes to the block
+//! that started last; a repeated `content_block_start` for a call id already
+//! seen continues that call rather than duplicating it.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::{
+    call_id, classify, opaque, read_block, reasoning, redacted, stop, tool_call, usage, WireBlock, WireUsage,
+};
+use crate::error::{DecodeError, RemoteError};
+use crate::event::StreamEvent;
+use crate::message::Block;
+use crate::provider::partial_json::parse_partial;
+use crate::provider::{parse_arguments, CallIds, Style, TurnResponse};
+use crate::sse::SseEvent;
+
+/// Incremental stream assembler: SSE events in, deltas out, one
+/// [`TurnResponse`] at the end, equal to what [`super::decode_response`]
+/// returns for the same message delivered as one body.
+#[derive(Debug, Clone, Default)]
+pub struct Assembler {
+    /// Content blocks in the order they started.
+    slots: Vec<Slot>,
+    /// Wire index → the slot that most recently started under it.
+    by_index: BTreeMap<u64, usize>,
+    /// Call id → its slot, so a repeated start continues the same call.
+    by_call_id: BTreeMap<String, usize>,
+    /// The slot that started last (for deltas without an index).
+    last: Option<usize>,
+    model: Option<String>,
+    stop_raw: Option<String>,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    usage_seen: bool,
+    /// `message_stop` arrived; everything after it is ignored.
+    ended: bool,
+    /// The stream failed (an `error` event or undecodable bytes); `finish` repeats it.
+    failed: Option<RemoteError>,
+    emitted: bool,
+}
+
+#[derive(Debug, Clone)]
+enum Slot {
+    Text(String),
+    Reasoning { text: String, signature: String },
+    Redacted(String),
+    Tool(ToolSlot),
+    /// A block the transcript keeps verbatim; `json` collects `input_json_delta`
+    /// pieces for the kinds that stream an `input` (`server_tool_use`, …).
+    Opaque { block: Value, json: String },
+}
+
+#[derive(Debug, Clone)]
+struct ToolSlot {
+    id: String,
+    generated: bool,
+    name: String,
+    /// The concatenated `input_json_delta` pieces, exactly.
+    arguments: String,
+    /// The raw `input` of `content_block_start` (`{}` in practice).
+    start_input: Option<String>,
+    extras: Map<String, Value>,
+    /// The block stopped: its arguments are final.
+    closed: bool,
+}
+
+impl Assembler {
+    /// Feeds one SSE event; appends the deltas it yields to `out`.
+    ///
+    /// Returns the provider's error for an `error` event, and a decode error
+    /// for an event that cannot be read. Events after the end marker (or
+    /// after a failure) are ignored.
+    pub fn push(&mut self, event: &SseEvent, ids: &mut CallIds, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
+        if self.ended || self.failed.is_some() {
+            return Ok(());
+        }
+        let before = out.len();
+        let result = self.apply(event, ids, out);
+        self.emitted |= out.len() > before;
+        if let Err(e) = &result {
+            self.failed = Some(e.clone());
+        }
+        result
+    }
+
+    /// The assembled turn; [`DecodeError::Truncated`] when `message_stop`
+    /// never came; the stream's own error when it failed.
+    pub fn finish(&mut self) -> Result<TurnResponse, RemoteError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if !self.ended {
+            return Err(DecodeError::Truncated(format!(
+                "the stream ended before message_stop ({} content block(s) started)",
+                self.slots.len()
+            ))
+            .into());
+        }
+        let content = self.slots.iter().map(Slot::to_block).collect();
+        let usage_reported = self.usage_seen;
+        let usage = if usage_reported { usage(self.input_tokens, self.output_tokens) } else { Default::default() };
+        Ok(TurnResponse { content, stop: stop(self.stop_raw.clone()), usage, usage_reported, model: self.model.clone() })
+    }
+
+    /// Whether any delta has been appended.
+    pub fn emitted_anything(&self) -> bool {
+        self.emitted
+    }
+
+    fn apply(&mut self, event: &SseEvent, ids: &mut CallIds, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
+        if event.event.as_deref() == Some("error") {
+            return Err(Style::Anthropic.decode_error(None, None, event.data.as_bytes()).into());
+        }
+        if event.data.trim().is_empty() {
+            return Ok(()); // nothing to read: a keep-alive
+        }
+        let ev: WireEvent<'_> = serde_json::from_str(&event.data).map_err(classify)?;
+        // The payload names its own type; the `event:` line is only a fallback.
+        let kind = ev.kind.as_deref().or(event.event.as_deref()).unwrap_or("");
+        match kind {
+            "message_start" => {
+                if let Some(msg) = ev.message {
+                    if msg.model.is_some() {
+                        self.model = msg.model;
+                    }
+                    if msg.stop_reason.is_some() {
+                        self.stop_raw = msg.stop_reason;
+                    }
+                    self.take_usage(msg.usage);
+                }
+            }
+            "content_block_start" => {
+                let raw = ev
+                    .content_block
+                    .ok_or_else(|| DecodeError::Shape("content_block_start without a content_block".into()))?;
+                self.start_block(ev.index, raw, ids, out)?;
+            }
+            "content_block_delta" => {
+                let raw = ev.delta.ok_or_else(|| DecodeError::Shape("content_block_delta without a delta".into()))?;
+                self.delta(ev.index, raw, out)?;
+            }
+            "content_block_stop" => {
+                let slot = match ev.index {
+                    Some(i) => self.by_index.get(&i).copied(),
+                    None => self.last,
+                };
+                // A stop for a block that never started closes nothing.
+                if let Some(slot) = slot.and_then(|s| self.slots.get_mut(s)) {
+                    slot.close(out);
+                }
+            }
+            "message_delta" => {
+                if let Some(raw) = ev.delta {
+                    let delta: WireMessageDelta = serde_json::from_str(raw.get()).map_err(classify)?;
+                    if delta.stop_reason.is_some() {
+                        self.stop_raw = delta.stop_reason;
+                    }
+                }
+                self.take_usage(ev.usage);
+            }
+            "message_stop" => {
+                // Blocks left open (the output cap can end a message inside a
+                // block) are final now.
+                for slot in &mut self.slots {
+                    slot.close(out);
+                }
+                self.ended = true;
+            }
+            "error" => return Err(Style::Anthropic.decode_error(None, None, event.data.as_bytes()).into()),
+            // `ping`, and event types added after this was written.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `usage` arrives in `message_start` and again, cumulatively, in
+    /// `message_delta`: each count is the newest value given, never a sum.
+    fn take_usage(&mut self, u: Option<WireUsage>) {
+        if let Some(u) = u {
+            self.usage_seen = true;
+            if u.input_tokens.is_some() {
+                self.input_tokens = u.input_tokens;
+            }
+            if u.output_tokens.is_some() {
+                self.output_tokens = u.output_tokens;
+            }
+        }
+    }
+
+    fn start_block(
+        &mut self,
+        index: Option<u64>,
+        raw: &RawValue,
+        ids: &mut CallIds,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), RemoteError> {
+        let slot = match read_block(raw)? {
+            WireBlock::Text(text) => {
+                if !text.is_empty() {
+                    out.push(StreamEvent::TextDelta { text: text.clone() });
+                }
+                self.add(Slot::Text(text))
+            }
+            WireBlock::Thinking { text, signature } => {
+                if !text.is_empty() {
+                    out.push(StreamEvent::ReasoningDelta { text: text.clone() });
+                }
+                self.add(Slot::Reasoning { text, signature })
+            }
+            WireBlock::Redacted(data) => self.add(Slot::Redacted(data)),
+            WireBlock::ToolUse { id, name, input, extras } => {
+                let known = id.as_deref().and_then(|id| self.by_call_id.get(id)).copied();
+                match known {
+                    Some(slot) => slot,
+                    None => {
+                        let (id, generated) = call_id(id, ids);
+                        out.push(StreamEvent::ToolCallStarted { id: id.clone(), name: name.clone() });
+                        let slot = self.add(Slot::Tool(ToolSlot {
+                            id: id.clone(),
+                            generated,
+                            name,
+                            arguments: String::new(),
+                            start_input: input.map(|raw| raw.get().to_string()),
+                            extras,
+                            closed: false,
+                        }));
+                        self.by_call_id.insert(id, slot);
+                        slot
+                    }
+                }
+            }
+            WireBlock::Opaque(block) => self.add(Slot::Opaque { block, json: String::new() }),
+        };
+        if let Some(i) = index {
+            self.by_index.insert(i, slot);
+        }
+        self.last = Some(slot);
+        Ok(())
+    }
+
+    fn add(&mut self, slot: Slot) -> usize {
+        self.slots.push(slot);
+        self.slots.len() - 1
+    }
+
+    fn delta(&mut self, index: Option<u64>, raw: &RawValue, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
+        let delta = match serde_json::from_str::<WireDelta>(raw.get()) {
+            Ok(d) => d,
+            Err(e) => {
+                // Delta types this does not read may use these field names
+                // with other types; only the ones it reads must be right.
+                let kind = serde_json::from_str::<super::KindOnly>(raw.get()).map_err(classify)?.kind;
+                return match kind.as_deref() {
+                    Some(k) if !READ_DELTAS.contains(&k) => Ok(()),
+                    _ => Err(classify(e).into()),
+                };
+            }
+        };
+        let kind = match delta.kind.as_deref() {
+            Some(k) if READ_DELTAS.contains(&k) => k.to_string(),
+            // `citations_delta` (citations are not kept) and later additions.
+            _ => return Ok(()),
+        };
+        let target = match index {
+            Some(i) => self.by_index.get(&i).copied(),
+            None => self.last,
+        };
+        let Some(slot) = target.and_then(|s| self.slots.get_mut(s)) else {
+            let at = index.map_or_else(|| "without an index".to_string(), |i| format!("for block {i}"));
+            return Err(DecodeError::Shape(format!("{kind} {at}, which never started")).into());
+        };
+        let piece = delta.into_piece(&kind);
+        match (kind.as_str(), slot) {
+            ("text_delta", Slot::Text(text)) => {
+                text.push_str(&piece);
+                if !piece.is_empty() {
+                    out.push(StreamEvent::TextDelta { text: piece });
+                }
+            }
+            ("thinking_delta", Slot::Reasoning { text, .. }) => {
+                text.push_str(&piece);
+                if !piece.is_empty() {
+                    out.push(StreamEvent::ReasoningDelta { text: piece });
+                }
+            }
+            ("signature_delta", Slot::Reasoning { signature, .. }) => signature.push_str(&piece),
+            ("input_json_delta", Slot::Tool(call)) => {
+                // A stopped call's arguments are final; a late piece must not change them.
+                if !call.closed && !piece.is_empty() {
+                    call.arguments.push_str(&piece);
+                    out.push(StreamEvent::ToolCallDelta { id: call.id.clone(), arguments: piece });
+                }
+            }
+            ("input_json_delta", Slot::Opaque { json, .. }) => json.push_str(&piece),
+            (kind, slot) => {
+                return Err(DecodeError::Shape(format!("{kind} for a {} block", slot.kind_name())).into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `content_block_delta` types that carry content the transcript keeps.
+const READ_DELTAS: &[&str] = &["text_delta", "thinking_delta", "signature_delta", "input_json_delta"];
+
+impl Slot {
+    fn kind_name(&self) -> &'static str {
+        match self {
+            Slot::Text(_) => "text",
+            Slot::Reasoning { .. } => "thinking",
+            Slot::Redacted(_) => "redacted_thinking",
+            Slot::Tool(_) => "tool_use",
+            Slot::Opaque { .. } => "server",
+        }
+    }
+
+    /// The block stopped (or the message did). Idempotent.
+    fn close(&mut self, out: &mut Vec<StreamEvent>) {
+        match self {
+            Slot::Tool(call) if !call.closed => {
+                call.closed = true;
+                if call.arguments.is_empty() {
+                    // No piece came: the call has no arguments. The start
+                    // event's own `input` (`{}`) stands for them — exactly the
+                    // text a whole body carries for the same call — and is
+                    // sent as the call's one delta so the deltas still add up
+                    // to the final arguments.
+                    call.arguments = call.start_input.take().unwrap_or_else(|| "{}".to_string());
+                    out.push(StreamEvent::ToolCallDelta { id: call.id.clone(), arguments: call.arguments.clone() });
+                }
+            }
+            Slot::Opaque { block, json } if !json.is_empty() => {
+                let text = std::mem::take(json);
+                let input = parse_arguments(&text).ok().or_else(|| parse_partial(&text));
+                if let (Some(input), Value::Object(obj)) = (input, block) {
+                    obj.insert("input".to_string(), input);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn to_block(&self) -> Block {
+        match self {
+            Slot::Text(text) => Block::Text { text: text.clone(), provider_data: None },
+            Slot::Reasoning { text, signature } => reasoning(text.clone(), signature.clone()),
+            Slot::Redacted(data) => redacted(data.clone()),
+            Slot::Tool(call) => Block::ToolCall(tool_call(
+                call.id.clone(),
+                call.generated,
+                call.name.clone(),
+                call.arguments.clone(),
+                call.extras.clone(),
+            )),
+            Slot::Opaque { block, .. } => opaque(block.clone()),
+        }
+    }
+}
+
+/// One stream event's payload. Unknown fields are ignored.
+#[derive(Deserialize)]
+struct WireEvent<'a> {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default, borrow)]
+    content_block: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    delta: Option<&'a RawValue>,
+    #[serde(default)]
+    message: Option<WireStart>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+/// `message_start.message`: the message with no content yet.
+#[derive(Deserialize)]
+struct WireStart {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+/// `content_block_delta.delta`: each type carries its piece under its own name.
+#[derive(Deserialize)]
+struct WireDelta {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    thinking: Option<String>,
+    #[serde(default)]
+    signature: Option<String>,
+    #[serde(default)]
+    partial_json: Option<String>,
+}
+
+impl WireDelta {
+    /// The piece a read delta type carries (absent counts as empty).
+    fn into_piece(self, kind: &str) -> String {
+        match kind {
+            "text_delta" => self.text,
+            "thinking_delta" => self.thinking,
+            "signature_delta" => self.signature,
+            _ => self.partial_json,
+        }
+        .unwrap_or_default()
+    }
+}
+
+/// `message_delta.delta`.
+#[derive(Deserialize)]
+struct WireMessageDelta {
+    #[serde(default)]
+    stop_reason: Option<String>,
+}

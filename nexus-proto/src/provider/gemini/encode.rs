@@ -1,0 +1,264 @@
+//! Building the `generateContent` request body from the neutral transcript.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{json, Map, Value};
+
+use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock};
+use crate::provider::ModelCall;
+use crate::tool::gemini_tools;
+
+use super::signature;
+
+/// The request body:
+/// `{contents, systemInstruction?, tools?, generationConfig?: {maxOutputTokens}}`.
+///
+/// The model travels in the URL and streaming is chosen by the endpoint, so
+/// neither appears here. An empty system prompt is left out (Gemini rejects an
+/// empty text part, and it means the same as none).
+pub fn encode_body(call: &ModelCall<'_>) -> Value {
+    let mut body = Map::new();
+    body.insert("contents".into(), Value::Array(encode_contents(call.messages)));
+    if let Some(system) = call.system.filter(|s| !s.is_empty()) {
+        body.insert("systemInstruction".into(), json!({ "parts": [{ "text": system }] }));
+    }
+    if !call.tools.is_empty() {
+        body.insert("tools".into(), gemini_tools(call.tools));
+    }
+    if let Some(max) = call.max_tokens {
+        body.insert("generationConfig".into(), json!({ "maxOutputTokens": max }));
+    }
+    Value::Object(body)
+}
+
+/// What the encoder needs to know about the transcript's tool calls when it
+/// writes their results: which ids the core generated (never sent to Gemini)
+/// and each call's name (Gemini matches results by name).
+struct CallIndex<'a> {
+    generated: HashSet<&'a str>,
+    names: HashMap<&'a str, &'a str>,
+}
+
+impl<'a> CallIndex<'a> {
+    fn new(messages: &'a [Message]) -> CallIndex<'a> {
+        let mut index = CallIndex { generated: HashSet::new(), names: HashMap::new() };
+        for call in messages.iter().flat_map(Message::tool_calls) {
+            if is_generated(call) {
+                index.generated.insert(call.id.as_str());
+            }
+            index.names.insert(call.id.as_str(), call.name.as_str());
+        }
+        index
+    }
+}
+
+/// Whether the core generated this call's id because Gemini sent none.
+fn is_generated(call: &ToolCall) -> bool {
+    call.provider_data
+        .as_ref()
+        .and_then(|d| d.pointer("/nexus/generatedId"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// One `Content` per run of same-role messages. Consecutive turns of one role
+/// are merged because the API expects user and model turns to alternate, and
+/// because tool results the transcript holds in separate user turns must reach
+/// Gemini as one turn answering all of the model's calls. Messages that encode
+/// to no part at all are skipped: the API rejects a content with empty parts.
+fn encode_contents(messages: &[Message]) -> Vec<Value> {
+    let index = CallIndex::new(messages);
+    let mut contents: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for message in messages {
+        let parts: Vec<Value> = message.content.iter().filter_map(|b| encode_block(b, &index)).collect();
+        if parts.is_empty() {
+            continue;
+        }
+        let role = match message.role {
+            Role::User => "user",
+            Role::Assistant => "model",
+        };
+        match contents.last_mut() {
+            Some((last_role, last_parts)) if *last_role == role => last_parts.extend(parts),
+            _ => contents.push((role, parts)),
+        }
+    }
+    contents.into_iter().map(|(role, parts)| json!({ "role": role, "parts": parts })).collect()
+}
+
+/// A part with its one data field, plus the block's thought signature when
+/// it has one (Gemini wants it back on the same part it came on).
+fn part(data_key: &str, data: Value, sig: Option<&str>) -> Value {
+    let mut part = Map::new();
+    part.insert(data_key.to_string(), data);
+    if let Some(sig) = sig {
+        part.insert("thoughtSignature".into(), Value::String(sig.to_string()));
+    }
+    Value::Object(part)
+}
+
+fn encode_block(block: &Block, index: &CallIndex<'_>) -> Option<Value> {
+    match block {
+        Block::Text { text, provider_data } => {
+            let sig = signature(provider_data.as_ref());
+            // An empty part is only worth sending when it carries a signature.
+            if text.is_empty() && sig.is_none() {
+                return None;
+            }
+            Some(part("text", Value::String(text.clone()), sig))
+        }
+        Block::Reasoning { text, provider_data, .. } => {
+            // `signature` and `redacted` are Anthropic's and mean nothing to
+            // Gemini: only Gemini's own thought signature is sent. Redacted
+            // reasoning from elsewhere (no text, no Gemini signature) has no
+            // Gemini form and is left out.
+            let sig = signature(provider_data.as_ref());
+            if text.is_empty() && sig.is_none() {
+                return None;
+            }
+            let mut p = part("text", Value::String(text.clone()), sig);
+            if let Value::Object(obj) = &mut p {
+                obj.insert("thought".into(), Value::Bool(true));
+            }
+            Some(p)
+        }
+        Block::Image { media_type, source } => Some(encode_image(media_type, source)),
+        Block::ToolCall(call) => Some(encode_call(call, index)),
+        Block::ToolResult(result) => Some(encode_result(result, index)),
+    }
+}
+
+/// Base64 images go inline; URLs go as `fileData`, except `data:` URLs, which
+/// Gemini cannot fetch and are unpacked into inline data instead.
+fn encode_image(media_type: &str, source: &ImageSource) -> Value {
+    let (mime, data) = match source {
+        ImageSource::Base64 { data } => (media_type.to_string(), data.clone()),
+        ImageSource::Url { url } => match parse_data_url(url) {
+            Some((mime, data)) => (mime.unwrap_or_else(|| media_type.to_string()), data),
+            None => {
+                return part("fileData", json!({ "mimeType": media_type, "fileUri": url }), None);
+            }
+        },
+    };
+    part("inlineData", json!({ "mimeType": mime, "data": data }), None)
+}
+
+/// `functionCall: {name, args, id?}`. `args` must be an object: the parsed
+/// input when it is one, else the raw arguments when they parse to one, else
+/// `{}` (a call whose arguments never parsed was not run, and Gemini has no
+/// way to carry unparsable text back).
+fn encode_call(call: &ToolCall, index: &CallIndex<'_>) -> Value {
+    let args = match &call.input {
+        Value::Object(_) => call.input.clone(),
+        _ => match serde_json::from_str::<Value>(&call.arguments) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => Value::Object(Map::new()),
+        },
+    };
+    let mut fc = Map::new();
+    fc.insert("name".into(), Value::String(call.name.clone()));
+    fc.insert("args".into(), args);
+    if !call.id.is_empty() && !index.generated.contains(call.id.as_str()) {
+        fc.insert("id".into(), Value::String(call.id.clone()));
+    }
+    part("functionCall", Value::Object(fc), signature(call.provider_data.as_ref()))
+}
+
+/// `functionResponse: {name, response, id?}`, following the documented
+/// convention: `{"output": text}` for a result, `{"error": text}` for an error
+/// result. The output always goes as a string, even when it is JSON text: a
+/// passed-through object with its own `error` key would otherwise read as a
+/// failure.
+fn encode_result(result: &ToolResultBlock, index: &CallIndex<'_>) -> Value {
+    let name = match result.name.as_str() {
+        "" => index.names.get(result.call_id.as_str()).copied().unwrap_or_default(),
+        name => name,
+    };
+    let key = if result.is_error { "error" } else { "output" };
+    let mut fr = Map::new();
+    fr.insert("name".into(), Value::String(name.to_string()));
+    fr.insert("response".into(), json!({ key: result.output }));
+    if !result.call_id.is_empty() && !index.generated.contains(result.call_id.as_str()) {
+        fr.insert("id".into(), Value::String(result.call_id.clone()));
+    }
+    part("functionResponse", Value::Object(fr), None)
+}
+
+/// `data:[<mime>][;params][;base64],<data>` → (mime if given, base64 data).
+/// Percent-encoded (non-base64) payloads are decoded and re-encoded as base64.
+fn parse_data_url(url: &str) -> Option<(Option<String>, String)> {
+    let rest = url.get(..5).filter(|s| s.eq_ignore_ascii_case("data:")).and(url.get(5..))?;
+    let (header, payload) = rest.split_once(',')?;
+    let mut params = header.split(';');
+    let mime = params.next().map(str::trim).filter(|m| !m.is_empty()).map(str::to_string);
+    let is_base64 = params.any(|p| p.trim().eq_ignore_ascii_case("base64"));
+    let data = if is_base64 {
+        payload.chars().filter(|c| !c.is_ascii_whitespace()).collect()
+    } else {
+        base64_encode(&percent_decode(payload))
+    };
+    Some((mime, data))
+}
+
+fn percent_decode(s: &str) -> Vec<u8> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Standard base64 with padding (RFC 4648 §4), what `inlineData.data` takes.
+fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648_test_vectors() {
+        // RFC 4648 §10.
+        let vectors =
+            [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE="), ("foobar", "Zm9vYmFy")];
+        for (input, want) in vectors {
+            assert_eq!(base64_encode(input.as_bytes()), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn data_urls_become_base64() {
+        assert_eq!(parse_data_url("data:image/png;base64,AAAA"), Some((Some("image/png".into()), "AAAA".into())));
+        // "hi!" percent-encoded; base64 of "hi!" is "aGkh" (RFC 4648 alphabet by hand).
+        assert_eq!(parse_data_url("data:image/svg+xml,hi%21"), Some((Some("image/svg+xml".into()), "aGkh".into())));
+        assert_eq!(parse_data_url("DATA:;base64,QQ=="), Some((None, "QQ==".into())));
+        assert_eq!(parse_data_url("https://example.com/a.png"), None);
+        assert_eq!(parse_data_url("data:image/png;base64"), None);
+    }
+}

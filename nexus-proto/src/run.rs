@@ -1,0 +1,781 @@
+//! The run: the whole tool-calling loop as one state machine.
+//!
+//! Inputs go in through [`Run::handle_input`]; outputs come out of
+//! [`Run::poll_output`] until it returns [`Output::Wait`] (nothing to do
+//! until an input arrives or the given time passes) or [`Output::Done`].
+//! Every state transition lives in this file and in `ledger.rs`.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::config::RunConfig;
+use crate::error::{DecodeError, InputError, RemoteError, RunError, TransportErrorKind};
+use crate::event::StreamEvent;
+use crate::http::{ExchangeId, HttpRequest};
+use crate::ledger::{Batch, CallState, Entry, ToolBatch};
+use crate::message::{Block, Message, Role, Usage};
+use crate::provider::{Assembler, CallIds, ModelCall, StopReason, TurnResponse};
+use crate::rng::SplitMix64;
+use crate::sse::{SseDecoder, SseEvent};
+use crate::suspend::{Answer, Request, ToolReply, ToolResult};
+use crate::time::Timestamp;
+use crate::tool::{ToolDecl, ToolKind};
+
+/// Something the driver hands to the machine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input<'a> {
+    /// The status line and headers of a response.
+    ResponseHead {
+        /// Which exchange.
+        exchange: ExchangeId,
+        /// HTTP status.
+        status: u16,
+        /// Response headers (names in any case).
+        headers: Vec<(String, String)>,
+    },
+    /// A piece of the response body, as read (any size, split anywhere).
+    ResponseBody {
+        /// Which exchange.
+        exchange: ExchangeId,
+        /// The bytes.
+        chunk: &'a [u8],
+    },
+    /// The body is complete.
+    ResponseEnd {
+        /// Which exchange.
+        exchange: ExchangeId,
+    },
+    /// The exchange failed in the transport.
+    TransportError {
+        /// Which exchange.
+        exchange: ExchangeId,
+        /// How.
+        kind: TransportErrorKind,
+        /// The driver's description.
+        message: String,
+    },
+    /// A tool finished or suspended.
+    ToolReply {
+        /// The call id from the [`ToolBatch`].
+        call_id: String,
+        /// What it returned.
+        reply: ToolReply,
+    },
+    /// The host answers an outstanding request.
+    Answer(Answer),
+    /// A timer the machine asked for (see [`Output::Wait`]) may have fired.
+    /// Spurious timeouts are harmless.
+    Timeout,
+    /// Stop the run now. The driver aborts whatever it has in flight.
+    Cancel,
+}
+
+/// Something the machine asks of the driver. Drivers must handle every variant.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Send this request and feed the response back.
+    Send(HttpRequest),
+    /// Run these tool calls (concurrently) and feed each reply back.
+    RunTools(ToolBatch),
+    /// Show this to the host.
+    Event(StreamEvent),
+    /// The run cannot go on until these requests are answered. In-process
+    /// hosts answer them now (`Input::Answer`); durable hosts take
+    /// [`Run::snapshot`] and answer later, possibly in another process.
+    Suspended(Vec<Request>),
+    /// Nothing to do until an input arrives, or until `until` passes
+    /// (then give [`Input::Timeout`]).
+    Wait {
+        /// When to wake the machine even without input.
+        until: Option<Timestamp>,
+    },
+    /// The run is over. Returned on every poll from now on.
+    Done(Outcome),
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The model gave its final answer.
+    Done,
+    /// A limit stopped the run (`limit`: `maxTurns`).
+    Incomplete {
+        /// Which limit.
+        limit: String,
+    },
+    /// The run failed.
+    Failed {
+        /// Why.
+        error: RunError,
+    },
+}
+
+/// Where a run stands, for hosts that report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Working: a model call, a backoff or tools in progress.
+    Running,
+    /// Suspended on outstanding requests.
+    Pending,
+    /// Finished with an answer.
+    Done,
+    /// Stopped by a limit.
+    Incomplete,
+    /// Failed.
+    Failed,
+}
+
+/// One tool call of this run with its result, for run summaries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallRecord {
+    /// Call id.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Parsed arguments.
+    pub input: Value,
+    /// The result text.
+    pub output: String,
+    /// Whether it was an error result.
+    pub is_error: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub(crate) enum Phase {
+    /// The next model request is to be built and sent.
+    Ready { attempt: u32 },
+    /// A model request is in flight.
+    Awaiting { exchange: ExchangeId, attempt: u32 },
+    /// Waiting before a retry.
+    Backoff { until: Timestamp, attempt: u32 },
+    /// The turn's tool calls are running or suspended.
+    Tools { batch: Batch },
+    /// Over.
+    Finished { outcome: Outcome },
+}
+
+/// Everything that survives a process boundary. Serialized as the state format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunState {
+    #[serde(rename = "format_version")]
+    pub format_version: u64,
+    pub run_id: String,
+    pub config: RunConfig,
+    pub tools: Vec<ToolDecl>,
+    pub transcript: Vec<Message>,
+    /// Messages before this run began (given as history); summaries skip them.
+    pub history_len: usize,
+    /// Model calls completed.
+    pub turns: u32,
+    pub usage: Usage,
+    #[serde(flatten)]
+    pub phase: Phase,
+    pub call_ids: CallIds,
+    pub rng: SplitMix64,
+    pub next_exchange: u64,
+    pub last_now: Timestamp,
+}
+
+/// The response being read; not part of the state (a restored run re-sends).
+#[derive(Debug)]
+struct Inflight {
+    exchange: ExchangeId,
+    status: Option<u16>,
+    retry_after: Option<String>,
+    body: Vec<u8>,
+    stream: Option<(SseDecoder, Assembler)>,
+}
+
+/// Secrets: in memory only, never serialized.
+#[derive(Default, Clone)]
+struct Secrets {
+    api_key: Option<String>,
+    headers: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secrets(redacted)")
+    }
+}
+
+/// The tool-calling loop for one run. See the crate docs for the driving loop.
+#[derive(Debug)]
+pub struct Run {
+    pub(crate) state: RunState,
+    inflight: Option<Inflight>,
+    events: VecDeque<StreamEvent>,
+    secrets: Secrets,
+    sse_scratch: Vec<SseEvent>,
+    delta_scratch: Vec<StreamEvent>,
+}
+
+impl Run {
+    /// A new run over `messages` (history plus the new user turn, which must come last).
+    pub fn new(config: RunConfig, tools: Vec<ToolDecl>, messages: Vec<Message>) -> Result<Run, InputError> {
+        config.validate()?;
+        let mut names = std::collections::HashSet::new();
+        for t in &tools {
+            if !names.insert(t.name.as_str()) {
+                return Err(InputError::Config(format!("two tools are named {:?}", t.name)));
+            }
+        }
+        if messages.last().map(|m| m.role) != Some(Role::User) {
+            return Err(InputError::Config("the conversation must end on a user turn".into()));
+        }
+        let mut rng = SplitMix64::new(config.seed);
+        let run_id = config.run_id.clone().unwrap_or_else(|| format!("run_{:016x}", rng.next_u64()));
+        let short: String = run_id.chars().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect();
+        let history_len = messages.len() - 1;
+        Ok(Run::from_state(RunState {
+            format_version: crate::state::FORMAT_VERSION,
+            call_ids: CallIds::new(format!("call_{short}_")),
+            run_id,
+            config,
+            tools,
+            transcript: messages,
+            history_len,
+            turns: 0,
+            usage: Usage::default(),
+            phase: Phase::Ready { attempt: 0 },
+            rng,
+            next_exchange: 1,
+            last_now: Timestamp(0),
+        }))
+    }
+
+    pub(crate) fn from_state(state: RunState) -> Run {
+        Run {
+            state,
+            inflight: None,
+            events: VecDeque::new(),
+            secrets: Secrets::default(),
+            sse_scratch: Vec::new(),
+            delta_scratch: Vec::new(),
+        }
+    }
+
+    /// Gives the API key. Held in memory only: never in a snapshot.
+    pub fn set_api_key(&mut self, key: impl Into<String>) {
+        self.secrets.api_key = Some(key.into());
+    }
+
+    /// Adds a secret header (held in memory only).
+    pub fn set_secret_header(&mut self, name: impl Into<String>, value: impl Into<String>) {
+        self.secrets.headers.push((name.into(), value.into()));
+    }
+
+    /// The run id.
+    pub fn id(&self) -> &str {
+        &self.state.run_id
+    }
+
+    /// The config (as serialized).
+    pub fn config(&self) -> &RunConfig {
+        &self.state.config
+    }
+
+    /// The declared tools.
+    pub fn tools(&self) -> &[ToolDecl] {
+        &self.state.tools
+    }
+
+    /// The whole transcript, history included.
+    pub fn transcript(&self) -> &[Message] {
+        &self.state.transcript
+    }
+
+    /// How many messages were history when the run began.
+    pub fn history_len(&self) -> usize {
+        self.state.history_len
+    }
+
+    /// Model calls completed.
+    pub fn turns(&self) -> u32 {
+        self.state.turns
+    }
+
+    /// Usage summed over this run's model calls.
+    pub fn usage(&self) -> Usage {
+        self.state.usage
+    }
+
+    /// Where the run stands.
+    pub fn status(&self) -> Status {
+        match &self.state.phase {
+            Phase::Finished { outcome: Outcome::Done } => Status::Done,
+            Phase::Finished { outcome: Outcome::Incomplete { .. } } => Status::Incomplete,
+            Phase::Finished { outcome: Outcome::Failed { .. } } => Status::Failed,
+            Phase::Tools { batch } if batch.settled() && !batch.complete() => Status::Pending,
+            _ => Status::Running,
+        }
+    }
+
+    /// The outcome, once finished.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match &self.state.phase {
+            Phase::Finished { outcome } => Some(outcome),
+            _ => None,
+        }
+    }
+
+    /// The requests the run is suspended on (empty unless [`Status::Pending`]).
+    pub fn outstanding(&self) -> Vec<Request> {
+        match &self.state.phase {
+            Phase::Tools { batch } if batch.settled() => batch.outstanding(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The text of the last assistant turn of this run.
+    pub fn final_text(&self) -> String {
+        self.state.transcript[self.state.history_len..]
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::Assistant)
+            .map(Message::text)
+            .unwrap_or_default()
+    }
+
+    /// Every tool call of this run whose result is recorded, in order.
+    pub fn tool_calls(&self) -> Vec<ToolCallRecord> {
+        let msgs = &self.state.transcript[self.state.history_len..];
+        let mut out = Vec::new();
+        for (i, m) in msgs.iter().enumerate() {
+            let Some(next) = msgs.get(i + 1) else { break };
+            for call in m.tool_calls() {
+                if let Some(r) = next.tool_results().find(|r| r.call_id == call.id) {
+                    out.push(ToolCallRecord {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        input: call.input.clone(),
+                        output: r.output.clone(),
+                        is_error: r.is_error,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Feeds one input. On `Err` nothing changed.
+    pub fn handle_input(&mut self, now: Timestamp, input: Input<'_>) -> Result<(), InputError> {
+        if now < self.state.last_now {
+            return Err(InputError::TimeWentBackwards { now: now.0, last: self.state.last_now.0 });
+        }
+        if matches!(self.state.phase, Phase::Finished { .. }) {
+            return Err(InputError::Finished);
+        }
+        self.validate(&input)?;
+        self.state.last_now = now;
+        if self.state.config.deadline.is_some_and(|d| now >= d) {
+            self.finish(Outcome::Failed { error: RunError::DeadlineExceeded });
+            return Ok(());
+        }
+        match input {
+            Input::ResponseHead { status, headers, .. } => self.on_head(status, headers),
+            Input::ResponseBody { chunk, .. } => self.on_body(now, chunk),
+            Input::ResponseEnd { .. } => self.on_end(now),
+            Input::TransportError { kind, message, .. } => {
+                let retryable = matches!(kind, TransportErrorKind::Connect | TransportErrorKind::Io);
+                self.fail_exchange(now, RunError::Transport { kind, message }, retryable, None);
+            }
+            Input::ToolReply { call_id, reply } => {
+                if let Phase::Tools { batch } = &mut self.state.phase {
+                    if let Some(request) = batch.reply(&call_id, reply)? {
+                        self.events.push_back(StreamEvent::Pending { request });
+                    }
+                }
+                self.settle();
+            }
+            Input::Answer(answer) => {
+                if let Phase::Tools { batch } = &mut self.state.phase {
+                    batch.answer(answer)?;
+                }
+                self.settle();
+            }
+            Input::Timeout => {
+                if let Phase::Backoff { until, attempt } = self.state.phase {
+                    if now >= until {
+                        self.state.phase = Phase::Ready { attempt };
+                    }
+                }
+            }
+            Input::Cancel => {
+                self.inflight = None;
+                self.finish(Outcome::Failed { error: RunError::Cancelled });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks an input against the state without changing anything, so a
+    /// refused input leaves the run exactly as it was.
+    fn validate(&self, input: &Input<'_>) -> Result<(), InputError> {
+        let exchange = match input {
+            Input::ResponseHead { exchange, .. }
+            | Input::ResponseBody { exchange, .. }
+            | Input::ResponseEnd { exchange }
+            | Input::TransportError { exchange, .. } => *exchange,
+            Input::ToolReply { call_id, .. } => {
+                let running = match &self.state.phase {
+                    Phase::Tools { batch } => batch
+                        .calls
+                        .iter()
+                        .any(|e| e.call.id == *call_id && matches!(e.state, CallState::Started { .. })),
+                    _ => false,
+                };
+                return if running { Ok(()) } else { Err(InputError::UnknownToolCall(call_id.clone())) };
+            }
+            Input::Answer(answer) => {
+                let known = match &self.state.phase {
+                    Phase::Tools { batch } => batch.settled() && batch.outstanding().iter().any(|r| r.id == answer.id),
+                    _ => false,
+                };
+                return if known { Ok(()) } else { Err(InputError::UnknownAnswer(answer.id.clone())) };
+            }
+            Input::Timeout | Input::Cancel => return Ok(()),
+        };
+        let inflight = self.inflight.as_ref().filter(|f| f.exchange == exchange);
+        let Some(inflight) = inflight else {
+            return Err(InputError::UnknownExchange(exchange.0));
+        };
+        match input {
+            Input::ResponseHead { .. } if inflight.status.is_some() => Err(InputError::OutOfOrder("a second response head")),
+            Input::ResponseBody { .. } | Input::ResponseEnd { .. } if inflight.status.is_none() => {
+                Err(InputError::OutOfOrder("body before the response head"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The next thing to do. Poll until [`Output::Wait`] or [`Output::Done`].
+    pub fn poll_output(&mut self) -> Output {
+        if let Some(ev) = self.events.pop_front() {
+            return Output::Event(ev);
+        }
+        let deadline = self.state.config.deadline;
+        match &mut self.state.phase {
+            Phase::Ready { attempt } => {
+                let attempt = *attempt;
+                match self.build_request(attempt) {
+                    Ok(req) => Output::Send(req),
+                    Err(e) => {
+                        self.finish(Outcome::Failed { error: e });
+                        self.poll_output()
+                    }
+                }
+            }
+            Phase::Awaiting { .. } => Output::Wait { until: deadline },
+            Phase::Backoff { until, .. } => Output::Wait { until: Some(deadline.map_or(*until, |d| d.min(*until))) },
+            Phase::Tools { batch } => {
+                if let Some(b) = batch.start_requested() {
+                    return Output::RunTools(b);
+                }
+                if batch.settled() && !batch.complete() && !batch.announced {
+                    batch.announced = true;
+                    return Output::Suspended(batch.outstanding());
+                }
+                Output::Wait { until: deadline }
+            }
+            Phase::Finished { outcome } => Output::Done(outcome.clone()),
+        }
+    }
+
+    /// Builds, checks and records the next model request.
+    fn build_request(&mut self, attempt: u32) -> Result<HttpRequest, RunError> {
+        let cfg = &self.state.config;
+        crate::gate::check(cfg.style, &self.state.transcript).map_err(RunError::Gate)?;
+        let call = ModelCall {
+            model: &cfg.model,
+            system: cfg.system.as_deref(),
+            messages: &self.state.transcript,
+            tools: &self.state.tools,
+            max_tokens: cfg.max_tokens,
+            stream: cfg.stream,
+            params: &cfg.params,
+        };
+        let body = serde_json::to_vec(&cfg.style.encode_body(&call)).unwrap_or_default();
+        let mut headers = cfg.style.base_headers();
+        if let Some(key) = &self.secrets.api_key {
+            headers.push(cfg.style.auth_header(key));
+        }
+        for (k, v) in cfg.headers.iter().chain(self.secrets.headers.iter()) {
+            headers.retain(|(name, _)| !name.eq_ignore_ascii_case(k));
+            headers.push((k.clone(), v.clone()));
+        }
+        let exchange = ExchangeId(self.state.next_exchange);
+        let request = HttpRequest {
+            exchange,
+            method: "POST",
+            url: cfg.style.endpoint(&cfg.base_url, &cfg.model, cfg.stream),
+            headers,
+            body,
+            streaming: cfg.stream,
+        };
+        self.state.next_exchange += 1;
+        if attempt == 0 {
+            self.events.push_back(StreamEvent::TurnStarted { turn: self.state.turns + 1 });
+        }
+        self.inflight = Some(Inflight { exchange, status: None, retry_after: None, body: Vec::new(), stream: None });
+        self.state.phase = Phase::Awaiting { exchange, attempt };
+        Ok(request)
+    }
+
+    fn on_head(&mut self, status: u16, headers: Vec<(String, String)>) {
+        let style = self.state.config.style;
+        let Some(f) = self.inflight.as_mut() else { return };
+        f.status = Some(status);
+        let header = |name: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
+        f.retry_after = header("retry-after");
+        let is_sse = match header("content-type") {
+            Some(ct) => ct.to_ascii_lowercase().starts_with("text/event-stream"),
+            None => self.state.config.stream,
+        };
+        if (200..300).contains(&status) && is_sse {
+            f.stream = Some((SseDecoder::new(), style.assembler()));
+        }
+    }
+
+    fn on_body(&mut self, now: Timestamp, chunk: &[u8]) {
+        let limit = self.state.config.max_body_bytes;
+        let Some(f) = self.inflight.as_mut() else { return };
+        let ok = f.status.is_some_and(|s| (200..300).contains(&s));
+        match &mut f.stream {
+            Some((decoder, assembler)) if ok => {
+                decoder.feed(chunk, &mut self.sse_scratch);
+                let mut failure = None;
+                for ev in self.sse_scratch.drain(..) {
+                    if let Err(e) = assembler.push(&ev, &mut self.state.call_ids, &mut self.delta_scratch) {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+                self.sse_scratch.clear();
+                self.events.extend(self.delta_scratch.drain(..));
+                if let Some(e) = failure {
+                    self.fail_remote(now, e);
+                }
+            }
+            _ => {
+                if f.body.len() + chunk.len() > limit {
+                    if ok {
+                        self.fail_exchange(now, RunError::Decode(DecodeError::TooLarge { limit }), false, None);
+                    }
+                    // An oversize error body is cut, not fatal: its start says enough.
+                    return;
+                }
+                f.body.extend_from_slice(chunk);
+            }
+        }
+    }
+
+    fn on_end(&mut self, now: Timestamp) {
+        let style = self.state.config.style;
+        let Some(mut f) = self.inflight.take() else { return };
+        let status = f.status.unwrap_or(0);
+        if !(200..300).contains(&status) {
+            let err = style.decode_error(Some(status), f.retry_after.as_deref(), &f.body);
+            let (retryable, after) = (err.retryable, err.retry_after_ms);
+            self.inflight = Some(f);
+            self.fail_exchange(now, RunError::Provider(err), retryable, after);
+            return;
+        }
+        let result = match &mut f.stream {
+            Some((decoder, assembler)) => {
+                decoder.finish(&mut self.sse_scratch);
+                let mut res = Ok(());
+                for ev in self.sse_scratch.drain(..) {
+                    if let Err(e) = assembler.push(&ev, &mut self.state.call_ids, &mut self.delta_scratch) {
+                        res = Err(e);
+                        break;
+                    }
+                }
+                self.sse_scratch.clear();
+                self.events.extend(self.delta_scratch.drain(..));
+                res.and_then(|()| assembler.finish())
+            }
+            None => style.decode_response(&f.body, &mut self.state.call_ids).inspect(|turn| {
+                push_whole_deltas(turn, &mut self.events);
+            }),
+        };
+        match result {
+            Ok(turn) => self.accept_turn(turn),
+            Err(e) => {
+                self.inflight = Some(f);
+                self.fail_remote(now, e);
+            }
+        }
+    }
+
+    fn fail_remote(&mut self, now: Timestamp, e: RemoteError) {
+        match e {
+            RemoteError::Provider(p) => {
+                let (retryable, after) = (p.retryable, p.retry_after_ms);
+                self.fail_exchange(now, RunError::Provider(p), retryable, after)
+            }
+            RemoteError::Decode(d) => {
+                let retryable = matches!(d, DecodeError::Truncated(_));
+                self.fail_exchange(now, RunError::Decode(d), retryable, None)
+            }
+        }
+    }
+
+    /// A model call failed: back off and retry when allowed, else end the run.
+    /// A stream that already produced visible output is never retried (the
+    /// host has shown it; a retry could say something else).
+    fn fail_exchange(&mut self, now: Timestamp, error: RunError, retryable: bool, retry_after_ms: Option<u64>) {
+        let emitted = self
+            .inflight
+            .take()
+            .and_then(|f| f.stream)
+            .is_some_and(|(_, a)| a.emitted_anything());
+        let attempt = match self.state.phase {
+            Phase::Awaiting { attempt, .. } => attempt,
+            _ => return,
+        };
+        let policy = self.state.config.retry;
+        if retryable && !emitted && attempt < policy.retries {
+            let delay = retry_after_ms.unwrap_or_else(|| {
+                let exp = policy.base_delay_ms.saturating_mul(1u64 << attempt.min(20));
+                exp.saturating_add(self.state.rng.below(exp / 2 + 1)).min(policy.max_delay_ms.max(policy.base_delay_ms))
+            });
+            self.events.push_back(StreamEvent::Retrying { attempt: attempt + 1, delay_ms: delay, reason: error.to_string() });
+            self.state.phase = Phase::Backoff { until: now.plus_ms(delay), attempt: attempt + 1 };
+        } else {
+            self.finish(Outcome::Failed { error });
+        }
+    }
+
+    /// A model turn arrived whole: record it, then run its tools or finish.
+    fn accept_turn(&mut self, mut turn: TurnResponse) {
+        if turn.usage.total_tokens == 0 {
+            turn.usage.total_tokens = turn.usage.prompt_tokens + turn.usage.completion_tokens;
+        }
+        self.state.usage.add(turn.usage);
+        self.state.turns += 1;
+        let turn_no = self.state.turns;
+        for call in turn.tool_calls() {
+            self.events.push_back(StreamEvent::ToolCallFinished { call: call.clone() });
+        }
+        self.events.push_back(StreamEvent::Usage { usage: turn.usage });
+        self.events.push_back(StreamEvent::TurnFinished { turn: turn_no, stop: turn.stop.reason });
+        let calls: Vec<_> = turn.tool_calls().cloned().collect();
+        if !turn.content.is_empty() {
+            self.state.transcript.push(Message { role: Role::Assistant, content: turn.content });
+        }
+        if calls.is_empty() {
+            let outcome = match turn.stop.reason {
+                StopReason::PauseTurn if turn_no < self.state.config.max_turns => {
+                    // Anthropic paused a long server-side turn: send it back to continue.
+                    self.state.transcript.push(Message::user("Continue."));
+                    self.state.phase = Phase::Ready { attempt: 0 };
+                    return;
+                }
+                _ => Outcome::Done,
+            };
+            self.finish(outcome);
+            return;
+        }
+        let run_id = self.state.run_id.clone();
+        let mut batch = Batch { turn: turn_no, calls: Vec::new(), relay_request: None, announced: false };
+        for call in calls {
+            let decl = self.state.tools.iter().find(|t| t.name == call.name);
+            let state = match decl {
+                None => CallState::Completed { result: ToolResult::error(format!("Unknown tool: {}", call.name)) },
+                Some(_) if !arguments_valid(&call.arguments) => CallState::Completed {
+                    result: ToolResult::error(format!(
+                        "invalid arguments for {}: not a complete JSON value (stop reason {:?}); the tool was not run",
+                        call.name,
+                        turn.stop.raw.as_deref().unwrap_or("none")
+                    )),
+                },
+                Some(d) if d.kind == ToolKind::Relay => {
+                    batch.relay_request.get_or_insert_with(|| format!("relay_{}", call.id));
+                    CallState::Relay
+                }
+                Some(_) => CallState::Requested { answer: None },
+            };
+            batch.calls.push(Entry { idempotency_key: format!("{run_id}/{turn_no}/{}", call.id), call, state });
+        }
+        if batch.relay_request.is_some() {
+            if let Some(req) = batch.outstanding().into_iter().find(|r| r.kind == crate::suspend::KIND_TOOL_CALL) {
+                self.events.push_back(StreamEvent::Pending { request: req });
+            }
+        }
+        self.state.phase = Phase::Tools { batch };
+        self.settle();
+    }
+
+    /// When every call of the turn is complete: record the result turn in
+    /// call order and move on to the next model call (or the turn limit).
+    fn settle(&mut self) {
+        let Phase::Tools { batch } = &self.state.phase else { return };
+        if !batch.complete() {
+            return;
+        }
+        let results = batch.results();
+        let mut content = Vec::with_capacity(results.len());
+        for (block, result) in results {
+            self.events.push_back(StreamEvent::ToolResult {
+                call_id: block.call_id.clone(),
+                name: block.name.clone(),
+                result,
+            });
+            content.push(Block::ToolResult(block));
+        }
+        self.state.transcript.push(Message { role: Role::User, content });
+        if self.state.turns >= self.state.config.max_turns {
+            self.finish(Outcome::Incomplete { limit: "maxTurns".into() });
+        } else {
+            self.state.phase = Phase::Ready { attempt: 0 };
+        }
+    }
+
+    fn finish(&mut self, outcome: Outcome) {
+        self.inflight = None;
+        self.state.phase = Phase::Finished { outcome };
+    }
+
+    /// Restores the transient parts after deserializing a state: a request
+    /// that was in flight is sent again (nothing of it entered the
+    /// transcript), and calls that were running become in doubt.
+    pub(crate) fn after_restore(&mut self) {
+        match &mut self.state.phase {
+            Phase::Awaiting { attempt, .. } => self.state.phase = Phase::Ready { attempt: *attempt },
+            Phase::Tools { batch } => batch.mark_in_doubt(),
+            _ => {}
+        }
+    }
+}
+
+/// Empty text is `{}`; anything else must be one complete JSON value.
+fn arguments_valid(raw: &str) -> bool {
+    raw.trim().is_empty() || serde_json::from_str::<serde::de::IgnoredAny>(raw).is_ok()
+}
+
+/// A whole body yields the same delta events a stream of it would.
+fn push_whole_deltas(turn: &TurnResponse, events: &mut VecDeque<StreamEvent>) {
+    for block in &turn.content {
+        match block {
+            Block::Text { text, .. } if !text.is_empty() => events.push_back(StreamEvent::TextDelta { text: text.clone() }),
+            Block::Reasoning { text, .. } if !text.is_empty() => {
+                events.push_back(StreamEvent::ReasoningDelta { text: text.clone() })
+            }
+            Block::ToolCall(call) => {
+                events.push_back(StreamEvent::ToolCallStarted { id: call.id.clone(), name: call.name.clone() });
+                if !call.arguments.is_empty() {
+                    events.push_back(StreamEvent::ToolCallDelta { id: call.id.clone(), arguments: call.arguments.clone() });
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
