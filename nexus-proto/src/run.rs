@@ -325,10 +325,11 @@ impl Run {
         }
     }
 
-    /// The requests the run is suspended on (empty unless [`Status::Pending`]).
+    /// The requests waiting for an answer (they may be answered while other
+    /// calls of the turn are still running).
     pub fn outstanding(&self) -> Vec<Request> {
         match &self.state.phase {
-            Phase::Tools { batch } if batch.settled() => batch.outstanding(),
+            Phase::Tools { batch } => batch.outstanding(),
             _ => Vec::new(),
         }
     }
@@ -435,7 +436,7 @@ impl Run {
             }
             Input::Answer(answer) => {
                 let known = match &self.state.phase {
-                    Phase::Tools { batch } => batch.settled() && batch.outstanding().iter().any(|r| r.id == answer.id),
+                    Phase::Tools { batch } => batch.outstanding().iter().any(|r| r.id == answer.id),
                     _ => false,
                 };
                 return if known { Ok(()) } else { Err(InputError::UnknownAnswer(answer.id.clone())) };

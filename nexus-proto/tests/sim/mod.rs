@@ -202,6 +202,12 @@ impl Sim {
         Sim { run, style, script, now: Timestamp(1_000), sent: vec![], executed: vec![], events: vec![], chunk: 7 }
     }
 
+    /// Wraps an existing (e.g. restored) run.
+    pub fn from_run(run: Run, script: Vec<Turn>) -> Sim {
+        let style = run.config().style;
+        Sim { run, style, script, now: Timestamp(1_000), sent: vec![], executed: vec![], events: vec![], chunk: 7 }
+    }
+
     /// Serves one request with the scripted reply.
     pub fn serve(&mut self, req: &HttpRequest) {
         let body: Value = serde_json::from_slice(&req.body).unwrap();

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds the seed corpora under fuzz/corpus/<target>/ from the wire corpus.
+#
+#   fuzz/seed.sh [WIRE_CORPUS_DIR]
+#
+# WIRE_CORPUS_DIR defaults to $NEXUS_SHARED/wire-corpus, and NEXUS_SHARED to
+# the `shared/` folder beside the repository root. The corpora are generated
+# (and git-ignored): re-running adds the seeds again and keeps whatever the
+# fuzzer has found since.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+wire=${1:-${NEXUS_SHARED:-$root/../shared}/wire-corpus}
+
+if [ ! -d "$wire" ]; then
+    echo "seed.sh: no wire corpus at $wire (pass its path, or set NEXUS_SHARED)" >&2
+    exit 1
+fi
+
+corpus="$here/corpus"
+n=0
+seed() { # seed TARGET FILE [NAME]
+    mkdir -p "$corpus/$1"
+    cp "$2" "$corpus/$1/${3:-$(basename "$2")}"
+    n=$((n + 1))
+}
+
+for style in anthropic openai gemini; do
+    for f in "$wire/$style"/*; do
+        [ -f "$f" ] || continue
+        case "$f" in
+            *.expected.json) ;;
+            *.sse)
+                seed sse "$f" "${style}_$(basename "$f")"
+                seed "stream_$style" "$f"
+                ;;
+            *.json)
+                seed "decode_$style" "$f"
+                ;;
+        esac
+    done
+done
+
+# Framing edge cases the recordings do not have: CR-only line ends, a BOM,
+# comments, multi-line data, ids, a final event without its blank line.
+mkdir -p "$corpus/sse"
+printf 'data: a\rdata: b\r\r: keep-alive\r\n\r\nevent: e\nid: 1\ndata\n\n' >"$corpus/sse/edge_line_ends"
+printf '\xEF\xBB\xBFdata:x\r\ndata: \xEF\xBB\xBF\r\n\r\nid\ndata: \xE2\x82\xAC' >"$corpus/sse/edge_bom_utf8"
+n=$((n + 2))
+
+echo "seed.sh: $n seeds from $wire into $corpus"
