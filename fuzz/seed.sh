@@ -42,6 +42,15 @@ for style in anthropic openai gemini; do
     done
 done
 
+# Saved run states: the format fixtures every release keeps.
+for f in "$root"/nexus-proto/tests/fixtures/state/*.json; do
+    [ -f "$f" ] && seed state "$f"
+done
+# The machine target reads its script from raw bytes; an empty seed starts it.
+mkdir -p "$corpus/machine"
+: >"$corpus/machine/empty"
+n=$((n + 1))
+
 # Framing edge cases the recordings do not have: CR-only line ends, a BOM,
 # comments, multi-line data, ids, a final event without its blank line.
 mkdir -p "$corpus/sse"

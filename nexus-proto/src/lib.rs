@@ -102,6 +102,7 @@ mod state;
 pub mod suspend;
 pub mod time;
 pub mod tool;
+pub mod translate;
 
 pub use error::{DecodeError, GateError, InputError, ProviderError, RemoteError, RunError, StateError, TransportErrorKind};
 pub use event::StreamEvent;

@@ -68,11 +68,16 @@ impl ToolDecl {
 
     /// One Gemini function declaration: `{name, description, parameters}`.
     /// Gemini wants all of them wrapped in one `[{functionDeclarations:[…]}]`; see [`gemini_tools`].
+    ///
+    /// `parameters` takes an OpenAPI subset that refuses some JSON Schema
+    /// keywords (`additionalProperties`, `$schema`, `$ref`, …); a schema that
+    /// uses them goes under `parametersJsonSchema`, which takes full JSON Schema.
     pub fn to_gemini(&self) -> Value {
+        let key = if uses_keywords_outside_openapi(&self.input_schema) { "parametersJsonSchema" } else { "parameters" };
         json!({
             "name": self.name,
             "description": self.description,
-            "parameters": self.input_schema,
+            key: self.input_schema,
         })
     }
 }
@@ -87,6 +92,21 @@ pub fn sanitize_name(name: &str) -> String {
     name.chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
         .collect()
+}
+
+/// JSON Schema keywords Gemini's OpenAPI-subset `parameters` does not take.
+const NON_OPENAPI_KEYWORDS: &[&str] =
+    &["additionalProperties", "$schema", "$ref", "$defs", "definitions", "const", "oneOf", "allOf", "not", "patternProperties"];
+
+fn uses_keywords_outside_openapi(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => {
+            map.keys().any(|k| NON_OPENAPI_KEYWORDS.contains(&k.as_str()))
+                || map.values().any(uses_keywords_outside_openapi)
+        }
+        Value::Array(items) => items.iter().any(uses_keywords_outside_openapi),
+        _ => false,
+    }
 }
 
 fn normalize_schema(schema: Value) -> Value {
@@ -115,5 +135,9 @@ mod tests {
         let g = gemini_tools(&[t.clone(), t]);
         assert_eq!(g.as_array().unwrap().len(), 1);
         assert_eq!(g[0]["functionDeclarations"].as_array().unwrap().len(), 2);
+        assert!(g[0]["functionDeclarations"][0].get("parameters").is_some());
+        let strict = ToolDecl::new("s", "strict", json!({"type":"object","properties":{},"additionalProperties":false}));
+        assert!(strict.to_gemini().get("parametersJsonSchema").is_some());
+        assert!(strict.to_gemini().get("parameters").is_none());
     }
 }

@@ -60,11 +60,19 @@ fn every_capture_matches_its_expectation() {
 
 #[test]
 fn every_two_chunk_split_gives_the_same_turn() {
+    // Tens of thousands of full decodes: spread over the available cores.
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     for (path, bytes, whole) in streams() {
-        for cut in 0..=bytes.len() {
-            let got = decode_chunks(bytes, &[cut]);
-            assert_eq!(&got, whole, "{} split at byte {cut}", path.display());
-        }
+        std::thread::scope(|scope| {
+            for worker in 0..workers {
+                scope.spawn(move || {
+                    for cut in (worker..=bytes.len()).step_by(workers) {
+                        let got = decode_chunks(bytes, &[cut]);
+                        assert_eq!(&got, whole, "{} split at byte {cut}", path.display());
+                    }
+                });
+            }
+        });
     }
 }
 
@@ -72,7 +80,8 @@ fn every_two_chunk_split_gives_the_same_turn() {
 fn one_byte_at_a_time_gives_the_same_turn() {
     for (path, bytes, whole) in streams() {
         let chunks = bytes.chunks(1);
-        let got = decode_stream_chunks(Style::Gemini, chunks, &mut CallIds::new("call_")).expect("bytewise decode");
+        let got = decode_stream_chunks(Style::Gemini, chunks, &mut CallIds::new("call_"))
+            .expect("bytewise decode");
         assert_eq!(&got, whole, "{}", path.display());
     }
 }
@@ -128,13 +137,21 @@ fn as_one_body(sse: &[u8]) -> String {
     for ev in events {
         let ev: Event = serde_json::from_str(&ev.data).expect("corpus payload");
         if let Some(c) = ev.candidates.into_iter().next() {
-            parts.extend(c.content.into_iter().flat_map(|c| c.parts).map(|p| p.get().to_string()));
+            parts.extend(
+                c.content
+                    .into_iter()
+                    .flat_map(|c| c.parts)
+                    .map(|p| p.get().to_string()),
+            );
             finish = c.finish_reason.or(finish);
         }
         usage = ev.usage_metadata.map(|u| u.get().to_string()).or(usage);
         model = ev.model_version.or(model);
     }
-    let mut candidate = format!(r#"{{"content":{{"role":"model","parts":[{}]}}"#, parts.join(","));
+    let mut candidate = format!(
+        r#"{{"content":{{"role":"model","parts":[{}]}}"#,
+        parts.join(",")
+    );
     if let Some(f) = finish {
         candidate.push_str(&format!(r#","finishReason":{}"#, Value::String(f)));
     }
@@ -187,7 +204,11 @@ struct Recorded {
 fn read_request(body: &Value) -> Recorded {
     let mut messages = Vec::new();
     for content in body["contents"].as_array().expect("contents") {
-        let role = if content["role"] == "model" { Role::Assistant } else { Role::User };
+        let role = if content["role"] == "model" {
+            Role::Assistant
+        } else {
+            Role::User
+        };
         let mut blocks = Vec::new();
         for part in content["parts"].as_array().expect("parts") {
             if let Some(text) = part["text"].as_str() {
@@ -211,17 +232,34 @@ fn read_request(body: &Value) -> Recorded {
                 panic!("unexpected part {part}");
             }
         }
-        messages.push(Message { role, content: blocks });
+        messages.push(Message {
+            role,
+            content: blocks,
+        });
     }
-    let system = body["systemInstruction"]["parts"]
-        .as_array()
-        .map(|parts| parts.iter().filter_map(|p| p["text"].as_str()).collect::<String>());
+    let system = body["systemInstruction"]["parts"].as_array().map(|parts| {
+        parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<String>()
+    });
     let tools = body["tools"]
         .as_array()
         .into_iter()
         .flatten()
-        .flat_map(|t| t["functionDeclarations"].as_array().cloned().unwrap_or_default())
-        .map(|d| ToolDecl::new(d["name"].as_str().expect("name"), d["description"].as_str().unwrap_or(""), d["parameters"].clone()))
+        .flat_map(|t| {
+            t["functionDeclarations"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|d| {
+            ToolDecl::new(
+                d["name"].as_str().expect("name"),
+                d["description"].as_str().unwrap_or(""),
+                d["parameters"].clone(),
+            )
+        })
         .collect();
     let mut params = Map::new();
     for key in ["generationConfig", "toolConfig"] {
@@ -229,19 +267,30 @@ fn read_request(body: &Value) -> Recorded {
             params.insert(key.to_string(), v.clone());
         }
     }
-    Recorded { system, messages, tools, params }
+    Recorded {
+        system,
+        messages,
+        tools,
+        params,
+    }
 }
 
 /// Drops what the two bodies may legitimately differ in: the tool result's
 /// payload convention (`return_value` there, `output` here) and the optional
 /// `role` on the system instruction.
 fn normalize(mut body: Value) -> Value {
-    if let Some(si) = body.get_mut("systemInstruction").and_then(Value::as_object_mut) {
+    if let Some(si) = body
+        .get_mut("systemInstruction")
+        .and_then(Value::as_object_mut)
+    {
         si.remove("role");
     }
     for content in body["contents"].as_array_mut().into_iter().flatten() {
         for part in content["parts"].as_array_mut().into_iter().flatten() {
-            if let Some(fr) = part.get_mut("functionResponse").and_then(Value::as_object_mut) {
+            if let Some(fr) = part
+                .get_mut("functionResponse")
+                .and_then(Value::as_object_mut)
+            {
                 fr.insert("response".into(), Value::Null);
             }
         }
@@ -256,7 +305,10 @@ pub fn recorded_requests() -> Vec<PathBuf> {
         .map(|e| e.expect("dir entry").path())
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         // Only requests the oracle marked valid are real, accepted requests.
-        .filter(|p| std::fs::read_to_string(p.with_extension("expected.txt")).is_ok_and(|s| s.trim() == "valid"))
+        .filter(|p| {
+            std::fs::read_to_string(p.with_extension("expected.txt"))
+                .is_ok_and(|s| s.trim() == "valid")
+        })
         .collect();
     out.sort();
     out
@@ -279,12 +331,21 @@ fn encoder_reproduces_every_recorded_request() {
             params: &r.params,
         };
         let ours = Style::Gemini.encode_body(&call);
-        assert_eq!(normalize(ours.clone()), normalize(recorded.clone()), "{}", path.display());
+        assert_eq!(
+            normalize(ours.clone()),
+            normalize(recorded.clone()),
+            "{}",
+            path.display()
+        );
         // The results themselves follow the documented output convention.
         for content in ours["contents"].as_array().expect("contents") {
             for part in content["parts"].as_array().expect("parts") {
                 if let Some(fr) = part.get("functionResponse") {
-                    assert!(fr["response"]["output"].is_string(), "{}: {fr}", path.display());
+                    assert!(
+                        fr["response"]["output"].is_string(),
+                        "{}: {fr}",
+                        path.display()
+                    );
                 }
             }
         }

@@ -105,8 +105,20 @@ impl Style {
         };
         if let Value::Object(obj) = &mut body {
             for (k, v) in call.params {
-                if !RESERVED_PARAMS.contains(&k.as_str()) {
-                    obj.insert(k.clone(), v.clone());
+                if RESERVED_PARAMS.contains(&k.as_str()) {
+                    continue;
+                }
+                // One level deep for objects (Gemini `generationConfig`): the
+                // caller's keys win without erasing ours (`maxOutputTokens`).
+                match (obj.get_mut(k), v) {
+                    (Some(Value::Object(ours)), Value::Object(theirs)) => {
+                        for (ik, iv) in theirs {
+                            ours.insert(ik.clone(), iv.clone());
+                        }
+                    }
+                    _ => {
+                        obj.insert(k.clone(), v.clone());
+                    }
                 }
             }
         }

@@ -24,7 +24,11 @@ const MAX_DEPTH: usize = 128;
 /// prefix when `raw` is valid JSON cut off at its end, and `None` when nothing
 /// can be recovered (empty text, a truncated top-level scalar, a syntax error).
 pub(crate) fn parse_partial(raw: &str) -> Option<Value> {
-    let mut p = Parser { src: raw, bytes: raw.as_bytes(), pos: 0 };
+    let mut p = Parser {
+        src: raw,
+        bytes: raw.as_bytes(),
+        pos: 0,
+    };
     p.skip_ws();
     match p.value(0) {
         Ok(Parsed::Complete(v)) => {
@@ -190,7 +194,7 @@ impl Parser<'_> {
     }
 
     fn literal(&mut self, word: &str, value: Value) -> Result<Parsed, Invalid> {
-        let rest = &self.bytes[self.pos..];
+        let rest = self.bytes.get(self.pos..).unwrap_or_default();
         if rest.starts_with(word.as_bytes()) {
             self.pos += word.len();
             Ok(Parsed::Complete(value))
@@ -304,7 +308,13 @@ mod tests {
 
     #[test]
     fn complete_documents_parse_like_serde_json() {
-        for raw in [r#"{"a": 1, "b": "x"}"#, r#"  [1, {"z": null}, "\u00e9"]  "#, "true", "-0.5e3", r#""s""#] {
+        for raw in [
+            r#"{"a": 1, "b": "x"}"#,
+            r#"  [1, {"z": null}, "\u00e9"]  "#,
+            "true",
+            "-0.5e3",
+            r#""s""#,
+        ] {
             let want: Value = serde_json::from_str(raw).unwrap();
             assert_eq!(parse_partial(raw), Some(want), "input {raw:?}");
         }
@@ -326,11 +336,11 @@ mod tests {
             r#"{"a": 1,}"#,
             r#"{"a" 1"#,
             r#"{"a": 01"#,
-            "[1.2.",                 // SDK: [1.2]
+            "[1.2.", // SDK: [1.2]
             "[--",
-            r#"{"a": 1} x"#,   // SDK: {"a": 1}
-            r#"{"a": 1 "b""#,  // SDK: {"a": 1}
-            r#"{"a":"b"}}"#,   // SDK: {"a": "b"}
+            r#"{"a": 1} x"#,  // SDK: {"a": 1}
+            r#"{"a": 1 "b""#, // SDK: {"a": 1}
+            r#"{"a":"b"}}"#,  // SDK: {"a": "b"}
             r#"{"a": "\x"}"#,
             "{1: 2}",
         ] {
@@ -357,5 +367,26 @@ mod tests {
         // Cut inside the second string: only the first pair was complete.
         let cut = full.find(" façade").unwrap();
         assert_eq!(parse_partial(&full[..cut]), Some(json!({"city": "Zürich"})));
+    }
+
+    proptest::proptest! {
+        /// Differential check against `serde_json`: whatever text parses there
+        /// parses here to the same value, and every prefix of any text is
+        /// handled without a panic.
+        #[test]
+        fn agrees_with_serde_json_and_never_panics(
+            parts in proptest::collection::vec(proptest::sample::select(vec![
+                "{", "}", "[", "]", ",", ":", " ", "\"k\"", "\"v\\n\"", "\"\\u00e9\"", "1", "-2.5e3", "0",
+                "true", "false", "null", "\"", "\\",
+            ]), 0..30)
+        ) {
+            let text = parts.concat();
+            if let Ok(want) = serde_json::from_str::<Value>(&text) {
+                proptest::prop_assert_eq!(parse_partial(&text), Some(want));
+            }
+            for end in 0..text.len() {
+                let _ = parse_partial(&text[..end]);
+            }
+        }
     }
 }

@@ -2,10 +2,13 @@
 //! SSE streams and error bodies, as the real API sends them.
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::http::Request;
-use super::wire::{argument_fragments, neutral_stop, stable_id, to_json, to_pretty, Args, Ctx, Parsed, Reject};
+use super::wire::{
+    argument_fragments, neutral_stop, stable_id, to_json, to_pretty, word_pieces, Args, Ctx,
+    Parsed, Reject,
+};
 
 /// The error `type` Anthropic uses for a status.
 fn kind_for(status: u16) -> &'static str {
@@ -37,14 +40,35 @@ fn message_for(status: u16) -> &'static str {
     }
 }
 
+#[derive(Serialize)]
+struct ErrorDetail<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    message: &'a str,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    error: ErrorDetail<'a>,
+    request_id: String,
+}
+
 /// An error body: `{"type":"error","error":{"type","message"},"request_id"}`.
 pub fn error(status: u16, message: &str) -> Reject {
-    let body = json!({
-        "type": "error",
-        "error": {"type": kind_for(status), "message": message},
-        "request_id": stable_id("req_011C", &[message, &status.to_string()], 20),
-    });
-    Reject { status, body: to_json(&body).into_bytes() }
+    let body = ErrorBody {
+        kind: "error",
+        error: ErrorDetail {
+            kind: kind_for(status),
+            message,
+        },
+        request_id: stable_id("req_011C", &[message, &status.to_string()], 20),
+    };
+    Reject {
+        status,
+        body: to_json(&body).into_bytes(),
+    }
 }
 
 /// The body Anthropic sends with an error status.
@@ -100,7 +124,9 @@ fn role(m: &Value) -> &str {
 }
 
 fn blocks(m: &Value) -> &[Value] {
-    m.get("content").and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    m.get("content")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
 }
 
 fn block_type(b: &Value) -> &str {
@@ -127,13 +153,18 @@ fn tool_result_texts(messages: &[Value]) -> Vec<String> {
 
 /// The tool_use/tool_result pairing rules the API enforces with a 400.
 pub fn check_balance(body: &Value) -> Result<(), Reject> {
-    let messages = body.get("messages").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
     for (i, m) in messages.iter().enumerate() {
         if role(m) == "user" {
             let prev_ids: Vec<&str> = match i.checked_sub(1).and_then(|p| messages.get(p)) {
-                Some(p) if role(p) == "assistant" => {
-                    blocks(p).iter().filter(|b| block_type(b) == "tool_use").map(|b| str_field(b, "id")).collect()
-                }
+                Some(p) if role(p) == "assistant" => blocks(p)
+                    .iter()
+                    .filter(|b| block_type(b) == "tool_use")
+                    .map(|b| str_field(b, "id"))
+                    .collect(),
                 _ => Vec::new(),
             };
             for (k, b) in blocks(m).iter().enumerate() {
@@ -184,9 +215,18 @@ pub fn check_balance(body: &Value) -> Result<(), Reject> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Block<'a> {
-    Thinking { thinking: &'a str, signature: &'a str },
-    Text { text: String },
-    ToolUse { id: String, name: &'a str, input: Args },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: &'a str,
+        input: Args,
+    },
 }
 
 #[derive(Serialize)]
@@ -247,13 +287,22 @@ fn message<'a>(ctx: &Ctx<'a>, content: Vec<Block<'a>>, done: bool) -> Message<'a
 pub fn body(ctx: &Ctx<'_>) -> Vec<u8> {
     let mut content = Vec::new();
     if let Some(t) = &ctx.turn.thinking {
-        content.push(Block::Thinking { thinking: &t.text, signature: &t.signature });
+        content.push(Block::Thinking {
+            thinking: &t.text,
+            signature: &t.signature,
+        });
     }
     if let Some(text) = ctx.text() {
-        content.push(Block::Text { text: text.into_owned() });
+        content.push(Block::Text {
+            text: text.into_owned(),
+        });
     }
     for (i, call) in ctx.turn.tool_calls.iter().enumerate() {
-        content.push(Block::ToolUse { id: ctx.call_id(i, "toolu_01"), name: &call.name, input: Args::of(call) });
+        content.push(Block::ToolUse {
+            id: ctx.call_id(i, "toolu_01"),
+            name: &call.name,
+            input: Args::of(call),
+        });
     }
     to_json(&message(ctx, content, true)).into_bytes()
 }
@@ -262,77 +311,194 @@ fn event(name: &str, data: &str) -> Vec<u8> {
     format!("event: {name}\ndata: {data}\n\n").into_bytes()
 }
 
-fn typed(kind: &str, value: Value) -> Vec<u8> {
-    event(kind, &to_json(&value))
+/// The first block of a content block, as `content_block_start` carries it.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum StartBlock<'a> {
+    Thinking {
+        thinking: &'static str,
+        signature: &'static str,
+    },
+    Text {
+        text: &'static str,
+    },
+    ToolUse {
+        id: String,
+        name: &'a str,
+        input: Map<String, Value>,
+    },
 }
+
+/// A `content_block_delta` payload (`thinking_delta`, `signature_delta`, …).
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum Delta {
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: String },
+    #[serde(rename = "signature_delta")]
+    Signature { signature: String },
+    #[serde(rename = "text_delta")]
+    Text { text: String },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: String },
+}
+
+#[derive(Serialize)]
+struct StopDelta {
+    stop_reason: String,
+    stop_sequence: Option<String>,
+}
+
+#[derive(Serialize)]
+struct OutputUsage {
+    output_tokens: u64,
+}
+
+/// Stream events; serde writes the `type` tag first, as the API does.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Event<'a> {
+    MessageStart {
+        message: Message<'a>,
+    },
+    ContentBlockStart {
+        index: usize,
+        content_block: StartBlock<'a>,
+    },
+    ContentBlockDelta {
+        index: usize,
+        delta: Delta,
+    },
+    ContentBlockStop {
+        index: usize,
+    },
+    MessageDelta {
+        delta: StopDelta,
+        usage: OutputUsage,
+    },
+    MessageStop,
+}
+
+impl Event<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Event::MessageStart { .. } => "message_start",
+            Event::ContentBlockStart { .. } => "content_block_start",
+            Event::ContentBlockDelta { .. } => "content_block_delta",
+            Event::ContentBlockStop { .. } => "content_block_stop",
+            Event::MessageDelta { .. } => "message_delta",
+            Event::MessageStop => "message_stop",
+        }
+    }
+
+    fn sse(&self) -> Vec<u8> {
+        event(self.name(), &to_json(self))
+    }
+}
+
+const PING: &str = r#"{"type": "ping"}"#;
 
 /// The SSE events of a streamed answer, each one whole (`event:` + `data:` + blank line).
 pub fn events(ctx: &Ctx<'_>) -> Vec<Vec<u8>> {
-    let mut out = vec![event("message_start", &to_json(&json!({"type": "message_start", "message": message(ctx, Vec::new(), false)})))];
-    let mut index = 0usize;
-    let mut pinged = false;
-    let mut start = |out: &mut Vec<Vec<u8>>, index: usize, block: Value| {
-        out.push(typed("content_block_start", json!({"type": "content_block_start", "index": index, "content_block": block})));
-        if !pinged {
-            // The API sends one ping right after the first block starts.
-            out.push(event("ping", r#"{"type": "ping"}"#));
-            pinged = true;
-        }
-    };
-    let delta = |index: usize, delta: Value| typed("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": delta}));
-    let stop = |index: usize| typed("content_block_stop", json!({"type": "content_block_stop", "index": index}));
-
+    let mut blocks: Vec<(StartBlock<'_>, Vec<Delta>)> = Vec::new();
     if let Some(t) = &ctx.turn.thinking {
-        start(&mut out, index, json!({"type": "thinking", "thinking": "", "signature": ""}));
-        for piece in super::wire::word_pieces(&t.text) {
-            out.push(delta(index, json!({"type": "thinking_delta", "thinking": piece})));
-        }
-        out.push(delta(index, json!({"type": "signature_delta", "signature": t.signature})));
-        out.push(stop(index));
-        index += 1;
+        let mut deltas: Vec<Delta> = word_pieces(&t.text)
+            .into_iter()
+            .map(|thinking| Delta::Thinking { thinking })
+            .collect();
+        deltas.push(Delta::Signature {
+            signature: t.signature.clone(),
+        });
+        blocks.push((
+            StartBlock::Thinking {
+                thinking: "",
+                signature: "",
+            },
+            deltas,
+        ));
     }
     if ctx.text().is_some() {
-        start(&mut out, index, json!({"type": "text", "text": ""}));
-        for piece in ctx.text_pieces() {
-            out.push(delta(index, json!({"type": "text_delta", "text": piece})));
-        }
-        out.push(stop(index));
-        index += 1;
+        let deltas = ctx
+            .text_pieces()
+            .into_iter()
+            .map(|text| Delta::Text { text })
+            .collect();
+        blocks.push((StartBlock::Text { text: "" }, deltas));
     }
     for (i, call) in ctx.turn.tool_calls.iter().enumerate() {
-        let id = ctx.call_id(i, "toolu_01");
-        start(&mut out, index, json!({"type": "tool_use", "id": id, "name": call.name, "input": {}}));
         // Like the API: an empty fragment first, then the JSON text in pieces.
-        out.push(delta(index, json!({"type": "input_json_delta", "partial_json": ""})));
-        for frag in argument_fragments(&call.arguments) {
-            out.push(delta(index, json!({"type": "input_json_delta", "partial_json": frag})));
+        let mut deltas = vec![Delta::InputJson {
+            partial_json: String::new(),
+        }];
+        deltas.extend(
+            argument_fragments(&call.arguments)
+                .into_iter()
+                .map(|partial_json| Delta::InputJson { partial_json }),
+        );
+        let start = StartBlock::ToolUse {
+            id: ctx.call_id(i, "toolu_01"),
+            name: &call.name,
+            input: Map::new(),
+        };
+        blocks.push((start, deltas));
+    }
+
+    let mut out = vec![Event::MessageStart {
+        message: message(ctx, Vec::new(), false),
+    }
+    .sse()];
+    if blocks.is_empty() {
+        out.push(event("ping", PING));
+    }
+    for (index, (start, deltas)) in blocks.into_iter().enumerate() {
+        out.push(
+            Event::ContentBlockStart {
+                index,
+                content_block: start,
+            }
+            .sse(),
+        );
+        if index == 0 {
+            // The API sends one ping right after the first block starts.
+            out.push(event("ping", PING));
         }
-        out.push(stop(index));
-        index += 1;
+        out.extend(
+            deltas
+                .into_iter()
+                .map(|delta| Event::ContentBlockDelta { index, delta }.sse()),
+        );
+        out.push(Event::ContentBlockStop { index }.sse());
     }
-    if !pinged {
-        out.insert(1, event("ping", r#"{"type": "ping"}"#));
-    }
-    out.push(typed(
-        "message_delta",
-        json!({
-            "type": "message_delta",
-            "delta": {"stop_reason": stop_reason(ctx), "stop_sequence": null},
-            "usage": {"output_tokens": ctx.turn.usage.output},
-        }),
-    ));
-    out.push(typed("message_stop", json!({"type": "message_stop"})));
+    out.push(
+        Event::MessageDelta {
+            delta: StopDelta {
+                stop_reason: stop_reason(ctx),
+                stop_sequence: None,
+            },
+            usage: OutputUsage {
+                output_tokens: ctx.turn.usage.output,
+            },
+        }
+        .sse(),
+    );
+    out.push(Event::MessageStop.sse());
     out
 }
 
 /// The in-stream error event the API sends when it is overloaded mid-answer.
 pub fn stream_error_event() -> Vec<u8> {
-    event("error", r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#)
+    event(
+        "error",
+        r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#,
+    )
 }
 
 /// An event whose data is cut off in the middle of its JSON.
 pub fn malformed_event() -> Vec<u8> {
-    event("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_del"#)
+    event(
+        "content_block_delta",
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_del"#,
+    )
 }
 
 /// A 200 body that is not JSON.

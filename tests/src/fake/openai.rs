@@ -1,20 +1,57 @@
 //! OpenAI Chat Completions (`POST /v1/chat/completions`, `GET /v1/models`):
 //! auth, request checks, bodies, SSE streams and error bodies.
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{json, Value};
 
 use super::http::Request;
-use super::wire::{argument_fragments, neutral_stop, now_secs, to_json, to_pretty, Ctx, Parsed, Reject};
+use super::wire::{
+    argument_fragments, neutral_stop, now_secs, to_json, to_pretty, Ctx, Parsed, Reject,
+};
+
+#[derive(Serialize)]
+struct ErrorDetail<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    param: Option<&'a str>,
+    code: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+}
 
 /// A full error body: `{"error":{"message","type","param","code"}}`.
-pub fn error_full(status: u16, message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> Reject {
-    let body = json!({"error": {"message": message, "type": kind, "param": param, "code": code}});
-    Reject { status, body: to_pretty(&body) }
+pub fn error_full(
+    status: u16,
+    message: &str,
+    kind: &str,
+    param: Option<&str>,
+    code: Option<&str>,
+) -> Reject {
+    let body = ErrorBody {
+        error: ErrorDetail {
+            message,
+            kind,
+            param,
+            code,
+        },
+    };
+    Reject {
+        status,
+        body: to_pretty(&body),
+    }
 }
 
 /// An `invalid_request_error` (or the status's usual type) with no param or code.
 pub fn error(status: u16, message: &str) -> Reject {
-    let kind = if status >= 500 { "server_error" } else { "invalid_request_error" };
+    let kind = if status >= 500 {
+        "server_error"
+    } else {
+        "invalid_request_error"
+    };
     error_full(status, message, kind, None, None)
 }
 
@@ -68,7 +105,9 @@ fn mask(key: &str) -> String {
 
 /// Checks `Authorization: Bearer KEY`.
 pub fn check_auth(req: &Request, key: &str) -> Result<(), Reject> {
-    let given = req.header("authorization").map(|v| v.strip_prefix("Bearer ").unwrap_or(v).trim());
+    let given = req
+        .header("authorization")
+        .map(|v| v.strip_prefix("Bearer ").unwrap_or(v).trim());
     match given {
         None | Some("") => Err(error(
             401,
@@ -108,16 +147,23 @@ fn role(m: &Value) -> &str {
 fn tool_call_ids(m: &Value) -> Vec<&str> {
     m.get("tool_calls")
         .and_then(Value::as_array)
-        .map(|calls| calls.iter().map(|c| c.get("id").and_then(Value::as_str).unwrap_or("")).collect())
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|c| c.get("id").and_then(Value::as_str).unwrap_or(""))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 fn content_text(m: &Value) -> String {
     match m.get("content") {
         Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => {
-            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().concat()
-        }
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .concat(),
         _ => String::new(),
     }
 }
@@ -151,20 +197,30 @@ pub fn parse(body: &Value) -> Result<Parsed, Reject> {
             None,
         ));
     }
-    let include_usage = options.and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
+    let include_usage = options
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     Ok(Parsed {
         model,
         stream,
         include_usage,
         assistant_turns: messages.iter().filter(|m| role(m) == "assistant").count(),
         messages: messages.len(),
-        tool_results: messages.iter().filter(|m| role(m) == "tool").map(content_text).collect(),
+        tool_results: messages
+            .iter()
+            .filter(|m| role(m) == "tool")
+            .map(content_text)
+            .collect(),
     })
 }
 
 /// The tool_calls/tool-message pairing rules the API enforces with a 400.
 pub fn check_balance(body: &Value) -> Result<(), Reject> {
-    let messages = body.get("messages").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
     // The calls a tool message may answer: those of the nearest assistant
     // message before it, as long as only tool messages come in between.
     let mut open: Option<Vec<&str>> = None;
@@ -202,7 +258,11 @@ pub fn check_balance(body: &Value) -> Result<(), Reject> {
             .take_while(|n| role(n) == "tool")
             .map(|n| n.get("tool_call_id").and_then(Value::as_str).unwrap_or(""))
             .collect();
-        let missing: Vec<&str> = ids.iter().copied().filter(|id| !answered.contains(id)).collect();
+        let missing: Vec<&str> = ids
+            .iter()
+            .copied()
+            .filter(|id| !answered.contains(id))
+            .collect();
         if !missing.is_empty() {
             return Err(error_full(
                 400,
@@ -229,59 +289,187 @@ fn finish_reason(ctx: &Ctx<'_>) -> String {
     }
 }
 
-fn usage(ctx: &Ctx<'_>) -> Value {
+#[derive(Serialize)]
+struct PromptDetails {
+    cached_tokens: u64,
+    audio_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct CompletionDetails {
+    reasoning_tokens: u64,
+    audio_tokens: u64,
+    accepted_prediction_tokens: u64,
+    rejected_prediction_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct Usage {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: u64,
+    prompt_tokens_details: PromptDetails,
+    completion_tokens_details: CompletionDetails,
+}
+
+fn usage(ctx: &Ctx<'_>) -> Usage {
     let u = ctx.turn.usage;
-    json!({
-        "prompt_tokens": u.input,
-        "completion_tokens": u.output,
-        "total_tokens": u.input + u.output,
-        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-        "completion_tokens_details": {
-            "reasoning_tokens": 0, "audio_tokens": 0,
-            "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0
-        }
-    })
+    Usage {
+        prompt_tokens: u.input,
+        completion_tokens: u.output,
+        total_tokens: u.input + u.output,
+        prompt_tokens_details: PromptDetails {
+            cached_tokens: 0,
+            audio_tokens: 0,
+        },
+        completion_tokens_details: CompletionDetails {
+            reasoning_tokens: 0,
+            audio_tokens: 0,
+            accepted_prediction_tokens: 0,
+            rejected_prediction_tokens: 0,
+        },
+    }
 }
 
 fn fingerprint(ctx: &Ctx<'_>) -> String {
     super::wire::stable_id("fp_", &[ctx.model], 10).to_ascii_lowercase()
 }
 
+#[derive(Serialize)]
+struct Function<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    arguments: String,
+}
+
+#[derive(Serialize)]
+struct ToolCall<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    index: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    function: Function<'a>,
+}
+
+#[derive(Serialize)]
+struct Message<'a> {
+    role: &'static str,
+    content: Option<String>,
+    refusal: Option<String>,
+    annotations: [(); 0],
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<ToolCall<'a>>,
+}
+
+#[derive(Serialize)]
+struct Choice<'a> {
+    index: u32,
+    message: Message<'a>,
+    logprobs: Option<()>,
+    finish_reason: String,
+}
+
+#[derive(Serialize)]
+struct Completion<'a> {
+    id: String,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: Vec<Choice<'a>>,
+    usage: Usage,
+    service_tier: &'static str,
+    system_fingerprint: String,
+}
+
 /// The whole (non-streaming) response body.
 pub fn body(ctx: &Ctx<'_>) -> Vec<u8> {
-    let mut message = Map::new();
-    message.insert("role".into(), json!("assistant"));
-    message.insert("content".into(), ctx.text().map_or(Value::Null, |t| Value::String(t.into_owned())));
-    message.insert("refusal".into(), Value::Null);
-    message.insert("annotations".into(), json!([]));
-    if !ctx.turn.tool_calls.is_empty() {
-        let calls: Vec<Value> = ctx
-            .turn
-            .tool_calls
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                json!({"id": ctx.call_id(i, "call_"), "type": "function",
-                       "function": {"name": c.name, "arguments": c.arguments}})
-            })
-            .collect();
-        message.insert("tool_calls".into(), Value::Array(calls));
-    }
-    let body = json!({
-        "id": ctx.answer_id("chatcmpl-"),
-        "object": "chat.completion",
-        "created": now_secs(),
-        "model": ctx.model,
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish_reason(ctx)}],
-        "usage": usage(ctx),
-        "service_tier": "default",
-        "system_fingerprint": fingerprint(ctx),
-    });
+    let tool_calls = ctx
+        .turn
+        .tool_calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ToolCall {
+            index: None,
+            id: Some(ctx.call_id(i, "call_")),
+            kind: Some("function"),
+            function: Function {
+                name: Some(&c.name),
+                arguments: c.arguments.clone(),
+            },
+        })
+        .collect();
+    let body = Completion {
+        id: ctx.answer_id("chatcmpl-"),
+        object: "chat.completion",
+        created: now_secs(),
+        model: ctx.model,
+        choices: vec![Choice {
+            index: 0,
+            message: Message {
+                role: "assistant",
+                content: ctx.text().map(|t| t.into_owned()),
+                refusal: None,
+                annotations: [],
+                tool_calls,
+            },
+            logprobs: None,
+            finish_reason: finish_reason(ctx),
+        }],
+        usage: usage(ctx),
+        service_tier: "default",
+        system_fingerprint: fingerprint(ctx),
+    };
     to_pretty(&body)
 }
 
-fn data(value: &Value) -> Vec<u8> {
+/// A chunk's delta. `content`/`refusal` are `Some(Value::Null)` where the API sends an explicit null.
+#[derive(Serialize, Default)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<ToolCall<'a>>,
+}
+
+#[derive(Serialize)]
+struct ChunkChoice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    logprobs: Option<()>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    service_tier: &'static str,
+    system_fingerprint: &'a str,
+    choices: Vec<ChunkChoice<'a>>,
+    /// Present (null until the last chunk) only when include_usage was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Option<Usage>>,
+}
+
+fn data<T: Serialize>(value: &T) -> Vec<u8> {
     format!("data: {}\n\n", to_json(value)).into_bytes()
+}
+
+fn choice(delta: Delta<'_>, finish: Option<String>) -> Vec<ChunkChoice<'_>> {
+    vec![ChunkChoice {
+        index: 0,
+        delta,
+        logprobs: None,
+        finish_reason: finish,
+    }]
 }
 
 /// The SSE events of a streamed answer (`data: {chunk}` each, then `data: [DONE]`).
@@ -289,39 +477,91 @@ pub fn events(ctx: &Ctx<'_>) -> Vec<Vec<u8>> {
     let id = ctx.answer_id("chatcmpl-");
     let created = now_secs();
     let fp = fingerprint(ctx);
-    let chunk = |choices: Value, usage: Option<Value>| {
-        let mut c = json!({
-            "id": id, "object": "chat.completion.chunk", "created": created, "model": ctx.model,
-            "service_tier": "default", "system_fingerprint": fp, "choices": choices,
-        });
-        // With include_usage every chunk carries `usage` (null until the last one).
-        if ctx.include_usage {
-            c["usage"] = usage.unwrap_or(Value::Null);
-        }
-        data(&c)
+    let chunk = |choices: Vec<ChunkChoice<'_>>, usage: Option<Usage>| {
+        data(&Chunk {
+            id: &id,
+            object: "chat.completion.chunk",
+            created,
+            model: ctx.model,
+            service_tier: "default",
+            system_fingerprint: &fp,
+            choices,
+            usage: ctx.include_usage.then_some(usage),
+        })
     };
-    let choice = |delta: Value, finish: Option<String>| json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]);
 
-    let has_text = ctx.text().is_some();
-    let mut out = vec![chunk(
-        choice(json!({"role": "assistant", "content": if has_text { json!("") } else { Value::Null }, "refusal": null}), None),
-        None,
-    )];
+    // The role chunk: empty content before text, explicit null before tool calls only.
+    let first = Delta {
+        role: Some("assistant"),
+        content: Some(if ctx.text().is_some() {
+            Value::String(String::new())
+        } else {
+            Value::Null
+        }),
+        refusal: Some(Value::Null),
+        tool_calls: Vec::new(),
+    };
+    let mut out = vec![chunk(choice(first, None), None)];
     for piece in ctx.text_pieces() {
-        out.push(chunk(choice(json!({"content": piece}), None), None));
+        out.push(chunk(
+            choice(
+                Delta {
+                    content: Some(Value::String(piece)),
+                    ..Delta::default()
+                },
+                None,
+            ),
+            None,
+        ));
     }
     for (i, call) in ctx.turn.tool_calls.iter().enumerate() {
-        let first = json!({"tool_calls": [{"index": i, "id": ctx.call_id(i, "call_"), "type": "function",
-                                          "function": {"name": call.name, "arguments": ""}}]});
-        out.push(chunk(choice(first, None), None));
+        let head = ToolCall {
+            index: Some(i),
+            id: Some(ctx.call_id(i, "call_")),
+            kind: Some("function"),
+            function: Function {
+                name: Some(&call.name),
+                arguments: String::new(),
+            },
+        };
+        out.push(chunk(
+            choice(
+                Delta {
+                    tool_calls: vec![head],
+                    ..Delta::default()
+                },
+                None,
+            ),
+            None,
+        ));
         for frag in argument_fragments(&call.arguments) {
-            let more = json!({"tool_calls": [{"index": i, "function": {"arguments": frag}}]});
-            out.push(chunk(choice(more, None), None));
+            let more = ToolCall {
+                index: Some(i),
+                id: None,
+                kind: None,
+                function: Function {
+                    name: None,
+                    arguments: frag,
+                },
+            };
+            out.push(chunk(
+                choice(
+                    Delta {
+                        tool_calls: vec![more],
+                        ..Delta::default()
+                    },
+                    None,
+                ),
+                None,
+            ));
         }
     }
-    out.push(chunk(choice(json!({}), Some(finish_reason(ctx))), None));
+    out.push(chunk(
+        choice(Delta::default(), Some(finish_reason(ctx))),
+        None,
+    ));
     if ctx.include_usage {
-        out.push(chunk(json!([]), Some(usage(ctx))));
+        out.push(chunk(Vec::new(), Some(usage(ctx))));
     }
     out.push(b"data: [DONE]\n\n".to_vec());
     out
@@ -329,8 +569,15 @@ pub fn events(ctx: &Ctx<'_>) -> Vec<Vec<u8>> {
 
 /// The in-stream error the API sends when a streamed answer fails.
 pub fn stream_error_event() -> Vec<u8> {
-    data(&json!({"error": {"message": "The server had an error while processing your request. Sorry about that!",
-                           "type": "server_error", "param": null, "code": null}}))
+    let message = "The server had an error while processing your request. Sorry about that!";
+    data(&ErrorBody {
+        error: ErrorDetail {
+            message,
+            kind: "server_error",
+            param: None,
+            code: None,
+        },
+    })
 }
 
 /// An event whose data is cut off in the middle of its JSON.
@@ -345,8 +592,12 @@ pub fn malformed_body() -> Vec<u8> {
 
 /// `GET /v1/models` in OpenAI's list shape.
 pub fn model_list(models: &[&str]) -> Vec<u8> {
-    let data: Vec<Value> =
-        models.iter().map(|m| json!({"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "system"})).collect();
+    let data: Vec<Value> = models
+        .iter()
+        .map(
+            |m| json!({"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "system"}),
+        )
+        .collect();
     to_pretty(&json!({"object": "list", "data": data}))
 }
 

@@ -3,6 +3,29 @@
 //! The same types are built in Rust by tests and read from JSON by the
 //! `fake-provider` binary. Unknown keys are refused here (unlike provider
 //! JSON) so a typo in a script file fails loudly instead of being ignored.
+//!
+//! ```json
+//! {
+//!   "api_key": "test-key",
+//!   "models": {
+//!     "weather-model": {
+//!       "turns": [
+//!         {"text": "Let me look.",
+//!          "tool_calls": [{"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}],
+//!          "usage": {"input": 20, "output": 9},
+//!          "faults": [{"kind": "status", "status": 429, "times": 2, "retry_after": "0"}]},
+//!         {"text": "Sunny, 21 °C.", "stop_reason": "end_turn"}
+//!       ],
+//!       "expect_final": {"tool_result_contains": ["Paris"]}
+//!     }
+//!   }
+//! }
+//! ```
+//!
+//! Fault kinds: `status` (`status`, `retry_after`, `body`),
+//! `reset_before_headers`, `reset_after_headers`, `reset_mid_stream`
+//! (`after_events`), `truncated_chunked`, `stall` (`ms`), `malformed_json`,
+//! `huge_body` (`bytes`), `stream_error` (`after_events`).
 
 use std::collections::BTreeMap;
 
@@ -29,14 +52,20 @@ pub struct Scripts {
 
 impl Default for Scripts {
     fn default() -> Self {
-        Scripts { api_key: default_api_key(), models: BTreeMap::new() }
+        Scripts {
+            api_key: default_api_key(),
+            models: BTreeMap::new(),
+        }
     }
 }
 
 impl Scripts {
     /// No scripts, accepting `api_key`.
     pub fn new(api_key: impl Into<String>) -> Scripts {
-        Scripts { api_key: api_key.into(), models: BTreeMap::new() }
+        Scripts {
+            api_key: api_key.into(),
+            models: BTreeMap::new(),
+        }
     }
 
     /// Adds (or replaces) the script of `model`.
@@ -71,7 +100,10 @@ pub struct Script {
 impl Script {
     /// A script of these turns.
     pub fn new(turns: Vec<Turn>) -> Script {
-        Script { turns, expect_final: None }
+        Script {
+            turns,
+            expect_final: None,
+        }
     }
 
     /// Adds checks on the request for the last turn.
@@ -119,24 +151,43 @@ fn is_false(b: &bool) -> bool {
 impl Turn {
     /// A turn answering with text only.
     pub fn text(text: impl Into<String>) -> Turn {
-        Turn { text: Some(text.into()), ..Turn::default() }
+        Turn {
+            text: Some(text.into()),
+            ..Turn::default()
+        }
     }
 
     /// Appends a tool call whose id the server generates.
     pub fn call(mut self, name: impl Into<String>, arguments: impl Into<String>) -> Turn {
-        self.tool_calls.push(ToolCallSpec { name: name.into(), arguments: arguments.into(), id: None });
+        self.tool_calls.push(ToolCallSpec {
+            name: name.into(),
+            arguments: arguments.into(),
+            id: None,
+        });
         self
     }
 
     /// Appends a tool call with a fixed id.
-    pub fn call_with_id(mut self, id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Turn {
-        self.tool_calls.push(ToolCallSpec { name: name.into(), arguments: arguments.into(), id: Some(id.into()) });
+    pub fn call_with_id(
+        mut self,
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Turn {
+        self.tool_calls.push(ToolCallSpec {
+            name: name.into(),
+            arguments: arguments.into(),
+            id: Some(id.into()),
+        });
         self
     }
 
     /// Sets the reasoning text and its signature.
     pub fn thinking(mut self, text: impl Into<String>, signature: impl Into<String>) -> Turn {
-        self.thinking = Some(Thinking { text: text.into(), signature: signature.into() });
+        self.thinking = Some(Thinking {
+            text: text.into(),
+            signature: signature.into(),
+        });
         self
     }
 
@@ -178,7 +229,8 @@ pub struct Thinking {
     /// The reasoning text.
     #[serde(default)]
     pub text: String,
-    /// Anthropic `signature` / Gemini `thoughtSignature`.
+    /// Anthropic `signature` / Gemini `thoughtSignature` (base64 text: the
+    /// Gemini SDK decodes it to bytes).
     #[serde(default)]
     pub signature: String,
 }
@@ -226,7 +278,10 @@ fn default_output() -> u64 {
 
 impl Default for TurnUsage {
     fn default() -> Self {
-        TurnUsage { input: default_input(), output: default_output() }
+        TurnUsage {
+            input: default_input(),
+            output: default_output(),
+        }
     }
 }
 
@@ -256,12 +311,20 @@ impl Fault {
 
     /// An error status with the provider's error body for it.
     pub fn status(status: u16) -> Fault {
-        Fault::new(FaultKind::Status { status, retry_after: None, body: None })
+        Fault::new(FaultKind::Status {
+            status,
+            retry_after: None,
+            body: None,
+        })
     }
 
     /// An error status with a `Retry-After` header.
     pub fn status_retry_after(status: u16, retry_after: impl Into<String>) -> Fault {
-        Fault::new(FaultKind::Status { status, retry_after: Some(retry_after.into()), body: None })
+        Fault::new(FaultKind::Status {
+            status,
+            retry_after: Some(retry_after.into()),
+            body: None,
+        })
     }
 
     /// For `n` consecutive attempts instead of one.

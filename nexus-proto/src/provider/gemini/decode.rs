@@ -104,7 +104,9 @@ impl WireUsage {
         Usage {
             prompt_tokens: prompt,
             completion_tokens: completion,
-            total_tokens: self.total_token_count.unwrap_or(prompt.saturating_add(completion)),
+            total_tokens: self
+                .total_token_count
+                .unwrap_or(prompt.saturating_add(completion)),
         }
     }
 }
@@ -127,22 +129,36 @@ fn payload_error(bytes: &[u8]) -> RemoteError {
 
 /// Maps a `finishReason`. Every value of the documented enum is listed so a
 /// new one lands in `Other` visibly rather than by accident.
-pub(crate) fn map_finish_reason(raw: &str, has_tool_calls: bool) -> StopReason {
+fn map_finish_reason(raw: &str, has_tool_calls: bool) -> StopReason {
     match raw {
         // Gemini has no separate tool-use reason: a turn with calls ends STOP.
         "STOP" if has_tool_calls => StopReason::ToolUse,
         "STOP" => StopReason::EndTurn,
         // CONTINUATION: the per-request output cap cut the answer short.
         "MAX_TOKENS" | "CONTINUATION" => StopReason::MaxTokens,
-        "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII" | "IMAGE_SAFETY"
-        | "IMAGE_PROHIBITED_CONTENT" | "IMAGE_RECITATION" | "MODEL_ARMOR" | "ESCALATION"
+        "SAFETY"
+        | "RECITATION"
+        | "BLOCKLIST"
+        | "PROHIBITED_CONTENT"
+        | "SPII"
+        | "IMAGE_SAFETY"
+        | "IMAGE_PROHIBITED_CONTENT"
+        | "IMAGE_RECITATION"
+        | "MODEL_ARMOR"
+        | "ESCALATION"
         | "PUP_LIMITED_DISABLED" => StopReason::ContentFilter,
         // Malformed or unexpected calls carry nothing runnable; LANGUAGE is an
         // unsupported-language stop, not a policy filter; the rest say "other".
-        "MALFORMED_FUNCTION_CALL" | "UNEXPECTED_TOOL_CALL" | "TOO_MANY_TOOL_CALLS" | "MISSING_THOUGHT_SIGNATURE"
-        | "MALFORMED_RESPONSE" | "LANGUAGE" | "OTHER" | "IMAGE_OTHER" | "NO_IMAGE" | "FINISH_REASON_UNSPECIFIED" => {
-            StopReason::Other
-        }
+        "MALFORMED_FUNCTION_CALL"
+        | "UNEXPECTED_TOOL_CALL"
+        | "TOO_MANY_TOOL_CALLS"
+        | "MISSING_THOUGHT_SIGNATURE"
+        | "MALFORMED_RESPONSE"
+        | "LANGUAGE"
+        | "OTHER"
+        | "IMAGE_OTHER"
+        | "NO_IMAGE"
+        | "FINISH_REASON_UNSPECIFIED" => StopReason::Other,
         _ => StopReason::Other,
     }
 }
@@ -154,7 +170,7 @@ fn signature_data(sig: &str) -> Value {
 
 /// The turn being assembled, shared by the whole-body and streaming paths.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Turn {
+struct Turn {
     blocks: Vec<Block>,
     finish: Option<String>,
     block_reason: Option<String>,
@@ -165,7 +181,12 @@ pub(crate) struct Turn {
 
 impl Turn {
     /// Takes in one response object; deltas go to `out` when streaming.
-    fn absorb(&mut self, resp: WireResponse, ids: &mut CallIds, mut out: Option<&mut Vec<StreamEvent>>) {
+    fn absorb(
+        &mut self,
+        resp: WireResponse,
+        ids: &mut CallIds,
+        mut out: Option<&mut Vec<StreamEvent>>,
+    ) {
         // Later payloads win: the last usage and model seen are the final ones.
         if let Some(usage) = &resp.usage_metadata {
             self.usage = Some(usage.to_usage());
@@ -173,16 +194,30 @@ impl Turn {
         if let Some(model) = resp.model_version.filter(|m| !m.is_empty()) {
             self.model = Some(model);
         }
-        if let Some(reason) = resp.prompt_feedback.and_then(|f| f.block_reason).filter(|r| !r.is_empty()) {
+        if let Some(reason) = resp
+            .prompt_feedback
+            .and_then(|f| f.block_reason)
+            .filter(|r| !r.is_empty())
+        {
             self.block_reason = Some(reason);
         }
         // Only candidate 0 is the turn; with candidateCount > 1 the others are
         // alternatives the loop has no use for.
-        let Some(candidate) = resp.candidates.into_iter().flatten().find(|c| c.index.unwrap_or(0) == 0) else {
+        let Some(candidate) = resp
+            .candidates
+            .into_iter()
+            .flatten()
+            .find(|c| c.index.unwrap_or(0) == 0)
+        else {
             return;
         };
         self.saw_candidate = true;
-        for part in candidate.content.and_then(|c| c.parts).into_iter().flatten() {
+        for part in candidate
+            .content
+            .and_then(|c| c.parts)
+            .into_iter()
+            .flatten()
+        {
             self.part(part, ids, out.as_deref_mut());
         }
         if let Some(reason) = candidate.finish_reason.filter(|r| !r.is_empty()) {
@@ -205,13 +240,19 @@ impl Turn {
             // dropped. An image part's signature has no place in `Block::Image`.
             if let (Some(mime), Some(data)) = (blob.mime_type, blob.data) {
                 if mime.starts_with("image/") {
-                    self.blocks.push(Block::Image { media_type: mime, source: ImageSource::Base64 { data } });
+                    self.blocks.push(Block::Image {
+                        media_type: mime,
+                        source: ImageSource::Base64 { data },
+                    });
                 }
             }
         } else if let Some(file) = part.file_data {
             if let (Some(mime), Some(url)) = (file.mime_type, file.file_uri) {
                 if mime.starts_with("image/") {
-                    self.blocks.push(Block::Image { media_type: mime, source: ImageSource::Url { url } });
+                    self.blocks.push(Block::Image {
+                        media_type: mime,
+                        source: ImageSource::Url { url },
+                    });
                 }
             }
         } else if sig.is_some() {
@@ -228,7 +269,13 @@ impl Turn {
     /// chunks. A signature attaches to the block it extends, unless that block
     /// already carries a different one: then the part starts a new block so
     /// neither signature is lost.
-    fn text(&mut self, text: String, thought: bool, sig: Option<String>, out: Option<&mut Vec<StreamEvent>>) {
+    fn text(
+        &mut self,
+        text: String,
+        thought: bool,
+        sig: Option<String>,
+        out: Option<&mut Vec<StreamEvent>>,
+    ) {
         if !text.is_empty() {
             if let Some(out) = out {
                 out.push(if thought {
@@ -239,8 +286,15 @@ impl Turn {
             }
         }
         let open = match self.blocks.last_mut() {
-            Some(Block::Text { text: t, provider_data }) if !thought => Some((t, provider_data)),
-            Some(Block::Reasoning { text: t, provider_data, .. }) if thought => Some((t, provider_data)),
+            Some(Block::Text {
+                text: t,
+                provider_data,
+            }) if !thought => Some((t, provider_data)),
+            Some(Block::Reasoning {
+                text: t,
+                provider_data,
+                ..
+            }) if thought => Some((t, provider_data)),
             _ => None,
         };
         if let Some((existing, data)) = open {
@@ -264,14 +318,31 @@ impl Turn {
         }
         let provider_data = sig.as_deref().map(signature_data);
         self.blocks.push(if thought {
-            Block::Reasoning { text, signature: None, redacted: None, provider_data }
+            Block::Reasoning {
+                text,
+                signature: None,
+                redacted: None,
+                provider_data,
+            }
         } else {
-            Block::Text { text, provider_data }
+            Block::Text {
+                text,
+                provider_data,
+            }
         });
     }
 
-    fn call(&mut self, call: WireFunctionCall, sig: Option<String>, ids: &mut CallIds, out: Option<&mut Vec<StreamEvent>>) {
-        let arguments = call.args.map(|raw| raw.get().to_string()).unwrap_or_default();
+    fn call(
+        &mut self,
+        call: WireFunctionCall,
+        sig: Option<String>,
+        ids: &mut CallIds,
+        out: Option<&mut Vec<StreamEvent>>,
+    ) {
+        let arguments = call
+            .args
+            .map(|raw| raw.get().to_string())
+            .unwrap_or_default();
         // The whole payload parsed, so the raw object always parses too; the
         // fallback only keeps a decode from failing on a value we cannot read.
         let input = parse_arguments(&arguments).unwrap_or(Value::Null);
@@ -291,14 +362,26 @@ impl Turn {
         };
         let name = call.name.unwrap_or_default();
         if let Some(out) = out {
-            out.push(StreamEvent::ToolCallStarted { id: id.clone(), name: name.clone() });
+            out.push(StreamEvent::ToolCallStarted {
+                id: id.clone(),
+                name: name.clone(),
+            });
             // Gemini sends each call whole: one fragment carries all of it.
             if !arguments.is_empty() {
-                out.push(StreamEvent::ToolCallDelta { id: id.clone(), arguments: arguments.clone() });
+                out.push(StreamEvent::ToolCallDelta {
+                    id: id.clone(),
+                    arguments: arguments.clone(),
+                });
             }
         }
         let provider_data = (!data.is_empty()).then_some(Value::Object(data));
-        self.blocks.push(Block::ToolCall(ToolCall { id, name, input, arguments, provider_data }));
+        self.blocks.push(Block::ToolCall(ToolCall {
+            id,
+            name,
+            input,
+            arguments,
+            provider_data,
+        }));
     }
 
     /// Whether the stream said it is over (a finish reason, or a blocked prompt).
@@ -312,16 +395,31 @@ impl Turn {
     fn into_response(self, stream: bool) -> Result<TurnResponse, RemoteError> {
         let has_calls = self.blocks.iter().any(|b| matches!(b, Block::ToolCall(_)));
         let stop = if let Some(raw) = self.finish {
-            Stop { reason: map_finish_reason(&raw, has_calls), raw: Some(raw) }
+            Stop {
+                reason: map_finish_reason(&raw, has_calls),
+                raw: Some(raw),
+            }
         } else if let Some(raw) = self.block_reason {
             // The prompt itself was blocked: no candidate, nothing generated.
-            Stop { reason: StopReason::ContentFilter, raw: Some(raw) }
+            Stop {
+                reason: StopReason::ContentFilter,
+                raw: Some(raw),
+            }
         } else if stream {
-            return Err(DecodeError::Truncated("the stream ended before any finishReason".into()).into());
+            return Err(
+                DecodeError::Truncated("the stream ended before any finishReason".into()).into(),
+            );
         } else if !self.saw_candidate {
-            return Err(DecodeError::Shape("no candidates, promptFeedback.blockReason or error".into()).into());
+            return Err(DecodeError::Shape(
+                "no candidates, promptFeedback.blockReason or error".into(),
+            )
+            .into());
         } else {
-            let reason = if has_calls { StopReason::ToolUse } else { StopReason::EndTurn };
+            let reason = if has_calls {
+                StopReason::ToolUse
+            } else {
+                StopReason::EndTurn
+            };
             Stop { reason, raw: None }
         };
         Ok(TurnResponse {
@@ -335,8 +433,14 @@ impl Turn {
 }
 
 /// Decodes one whole body: a `GenerateContentResponse`, or a JSON array of
-/// them (what `streamGenerateContent` returns without `alt=sse`), or an error
-/// payload.
+/// them (what `streamGenerateContent` returns without `alt=sse`).
+///
+/// # Errors
+///
+/// An error payload (`{"error": …}`, also inside an array) is
+/// [`RemoteError::Provider`]; bytes that are not JSON are [`DecodeError::Json`];
+/// JSON that is not a response with a candidate or a prompt block reason is
+/// [`DecodeError::Shape`].
 pub fn decode_response(body: &[u8], ids: &mut CallIds) -> Result<TurnResponse, RemoteError> {
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     let responses: Vec<WireResponse> = if first == Some(&b'[') {
@@ -357,6 +461,8 @@ pub fn decode_response(body: &[u8], ids: &mut CallIds) -> Result<TurnResponse, R
 /// Incremental stream assembler. Each SSE `data` payload is a whole
 /// `GenerateContentResponse`; there is no end marker, so the stream counts as
 /// complete once a finish reason (or a prompt block reason) has arrived.
+/// Payloads after the finish reason are still read, since usage may come
+/// last; the last finish reason, usage and model seen are the turn's.
 #[derive(Debug, Clone, Default)]
 pub struct Assembler {
     turn: Turn,
@@ -368,7 +474,19 @@ pub struct Assembler {
 impl Assembler {
     /// Feeds one SSE event; appends the text, reasoning and tool-call deltas it
     /// carries to `out`.
-    pub fn push(&mut self, event: &SseEvent, ids: &mut CallIds, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
+    ///
+    /// # Errors
+    ///
+    /// An `{"error": …}` payload is [`RemoteError::Provider`] (no status;
+    /// retryable when its status names a transient condition); a payload that
+    /// is not a response is a [`RemoteError::Decode`]. The first failure is
+    /// returned again by every later call.
+    pub fn push(
+        &mut self,
+        event: &SseEvent,
+        ids: &mut CallIds,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), RemoteError> {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
@@ -392,14 +510,20 @@ impl Assembler {
         result
     }
 
-    /// The assembled turn, or [`DecodeError::Truncated`] when no finish reason
-    /// ever arrived.
+    /// The assembled turn.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError::Truncated`] when no finish reason ever arrived, or the
+    /// failure an earlier [`push`](Self::push) returned.
     pub fn finish(&mut self) -> Result<TurnResponse, RemoteError> {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
         if !self.turn.ended() {
-            return Err(DecodeError::Truncated("the stream ended before any finishReason".into()).into());
+            return Err(
+                DecodeError::Truncated("the stream ended before any finishReason".into()).into(),
+            );
         }
         std::mem::take(&mut self.turn).into_response(true)
     }

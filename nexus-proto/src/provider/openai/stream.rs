@@ -11,14 +11,15 @@
 //!   holds (servers that number every call 0), unless the call at that index
 //!   has neither id nor arguments yet (the id came after the name);
 //! * a piece without id goes to the call currently at its index, or, without
-//!   index, to the latest call; a different name there starts a new call.
+//!   index, to the call the previous piece went to; a different name there
+//!   starts a new call.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{
-    decode_failure, pick_reasoning, provider_error, raw_arguments, Content, Lenient, Parts, RawCall, WireFunction,
-    WireUsage,
+    decode_failure, pick_reasoning, provider_error, raw_arguments, Content, Lenient, Parts,
+    RawCall, WireFunction, WireUsage,
 };
 use crate::error::{DecodeError, RemoteError};
 use crate::event::StreamEvent;
@@ -37,6 +38,8 @@ pub struct Assembler {
     calls: Vec<StreamCall>,
     /// Which call each wire index currently points at.
     by_index: Vec<(i64, usize)>,
+    /// The call the previous piece went to.
+    last: Option<usize>,
     /// `data: [DONE]` arrived; later events are ignored.
     done: bool,
     /// A delta has been appended.
@@ -64,7 +67,12 @@ impl StreamCall {
 
 impl Assembler {
     /// Feeds one SSE event; appends the deltas it yields to `out`.
-    pub fn push(&mut self, event: &SseEvent, ids: &mut CallIds, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
+    pub fn push(
+        &mut self,
+        event: &SseEvent,
+        ids: &mut CallIds,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), RemoteError> {
         if self.done {
             return Ok(());
         }
@@ -118,7 +126,9 @@ impl Assembler {
             return Err(err.clone());
         }
         if !self.done {
-            return Err(DecodeError::Truncated("the stream ended before `data: [DONE]`".into()).into());
+            return Err(
+                DecodeError::Truncated("the stream ended before `data: [DONE]`".into()).into(),
+            );
         }
         let mut parts = self.parts.clone();
         parts.calls = self
@@ -150,7 +160,12 @@ impl Assembler {
         out.push(event);
     }
 
-    fn apply(&mut self, delta: Delta<'_>, ids: &mut CallIds, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
+    fn apply(
+        &mut self,
+        delta: Delta<'_>,
+        ids: &mut CallIds,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), RemoteError> {
         if let Some(text) = pick_reasoning(delta.reasoning_content, delta.reasoning) {
             self.parts.reasoning.push_str(&text);
             self.emit(out, StreamEvent::ReasoningDelta { text });
@@ -170,14 +185,24 @@ impl Assembler {
         Ok(())
     }
 
-    fn tool_piece(&mut self, piece: DeltaCall<'_>, ids: &mut CallIds, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
+    fn tool_piece(
+        &mut self,
+        piece: DeltaCall<'_>,
+        ids: &mut CallIds,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), RemoteError> {
         let id = piece.id.filter(|s| !s.is_empty());
         let (name, fragment) = match piece.function {
-            Some(f) => (f.name.filter(|s| !s.is_empty()), raw_arguments(f.arguments)?),
+            Some(f) => (
+                f.name.filter(|s| !s.is_empty()),
+                raw_arguments(f.arguments)?,
+            ),
             None => (None, String::new()),
         };
         let pos = self.route(piece.index, id.as_deref(), name.as_deref());
-        let Some(call) = self.calls.get_mut(pos) else { return Ok(()) };
+        let Some(call) = self.calls.get_mut(pos) else {
+            return Ok(());
+        };
         if call.id.is_none() {
             call.id = id;
         }
@@ -190,7 +215,13 @@ impl Assembler {
         if call.started {
             if !fragment.is_empty() {
                 let id = call.id.clone().unwrap_or_default();
-                self.emit(out, StreamEvent::ToolCallDelta { id, arguments: fragment });
+                self.emit(
+                    out,
+                    StreamEvent::ToolCallDelta {
+                        id,
+                        arguments: fragment,
+                    },
+                );
             }
             return Ok(());
         }
@@ -205,7 +236,9 @@ impl Assembler {
     /// Emits `ToolCallStarted` (and the arguments gathered so far) for a call,
     /// generating its id when the server sent none.
     fn start(&mut self, pos: usize, ids: &mut CallIds, out: &mut Vec<StreamEvent>) {
-        let Some(call) = self.calls.get_mut(pos) else { return };
+        let Some(call) = self.calls.get_mut(pos) else {
+            return;
+        };
         let id = match &call.id {
             Some(id) => id.clone(),
             None => {
@@ -218,7 +251,13 @@ impl Assembler {
         call.started = true;
         let name = call.name.clone();
         let arguments = call.arguments.clone();
-        self.emit(out, StreamEvent::ToolCallStarted { id: id.clone(), name });
+        self.emit(
+            out,
+            StreamEvent::ToolCallStarted {
+                id: id.clone(),
+                name,
+            },
+        );
         if !arguments.is_empty() {
             self.emit(out, StreamEvent::ToolCallDelta { id, arguments });
         }
@@ -227,20 +266,32 @@ impl Assembler {
     /// The call a piece belongs to (see the module docs), creating it when new.
     fn route(&mut self, index: Option<i64>, id: Option<&str>, name: Option<&str>) -> usize {
         let current = match index {
-            Some(i) => self.by_index.iter().find(|(k, _)| *k == i).map(|(_, pos)| *pos),
-            None => self.calls.len().checked_sub(1),
+            Some(i) => self
+                .by_index
+                .iter()
+                .find(|(k, _)| *k == i)
+                .map(|(_, pos)| *pos),
+            None => self.last,
         };
         let pos = match id {
-            Some(id) => match self.calls.iter().position(|c| !c.generated && c.id.as_deref() == Some(id)) {
+            Some(id) => match self
+                .calls
+                .iter()
+                .position(|c| !c.generated && c.id.as_deref() == Some(id))
+            {
                 Some(pos) => Some(pos),
                 None => current.filter(|&pos| {
                     self.calls.get(pos).is_some_and(|c| {
-                        c.id.is_none() && c.arguments.is_empty() && (c.name.is_empty() || name.is_none_or(|n| n == c.name))
+                        c.id.is_none()
+                            && c.arguments.is_empty()
+                            && (c.name.is_empty() || name.is_none_or(|n| n == c.name))
                     })
                 }),
             },
             None => current.filter(|&pos| {
-                self.calls.get(pos).is_some_and(|c| c.name.is_empty() || name.is_none_or(|n| n == c.name))
+                self.calls
+                    .get(pos)
+                    .is_some_and(|c| c.name.is_empty() || name.is_none_or(|n| n == c.name))
             }),
         };
         let pos = pos.unwrap_or_else(|| {
@@ -253,6 +304,7 @@ impl Assembler {
                 None => self.by_index.push((i, pos)),
             }
         }
+        self.last = Some(pos);
         pos
     }
 
@@ -261,7 +313,9 @@ impl Assembler {
     fn end(&mut self, ids: &mut CallIds, out: &mut Vec<StreamEvent>) {
         self.done = true;
         for pos in 0..self.calls.len() {
-            let Some(call) = self.calls.get_mut(pos) else { continue };
+            let Some(call) = self.calls.get_mut(pos) else {
+                continue;
+            };
             if call.started || call.is_empty() {
                 continue;
             }

@@ -1,0 +1,435 @@
+//! The async driver, on smol: its own HTTP/1.1 client (`h1`) and the
+//! batch's tool calls polled as concurrent futures (blocking tool bodies on
+//! smol's blocking pool). The same pump as the blocking driver; only the I/O
+//! differs.
+
+mod h1;
+
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use futures_lite::{FutureExt, Stream};
+use nexus_proto::{
+    Answer, ExchangeId, HttpRequest, InputError, Message, Request, Timestamp, ToolReply,
+};
+
+use crate::cancel::CancelToken;
+use crate::config::{ClientConfig, WaitFor};
+use crate::engine::{self, Engine, Step};
+use crate::error::DriveError;
+use crate::result::{RunResult, StreamItem};
+use crate::store::RunStore;
+
+/// An async client. Cheap to clone; clones share the connection pool.
+/// Its futures are `Send` and run on any executor that can drive smol's
+/// reactor (smol, async-global-executor, `smol::block_on`, …).
+#[derive(Clone)]
+pub struct AsyncClient {
+    cfg: Arc<ClientConfig>,
+    pool: Arc<h1::Pool>,
+    cancel: CancelToken,
+}
+
+impl std::fmt::Debug for AsyncClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncClient")
+            .field("config", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AsyncClient {
+    /// A client for `config`, with its own keep-alive connection pool.
+    pub fn new(config: ClientConfig) -> AsyncClient {
+        let pool = Arc::new(h1::Pool::new(config.connect_timeout));
+        let cancel = config.cancel.clone();
+        AsyncClient {
+            cfg: Arc::new(config),
+            pool,
+            cancel,
+        }
+    }
+
+    /// A handle on the same client (and pool) whose runs use `token`.
+    pub fn with_cancel(&self, token: CancelToken) -> AsyncClient {
+        AsyncClient {
+            cfg: self.cfg.clone(),
+            pool: self.pool.clone(),
+            cancel: token,
+        }
+    }
+
+    /// The config.
+    pub fn config(&self) -> &ClientConfig {
+        &self.cfg
+    }
+
+    /// Runs a new conversation from one prompt.
+    pub async fn run(&self, prompt: impl Into<String>) -> Result<RunResult, DriveError> {
+        self.run_messages(vec![Message::user(prompt)]).await
+    }
+
+    /// Runs `prompt` after `history`.
+    pub async fn run_with_history(
+        &self,
+        mut history: Vec<Message>,
+        prompt: impl Into<String>,
+    ) -> Result<RunResult, DriveError> {
+        history.push(Message::user(prompt));
+        self.run_messages(history).await
+    }
+
+    /// Runs over `messages`, the last of which must be a user turn.
+    pub async fn run_messages(&self, messages: Vec<Message>) -> Result<RunResult, DriveError> {
+        let engine = Engine::start(self.cfg.clone(), self.cancel.clone(), messages)?;
+        self.drain(engine).await
+    }
+
+    /// Continues a suspended run from its snapshot with the host's answers
+    /// (see [`blocking::Client::resume`](crate::blocking::Client::resume) for the rules).
+    pub async fn resume(
+        &self,
+        state: &[u8],
+        answers: Vec<Answer>,
+    ) -> Result<RunResult, DriveError> {
+        let engine = Engine::resume(self.cfg.clone(), self.cancel.clone(), state, answers)?;
+        self.drain(engine).await
+    }
+
+    /// Claims, resumes and writes back a stored run (see
+    /// [`blocking::Client::resume_stored`](crate::blocking::Client::resume_stored)).
+    /// The store is called inline: keep its operations short.
+    pub async fn resume_stored(
+        &self,
+        store: &dyn RunStore,
+        run_id: &str,
+        answers: Vec<Answer>,
+    ) -> Result<RunResult, DriveError> {
+        let claimed = store.claim(run_id)?;
+        let result = self.resume(&claimed.state, answers).await;
+        engine::settle_stored(store, run_id, &claimed, result)
+    }
+
+    /// Continues a stored conversation (see [`blocking::Client::ask`](crate::blocking::Client::ask)).
+    pub async fn ask(
+        &self,
+        conversation_id: &str,
+        prompt: impl Into<String>,
+    ) -> Result<RunResult, DriveError> {
+        let history = engine::load_conversation(&self.cfg, conversation_id)?;
+        let result = self.run_with_history(history, prompt).await?;
+        engine::save_conversation(&self.cfg, conversation_id, &result)?;
+        Ok(result)
+    }
+
+    /// Runs a prompt, yielding events as they happen and the result last.
+    pub fn stream(
+        &self,
+        prompt: impl Into<String>,
+    ) -> impl Stream<Item = Result<StreamItem, DriveError>> + Send + 'static {
+        self.stream_messages(vec![Message::user(prompt)])
+    }
+
+    /// [`stream`](Self::stream) over `messages`.
+    pub fn stream_messages(
+        &self,
+        messages: Vec<Message>,
+    ) -> impl Stream<Item = Result<StreamItem, DriveError>> + Send + 'static {
+        self.stream_of(Engine::start(
+            self.cfg.clone(),
+            self.cancel.clone(),
+            messages,
+        ))
+    }
+
+    /// [`resume`](Self::resume), as a stream.
+    pub fn stream_resume(
+        &self,
+        state: &[u8],
+        answers: Vec<Answer>,
+    ) -> impl Stream<Item = Result<StreamItem, DriveError>> + Send + 'static {
+        self.stream_of(Engine::resume(
+            self.cfg.clone(),
+            self.cancel.clone(),
+            state,
+            answers,
+        ))
+    }
+
+    fn stream_of(
+        &self,
+        engine: Result<Engine, DriveError>,
+    ) -> impl Stream<Item = Result<StreamItem, DriveError>> + Send + 'static {
+        let seed = match engine {
+            Ok(e) => Seed::Driver(Box::new(Driver::new(self.pool.clone(), e))),
+            Err(e) => Seed::Error(e),
+        };
+        futures_lite::stream::unfold(seed, |seed| async move {
+            match seed {
+                Seed::Error(e) => Some((Err(e), Seed::Over)),
+                Seed::Over => None,
+                Seed::Driver(mut d) => {
+                    let item = d.next().await?;
+                    Some((item, Seed::Driver(d)))
+                }
+            }
+        })
+    }
+
+    async fn drain(&self, engine: Engine) -> Result<RunResult, DriveError> {
+        let mut driver = Driver::new(self.pool.clone(), engine);
+        let on_event = self.cfg.on_event.clone();
+        loop {
+            match driver.next().await {
+                Some(Ok(StreamItem::Event(ev))) => {
+                    if let Some(f) = &on_event {
+                        f(&ev);
+                    }
+                }
+                Some(Ok(StreamItem::Done(result))) => return Ok(result),
+                Some(Err(e)) => return Err(e),
+                None => return Err(DriveError::Input(InputError::Finished)),
+            }
+        }
+    }
+}
+
+enum Seed {
+    Driver(Box<Driver>),
+    Error(DriveError),
+    Over,
+}
+
+/// A finished piece of concurrent work.
+enum Done {
+    Tool(String, ToolReply),
+    Answer(Answer),
+}
+
+type Work = Pin<Box<dyn Future<Output = Done> + Send>>;
+
+/// What woke the driver up.
+enum Woke {
+    Chunk(ExchangeId, Result<usize, h1::Failure>),
+    Work(Done),
+    Timer,
+    Cancelled,
+}
+
+/// One run being pumped.
+struct Driver {
+    engine: Engine,
+    pool: Arc<h1::Pool>,
+    body: Option<(ExchangeId, h1::Body)>,
+    work: Vec<Work>,
+    buf: Vec<u8>,
+    done: bool,
+}
+
+impl Driver {
+    fn new(pool: Arc<h1::Pool>, engine: Engine) -> Driver {
+        Driver {
+            engine,
+            pool,
+            body: None,
+            work: Vec::new(),
+            buf: Vec::new(),
+            done: false,
+        }
+    }
+
+    async fn next(&mut self) -> Option<Result<StreamItem, DriveError>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            match self.engine.step() {
+                Step::Event(ev) => return Some(Ok(StreamItem::Event(ev))),
+                Step::Send(req) => {
+                    self.body = None;
+                    self.send(req).await;
+                }
+                Step::RunTools(jobs) => {
+                    for job in jobs {
+                        let fut = job.run_async();
+                        self.work.push(Box::pin(async move {
+                            let (id, reply) = fut.await;
+                            Done::Tool(id, reply)
+                        }));
+                    }
+                }
+                Step::Resolve(requests) => {
+                    let Some(wait_for) = self.engine.config().wait_for.clone() else {
+                        continue;
+                    };
+                    for request in requests {
+                        let fut = answer_async(wait_for.clone(), request);
+                        self.work
+                            .push(Box::pin(async move { Done::Answer(fut.await) }));
+                    }
+                }
+                Step::Wait { until, busy } => {
+                    if let Err(e) = self.wait(until, busy).await {
+                        return self.finish(Err(e));
+                    }
+                }
+                Step::Finished(result) => return self.finish(result.map(StreamItem::Done)),
+            }
+        }
+    }
+
+    fn finish(
+        &mut self,
+        item: Result<StreamItem, DriveError>,
+    ) -> Option<Result<StreamItem, DriveError>> {
+        self.done = true;
+        self.body = None;
+        self.work.clear();
+        Some(item)
+    }
+
+    /// Sends a request and reads its head, racing the cancel token and the deadline.
+    async fn send(&mut self, req: HttpRequest) {
+        let cancel = self.engine.cancel_token().clone();
+        let deadline = self.engine.deadline().map(|d| self.engine.until(d));
+        let pool = self.pool.clone();
+        // A stack temporary, matched right away: boxing the response buys nothing.
+        #[allow(clippy::large_enum_variant)]
+        enum Sent {
+            Response(Result<h1::Response, h1::Failure>),
+            Cancelled,
+            Deadline,
+        }
+        let sent = async { Sent::Response(h1::send(&pool, &req).await) }
+            .or(async {
+                cancel.cancelled().await;
+                Sent::Cancelled
+            })
+            .or(async {
+                sleep(deadline).await;
+                Sent::Deadline
+            })
+            .await;
+        match sent {
+            Sent::Response(Ok(resp)) => {
+                if self.engine.on_head(req.exchange, resp.status, resp.headers) {
+                    self.body = Some((req.exchange, resp.body));
+                }
+            }
+            Sent::Response(Err(f)) => {
+                self.engine
+                    .on_transport_error(req.exchange, f.kind, f.message)
+            }
+            // `step` feeds the cancel.
+            Sent::Cancelled => {}
+            Sent::Deadline => self.engine.on_timeout(),
+        }
+    }
+
+    /// Makes progress on whatever is in flight, or sleeps until `until`.
+    async fn wait(&mut self, until: Option<Timestamp>, busy: bool) -> Result<(), DriveError> {
+        let nap = until.map(|t| self.engine.until(t));
+        let cancel = self.engine.cancel_token().clone();
+        let Driver {
+            body, work, buf, ..
+        } = self;
+        if body.is_none() && work.is_empty() && nap.is_none() {
+            return Err(DriveError::Input(InputError::OutOfOrder(if busy {
+                "the run waits on work this driver lost"
+            } else {
+                "the run waits with nothing in flight"
+            })));
+        }
+        let progress = async {
+            if let Some((id, b)) = body.as_mut() {
+                if buf.is_empty() {
+                    buf.resize(16 * 1024, 0);
+                }
+                return Woke::Chunk(*id, b.read(buf).await);
+            }
+            if !work.is_empty() {
+                return Woke::Work(first_done(work).await);
+            }
+            std::future::pending().await
+        };
+        let woke = progress
+            .or(async {
+                sleep(nap).await;
+                Woke::Timer
+            })
+            .or(async {
+                cancel.cancelled().await;
+                Woke::Cancelled
+            })
+            .await;
+        match woke {
+            Woke::Chunk(id, Ok(0)) => {
+                self.body = None;
+                self.engine.on_end(id);
+            }
+            Woke::Chunk(id, Ok(n)) => {
+                let chunk = self.buf.get(..n).unwrap_or_default();
+                if !self.engine.on_body(id, chunk) {
+                    self.body = None;
+                }
+            }
+            Woke::Chunk(id, Err(f)) => {
+                self.body = None;
+                self.engine.on_transport_error(id, f.kind, f.message);
+            }
+            Woke::Work(Done::Tool(id, reply)) => self.engine.on_tool_reply(&id, reply),
+            Woke::Work(Done::Answer(answer)) => self.engine.on_answer(answer)?,
+            Woke::Timer => self.engine.on_timeout(),
+            Woke::Cancelled => {}
+        }
+        Ok(())
+    }
+}
+
+/// Sleeps for `d` (a millisecond more, so a deadline has passed by the
+/// wall clock too when the timer fires), or forever.
+async fn sleep(d: Option<Duration>) {
+    match d {
+        Some(d) => {
+            smol::Timer::after(d + Duration::from_millis(1)).await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// The first of `work` to finish (removed from it).
+async fn first_done(work: &mut Vec<Work>) -> Done {
+    futures_lite::future::poll_fn(|cx| {
+        let ready = work
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, w)| match w.as_mut().poll(cx) {
+                Poll::Ready(done) => Some((i, done)),
+                Poll::Pending => None,
+            });
+        match ready {
+            Some((i, done)) => {
+                drop(work.swap_remove(i));
+                Poll::Ready(done)
+            }
+            None => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Asks the host; a panicking answerer declines (the run goes on).
+async fn answer_async(wait_for: WaitFor, request: Request) -> Answer {
+    let id = request.id.clone();
+    let answer = match wait_for {
+        WaitFor::Blocking(f) => {
+            smol::unblock(move || catch_unwind(AssertUnwindSafe(|| f(request))).ok()).await
+        }
+        WaitFor::Async(f) => AssertUnwindSafe(f(request)).catch_unwind().await.ok(),
+    };
+    answer.unwrap_or_else(|| Answer::declined(id, "cancelled"))
+}

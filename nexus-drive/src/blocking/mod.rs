@@ -1,0 +1,377 @@
+//! The blocking driver: ureq for HTTP, threads for concurrent tools.
+//!
+//! Every entry point builds the same driver and pumps it; `run` drains
+//! it (giving events to the config's `on_event`), `stream` yields it.
+
+mod http;
+mod jobs;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use nexus_proto::{Answer, ExchangeId, InputError, Message, TransportErrorKind};
+
+use crate::cancel::CancelToken;
+use crate::config::ClientConfig;
+use crate::engine::{self, Engine, Step};
+use crate::error::DriveError;
+use crate::result::{RunResult, StreamItem};
+use crate::store::RunStore;
+use jobs::{Jobs, Next};
+
+/// A blocking client. Cheap to clone; clones share the connection pool.
+#[derive(Clone)]
+pub struct Client {
+    cfg: Arc<ClientConfig>,
+    agent: ureq::Agent,
+    cancel: CancelToken,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("config", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client for `config`, with its own keep-alive connection pool.
+    pub fn new(config: ClientConfig) -> Client {
+        let agent = http::agent(config.connect_timeout);
+        let cancel = config.cancel.clone();
+        Client {
+            cfg: Arc::new(config),
+            agent,
+            cancel,
+        }
+    }
+
+    /// A handle on the same client (and pool) whose runs use `token`.
+    pub fn with_cancel(&self, token: CancelToken) -> Client {
+        Client {
+            cfg: self.cfg.clone(),
+            agent: self.agent.clone(),
+            cancel: token,
+        }
+    }
+
+    /// The config.
+    pub fn config(&self) -> &ClientConfig {
+        &self.cfg
+    }
+
+    /// Runs a new conversation from one prompt.
+    pub fn run(&self, prompt: impl Into<String>) -> Result<RunResult, DriveError> {
+        self.run_messages(vec![Message::user(prompt)])
+    }
+
+    /// Runs `prompt` after `history`.
+    pub fn run_with_history(
+        &self,
+        mut history: Vec<Message>,
+        prompt: impl Into<String>,
+    ) -> Result<RunResult, DriveError> {
+        history.push(Message::user(prompt));
+        self.run_messages(history)
+    }
+
+    /// Runs over `messages`, the last of which must be a user turn.
+    pub fn run_messages(&self, messages: Vec<Message>) -> Result<RunResult, DriveError> {
+        let engine = Engine::start(self.cfg.clone(), self.cancel.clone(), messages)?;
+        self.drain(engine)
+    }
+
+    /// Continues a suspended run from its snapshot with the host's answers.
+    /// An answer whose id matches no outstanding request is refused before
+    /// anything is sent; answers for only some requests leave it pending on the rest.
+    pub fn resume(&self, state: &[u8], answers: Vec<Answer>) -> Result<RunResult, DriveError> {
+        let engine = Engine::resume(self.cfg.clone(), self.cancel.clone(), state, answers)?;
+        self.drain(engine)
+    }
+
+    /// Claims the run `run_id` in `store`, resumes it, and writes it back
+    /// (still pending) or removes it (finished). A run claimed by another
+    /// worker is refused with [`StoreError::Claimed`](crate::StoreError::Claimed).
+    pub fn resume_stored(
+        &self,
+        store: &dyn RunStore,
+        run_id: &str,
+        answers: Vec<Answer>,
+    ) -> Result<RunResult, DriveError> {
+        let claimed = store.claim(run_id)?;
+        let result = self.resume(&claimed.state, answers);
+        engine::settle_stored(store, run_id, &claimed, result)
+    }
+
+    /// Continues the conversation `conversation_id` of the config's
+    /// conversation store with `prompt`, and saves it unless the run is pending.
+    pub fn ask(
+        &self,
+        conversation_id: &str,
+        prompt: impl Into<String>,
+    ) -> Result<RunResult, DriveError> {
+        let history = engine::load_conversation(&self.cfg, conversation_id)?;
+        let result = self.run_with_history(history, prompt)?;
+        engine::save_conversation(&self.cfg, conversation_id, &result)?;
+        Ok(result)
+    }
+
+    /// Runs a prompt, yielding events as they happen and the result last.
+    pub fn stream(&self, prompt: impl Into<String>) -> RunStream<'_> {
+        self.stream_messages(vec![Message::user(prompt)])
+    }
+
+    /// [`stream`](Self::stream) over `messages`.
+    pub fn stream_messages(&self, messages: Vec<Message>) -> RunStream<'_> {
+        RunStream::new(
+            self,
+            Engine::start(self.cfg.clone(), self.cancel.clone(), messages),
+        )
+    }
+
+    /// [`resume`](Self::resume), as a stream.
+    pub fn stream_resume(&self, state: &[u8], answers: Vec<Answer>) -> RunStream<'_> {
+        RunStream::new(
+            self,
+            Engine::resume(self.cfg.clone(), self.cancel.clone(), state, answers),
+        )
+    }
+
+    fn drain(&self, engine: Engine) -> Result<RunResult, DriveError> {
+        let mut driver = Driver::new(self, engine);
+        let on_event = self.cfg.on_event.clone();
+        loop {
+            match driver.next() {
+                Some(Ok(StreamItem::Event(ev))) => {
+                    if let Some(f) = &on_event {
+                        f(&ev);
+                    }
+                }
+                Some(Ok(StreamItem::Done(result))) => return Ok(result),
+                Some(Err(e)) => return Err(e),
+                None => return Err(DriveError::Input(InputError::Finished)),
+            }
+        }
+    }
+}
+
+/// The events of a run, then its result. Ends after the result or an error.
+pub struct RunStream<'c> {
+    driver: Option<Driver<'c>>,
+    error: Option<DriveError>,
+}
+
+impl<'c> RunStream<'c> {
+    fn new(client: &'c Client, engine: Result<Engine, DriveError>) -> RunStream<'c> {
+        match engine {
+            Ok(e) => RunStream {
+                driver: Some(Driver::new(client, e)),
+                error: None,
+            },
+            Err(e) => RunStream {
+                driver: None,
+                error: Some(e),
+            },
+        }
+    }
+}
+
+impl Iterator for RunStream<'_> {
+    type Item = Result<StreamItem, DriveError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
+        let item = self.driver.as_mut()?.next();
+        if item.is_none() {
+            self.driver = None;
+        }
+        item
+    }
+}
+
+struct Body {
+    id: ExchangeId,
+    reader: ureq::BodyReader<'static>,
+}
+
+/// One run being pumped.
+struct Driver<'c> {
+    client: &'c Client,
+    engine: Engine,
+    body: Option<Body>,
+    jobs: Option<Jobs>,
+    buf: Vec<u8>,
+    done: bool,
+}
+
+impl<'c> Driver<'c> {
+    fn new(client: &'c Client, engine: Engine) -> Driver<'c> {
+        Driver {
+            client,
+            engine,
+            body: None,
+            jobs: None,
+            buf: Vec::new(),
+            done: false,
+        }
+    }
+
+    fn next(&mut self) -> Option<Result<StreamItem, DriveError>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            match self.engine.step() {
+                Step::Event(ev) => return Some(Ok(StreamItem::Event(ev))),
+                Step::Send(req) => {
+                    // A new request supersedes a body still open (the machine gave up on it).
+                    self.body = None;
+                    let timeout = self.engine.deadline().map(|d| self.engine.until(d));
+                    match http::send(
+                        &self.client.agent,
+                        &req,
+                        self.engine.cancel_token(),
+                        timeout,
+                    ) {
+                        Ok(resp) => {
+                            if self.engine.on_head(req.exchange, resp.status, resp.headers) {
+                                self.body = Some(Body {
+                                    id: req.exchange,
+                                    reader: resp.body,
+                                });
+                            }
+                        }
+                        Err((kind, message)) => self.transport_error(req.exchange, kind, message),
+                    }
+                }
+                Step::RunTools(jobs) => {
+                    let lone =
+                        jobs.len() == 1 && self.idle_jobs() && self.engine.deadline().is_none();
+                    for job in jobs {
+                        if lone && job.timeout.is_none() {
+                            let id = job.call_id.clone();
+                            let reply = job.run_blocking();
+                            self.engine.on_tool_reply(&id, reply);
+                        } else {
+                            self.jobs_mut().spawn_tool(job);
+                        }
+                    }
+                }
+                Step::Resolve(requests) => {
+                    let Some(wait_for) = self.engine.config().wait_for.clone() else {
+                        continue;
+                    };
+                    let lone =
+                        requests.len() == 1 && self.idle_jobs() && self.engine.deadline().is_none();
+                    for request in requests {
+                        if lone {
+                            let answer = jobs::answer_blocking(&wait_for, request);
+                            if let Err(e) = self.engine.on_answer(answer) {
+                                return self.finish(Err(e));
+                            }
+                        } else {
+                            self.jobs_mut().spawn_answer(wait_for.clone(), request);
+                        }
+                    }
+                }
+                Step::Wait { until, busy } => {
+                    if let Err(e) = self.wait(until, busy) {
+                        return self.finish(Err(e));
+                    }
+                }
+                Step::Finished(result) => return self.finish(result.map(StreamItem::Done)),
+            }
+        }
+    }
+
+    fn finish(
+        &mut self,
+        item: Result<StreamItem, DriveError>,
+    ) -> Option<Result<StreamItem, DriveError>> {
+        self.done = true;
+        self.body = None;
+        self.jobs = None;
+        Some(item)
+    }
+
+    fn idle_jobs(&self) -> bool {
+        self.jobs.as_ref().is_none_or(Jobs::is_empty)
+    }
+
+    fn jobs_mut(&mut self) -> &mut Jobs {
+        self.jobs
+            .get_or_insert_with(|| Jobs::new(self.engine.cancel_token()))
+    }
+
+    /// Makes progress on whatever is in flight, or sleeps until `until`.
+    fn wait(
+        &mut self,
+        until: Option<nexus_proto::Timestamp>,
+        busy: bool,
+    ) -> Result<(), DriveError> {
+        if let Some(body) = &mut self.body {
+            if self.buf.is_empty() {
+                self.buf = vec![0; 16 * 1024];
+            }
+            let id = body.id;
+            match http::read(&mut body.reader, &mut self.buf, self.engine.cancel_token()) {
+                Ok(0) => {
+                    self.body = None;
+                    self.engine.on_end(id);
+                }
+                Ok(n) => {
+                    let chunk = self.buf.get(..n).unwrap_or_default();
+                    if !self.engine.on_body(id, chunk) {
+                        self.body = None;
+                    }
+                }
+                Err((kind, message)) => {
+                    self.body = None;
+                    self.transport_error(id, kind, message);
+                }
+            }
+            return Ok(());
+        }
+        if let Some(jobs) = self.jobs.as_mut().filter(|j| !j.is_empty()) {
+            let at = until.map(|t| Instant::now() + self.engine.until(t));
+            match jobs.next(at) {
+                Next::Tool(id, reply) => self.engine.on_tool_reply(&id, reply),
+                Next::Answer(answer) => self.engine.on_answer(answer)?,
+                Next::TimedOut => self.engine.on_timeout(),
+                Next::Cancelled => {}
+            }
+            return Ok(());
+        }
+        match until {
+            Some(t) => {
+                if !self.engine.cancel_token().sleep(self.engine.until(t)) {
+                    self.engine.on_timeout();
+                }
+                Ok(())
+            }
+            None if busy => Err(DriveError::Input(InputError::OutOfOrder(
+                "the run waits on work this driver lost",
+            ))),
+            None => Err(DriveError::Input(InputError::OutOfOrder(
+                "the run waits with nothing in flight",
+            ))),
+        }
+    }
+
+    fn transport_error(&mut self, id: ExchangeId, kind: TransportErrorKind, message: String) {
+        if kind == TransportErrorKind::Timeout {
+            // ureq's timer may fire a hair before the deadline by our clock:
+            // let it pass, so the machine reports the deadline, not a timeout.
+            if let Some(d) = self.engine.deadline() {
+                let left = self.engine.until(d);
+                if left < std::time::Duration::from_millis(250) {
+                    self.engine.cancel_token().sleep(left);
+                }
+            }
+        }
+        self.engine.on_transport_error(id, kind, message);
+    }
+}

@@ -1,0 +1,509 @@
+//! Client configuration: everything a driver needs to run, built once and
+//! shared by every run of a client.
+//!
+//! What the machine needs goes into a [`RunConfig`] (serialized into
+//! snapshots, so it never holds a secret); the API key and secret headers are
+//! kept apart and handed to each run in memory only.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nexus_proto::http::is_secret_header;
+use nexus_proto::{
+    Answer, Request, RetryPolicy, RunConfig, StreamEvent, Style, Timestamp, TransportErrorKind,
+};
+use serde_json::{Map, Value};
+
+use crate::cancel::CancelToken;
+use crate::cassette::Tap;
+use crate::error::DriveError;
+use crate::hooks::Hooks;
+use crate::metrics::Metric;
+use crate::store::ConversationStore;
+use crate::tool::{AsyncTool, DynTool, Tool, Toolbox};
+
+/// A failed model exchange, as the host's classifier sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FailureInfo {
+    /// The HTTP status, when the provider answered with an error status.
+    pub status: Option<u16>,
+    /// How the transport failed, when it did.
+    pub transport: Option<TransportErrorKind>,
+    /// 0 for the first attempt, then the retry number.
+    pub attempt: u32,
+    /// Whether the run would retry it (a retryable failure with retries left).
+    pub will_retry: bool,
+    /// The provider's error body, or the transport's message.
+    pub message: String,
+}
+
+/// What the host's classifier decides about a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryDecision {
+    /// Let the retry policy decide (retry when retryable and retries are left).
+    Default,
+    /// End the run now with this failure.
+    FailNow,
+}
+
+pub(crate) type Classifier = dyn Fn(&FailureInfo) -> RetryDecision + Send + Sync;
+pub(crate) type BodyTransform = dyn Fn(Vec<u8>) -> Vec<u8> + Send + Sync;
+pub(crate) type AsyncAnswer = Pin<Box<dyn Future<Output = Answer> + Send + 'static>>;
+type MetricFn = dyn Fn(&Metric) + Send + Sync;
+type EventFn = dyn Fn(&StreamEvent) + Send + Sync;
+
+/// How the host answers suspensions in-process.
+#[derive(Clone)]
+pub(crate) enum WaitFor {
+    Blocking(Arc<dyn Fn(Request) -> Answer + Send + Sync>),
+    Async(Arc<dyn Fn(Request) -> AsyncAnswer + Send + Sync>),
+}
+
+/// A built client configuration. Create with [`ClientConfig::builder`].
+#[derive(Clone)]
+pub struct ClientConfig {
+    pub(crate) run: RunConfig,
+    pub(crate) api_key: Option<String>,
+    pub(crate) secret_headers: Vec<(String, String)>,
+    pub(crate) toolbox: Toolbox,
+    pub(crate) hooks: Hooks,
+    pub(crate) on_metric: Option<Arc<MetricFn>>,
+    pub(crate) on_event: Option<Arc<EventFn>>,
+    pub(crate) classifier: Option<Arc<Classifier>>,
+    pub(crate) body_transform: Option<Arc<BodyTransform>>,
+    pub(crate) wait_for: Option<WaitFor>,
+    pub(crate) conversations: Option<Arc<dyn ConversationStore>>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) tool_timeout: Option<Duration>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) cancel: CancelToken,
+    pub(crate) tap: Option<Arc<dyn Tap>>,
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secret_names: Vec<&str> = self
+            .secret_headers
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        f.debug_struct("ClientConfig")
+            .field("run", &self.run)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("secret_headers", &secret_names)
+            .field("toolbox", &self.toolbox)
+            .field("hooks", &self.hooks)
+            .field("wait_for", &self.wait_for.is_some())
+            .field("tap", &self.tap.is_some())
+            .field("timeout", &self.timeout)
+            .field("tool_timeout", &self.tool_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientConfig {
+    /// A builder for `style` and `model` with the defaults of [`RunConfig::new`].
+    pub fn builder(style: Style, model: impl Into<String>) -> ClientBuilder {
+        ClientBuilder::from_run_config(RunConfig::new(style, model))
+    }
+
+    /// The wire format.
+    pub fn style(&self) -> Style {
+        self.run.style
+    }
+
+    /// The model id.
+    pub fn model(&self) -> &str {
+        &self.run.model
+    }
+
+    /// The machine's config every run starts from.
+    pub fn run_config(&self) -> &RunConfig {
+        &self.run
+    }
+
+    /// The tools.
+    pub fn toolbox(&self) -> &Toolbox {
+        &self.toolbox
+    }
+
+    /// Whether an API key is set (the key itself is never shown).
+    pub fn has_api_key(&self) -> bool {
+        self.api_key.is_some()
+    }
+
+    /// The cancel token runs of this config use unless given another.
+    pub fn cancel_token(&self) -> &CancelToken {
+        &self.cancel
+    }
+}
+
+enum KeySource {
+    Default,
+    Explicit(String),
+    Env(String),
+    None,
+}
+
+/// Builds a [`ClientConfig`]. Errors (a bad tool, a missing key variable) are
+/// reported by [`build`](Self::build).
+pub struct ClientBuilder {
+    cfg: ClientConfig,
+    key: KeySource,
+    error: Option<DriveError>,
+}
+
+impl ClientBuilder {
+    /// A builder starting from a machine config.
+    pub fn from_run_config(run: RunConfig) -> ClientBuilder {
+        ClientBuilder {
+            cfg: ClientConfig {
+                run,
+                api_key: None,
+                secret_headers: Vec::new(),
+                toolbox: Toolbox::new(),
+                hooks: Hooks::new(),
+                on_metric: None,
+                on_event: None,
+                classifier: None,
+                body_transform: None,
+                wait_for: None,
+                conversations: None,
+                timeout: None,
+                tool_timeout: None,
+                connect_timeout: Duration::from_secs(30),
+                cancel: CancelToken::new(),
+                tap: None,
+            },
+            key: KeySource::Default,
+            error: None,
+        }
+    }
+
+    fn fail(&mut self, e: DriveError) {
+        self.error.get_or_insert(e);
+    }
+
+    /// The API base URL (default: the provider's public one).
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.cfg.run.base_url = url.into();
+        self
+    }
+
+    /// The API key. Without one, the key is read from the style's variable
+    /// (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY`, `GEMINI_API_KEY`) when set.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.key = KeySource::Explicit(key.into());
+        self
+    }
+
+    /// Reads the API key from this environment variable (which must be set).
+    pub fn api_key_env(mut self, var: impl Into<String>) -> Self {
+        self.key = KeySource::Env(var.into());
+        self
+    }
+
+    /// Sends no API key at all (local servers).
+    pub fn no_api_key(mut self) -> Self {
+        self.key = KeySource::None;
+        self
+    }
+
+    /// An extra header. Secret-named ones (`authorization`, `x-api-key`, …)
+    /// are kept in memory only, never in a snapshot.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        let (name, value) = (name.into(), value.into());
+        if is_secret_header(&name) {
+            self.cfg.secret_headers.push((name, value));
+        } else {
+            self.cfg.run.headers.push((name, value));
+        }
+        self
+    }
+
+    /// The system prompt.
+    pub fn system(mut self, prompt: impl Into<String>) -> Self {
+        self.cfg.run.system = Some(prompt.into());
+        self
+    }
+
+    /// The cap on model calls per run (default 10).
+    pub fn max_turns(mut self, n: u32) -> Self {
+        self.cfg.run.max_turns = n;
+        self
+    }
+
+    /// The output token cap per call.
+    pub fn max_tokens(mut self, n: u32) -> Self {
+        self.cfg.run.max_tokens = Some(n);
+        self
+    }
+
+    /// Ask for SSE streams (read and fed incrementally).
+    pub fn stream(mut self, on: bool) -> Self {
+        self.cfg.run.stream = on;
+        self
+    }
+
+    /// Retries after the first attempt (`0` means none; default 2).
+    pub fn retries(mut self, n: u32) -> Self {
+        self.cfg.run.retry.retries = n;
+        self
+    }
+
+    /// The backoff base (default 500 ms).
+    pub fn retry_base_delay(mut self, d: Duration) -> Self {
+        self.cfg.run.retry.base_delay_ms = duration_ms(d);
+        self
+    }
+
+    /// The whole retry policy.
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.cfg.run.retry = policy;
+        self
+    }
+
+    /// Seeds retry jitter and run ids (reproducible runs).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.cfg.run.seed = seed;
+        self
+    }
+
+    /// Each run must end within `d` of its start (else it fails with `DeadlineExceeded`).
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.cfg.timeout = Some(d);
+        self
+    }
+
+    /// Every run must end by this wall-clock time.
+    pub fn deadline(mut self, at: Timestamp) -> Self {
+        self.cfg.run.deadline = Some(at);
+        self
+    }
+
+    /// An extra body key (the caller's value wins over ours; `messages`,
+    /// `tools`, `stream` and the other conversation keys are refused).
+    pub fn param(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.cfg.run.params.insert(key.into(), value);
+        self
+    }
+
+    /// Extra body keys (see [`param`](Self::param)).
+    pub fn params(mut self, params: Map<String, Value>) -> Self {
+        self.cfg.run.params.extend(params);
+        self
+    }
+
+    /// The response body limit in bytes.
+    pub fn max_body_bytes(mut self, n: usize) -> Self {
+        self.cfg.run.max_body_bytes = n;
+        self
+    }
+
+    /// An escape hatch applied to the body bytes of every model request before it is sent.
+    pub fn body_transform(
+        mut self,
+        f: impl Fn(Vec<u8>) -> Vec<u8> + Send + Sync + 'static,
+    ) -> Self {
+        self.cfg.body_transform = Some(Arc::new(f));
+        self
+    }
+
+    /// Classifies failed model exchanges; may end the run at once instead of
+    /// retrying. Retries stay bounded by the retry policy.
+    pub fn classify_errors(
+        mut self,
+        f: impl Fn(&FailureInfo) -> RetryDecision + Send + Sync + 'static,
+    ) -> Self {
+        self.cfg.classifier = Some(Arc::new(f));
+        self
+    }
+
+    /// The cancel token runs use by default.
+    pub fn cancel_token(mut self, token: CancelToken) -> Self {
+        self.cfg.cancel = token;
+        self
+    }
+
+    /// A typed blocking tool.
+    pub fn tool<T: Tool>(mut self, tool: T) -> Self {
+        if let Err(e) = self.cfg.toolbox.add(tool) {
+            self.fail(e.into());
+        }
+        self
+    }
+
+    /// A typed async tool.
+    pub fn async_tool<T: AsyncTool>(mut self, tool: T) -> Self {
+        if let Err(e) = self.cfg.toolbox.add_async(tool) {
+            self.fail(e.into());
+        }
+        self
+    }
+
+    /// A dynamic tool.
+    pub fn dyn_tool(mut self, tool: DynTool) -> Self {
+        if let Err(e) = self.cfg.toolbox.add_dyn(tool) {
+            self.fail(e.into());
+        }
+        self
+    }
+
+    /// A declaration-only (relay) tool.
+    pub fn relay_tool(
+        mut self,
+        name: &str,
+        description: impl Into<String>,
+        input_schema: Value,
+    ) -> Self {
+        if let Err(e) = self.cfg.toolbox.add_relay(name, description, input_schema) {
+            self.fail(e.into());
+        }
+        self
+    }
+
+    /// Replaces the toolbox.
+    pub fn toolbox(mut self, toolbox: Toolbox) -> Self {
+        self.cfg.toolbox = toolbox;
+        self
+    }
+
+    /// Gives up on any tool call after `d` (error result) unless the tool has its own timeout.
+    pub fn tool_timeout(mut self, d: Duration) -> Self {
+        self.cfg.tool_timeout = Some(d);
+        self
+    }
+
+    /// The TCP connect timeout (default 30 s). Response bodies have no
+    /// overall timeout: streams may run long; use [`timeout`](Self::timeout).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.cfg.connect_timeout = d;
+        self
+    }
+
+    /// The hooks.
+    pub fn hooks(mut self, hooks: Hooks) -> Self {
+        self.cfg.hooks = hooks;
+        self
+    }
+
+    /// Receives every metric event.
+    pub fn on_metric(mut self, f: impl Fn(&Metric) + Send + Sync + 'static) -> Self {
+        self.cfg.on_metric = Some(Arc::new(f));
+        self
+    }
+
+    /// Receives every stream event of non-streaming calls (`run`, `resume`, `ask`).
+    pub fn on_event(mut self, f: impl Fn(&StreamEvent) + Send + Sync + 'static) -> Self {
+        self.cfg.on_event = Some(Arc::new(f));
+        self
+    }
+
+    /// Answers suspensions in-process: called once per outstanding request,
+    /// concurrently for the requests of one turn. Without it a suspended run
+    /// returns `pending` with its snapshot.
+    pub fn wait_for(mut self, f: impl Fn(Request) -> Answer + Send + Sync + 'static) -> Self {
+        self.cfg.wait_for = Some(WaitFor::Blocking(Arc::new(f)));
+        self
+    }
+
+    /// Like [`wait_for`](Self::wait_for), with an async answerer.
+    pub fn wait_for_async<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(Request) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Answer> + Send + 'static,
+    {
+        self.cfg.wait_for = Some(WaitFor::Async(Arc::new(move |r| Box::pin(f(r)))));
+        self
+    }
+
+    /// The store `ask` keeps conversations in.
+    pub fn conversation_store(mut self, store: Arc<dyn ConversationStore>) -> Self {
+        self.cfg.conversations = Some(store);
+        self
+    }
+
+    /// Records the session: the tap sees every input the machine accepts (with
+    /// its time) and every output it produces; a
+    /// [`Recorder`](crate::cassette::Recorder) writes them as a cassette.
+    pub fn tap(mut self, tap: Arc<dyn Tap>) -> Self {
+        self.cfg.tap = Some(tap);
+        self
+    }
+
+    /// Checks and builds the config.
+    pub fn build(self) -> Result<ClientConfig, DriveError> {
+        let ClientBuilder {
+            mut cfg,
+            key,
+            error,
+        } = self;
+        if let Some(e) = error {
+            return Err(e);
+        }
+        cfg.run.validate()?;
+        cfg.api_key = match key {
+            KeySource::Explicit(k) => Some(k),
+            KeySource::Env(var) => match std::env::var(&var) {
+                Ok(k) if !k.is_empty() => Some(k),
+                _ => {
+                    return Err(DriveError::Config(format!(
+                        "the API key variable {var} is not set"
+                    )))
+                }
+            },
+            KeySource::Default => std::env::var(cfg.run.style.api_key_env())
+                .ok()
+                .filter(|k| !k.is_empty()),
+            KeySource::None => None,
+        };
+        Ok(cfg)
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_stay_out_of_the_run_config_and_debug() {
+        let cfg = ClientConfig::builder(Style::OpenAi, "m")
+            .api_key("sk-very-secret")
+            .header("Authorization", "Bearer other-secret")
+            .header("x-trace", "1")
+            .build()
+            .unwrap();
+        let dbg = format!("{cfg:?}");
+        assert!(
+            !dbg.contains("sk-very-secret") && !dbg.contains("other-secret"),
+            "{dbg}"
+        );
+        assert_eq!(
+            cfg.run.headers,
+            vec![("x-trace".to_string(), "1".to_string())]
+        );
+        assert!(cfg.has_api_key());
+    }
+
+    #[test]
+    fn reserved_params_and_missing_key_variables_are_refused() {
+        let err = ClientConfig::builder(Style::OpenAi, "m")
+            .param("messages", Value::Null)
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, DriveError::Input(_)), "{err:?}");
+        let err = ClientConfig::builder(Style::OpenAi, "m")
+            .api_key_env("NEXUS_TEST_SURELY_UNSET_VAR")
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("NEXUS_TEST_SURELY_UNSET_VAR"));
+    }
+}

@@ -1,0 +1,763 @@
+//! The pump both drivers share: what to do with each machine output, and
+//! how each I/O result goes back in. The drivers only move bytes, run tool
+//! jobs, sleep and answer; everything else (hooks, metrics, classification,
+//! results) happens here, so the two cannot drift.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nexus_proto::provider::is_retryable_status;
+use nexus_proto::{
+    Answer, ExchangeId, HttpRequest, Input, InputError, Message, Outcome, Output, Request, Run,
+    RunError, Status, StopReason, StreamEvent, Timestamp, ToolBatch, ToolInvocation, ToolReply,
+    ToolResult, TransportErrorKind, Usage,
+};
+use serde_json::Value;
+
+use crate::cancel::CancelToken;
+use crate::config::{ClientConfig, FailureInfo, RetryDecision};
+use crate::error::DriveError;
+use crate::hooks::{BeforeTool, ModelRequest, ModelResponse, ToolCallView};
+use crate::metrics::Metric;
+use crate::result::{RunResult, RunStatus, SuspendedRun};
+use crate::tool::{ToolContext, ToolJob};
+
+/// What the driver must do next.
+pub(crate) enum Step {
+    /// Hand this to the host.
+    Event(StreamEvent),
+    /// Send this request; feed the response with `on_head`/`on_body`/`on_end`.
+    Send(HttpRequest),
+    /// Run these calls concurrently; feed each reply with `on_tool_reply`.
+    RunTools(Vec<ToolJob>),
+    /// Ask the host's `wait_for` for each; feed each answer with `on_answer`.
+    Resolve(Vec<Request>),
+    /// Make progress on what is in flight (`busy`), or sleep; at `until`, call `on_timeout`.
+    Wait {
+        until: Option<Timestamp>,
+        busy: bool,
+    },
+    /// The run is over (or pending without an in-process answerer).
+    Finished(Result<RunResult, DriveError>),
+}
+
+struct Exchange {
+    id: ExchangeId,
+    started: Instant,
+    status: Option<u16>,
+    /// An error response, held whole until its end so the host's classifier
+    /// can decide before the machine schedules a retry.
+    held: Option<Held>,
+    usage_before: Usage,
+    turns_before: u32,
+}
+
+struct Held {
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+struct Running {
+    call_id: String,
+    name: String,
+    started: Instant,
+    /// Kept only when an `after_tool` hook wants to see them: the
+    /// arguments and the idempotency key.
+    seen: Option<(Value, String)>,
+}
+
+pub(crate) struct Engine {
+    run: Run,
+    cfg: Arc<ClientConfig>,
+    cancel: CancelToken,
+    started: Instant,
+    last_now: u64,
+    turn: u32,
+    attempt: u32,
+    last_stop: Option<StopReason>,
+    exchange: Option<Exchange>,
+    tools: Vec<Running>,
+    resolving: HashSet<String>,
+    /// Set when the driver (a hook, the classifier) ended the run: reported
+    /// instead of the machine's `Cancelled`.
+    failure: Option<DriveError>,
+    finished: bool,
+    /// Whether an input was accepted at our clock yet (before that, a
+    /// restored run may hold a later time; see `feed`).
+    synced: bool,
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl Engine {
+    /// A new run over `messages` (the last one a user turn).
+    pub(crate) fn start(
+        cfg: Arc<ClientConfig>,
+        cancel: CancelToken,
+        messages: Vec<Message>,
+    ) -> Result<Engine, DriveError> {
+        let mut rc = cfg.run.clone();
+        if let Some(t) = cfg.timeout {
+            let d = Timestamp(now_ms()).plus_ms(u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+            rc.deadline = Some(rc.deadline.map_or(d, |x| x.min(d)));
+        }
+        let run = Run::new(rc, cfg.toolbox.decls(), messages)?;
+        if let Some(tap) = &cfg.tap {
+            tap.started(&run);
+        }
+        Ok(Engine::with_run(cfg, cancel, run))
+    }
+
+    /// A run restored from a snapshot, with `answers` applied. An answer that
+    /// matches no outstanding request is refused before any I/O.
+    pub(crate) fn resume(
+        cfg: Arc<ClientConfig>,
+        cancel: CancelToken,
+        state: &[u8],
+        answers: Vec<Answer>,
+    ) -> Result<Engine, DriveError> {
+        let run = Run::restore(state)?;
+        let mut engine = Engine::with_run(cfg, cancel, run);
+        for a in answers {
+            engine.feed(Input::Answer(a))?;
+        }
+        Ok(engine)
+    }
+
+    fn with_run(cfg: Arc<ClientConfig>, cancel: CancelToken, mut run: Run) -> Engine {
+        if let Some(key) = &cfg.api_key {
+            run.set_api_key(key.clone());
+        }
+        for (k, v) in &cfg.secret_headers {
+            run.set_secret_header(k.clone(), v.clone());
+        }
+        Engine {
+            run,
+            cfg,
+            cancel,
+            started: Instant::now(),
+            last_now: 0,
+            turn: 0,
+            attempt: 0,
+            last_stop: None,
+            exchange: None,
+            tools: Vec::new(),
+            resolving: HashSet::new(),
+            failure: None,
+            finished: false,
+            synced: false,
+        }
+    }
+
+    pub(crate) fn cancel_token(&self) -> &CancelToken {
+        &self.cancel
+    }
+
+    pub(crate) fn config(&self) -> &Arc<ClientConfig> {
+        &self.cfg
+    }
+
+    /// The run's deadline.
+    pub(crate) fn deadline(&self) -> Option<Timestamp> {
+        self.run.config().deadline
+    }
+
+    /// How long until `t` by the wall clock (zero when past).
+    pub(crate) fn until(&self, t: Timestamp) -> Duration {
+        Duration::from_millis(t.0.saturating_sub(now_ms()))
+    }
+
+    fn now(&mut self) -> Timestamp {
+        self.last_now = self.last_now.max(now_ms());
+        Timestamp(self.last_now)
+    }
+
+    /// Feeds one input at the current time, and shows it to the tap once
+    /// accepted. A snapshot taken on a machine whose clock ran ahead is fed
+    /// at its latest time instead of being refused; once one input is
+    /// accepted our clock is at least the run's, so later inputs need no
+    /// copy for that retry.
+    fn feed(&mut self, input: Input<'_>) -> Result<(), InputError> {
+        let mut at = self.now();
+        let copy = (self.cfg.tap.is_some() || !self.synced).then(|| input.clone());
+        let mut fed = self.run.handle_input(at, input);
+        if let (Err(InputError::TimeWentBackwards { last, .. }), Some(c)) = (&fed, &copy) {
+            self.last_now = *last;
+            at = Timestamp(*last);
+            fed = self.run.handle_input(at, c.clone());
+        }
+        if fed.is_ok() {
+            self.synced = true;
+            if let (Some(tap), Some(c)) = (&self.cfg.tap, &copy) {
+                tap.input(at, c);
+            }
+        }
+        fed
+    }
+
+    /// The next thing to do.
+    pub(crate) fn step(&mut self) -> Step {
+        loop {
+            if self.finished {
+                return Step::Finished(Err(DriveError::Input(InputError::Finished)));
+            }
+            if self.cancel.is_cancelled() && self.run.outcome().is_none() {
+                self.exchange = None;
+                let _ = self.feed(Input::Cancel);
+            }
+            let output = self.run.poll_output();
+            if let Some(tap) = &self.cfg.tap {
+                tap.output(&self.run, &output);
+            }
+            match output {
+                Output::Event(ev) => {
+                    match &ev {
+                        StreamEvent::Retrying { attempt, .. } => self.attempt = *attempt,
+                        StreamEvent::TurnFinished { stop, .. } => self.last_stop = Some(*stop),
+                        _ => {}
+                    }
+                    return Step::Event(ev);
+                }
+                Output::Send(req) => {
+                    if let Some(req) = self.prepare_send(req) {
+                        return Step::Send(req);
+                    }
+                }
+                Output::RunTools(batch) => {
+                    let jobs = self.prepare_tools(batch);
+                    if !jobs.is_empty() {
+                        return Step::RunTools(jobs);
+                    }
+                }
+                Output::Suspended(requests) => {
+                    if let Some(step) = self.suspended(requests) {
+                        return step;
+                    }
+                }
+                Output::Wait { until } => {
+                    let busy = self.exchange.is_some()
+                        || !self.tools.is_empty()
+                        || !self.resolving.is_empty();
+                    if !busy && self.run.status() == Status::Pending {
+                        // Resumed without answers, or answers for only some
+                        // requests: still pending on the rest.
+                        let outstanding = self.run.outstanding();
+                        if let Some(step) = self.suspended(outstanding) {
+                            return step;
+                        }
+                        continue;
+                    }
+                    return Step::Wait { until, busy };
+                }
+                Output::Done(outcome) => {
+                    self.finished = true;
+                    return Step::Finished(self.finish(outcome));
+                }
+            }
+        }
+    }
+
+    fn suspended(&mut self, requests: Vec<Request>) -> Option<Step> {
+        if self.cfg.wait_for.is_some() {
+            let fresh: Vec<Request> = requests
+                .into_iter()
+                .filter(|r| !self.resolving.contains(&r.id))
+                .collect();
+            if fresh.is_empty() {
+                return None;
+            }
+            self.resolving.extend(fresh.iter().map(|r| r.id.clone()));
+            return Some(Step::Resolve(fresh));
+        }
+        self.finished = true;
+        let suspended = SuspendedRun {
+            run_id: self.run.id().to_string(),
+            state: self.run.snapshot(),
+            pending: requests,
+        };
+        let mut result = self.result(RunStatus::Pending, None);
+        result.pending = suspended.pending.clone();
+        result.suspended = Some(suspended);
+        self.run_metric("pending", &result, None);
+        Some(Step::Finished(Ok(result)))
+    }
+
+    /// Ends the run with `err` (a hook or the classifier decided).
+    fn abort(&mut self, err: DriveError) {
+        self.failure.get_or_insert(err);
+        self.exchange = None;
+        let _ = self.feed(Input::Cancel);
+    }
+
+    fn prepare_send(&mut self, mut req: HttpRequest) -> Option<HttpRequest> {
+        let turn = self.run.turns() + 1;
+        if turn != self.turn {
+            self.turn = turn;
+            self.attempt = 0;
+        }
+        if let Some(t) = &self.cfg.body_transform {
+            req.body = t(std::mem::take(&mut req.body));
+        }
+        if let Some(hook) = self.cfg.hooks.before_model.clone() {
+            let mut view = ModelRequest {
+                turn,
+                attempt: self.attempt,
+                url: &req.url,
+                body: &mut req.body,
+            };
+            if let Err(e) = hook(&mut view) {
+                self.abort(DriveError::Hook(e.0));
+                return None;
+            }
+        }
+        self.exchange = Some(Exchange {
+            id: req.exchange,
+            started: Instant::now(),
+            status: None,
+            held: None,
+            usage_before: self.run.usage(),
+            turns_before: self.run.turns(),
+        });
+        Some(req)
+    }
+
+    fn current(&mut self, id: ExchangeId) -> Option<&mut Exchange> {
+        self.exchange.as_mut().filter(|x| x.id == id)
+    }
+
+    /// The response head. Returns whether to read the body.
+    pub(crate) fn on_head(
+        &mut self,
+        id: ExchangeId,
+        status: u16,
+        headers: Vec<(String, String)>,
+    ) -> bool {
+        let Some(ex) = self.current(id) else {
+            return false;
+        };
+        ex.status = Some(status);
+        if !(200..300).contains(&status) {
+            ex.held = Some(Held {
+                headers,
+                body: Vec::new(),
+            });
+            return true;
+        }
+        if self
+            .feed(Input::ResponseHead {
+                exchange: id,
+                status,
+                headers,
+            })
+            .is_err()
+        {
+            self.exchange = None;
+            return false;
+        }
+        true
+    }
+
+    /// A piece of the body. Returns whether to keep reading (false once the
+    /// machine has given up on the exchange: over the limit, failed, cancelled).
+    pub(crate) fn on_body(&mut self, id: ExchangeId, chunk: &[u8]) -> bool {
+        let limit = self.run.config().max_body_bytes;
+        let Some(ex) = self.current(id) else {
+            return false;
+        };
+        if let Some(held) = &mut ex.held {
+            // The machine keeps only the start of an oversize error body; so do we.
+            let room = limit.saturating_sub(held.body.len());
+            held.body
+                .extend_from_slice(chunk.get(..chunk.len().min(room)).unwrap_or_default());
+            return true;
+        }
+        if self
+            .feed(Input::ResponseBody {
+                exchange: id,
+                chunk,
+            })
+            .is_err()
+        {
+            self.exchange = None;
+            return false;
+        }
+        true
+    }
+
+    /// The body is complete.
+    pub(crate) fn on_end(&mut self, id: ExchangeId) {
+        let Some(ex) = self.exchange.take().filter(|x| x.id == id) else {
+            return;
+        };
+        if let Some(held) = &ex.held {
+            let status = ex.status.unwrap_or(0);
+            let will_retry = is_retryable_status(status) && self.retries_left();
+            let info = FailureInfo {
+                status: Some(status),
+                transport: None,
+                attempt: self.attempt,
+                will_retry,
+                message: String::from_utf8_lossy(&held.body).into_owned(),
+            };
+            if self.classify(&info) == RetryDecision::FailNow && will_retry {
+                let retry_after = held
+                    .headers
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case("retry-after"))
+                    .map(|(_, v)| v.as_str());
+                let err =
+                    self.run
+                        .config()
+                        .style
+                        .decode_error(Some(status), retry_after, &held.body);
+                self.exchange_ended(&ex, false);
+                self.abort(DriveError::Run(RunError::Provider(err)));
+                return;
+            }
+            // Fed as the machine would have read it; it decides on retries.
+            let fed = self
+                .feed(Input::ResponseHead {
+                    exchange: id,
+                    status,
+                    headers: held.headers.clone(),
+                })
+                .and_then(|()| {
+                    self.feed(Input::ResponseBody {
+                        exchange: id,
+                        chunk: &held.body,
+                    })
+                })
+                .and_then(|()| self.feed(Input::ResponseEnd { exchange: id }));
+            let _ = fed;
+        } else {
+            let _ = self.feed(Input::ResponseEnd { exchange: id });
+        }
+        let ok = self.run.turns() > ex.turns_before;
+        self.exchange_ended(&ex, ok);
+    }
+
+    /// The exchange failed in the transport (never called for aborts the
+    /// driver made because of a cancel: `step` feeds the cancel).
+    pub(crate) fn on_transport_error(
+        &mut self,
+        id: ExchangeId,
+        kind: TransportErrorKind,
+        message: String,
+    ) {
+        let Some(ex) = self.exchange.take().filter(|x| x.id == id) else {
+            return;
+        };
+        if self.cancel.is_cancelled() {
+            return;
+        }
+        let will_retry = matches!(kind, TransportErrorKind::Connect | TransportErrorKind::Io)
+            && self.retries_left();
+        let info = FailureInfo {
+            status: None,
+            transport: Some(kind),
+            attempt: self.attempt,
+            will_retry,
+            message,
+        };
+        if self.classify(&info) == RetryDecision::FailNow && will_retry {
+            self.exchange_ended(&ex, false);
+            self.abort(DriveError::Run(RunError::Transport {
+                kind,
+                message: info.message,
+            }));
+            return;
+        }
+        let _ = self.feed(Input::TransportError {
+            exchange: id,
+            kind,
+            message: info.message,
+        });
+        self.exchange_ended(&ex, false);
+    }
+
+    fn retries_left(&self) -> bool {
+        self.attempt < self.run.config().retry.retries
+    }
+
+    fn classify(&self, info: &FailureInfo) -> RetryDecision {
+        self.cfg
+            .classifier
+            .as_ref()
+            .map_or(RetryDecision::Default, |c| c(info))
+    }
+
+    /// Metrics and the `after_model` hook for an exchange that ended.
+    fn exchange_ended(&mut self, ex: &Exchange, ok: bool) {
+        let latency = ex.started.elapsed();
+        if let Some(m) = &self.cfg.on_metric {
+            let usage = self.run.usage();
+            m(&Metric::Llm {
+                model: self.run.config().model.clone(),
+                status: if ok { "ok" } else { "error" },
+                http_status: ex.status,
+                latency,
+                attempt: self.attempt,
+                prompt_tokens: usage
+                    .prompt_tokens
+                    .saturating_sub(ex.usage_before.prompt_tokens),
+                completion_tokens: usage
+                    .completion_tokens
+                    .saturating_sub(ex.usage_before.completion_tokens),
+            });
+        }
+        if let Some(hook) = self.cfg.hooks.after_model.clone() {
+            let resp = ModelResponse {
+                turn: self.turn,
+                attempt: self.attempt,
+                status: ex.status,
+                latency,
+                ok,
+            };
+            if let Err(e) = hook(&resp) {
+                self.abort(DriveError::Hook(e.0));
+            }
+        }
+    }
+
+    fn prepare_tools(&mut self, batch: ToolBatch) -> Vec<ToolJob> {
+        let mut jobs = Vec::with_capacity(batch.calls.len());
+        for inv in batch.calls {
+            let ToolInvocation {
+                call_id,
+                name,
+                mut input,
+                arguments,
+                idempotency_key,
+                answer,
+            } = inv;
+            let started = Instant::now();
+            if answer.is_none() {
+                if let Some(hook) = self.cfg.hooks.before_tool.clone() {
+                    let view = ToolCallView {
+                        call_id: &call_id,
+                        name: &name,
+                        input: &input,
+                        idempotency_key: &idempotency_key,
+                    };
+                    match hook(&view) {
+                        BeforeTool::Continue => {}
+                        BeforeTool::Args(v) => input = v,
+                        BeforeTool::Reply(reply) => {
+                            self.record_reply(&call_id, &name, started, None, reply, false);
+                            continue;
+                        }
+                    }
+                }
+            }
+            let bound = self.cfg.toolbox.get(&name).and_then(|e| {
+                e.handler
+                    .clone()
+                    .map(|h| (h, e.timeout.or(self.cfg.tool_timeout)))
+            });
+            let Some((handler, timeout)) = bound else {
+                // Declared in the run (maybe by another process) but not bound here.
+                let reply = ToolReply::Done(ToolResult::error(format!("Unknown tool: {name}")));
+                self.record_reply(&call_id, &name, started, None, reply, false);
+                continue;
+            };
+            let seen = self.cfg.hooks.after_tool.is_some().then(|| (input.clone(), idempotency_key.clone()));
+            self.tools.push(Running {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                started,
+                seen,
+            });
+            let ctx = ToolContext {
+                call_id: call_id.clone(),
+                name,
+                turn: batch.turn,
+                arguments,
+                idempotency_key,
+                answer,
+                cancel: self.cancel.clone(),
+            };
+            jobs.push(ToolJob {
+                call_id,
+                input,
+                ctx,
+                handler,
+                timeout,
+            });
+        }
+        jobs
+    }
+
+    /// A tool finished or suspended. Late replies (after a timeout reply) are ignored.
+    pub(crate) fn on_tool_reply(&mut self, call_id: &str, reply: ToolReply) {
+        let Some(pos) = self.tools.iter().position(|r| r.call_id == call_id) else {
+            return;
+        };
+        let r = self.tools.swap_remove(pos);
+        self.record_reply(
+            &r.call_id,
+            &r.name,
+            r.started,
+            r.seen.as_ref(),
+            reply,
+            true,
+        );
+    }
+
+    fn record_reply(
+        &mut self,
+        call_id: &str,
+        name: &str,
+        started: Instant,
+        seen: Option<&(Value, String)>,
+        mut reply: ToolReply,
+        after_hook: bool,
+    ) {
+        if let (true, Some(hook), ToolReply::Done(result), Some((input, key))) =
+            (after_hook, &self.cfg.hooks.after_tool, &mut reply, seen)
+        {
+            let view = ToolCallView {
+                call_id,
+                name,
+                input,
+                idempotency_key: key,
+            };
+            hook(&view, result);
+        }
+        if let Some(m) = &self.cfg.on_metric {
+            let (is_error, pending) = match &reply {
+                ToolReply::Done(r) => (r.is_error, false),
+                ToolReply::Pending(_) => (false, true),
+            };
+            m(&Metric::Tool {
+                name: name.to_string(),
+                latency: started.elapsed(),
+                is_error,
+                pending,
+            });
+        }
+        let _ = self.feed(Input::ToolReply {
+            call_id: call_id.to_string(),
+            reply,
+        });
+    }
+
+    /// The host answered a request.
+    pub(crate) fn on_answer(&mut self, answer: Answer) -> Result<(), DriveError> {
+        self.resolving.remove(&answer.id);
+        if self.run.outcome().is_some() {
+            return Ok(());
+        }
+        self.feed(Input::Answer(answer)).map_err(DriveError::Input)
+    }
+
+    /// A timer the machine asked for may have fired.
+    pub(crate) fn on_timeout(&mut self) {
+        let _ = self.feed(Input::Timeout);
+    }
+
+    fn finish(&mut self, outcome: Outcome) -> Result<RunResult, DriveError> {
+        let (status, limit) = match outcome {
+            Outcome::Done => (RunStatus::Done, None),
+            Outcome::Incomplete { limit } => (RunStatus::Incomplete, Some(limit)),
+            Outcome::Failed { error } => {
+                let err = self.failure.take().unwrap_or(DriveError::Run(error));
+                let result = self.result(RunStatus::Done, None);
+                self.run_metric("failed", &result, Some(err.to_string()));
+                return Err(err);
+            }
+        };
+        let result = self.result(status, limit);
+        self.run_metric(
+            if status == RunStatus::Done {
+                "done"
+            } else {
+                "incomplete"
+            },
+            &result,
+            None,
+        );
+        Ok(result)
+    }
+
+    fn result(&self, status: RunStatus, limit: Option<String>) -> RunResult {
+        RunResult {
+            status,
+            text: self.run.final_text(),
+            tool_calls: self.run.tool_calls(),
+            turns: self.run.turns(),
+            usage: self.run.usage(),
+            model: self.run.config().model.clone(),
+            limit,
+            pending: Vec::new(),
+            stop_reason: self.last_stop,
+            messages: self.run.transcript().to_vec(),
+            suspended: None,
+        }
+    }
+
+    fn run_metric(&self, status: &'static str, r: &RunResult, error: Option<String>) {
+        if let Some(m) = &self.cfg.on_metric {
+            m(&Metric::Run {
+                model: r.model.clone(),
+                status,
+                turns: r.turns,
+                tool_calls: r.tool_calls.len(),
+                total_tokens: r.usage.total_tokens,
+                latency: self.started.elapsed(),
+                error,
+            });
+        }
+    }
+}
+
+/// `ask`: the stored transcript of a conversation (empty when new).
+pub(crate) fn load_conversation(cfg: &ClientConfig, id: &str) -> Result<Vec<Message>, DriveError> {
+    let store = cfg
+        .conversations
+        .as_ref()
+        .ok_or_else(|| DriveError::Config("ask needs a conversation store".into()))?;
+    Ok(store.get(id)?.unwrap_or_default())
+}
+
+/// `ask`: saves the transcript of a run that is not pending (a pending
+/// transcript ends on unanswered calls; it is saved once the run resumes).
+pub(crate) fn save_conversation(
+    cfg: &ClientConfig,
+    id: &str,
+    result: &RunResult,
+) -> Result<(), DriveError> {
+    if let (Some(store), false) = (&cfg.conversations, result.is_pending()) {
+        store.save(id, &result.messages)?;
+    }
+    Ok(())
+}
+
+/// After resuming a claimed run: write it back when still pending, remove
+/// it when finished or failed, release the claim when nothing happened.
+pub(crate) fn settle_stored(
+    store: &dyn crate::store::RunStore,
+    run_id: &str,
+    claimed: &crate::store::RunRecord,
+    result: Result<RunResult, DriveError>,
+) -> Result<RunResult, DriveError> {
+    match &result {
+        Ok(r) => match &r.suspended {
+            Some(s) => {
+                store.save(run_id, &s.state, Some(claimed.version))?;
+            }
+            None => store.delete(run_id, claimed.version)?,
+        },
+        // Refused before anything ran: the run is as it was.
+        Err(DriveError::Input(_)) | Err(DriveError::State(_)) => {
+            store.save(run_id, &claimed.state, Some(claimed.version))?;
+        }
+        Err(_) => store.delete(run_id, claimed.version)?,
+    }
+    result
+}

@@ -1,0 +1,160 @@
+//! What a run gives back.
+
+use nexus_proto::{Message, Request, StopReason, StreamEvent, ToolCallRecord, Usage};
+use serde::{Deserialize, Serialize};
+
+/// How a run that did not fail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// The model gave its final answer.
+    Done,
+    /// The run waits for answers to [`RunResult::pending`].
+    Pending,
+    /// A limit stopped it ([`RunResult::limit`] says which).
+    Incomplete,
+}
+
+/// The result of a run that did not fail. Serializes with the CLI's keys:
+/// `status`, `text`, `toolCalls`, `turns`, `usage`, `model`, `limit` (only
+/// when incomplete), `pending` (an array, only when pending), plus
+/// `stopReason` and the transcript as `messages`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunResult {
+    /// done | pending | incomplete.
+    pub status: RunStatus,
+    /// The text of the last assistant turn.
+    pub text: String,
+    /// Every tool call of this run with its result, in order.
+    pub tool_calls: Vec<ToolCallRecord>,
+    /// Model calls made.
+    pub turns: u32,
+    /// Token counts summed over the run.
+    pub usage: Usage,
+    /// The model asked for.
+    pub model: String,
+    /// Which limit stopped the run (`maxTurns`), when incomplete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// What the run waits for, when pending (every outstanding request of the turn).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<Request>,
+    /// Why the last model turn ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<StopReason>,
+    /// The whole transcript, history included.
+    #[serde(default)]
+    pub messages: Vec<Message>,
+    /// The saved run, when pending: store it and resume it with the answers.
+    #[serde(skip)]
+    pub suspended: Option<SuspendedRun>,
+}
+
+impl RunResult {
+    /// Whether the run waits for answers.
+    pub fn is_pending(&self) -> bool {
+        self.status == RunStatus::Pending
+    }
+}
+
+/// A suspended run: the machine's snapshot (no secrets in it) and what it waits for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SuspendedRun {
+    /// The run id (a natural key for a [`RunStore`](crate::RunStore)).
+    pub run_id: String,
+    /// [`Run::snapshot`](nexus_proto::Run::snapshot) bytes.
+    #[serde(with = "state_text")]
+    pub state: Vec<u8>,
+    /// The outstanding requests.
+    pub pending: Vec<Request>,
+}
+
+/// What a stream yields: the run's events, then its result.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // the result comes once per run; boxing it buys nothing
+pub enum StreamItem {
+    /// Something happened.
+    Event(StreamEvent),
+    /// The run is over (done, pending or incomplete). Nothing follows.
+    Done(RunResult),
+}
+
+/// The state is JSON text: embed it as text, not as an array of numbers.
+mod state_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => s.serialize_bytes(bytes),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        Ok(String::deserialize(d)?.into_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn base(status: RunStatus) -> RunResult {
+        RunResult {
+            status,
+            text: "hi".into(),
+            tool_calls: vec![],
+            turns: 1,
+            usage: Usage {
+                prompt_tokens: 3,
+                completion_tokens: 2,
+                total_tokens: 5,
+            },
+            model: "m".into(),
+            limit: None,
+            pending: vec![],
+            stop_reason: Some(StopReason::EndTurn),
+            messages: vec![],
+            suspended: None,
+        }
+    }
+
+    #[test]
+    fn cli_keys() {
+        let v = serde_json::to_value(base(RunStatus::Done)).unwrap();
+        assert_eq!(v["status"], "done");
+        assert_eq!(v["toolCalls"], json!([]));
+        assert_eq!(
+            v["usage"],
+            json!({"promptTokens": 3, "completionTokens": 2, "totalTokens": 5})
+        );
+        assert!(v.get("limit").is_none() && v.get("pending").is_none());
+
+        let mut p = base(RunStatus::Pending);
+        p.pending = vec![Request::new("approval", "ok?")];
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v["status"], "pending");
+        assert!(v["pending"].is_array());
+        assert_eq!(v["pending"][0]["kind"], "approval");
+
+        let mut i = base(RunStatus::Incomplete);
+        i.limit = Some("maxTurns".into());
+        assert_eq!(serde_json::to_value(&i).unwrap()["limit"], "maxTurns");
+    }
+
+    #[test]
+    fn suspended_state_is_embedded_as_text() {
+        let s = SuspendedRun {
+            run_id: "r".into(),
+            state: br#"{"a":1}"#.to_vec(),
+            pending: vec![],
+        };
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["state"], r#"{"a":1}"#);
+        let back: SuspendedRun = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+    }
+}

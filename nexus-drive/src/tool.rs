@@ -1,0 +1,740 @@
+//! Tools: typed (serde arguments, serializable output), async, or dynamic
+//! (schema-only sources such as MCP), collected in a [`Toolbox`].
+//!
+//! A tool returns a result or suspends with [`ToolOutcome::Pending`]; on the
+//! retry after the host answered, the same tool runs again with the answer
+//! in its [`ToolContext`]. Relay tools are declarations only: their calls
+//! surface to the caller and nothing runs here.
+
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nexus_proto::tool::sanitize_name;
+use nexus_proto::{Answer, Request, ToolDecl, ToolKind, ToolReply, ToolResult};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::cancel::CancelToken;
+
+/// Names of the built-in tools. A relay tool may not take one of them, even
+/// when built-ins are off, so a future built-in can never capture a
+/// declaration-only tool.
+pub const RESERVED_BUILTINS: &[&str] = &[
+    "bash",
+    "read",
+    "write",
+    "edit",
+    "grep",
+    "glob",
+    "webfetch",
+    "question",
+    "apply_patch",
+    "todowrite",
+];
+
+/// What one execution of a tool is told.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    pub(crate) call_id: String,
+    pub(crate) name: String,
+    pub(crate) turn: u32,
+    pub(crate) arguments: String,
+    pub(crate) idempotency_key: String,
+    pub(crate) answer: Option<Answer>,
+    pub(crate) cancel: CancelToken,
+}
+
+impl ToolContext {
+    /// A context for calling a tool directly (tests, custom drivers).
+    pub fn new(call_id: impl Into<String>, name: impl Into<String>) -> ToolContext {
+        let call_id = call_id.into();
+        ToolContext {
+            idempotency_key: call_id.clone(),
+            call_id,
+            name: name.into(),
+            turn: 0,
+            arguments: String::new(),
+            answer: None,
+            cancel: CancelToken::new(),
+        }
+    }
+
+    /// Sets the answer (as on the retry after a suspension).
+    pub fn with_answer(mut self, answer: Answer) -> ToolContext {
+        self.answer = Some(answer);
+        self
+    }
+
+    /// The provider's call id.
+    pub fn call_id(&self) -> &str {
+        &self.call_id
+    }
+
+    /// The tool name the model called.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The model turn the call came from (1-based).
+    pub fn turn(&self) -> u32 {
+        self.turn
+    }
+
+    /// The arguments exactly as the provider sent them.
+    pub fn raw_arguments(&self) -> &str {
+        &self.arguments
+    }
+
+    /// Stable across retries and processes (`run_id/turn/call_id`): a tool with
+    /// side effects can use it to make a second execution harmless.
+    pub fn idempotency_key(&self) -> &str {
+        &self.idempotency_key
+    }
+
+    /// On the retry after a suspension: the host's answer.
+    pub fn answer(&self) -> Option<&Answer> {
+        self.answer.as_ref()
+    }
+
+    /// Whether the run was cancelled (long tools may stop early; their result is discarded).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+}
+
+/// What a tool produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolOutcome<T> {
+    /// A value: a string is given to the model as-is, anything else as JSON text.
+    Done(T),
+    /// A full result (to mark it an error or attach host metadata).
+    Result(ToolResult),
+    /// The tool cannot finish until the host answers this request.
+    Pending(Request),
+}
+
+impl<T> From<T> for ToolOutcome<T> {
+    fn from(value: T) -> Self {
+        ToolOutcome::Done(value)
+    }
+}
+
+/// A tool failure: the model sees the message as an error result and the run goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError(String);
+
+impl ToolError {
+    /// A failure with this message.
+    pub fn msg(message: impl Into<String>) -> ToolError {
+        ToolError(message.into())
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<E: std::error::Error> From<E> for ToolError {
+    fn from(e: E) -> Self {
+        ToolError(e.to_string())
+    }
+}
+
+/// A tool with typed arguments, run on the calling thread (the blocking
+/// driver) or on the blocking thread pool (the async driver).
+pub trait Tool: Send + Sync + 'static {
+    /// The name the model calls it by (sanitized to `[a-zA-Z0-9_-]`).
+    const NAME: &'static str;
+    /// The arguments; a call whose arguments do not deserialize gets an error result naming the problem.
+    type Args: DeserializeOwned + Send + 'static;
+    /// The output: a string is given as-is, anything else as JSON text.
+    type Output: Serialize;
+
+    /// What the tool does, for the model.
+    fn description(&self) -> String;
+
+    /// JSON Schema of the arguments; `None` means an empty object schema (or,
+    /// with the `schemars` feature and [`Toolbox::add_derived`], the derived one).
+    fn input_schema(&self) -> Option<Value> {
+        None
+    }
+
+    /// Runs the tool.
+    fn call(
+        &self,
+        args: Self::Args,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutcome<Self::Output>, ToolError>;
+}
+
+/// A tool with typed arguments whose work is a future. The blocking driver
+/// runs it with `block_on`; the async driver polls it alongside the batch's other calls.
+pub trait AsyncTool: Send + Sync + 'static {
+    /// The name the model calls it by.
+    const NAME: &'static str;
+    /// The arguments.
+    type Args: DeserializeOwned + Send + 'static;
+    /// The output.
+    type Output: Serialize + Send;
+
+    /// What the tool does, for the model.
+    fn description(&self) -> String;
+
+    /// JSON Schema of the arguments (see [`Tool::input_schema`]).
+    fn input_schema(&self) -> Option<Value> {
+        None
+    }
+
+    /// Runs the tool.
+    fn call(
+        &self,
+        args: Self::Args,
+        ctx: ToolContext,
+    ) -> impl Future<Output = Result<ToolOutcome<Self::Output>, ToolError>> + Send;
+}
+
+pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = ToolReply> + Send + 'static>>;
+type BlockingFn = dyn Fn(Value, &ToolContext) -> ToolReply + Send + Sync;
+type AsyncFn = dyn Fn(Value, ToolContext) -> BoxFuture + Send + Sync;
+
+/// A type-erased tool body.
+#[derive(Clone)]
+pub(crate) enum Handler {
+    Blocking(Arc<BlockingFn>),
+    Async(Arc<AsyncFn>),
+}
+
+/// A tool known only by name, description and schema, over JSON values:
+/// for tools whose shape is discovered at run time.
+#[derive(Clone)]
+pub struct DynTool {
+    decl: ToolDecl,
+    handler: Handler,
+    timeout: Option<Duration>,
+}
+
+impl fmt::Debug for DynTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DynTool")
+            .field("name", &self.decl.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DynTool {
+    /// A blocking dynamic tool.
+    pub fn new<F>(name: &str, description: impl Into<String>, input_schema: Value, f: F) -> DynTool
+    where
+        F: Fn(Value, &ToolContext) -> Result<ToolOutcome<Value>, ToolError> + Send + Sync + 'static,
+    {
+        DynTool {
+            decl: ToolDecl::new(name, description, input_schema),
+            handler: Handler::Blocking(Arc::new(move |args, ctx| into_reply(f(args, ctx)))),
+            timeout: None,
+        }
+    }
+
+    /// An async dynamic tool.
+    pub fn new_async<F, Fut>(
+        name: &str,
+        description: impl Into<String>,
+        input_schema: Value,
+        f: F,
+    ) -> DynTool
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ToolOutcome<Value>, ToolError>> + Send + 'static,
+    {
+        DynTool {
+            decl: ToolDecl::new(name, description, input_schema),
+            handler: Handler::Async(Arc::new(move |args, ctx| {
+                let fut = f(args, ctx);
+                Box::pin(async move { into_reply(fut.await) })
+            })),
+            timeout: None,
+        }
+    }
+
+    /// Gives up on a call after `timeout` (the call gets an error result).
+    pub fn timeout(mut self, timeout: Duration) -> DynTool {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The declaration the model sees.
+    pub fn decl(&self) -> &ToolDecl {
+        &self.decl
+    }
+}
+
+/// A registration refused by the [`Toolbox`].
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ToolboxError {
+    /// Two tools would have the same (sanitized) name.
+    #[error("two tools are named {0:?}")]
+    Duplicate(String),
+    /// A relay tool took a built-in tool's name.
+    #[error(
+        "relay tool name collides with a built-in tool: [{}] — rename the relay tool (the guard applies even \
+         with builtins disabled, so a future builtin cannot capture a declaration-only tool)",
+        .0.join(" ")
+    )]
+    RelayCollision(Vec<String>),
+    /// An executed declaration was given without a body.
+    #[error("tool {0:?} is declared as executed but has no implementation; use a relay declaration or add the tool")]
+    NoHandler(String),
+    /// A name that sanitizes to nothing.
+    #[error("a tool name must not be empty")]
+    EmptyName,
+    /// A setting names a tool that is not registered.
+    #[error("no tool named {0:?}")]
+    Unknown(String),
+}
+
+#[derive(Clone)]
+pub(crate) struct Entry {
+    pub(crate) decl: ToolDecl,
+    pub(crate) handler: Option<Handler>,
+    pub(crate) timeout: Option<Duration>,
+}
+
+/// The tools of a client, by name.
+#[derive(Clone, Default)]
+pub struct Toolbox {
+    entries: Vec<Entry>,
+}
+
+impl fmt::Debug for Toolbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.entries.iter().map(|e| (&e.decl.name, e.decl.kind)))
+            .finish()
+    }
+}
+
+impl Toolbox {
+    /// An empty toolbox.
+    pub fn new() -> Toolbox {
+        Toolbox::default()
+    }
+
+    /// Adds a typed blocking tool.
+    pub fn add<T: Tool>(&mut self, tool: T) -> Result<&mut Toolbox, ToolboxError> {
+        let schema = tool.input_schema().unwrap_or(Value::Null);
+        let decl = ToolDecl::new(T::NAME, tool.description(), schema);
+        self.insert(decl, Some(erase_blocking(tool)), None)
+    }
+
+    /// Adds a typed blocking tool whose schema is derived from its argument
+    /// type (unless it gives one itself).
+    #[cfg(feature = "schemars")]
+    pub fn add_derived<T: Tool>(&mut self, tool: T) -> Result<&mut Toolbox, ToolboxError>
+    where
+        T::Args: schemars::JsonSchema,
+    {
+        let schema = tool.input_schema().unwrap_or_else(schema_for::<T::Args>);
+        let decl = ToolDecl::new(T::NAME, tool.description(), schema);
+        self.insert(decl, Some(erase_blocking(tool)), None)
+    }
+
+    /// Adds a typed async tool.
+    pub fn add_async<T: AsyncTool>(&mut self, tool: T) -> Result<&mut Toolbox, ToolboxError> {
+        let schema = tool.input_schema().unwrap_or(Value::Null);
+        let decl = ToolDecl::new(T::NAME, tool.description(), schema);
+        self.insert(decl, Some(erase_async(tool)), None)
+    }
+
+    /// Adds a typed async tool with a derived schema (see [`Toolbox::add_derived`]).
+    #[cfg(feature = "schemars")]
+    pub fn add_async_derived<T: AsyncTool>(&mut self, tool: T) -> Result<&mut Toolbox, ToolboxError>
+    where
+        T::Args: schemars::JsonSchema,
+    {
+        let schema = tool.input_schema().unwrap_or_else(schema_for::<T::Args>);
+        let decl = ToolDecl::new(T::NAME, tool.description(), schema);
+        self.insert(decl, Some(erase_async(tool)), None)
+    }
+
+    /// Adds a dynamic tool.
+    pub fn add_dyn(&mut self, tool: DynTool) -> Result<&mut Toolbox, ToolboxError> {
+        self.insert(tool.decl, Some(tool.handler), tool.timeout)
+    }
+
+    /// Adds a declaration-only (relay) tool: the model's calls to it surface
+    /// to the caller as one `tool_call` request per turn.
+    pub fn add_relay(
+        &mut self,
+        name: &str,
+        description: impl Into<String>,
+        input_schema: Value,
+    ) -> Result<&mut Toolbox, ToolboxError> {
+        self.add_decl(ToolDecl::relay(name, description, input_schema))
+    }
+
+    /// Adds a declaration. Only relay declarations can come without a body.
+    pub fn add_decl(&mut self, decl: ToolDecl) -> Result<&mut Toolbox, ToolboxError> {
+        if decl.kind != ToolKind::Relay {
+            return Err(ToolboxError::NoHandler(decl.name));
+        }
+        self.insert(decl, None, None)
+    }
+
+    /// Gives up on calls to `name` after `timeout` (error result).
+    pub fn set_timeout(
+        &mut self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<&mut Toolbox, ToolboxError> {
+        let name = sanitize_name(name);
+        let entry = self
+            .entries
+            .iter_mut()
+            .find(|e| e.decl.name == name)
+            .ok_or(ToolboxError::Unknown(name))?;
+        entry.timeout = Some(timeout);
+        Ok(self)
+    }
+
+    /// The declarations, in registration order.
+    pub fn decls(&self) -> Vec<ToolDecl> {
+        self.entries.iter().map(|e| e.decl.clone()).collect()
+    }
+
+    /// The registered names, in registration order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|e| e.decl.name.as_str())
+    }
+
+    /// Whether no tool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.decl.name == name)
+    }
+
+    fn insert(
+        &mut self,
+        decl: ToolDecl,
+        handler: Option<Handler>,
+        timeout: Option<Duration>,
+    ) -> Result<&mut Toolbox, ToolboxError> {
+        if decl.name.is_empty() {
+            return Err(ToolboxError::EmptyName);
+        }
+        if decl.kind == ToolKind::Relay && RESERVED_BUILTINS.contains(&decl.name.as_str()) {
+            return Err(ToolboxError::RelayCollision(vec![decl.name]));
+        }
+        if self.get(&decl.name).is_some() {
+            return Err(ToolboxError::Duplicate(decl.name));
+        }
+        self.entries.push(Entry {
+            decl,
+            handler,
+            timeout,
+        });
+        Ok(self)
+    }
+}
+
+/// The JSON Schema of `T`, inlined (no `$ref`, which Gemini refuses) and
+/// without the `$schema`/`title` keys providers do not want in tool parameters.
+#[cfg(feature = "schemars")]
+pub fn schema_for<T: schemars::JsonSchema>() -> Value {
+    let generator = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let mut value = generator.into_root_schema_for::<T>().to_value();
+    if let Value::Object(obj) = &mut value {
+        obj.remove("title");
+        obj.remove("$schema");
+    }
+    value
+}
+
+fn erase_blocking<T: Tool>(tool: T) -> Handler {
+    let tool = Arc::new(tool);
+    Handler::Blocking(Arc::new(move |input, ctx| {
+        match parse_args::<T::Args>(T::NAME, input) {
+            Ok(args) => into_reply(tool.call(args, ctx)),
+            Err(reply) => *reply,
+        }
+    }))
+}
+
+fn erase_async<T: AsyncTool>(tool: T) -> Handler {
+    let tool = Arc::new(tool);
+    Handler::Async(Arc::new(move |input, ctx| {
+        let tool = tool.clone();
+        Box::pin(async move {
+            match parse_args::<T::Args>(T::NAME, input) {
+                Ok(args) => into_reply(tool.call(args, ctx).await),
+                Err(reply) => *reply,
+            }
+        })
+    }))
+}
+
+/// The arguments, or the error result naming the problem.
+fn parse_args<A: DeserializeOwned>(name: &str, input: Value) -> Result<A, Box<ToolReply>> {
+    serde_json::from_value(input).map_err(|e| {
+        Box::new(ToolReply::Done(ToolResult::error(format!(
+            "invalid arguments for {name}: {e}"
+        ))))
+    })
+}
+
+/// A tool's outcome as the machine's reply.
+fn into_reply<T: Serialize>(r: Result<ToolOutcome<T>, ToolError>) -> ToolReply {
+    match r {
+        Ok(ToolOutcome::Done(v)) => ToolReply::Done(match render(&v) {
+            Ok(text) => ToolResult::ok(text),
+            Err(e) => ToolResult::error(format!("the tool output could not be serialized: {e}")),
+        }),
+        Ok(ToolOutcome::Result(r)) => ToolReply::Done(r),
+        Ok(ToolOutcome::Pending(req)) => ToolReply::Pending(req),
+        Err(e) => ToolReply::Done(ToolResult::error(e.0)),
+    }
+}
+
+/// A string as-is, anything else as compact JSON text.
+fn render<T: Serialize>(v: &T) -> Result<String, serde_json::Error> {
+    match serde_json::to_value(v)? {
+        Value::String(s) => Ok(s),
+        other => Ok(other.to_string()),
+    }
+}
+
+/// One call handed to a driver to execute.
+pub(crate) struct ToolJob {
+    pub(crate) call_id: String,
+    pub(crate) input: Value,
+    pub(crate) ctx: ToolContext,
+    pub(crate) handler: Handler,
+    pub(crate) timeout: Option<Duration>,
+}
+
+impl ToolJob {
+    /// Runs the call on this thread. A panic becomes an error result.
+    pub(crate) fn run_blocking(self) -> ToolReply {
+        let ToolJob {
+            input,
+            ctx,
+            handler,
+            ..
+        } = self;
+        let name = ctx.name.clone();
+        let run = AssertUnwindSafe(move || match handler {
+            Handler::Blocking(f) => f(input, &ctx),
+            Handler::Async(f) => futures_lite::future::block_on(f(input, ctx)),
+        });
+        catch_unwind(run).unwrap_or_else(|p| panicked(&name, p))
+    }
+
+    /// The call as a future (blocking bodies go to the blocking thread pool).
+    /// A panic becomes an error result; the timeout, when set, too.
+    #[cfg(feature = "async")]
+    pub(crate) fn run_async(self) -> impl Future<Output = (String, ToolReply)> + Send + 'static {
+        use futures_lite::FutureExt;
+        let ToolJob {
+            call_id,
+            input,
+            ctx,
+            handler,
+            timeout,
+        } = self;
+        let name = ctx.name.clone();
+        async move {
+            let work = async {
+                let name = ctx.name.clone();
+                match handler {
+                    Handler::Blocking(f) => {
+                        smol::unblock(move || {
+                            catch_unwind(AssertUnwindSafe(|| f(input, &ctx)))
+                                .unwrap_or_else(|p| panicked(&name, p))
+                        })
+                        .await
+                    }
+                    Handler::Async(f) => AssertUnwindSafe(f(input, ctx))
+                        .catch_unwind()
+                        .await
+                        .unwrap_or_else(|p| panicked(&name, p)),
+                }
+            };
+            let reply = match timeout {
+                Some(d) => {
+                    work.or(async {
+                        smol::Timer::after(d).await;
+                        timed_out(&name, d)
+                    })
+                    .await
+                }
+                None => work.await,
+            };
+            (call_id, reply)
+        }
+    }
+}
+
+pub(crate) fn timed_out(name: &str, d: Duration) -> ToolReply {
+    ToolReply::Done(ToolResult::error(format!(
+        "tool {name} timed out after {} ms",
+        d.as_millis()
+    )))
+}
+
+fn panicked(name: &str, payload: Box<dyn Any + Send>) -> ToolReply {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".to_string());
+    ToolReply::Done(ToolResult::error(format!("tool {name} panicked: {msg}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    #[derive(Deserialize)]
+    struct AddArgs {
+        a: i64,
+        b: i64,
+    }
+
+    struct Add;
+    impl Tool for Add {
+        const NAME: &'static str = "add";
+        type Args = AddArgs;
+        type Output = i64;
+        fn description(&self) -> String {
+            "adds".into()
+        }
+        fn call(&self, args: AddArgs, _ctx: &ToolContext) -> Result<ToolOutcome<i64>, ToolError> {
+            Ok((args.a + args.b).into())
+        }
+    }
+
+    fn run(tb: &Toolbox, name: &str, input: Value) -> ToolReply {
+        let entry = tb.get(name).expect("registered");
+        ToolJob {
+            call_id: "c1".into(),
+            input,
+            ctx: ToolContext::new("c1", name),
+            handler: entry.handler.clone().expect("executed"),
+            timeout: None,
+        }
+        .run_blocking()
+    }
+
+    #[test]
+    fn typed_tool_output_is_json_text_and_bad_args_name_the_problem() {
+        let mut tb = Toolbox::new();
+        tb.add(Add).unwrap();
+        assert_eq!(
+            run(&tb, "add", json!({"a": 2, "b": 3})),
+            ToolReply::Done(ToolResult::ok("5"))
+        );
+        let ToolReply::Done(r) = run(&tb, "add", json!({"a": "x"})) else {
+            panic!("not done")
+        };
+        assert!(r.is_error);
+        assert!(
+            r.output.starts_with("invalid arguments for add:"),
+            "{}",
+            r.output
+        );
+    }
+
+    #[test]
+    fn strings_pass_as_is_and_panics_become_error_results() {
+        let mut tb = Toolbox::new();
+        tb.add_dyn(DynTool::new("echo", "", Value::Null, |v, _| {
+            Ok(ToolOutcome::Done(v["s"].clone()))
+        }))
+        .unwrap();
+        tb.add_dyn(DynTool::new("boom", "", Value::Null, |_, _| {
+            panic!("kaboom")
+        }))
+        .unwrap();
+        assert_eq!(
+            run(&tb, "echo", json!({"s": "he said \"hi\""})),
+            ToolReply::Done(ToolResult::ok("he said \"hi\""))
+        );
+        let ToolReply::Done(r) = run(&tb, "boom", json!({})) else {
+            panic!("not done")
+        };
+        assert!(r.is_error && r.output.contains("kaboom"), "{r:?}");
+    }
+
+    #[cfg(feature = "schemars")]
+    #[test]
+    fn derived_schemas_are_inline_and_bare() {
+        #[derive(Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Inner {
+            city: String,
+        }
+        #[derive(Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Args {
+            /// How many.
+            n: u32,
+            at: Inner,
+        }
+        let s = schema_for::<Args>();
+        assert_eq!(s["type"], "object");
+        assert_eq!(s["properties"]["n"]["description"], "How many.");
+        // Nested types are inlined: Gemini does not follow `$ref`.
+        assert_eq!(s["properties"]["at"]["properties"]["city"]["type"], "string");
+        let text = s.to_string();
+        assert!(!text.contains("$ref") && !text.contains("$schema"), "{text}");
+        assert!(s.get("title").is_none());
+    }
+
+    #[test]
+    fn duplicates_and_relay_collisions_are_refused() {
+        let mut tb = Toolbox::new();
+        tb.add(Add).unwrap();
+        assert_eq!(
+            tb.add(Add).err(),
+            Some(ToolboxError::Duplicate("add".into()))
+        );
+        let err = tb.add_relay("bash", "", Value::Null).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            "relay tool name collides with a built-in tool: [bash] — rename the relay tool (the guard applies \
+             even with builtins disabled, so a future builtin cannot capture a declaration-only tool)"
+        );
+        // An executed tool may shadow a built-in name; only relays are guarded.
+        tb.add_dyn(DynTool::new("bash", "", Value::Null, |_, _| {
+            Ok(ToolOutcome::Done(json!("ok")))
+        }))
+        .unwrap();
+        assert!(matches!(
+            tb.add_decl(ToolDecl::new("x", "", Value::Null)),
+            Err(ToolboxError::NoHandler(_))
+        ));
+    }
+}

@@ -1,0 +1,81 @@
+//! Durable state cost as the transcript grows: snapshot + restore of a
+//! suspended run against a plain serde_json round trip of the transcript alone.
+
+#[path = "../tests/sim/mod.rs"]
+#[allow(dead_code)]
+mod sim;
+mod harness;
+
+use harness::{measure, micros, samples};
+use nexus_proto::{Block, Message, Run, Style, ToolCall, ToolDecl, ToolResultBlock};
+use serde_json::json;
+
+fn transcript(n: usize) -> Vec<Message> {
+    let mut msgs = Vec::with_capacity(n);
+    for i in 0..n {
+        msgs.push(match i % 4 {
+            0 => Message::user(format!("question {i}: what is the weather like in Paris today, and should I bring a coat?")),
+            1 => Message {
+                role: nexus_proto::Role::Assistant,
+                content: vec![
+                    Block::text("Let me check the weather for you."),
+                    Block::ToolCall(ToolCall {
+                        id: format!("call_{i}"),
+                        name: "get_weather".into(),
+                        input: json!({"city": "Paris", "units": "metric"}),
+                        arguments: r#"{"city":"Paris","units":"metric"}"#.into(),
+                        provider_data: None,
+                    }),
+                ],
+            },
+            2 => Message {
+                role: nexus_proto::Role::User,
+                content: vec![Block::ToolResult(ToolResultBlock {
+                    call_id: format!("call_{}", i - 1),
+                    name: "get_weather".into(),
+                    output: "Sunny, 22C, light wind from the west".into(),
+                    is_error: false,
+                })],
+            },
+            _ => Message::assistant("It is sunny and 22C in Paris: no coat needed, a light jacket at most."),
+        });
+    }
+    if msgs.last().map(|m| m.role) != Some(nexus_proto::Role::User) {
+        msgs.push(Message::user("thanks"));
+    }
+    msgs
+}
+
+fn main() {
+    let s = samples(15);
+    println!("## Durable state: snapshot + restore of a run vs a serde_json round trip of its transcript\n");
+    println!("| messages | transcript JSON | state size | size ratio | snapshot+restore median (p95) | transcript round trip median | time ratio |");
+    println!("|---|---|---|---|---|---|---|");
+    for n in [10, 100, 1_000, 10_000] {
+        let msgs = transcript(n);
+        let tools = vec![ToolDecl::new("get_weather", "weather", json!({"type":"object"}))];
+        let run = Run::new(sim::config(Style::OpenAi, false), tools, msgs.clone()).unwrap();
+        let plain = serde_json::to_vec(&msgs).unwrap();
+        let state = run.snapshot();
+        let inner = (10_000 / n).max(1);
+        let ours = measure(s, inner, || {
+            let bytes = run.snapshot();
+            std::hint::black_box(Run::restore(&bytes).unwrap());
+        });
+        let floor = measure(s, inner, || {
+            let bytes = serde_json::to_vec(&msgs).unwrap();
+            let back: Vec<Message> = serde_json::from_slice(&bytes).unwrap();
+            std::hint::black_box(back);
+        });
+        println!(
+            "| {n} | {} B | {} B | {:.3} | {:.1} µs ({:.1}) | {:.1} µs | {:.2} |",
+            plain.len(),
+            state.len(),
+            state.len() as f64 / plain.len() as f64,
+            micros(ours.median),
+            micros(ours.p95),
+            micros(floor.median),
+            ours.median.as_secs_f64() / floor.median.as_secs_f64()
+        );
+    }
+}

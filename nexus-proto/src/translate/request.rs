@@ -1,0 +1,696 @@
+//! OpenAI Chat Completions request → Anthropic / Gemini request.
+//!
+//! The body is read into the neutral transcript and encoded by the
+//! provider modules; the settings the transcript does not carry are then
+//! added to the encoded body. The mapping is tabled in [`super`].
+
+use serde_json::{json, Map, Number, Value};
+
+use super::conversation::{read_messages, read_tools};
+use super::{TranslateError, TranslatedRequest};
+use crate::provider::{ModelCall, Style};
+use crate::tool::ToolDecl;
+
+/// Translates an OpenAI Chat Completions request body for `style`.
+///
+/// For [`Style::OpenAi`] the body is passed through; because a [`Value`]
+/// does not keep key order, use [`openai_request_bytes_to`] to forward the
+/// caller's exact bytes.
+pub fn openai_request_to(
+    style: Style,
+    request: &Value,
+) -> Result<TranslatedRequest, TranslateError> {
+    let obj = request.as_object().ok_or_else(not_an_object)?;
+    if style == Style::OpenAi {
+        let (model, stream, include_usage) = passthrough_fields(obj)?;
+        let body =
+            serde_json::to_vec(request).map_err(|e| TranslateError::invalid("", e.to_string()))?;
+        return Ok(TranslatedRequest {
+            style,
+            model,
+            stream,
+            include_usage,
+            body,
+        });
+    }
+    translate(style, obj)
+}
+
+/// [`openai_request_to`] on raw body bytes. Malformed JSON is a 400; for
+/// [`Style::OpenAi`] the bytes are forwarded exactly as given.
+pub fn openai_request_bytes_to(
+    style: Style,
+    body: &[u8],
+) -> Result<TranslatedRequest, TranslateError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| TranslateError {
+        status: 400,
+        message: format!("We could not parse the JSON body of your request: {e}"),
+        kind: "invalid_request_error".to_string(),
+        param: None,
+        code: Some("invalid_json".to_string()),
+    })?;
+    if style == Style::OpenAi {
+        let obj = value.as_object().ok_or_else(not_an_object)?;
+        let (model, stream, include_usage) = passthrough_fields(obj)?;
+        return Ok(TranslatedRequest {
+            style,
+            model,
+            stream,
+            include_usage,
+            body: body.to_vec(),
+        });
+    }
+    openai_request_to(style, &value)
+}
+
+fn not_an_object() -> TranslateError {
+    TranslateError {
+        param: None,
+        ..TranslateError::invalid("", "the request body must be a JSON object")
+    }
+}
+
+/// What a passed-through request says about how to read its answer.
+fn passthrough_fields(obj: &Map<String, Value>) -> Result<(String, bool, bool), TranslateError> {
+    let model = model_name(obj)?.to_string();
+    let stream = opt_bool(obj.get("stream"), "stream")?.unwrap_or(false);
+    let include_usage = include_usage(obj)?;
+    Ok((model, stream, include_usage))
+}
+
+fn model_name(obj: &Map<String, Value>) -> Result<&str, TranslateError> {
+    match obj.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => Ok(m),
+        Some(Value::String(_)) | None | Some(Value::Null) => Err(TranslateError::invalid(
+            "model",
+            "you must provide a model parameter",
+        )),
+        Some(_) => Err(TranslateError::invalid("model", "`model` must be a string")),
+    }
+}
+
+fn include_usage(obj: &Map<String, Value>) -> Result<bool, TranslateError> {
+    let Some(options) = obj.get("stream_options").filter(|v| !v.is_null()) else {
+        return Ok(false);
+    };
+    let options = options
+        .as_object()
+        .ok_or_else(|| TranslateError::invalid("stream_options", "must be an object"))?;
+    for (key, value) in options {
+        match key.as_str() {
+            "include_usage" | "include_obfuscation" => {
+                opt_bool(Some(value), &format!("stream_options.{key}"))?;
+            }
+            _ if value.is_null() => {}
+            _ => return Err(unknown(&format!("stream_options.{key}"))),
+        }
+    }
+    Ok(opt_bool(options.get("include_usage"), "stream_options.include_usage")?.unwrap_or(false))
+}
+
+// ---------------------------------------------------------------- settings
+
+/// `tool_choice`, read.
+#[derive(Debug, Clone, PartialEq)]
+enum Choice {
+    Auto,
+    Required,
+    None,
+    Named(String),
+}
+
+/// `response_format`, read.
+#[derive(Debug, Clone, PartialEq)]
+enum Format {
+    Text,
+    JsonObject,
+    JsonSchema(Value),
+}
+
+/// Everything in the request besides the conversation and the tools.
+#[derive(Debug, Default)]
+struct Settings {
+    model: String,
+    max_tokens: Option<u32>,
+    temperature: Option<Number>,
+    top_p: Option<Number>,
+    stop: Vec<String>,
+    stream: bool,
+    include_usage: bool,
+    format: Option<Format>,
+    seed: Option<Number>,
+    presence_penalty: Option<Number>,
+    frequency_penalty: Option<Number>,
+    /// The end-user identifier and the key it came under.
+    user: Option<(&'static str, String)>,
+    effort: Option<String>,
+    choice: Option<Choice>,
+    parallel: Option<bool>,
+}
+
+/// Top-level keys read by [`read_settings`] or by the conversation readers.
+const CONVERSATION_KEYS: &[&str] = &["messages", "tools"];
+
+fn translate(style: Style, obj: &Map<String, Value>) -> Result<TranslatedRequest, TranslateError> {
+    let settings = read_settings(style, obj)?;
+    let (tools, strict) = read_tools(style, obj.get("tools"))?;
+    let (system, messages) = read_messages(style, obj.get("messages"))?;
+    crate::gate::check(style, &messages).map_err(|e| TranslateError::invalid("messages", e.0))?;
+    let params = Map::new();
+    let call = ModelCall {
+        model: &settings.model,
+        system: system.as_deref(),
+        messages: &messages,
+        tools: &tools,
+        max_tokens: settings.max_tokens,
+        stream: settings.stream,
+        params: &params,
+    };
+    let mut body = style.encode_body(&call);
+    let Value::Object(out) = &mut body else {
+        return Err(TranslateError::invalid(
+            "",
+            "the encoder produced no JSON object",
+        ));
+    };
+    match style {
+        Style::Anthropic => anthropic_settings(out, &settings, &tools, &strict)?,
+        Style::Gemini => gemini_settings(out, &settings, &tools, &strict)?,
+        Style::OpenAi => {}
+    }
+    let body = serde_json::to_vec(&body).map_err(|e| TranslateError::invalid("", e.to_string()))?;
+    Ok(TranslatedRequest {
+        style,
+        model: settings.model,
+        stream: settings.stream,
+        include_usage: settings.include_usage,
+        body,
+    })
+}
+
+fn read_settings(style: Style, obj: &Map<String, Value>) -> Result<Settings, TranslateError> {
+    let mut s = Settings {
+        model: model_name(obj)?.to_string(),
+        ..Settings::default()
+    };
+    if style == Style::Gemini {
+        s.model = gemini_model(&s.model)?;
+    }
+    for (key, value) in obj {
+        let k = key.as_str();
+        if value.is_null() || k == "model" || CONVERSATION_KEYS.contains(&k) {
+            continue;
+        }
+        match k {
+            "max_tokens" | "max_completion_tokens" => {
+                let n = value
+                    .as_u64()
+                    .filter(|n| *n >= 1)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| {
+                        TranslateError::invalid(k, format!("`{k}` must be a positive integer"))
+                    })?;
+                // The newer name wins when both are given, whatever their order.
+                let newer_given = obj
+                    .get("max_completion_tokens")
+                    .is_some_and(|v| !v.is_null());
+                if k == "max_completion_tokens" || !newer_given {
+                    s.max_tokens = Some(n);
+                }
+            }
+            "temperature" => s.temperature = Some(number(value, k)?),
+            "top_p" => s.top_p = Some(number(value, k)?),
+            "stop" => s.stop = read_stop(value)?,
+            "stream" => s.stream = opt_bool(Some(value), k)?.unwrap_or(false),
+            "stream_options" => s.include_usage = include_usage(obj)?,
+            "response_format" => s.format = Some(read_format(value)?),
+            "n" => {
+                if value.as_u64() != Some(1) {
+                    return Err(TranslateError::unsupported(
+                        k,
+                        style,
+                        "one call returns one choice; only `n: 1` is possible",
+                    ));
+                }
+            }
+            "seed" => {
+                if !value.is_i64() && !value.is_u64() {
+                    return Err(TranslateError::invalid(k, "`seed` must be an integer"));
+                }
+                s.seed = Some(number(value, k)?);
+            }
+            "presence_penalty" | "frequency_penalty" => {
+                let n = number(value, k)?;
+                if n.as_f64() != Some(0.0) {
+                    if k == "presence_penalty" {
+                        s.presence_penalty = Some(n);
+                    } else {
+                        s.frequency_penalty = Some(n);
+                    }
+                }
+            }
+            "user" | "safety_identifier" => {
+                let user = value
+                    .as_str()
+                    .ok_or_else(|| TranslateError::invalid(k, format!("`{k}` must be a string")))?;
+                match &s.user {
+                    Some((_, prev)) if prev != user => {
+                        return Err(TranslateError::invalid(
+                            k,
+                            "`user` and `safety_identifier` differ; the upstream takes one identifier",
+                        ));
+                    }
+                    _ => {
+                        let key = if k == "user" {
+                            "user"
+                        } else {
+                            "safety_identifier"
+                        };
+                        s.user = Some((key, user.to_string()));
+                    }
+                }
+            }
+            "reasoning_effort" => {
+                let effort = value.as_str().ok_or_else(|| {
+                    TranslateError::invalid(k, "`reasoning_effort` must be a string")
+                })?;
+                s.effort = Some(effort.to_string());
+            }
+            "tool_choice" => s.choice = Some(read_choice(value)?),
+            "parallel_tool_calls" => s.parallel = opt_bool(Some(value), k)?,
+            // Values that mean "not set": accepted, nothing to carry.
+            "logprobs" | "store" if value == &Value::Bool(false) => {}
+            "logit_bias" | "metadata" if value.as_object().is_some_and(Map::is_empty) => {}
+            "service_tier" if matches!(value.as_str(), Some("auto" | "default")) => {}
+            "modalities" if value == &json!(["text"]) => {}
+            "logprobs"
+            | "store"
+            | "logit_bias"
+            | "metadata"
+            | "service_tier"
+            | "modalities"
+            | "top_logprobs"
+            | "verbosity"
+            | "audio"
+            | "prediction"
+            | "web_search_options"
+            | "functions"
+            | "function_call"
+            | "prompt_cache_key"
+            | "prompt_cache_retention" => {
+                return Err(TranslateError::unsupported(
+                    k,
+                    style,
+                    "the upstream API has no such setting",
+                ));
+            }
+            _ => return Err(unknown(k)),
+        }
+    }
+    Ok(s)
+}
+
+/// Gemini puts the model in the URL path, so its name must not be able to
+/// change the path: a leading `models/` is dropped and anything but
+/// `[A-Za-z0-9._-]` is refused.
+fn gemini_model(model: &str) -> Result<String, TranslateError> {
+    let name = model.strip_prefix("models/").unwrap_or(model);
+    let ok = !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(TranslateError::invalid(
+            "model",
+            format!("{model:?} is not a valid Gemini model name"),
+        ))
+    }
+}
+
+fn read_stop(value: &Value) -> Result<Vec<String>, TranslateError> {
+    match value {
+        Value::String(s) => Ok(vec![s.clone()]),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_str().map(str::to_string).ok_or_else(|| {
+                    TranslateError::invalid(format!("stop[{i}]"), "must be a string")
+                })
+            })
+            .collect(),
+        _ => Err(TranslateError::invalid(
+            "stop",
+            "`stop` must be a string or an array of strings",
+        )),
+    }
+}
+
+fn read_format(value: &Value) -> Result<Format, TranslateError> {
+    let kind = value.get("type").and_then(Value::as_str);
+    match kind {
+        Some("text") => Ok(Format::Text),
+        Some("json_object") => Ok(Format::JsonObject),
+        Some("json_schema") => {
+            let schema = value
+                .pointer("/json_schema/schema")
+                .filter(|s| s.is_object())
+                .ok_or_else(|| {
+                    TranslateError::invalid(
+                        "response_format.json_schema.schema",
+                        "a JSON schema object is required",
+                    )
+                })?;
+            Ok(Format::JsonSchema(schema.clone()))
+        }
+        _ => Err(TranslateError::invalid(
+            "response_format.type",
+            "must be one of `text`, `json_object`, `json_schema`",
+        )),
+    }
+}
+
+fn read_choice(value: &Value) -> Result<Choice, TranslateError> {
+    match value {
+        Value::String(s) => match s.as_str() {
+            "auto" => Ok(Choice::Auto),
+            "required" => Ok(Choice::Required),
+            "none" => Ok(Choice::None),
+            _ => Err(TranslateError::invalid(
+                "tool_choice",
+                format!("unknown tool_choice {s:?}"),
+            )),
+        },
+        Value::Object(o) => match o.get("type").and_then(Value::as_str) {
+            Some("function") => o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .map(|n| Choice::Named(n.to_string()))
+                .ok_or_else(|| {
+                    TranslateError::invalid(
+                        "tool_choice.function.name",
+                        "a function name is required",
+                    )
+                }),
+            Some(other) => Err(TranslateError::invalid(
+                "tool_choice.type",
+                format!(
+                    "tool_choice type {other:?} cannot be translated (only `function` tools are)"
+                ),
+            )),
+            None => Err(TranslateError::invalid(
+                "tool_choice.type",
+                "a tool_choice object needs a `type`",
+            )),
+        },
+        _ => Err(TranslateError::invalid(
+            "tool_choice",
+            "must be a string or an object",
+        )),
+    }
+}
+
+// ---------------------------------------------------------------- target settings
+
+fn anthropic_settings(
+    out: &mut Map<String, Value>,
+    s: &Settings,
+    tools: &[ToolDecl],
+    strict: &[bool],
+) -> Result<(), TranslateError> {
+    const T: Style = Style::Anthropic;
+    if let Some(t) = &s.temperature {
+        // Anthropic's range is 0…1; rescaling OpenAI's 0…2 would change what the caller asked for.
+        if !t.as_f64().is_some_and(|t| (0.0..=1.0).contains(&t)) {
+            return Err(TranslateError::unsupported(
+                "temperature",
+                T,
+                "the range there is 0 to 1",
+            ));
+        }
+        out.insert("temperature".into(), Value::Number(t.clone()));
+    }
+    if let Some(p) = &s.top_p {
+        out.insert("top_p".into(), Value::Number(p.clone()));
+    }
+    if !s.stop.is_empty() {
+        out.insert("stop_sequences".into(), json!(s.stop));
+    }
+    for (param, value) in [
+        ("seed", &s.seed),
+        ("presence_penalty", &s.presence_penalty),
+        ("frequency_penalty", &s.frequency_penalty),
+    ] {
+        if value.is_some() {
+            return Err(TranslateError::unsupported(
+                param,
+                T,
+                "the Messages API has no such setting",
+            ));
+        }
+    }
+    if let Some((_, user)) = &s.user {
+        out.insert("metadata".into(), json!({ "user_id": user }));
+    }
+    let mut output_config = Map::new();
+    match &s.format {
+        None | Some(Format::Text) => {}
+        Some(Format::JsonObject) => {
+            return Err(TranslateError::unsupported(
+                "response_format",
+                T,
+                "JSON mode needs a schema there; use `json_schema`",
+            ))
+        }
+        Some(Format::JsonSchema(schema)) => {
+            output_config.insert(
+                "format".into(),
+                json!({ "type": "json_schema", "schema": schema }),
+            );
+        }
+    }
+    if let Some(effort) = &s.effort {
+        if !matches!(effort.as_str(), "low" | "medium" | "high" | "xhigh") {
+            return Err(TranslateError::unsupported(
+                "reasoning_effort",
+                T,
+                format!("effort {effort:?} has no counterpart"),
+            ));
+        }
+        output_config.insert("effort".into(), Value::String(effort.clone()));
+    }
+    if !output_config.is_empty() {
+        out.insert("output_config".into(), Value::Object(output_config));
+    }
+    if let Some(Value::Array(wire_tools)) = out.get_mut("tools") {
+        for (tool, strict) in wire_tools.iter_mut().zip(strict) {
+            if let (Value::Object(tool), true) = (tool, *strict) {
+                tool.insert("strict".into(), Value::Bool(true));
+            }
+        }
+    }
+    let disable_parallel = s.parallel == Some(false);
+    let choice = match check_choice(s.choice.as_ref(), tools)? {
+        // No tools: `auto` and `none` mean the same as nothing.
+        _ if tools.is_empty() => None,
+        None if disable_parallel => Some(json!({ "type": "auto" })),
+        None => None,
+        Some(Choice::Auto) => Some(json!({ "type": "auto" })),
+        Some(Choice::Required) => Some(json!({ "type": "any" })),
+        Some(Choice::None) => Some(json!({ "type": "none" })),
+        Some(Choice::Named(name)) => Some(json!({ "type": "tool", "name": name })),
+    };
+    if let Some(mut choice) = choice {
+        // `none` makes no calls at all, so it has no parallelism to turn off.
+        if disable_parallel && choice["type"] != "none" {
+            choice["disable_parallel_tool_use"] = Value::Bool(true);
+        }
+        out.insert("tool_choice".into(), choice);
+    }
+    Ok(())
+}
+
+fn gemini_settings(
+    out: &mut Map<String, Value>,
+    s: &Settings,
+    tools: &[ToolDecl],
+    strict: &[bool],
+) -> Result<(), TranslateError> {
+    const T: Style = Style::Gemini;
+    if let Some((key, _)) = &s.user {
+        return Err(TranslateError::unsupported(
+            *key,
+            T,
+            "generateContent has no end-user identifier",
+        ));
+    }
+    let mut config = match out.remove("generationConfig") {
+        Some(Value::Object(c)) => c,
+        _ => Map::new(),
+    };
+    let numbers = [
+        ("temperature", &s.temperature),
+        ("topP", &s.top_p),
+        ("seed", &s.seed),
+        ("presencePenalty", &s.presence_penalty),
+        ("frequencyPenalty", &s.frequency_penalty),
+    ];
+    for (key, value) in numbers {
+        if let Some(n) = value {
+            config.insert(key.into(), Value::Number(n.clone()));
+        }
+    }
+    if !s.stop.is_empty() {
+        config.insert("stopSequences".into(), json!(s.stop));
+    }
+    match &s.format {
+        None | Some(Format::Text) => {}
+        Some(Format::JsonObject) => {
+            config.insert("responseMimeType".into(), json!("application/json"));
+        }
+        Some(Format::JsonSchema(schema)) => {
+            config.insert("responseMimeType".into(), json!("application/json"));
+            config.insert("responseJsonSchema".into(), schema.clone());
+        }
+    }
+    if let Some(effort) = &s.effort {
+        let level = match effort.as_str() {
+            "minimal" => "MINIMAL",
+            "low" => "LOW",
+            "medium" => "MEDIUM",
+            "high" => "HIGH",
+            "xhigh" => "XHIGH",
+            _ => {
+                return Err(TranslateError::unsupported(
+                    "reasoning_effort",
+                    T,
+                    format!("effort {effort:?} has no counterpart"),
+                ))
+            }
+        };
+        config.insert("thinkingConfig".into(), json!({ "thinkingLevel": level }));
+    }
+    if !config.is_empty() {
+        out.insert("generationConfig".into(), Value::Object(config));
+    }
+    if s.parallel == Some(false) && !tools.is_empty() {
+        return Err(TranslateError::unsupported(
+            "parallel_tool_calls",
+            T,
+            "Gemini cannot be told to make one call at a time",
+        ));
+    }
+    // Gemini's AUTO does not hold arguments to the schema; VALIDATED does,
+    // which is what `strict` asks for.
+    let any_strict = strict.iter().any(|s| *s);
+    let config = match check_choice(s.choice.as_ref(), tools)? {
+        _ if tools.is_empty() => None,
+        None | Some(Choice::Auto) if any_strict => Some(json!({ "mode": "VALIDATED" })),
+        None => None,
+        Some(Choice::Auto) => Some(json!({ "mode": "AUTO" })),
+        Some(Choice::Required) => Some(json!({ "mode": "ANY" })),
+        Some(Choice::None) => Some(json!({ "mode": "NONE" })),
+        Some(Choice::Named(name)) => Some(json!({ "mode": "ANY", "allowedFunctionNames": [name] })),
+    };
+    if let Some(config) = config {
+        out.insert(
+            "toolConfig".into(),
+            json!({ "functionCallingConfig": config }),
+        );
+    }
+    Ok(())
+}
+
+/// A choice that needs tools must have them, and a named one must name a declared tool.
+fn check_choice<'a>(
+    choice: Option<&'a Choice>,
+    tools: &[ToolDecl],
+) -> Result<Option<&'a Choice>, TranslateError> {
+    match choice {
+        Some(Choice::Required) if tools.is_empty() => Err(TranslateError::invalid(
+            "tool_choice",
+            "`required` needs at least one tool in `tools`",
+        )),
+        Some(Choice::Named(name)) if !tools.iter().any(|t| &t.name == name) => {
+            Err(TranslateError::invalid(
+                "tool_choice.function.name",
+                format!("tool_choice names {name:?}, which is not in `tools`"),
+            ))
+        }
+        other => Ok(other),
+    }
+}
+
+// ---------------------------------------------------------------- small readers
+
+pub(super) fn unknown(param: &str) -> TranslateError {
+    TranslateError {
+        message: format!("Unrecognized request argument supplied: {param}"),
+        code: Some("unknown_parameter".to_string()),
+        ..TranslateError::invalid(param, String::new())
+    }
+}
+
+pub(super) fn opt_bool(value: Option<&Value>, param: &str) -> Result<Option<bool>, TranslateError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(TranslateError::invalid(
+            param,
+            format!("`{param}` must be a boolean"),
+        )),
+    }
+}
+
+pub(super) fn opt_str<'a>(
+    value: Option<&'a Value>,
+    param: &str,
+) -> Result<Option<&'a str>, TranslateError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(TranslateError::invalid(
+            param,
+            format!("`{param}` must be a string"),
+        )),
+    }
+}
+
+pub(super) fn number(value: &Value, param: &str) -> Result<Number, TranslateError> {
+    match value {
+        Value::Number(n) => Ok(n.clone()),
+        _ => Err(TranslateError::invalid(
+            param,
+            format!("`{param}` must be a number"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemini_model_names_cannot_change_the_path() {
+        assert_eq!(
+            gemini_model("models/gemini-2.5-flash").unwrap(),
+            "gemini-2.5-flash"
+        );
+        for bad in [
+            "../files",
+            "a/b",
+            "x:generateContent?key=1",
+            "",
+            "models/",
+            "a b",
+            ".hidden",
+        ] {
+            assert!(gemini_model(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! A provider SSE stream → OpenAI `chat.completion.chunk` SSE.
+//!
+//! The provider's own assembler reads the stream (the same one the loop
+//! uses), and each [`StreamEvent`] it yields becomes one chunk: text as
+//! `delta.content`, reasoning as `delta.reasoning_content`, a tool call as a
+//! `delta.tool_calls` entry whose first piece carries the index, id, type and
+//! name, and whose later pieces carry the index and argument text. The final
+//! chunks come from the assembled turn, so they say exactly what a whole
+//! response would: the finish reason, then usage when it was asked for.
+
+use serde_json::{json, Value};
+
+use super::response::{call_ids, provider_id, remote_error_to_openai, resolved, usage_json};
+use super::{finish_reason, CompletionMeta, TranslateError};
+use crate::event::StreamEvent;
+use crate::provider::{Assembler, CallIds, Style};
+use crate::sse::SseEvent;
+
+/// Turns one provider stream into OpenAI chunk lines. Feed every SSE event
+/// with [`push`](Self::push), then call [`finish`](Self::finish) when the
+/// upstream body ends; write each returned string to the client as is.
+///
+/// A provider error (an error event, bytes that make no sense, a stream cut
+/// short) becomes one `data: {"error": …}` line, which the OpenAI SDKs raise
+/// as an API error, and nothing follows it: no `[DONE]`, so no client
+/// mistakes the stream for complete. For an OpenAI upstream the events are
+/// passed through unchanged.
+#[derive(Debug, Clone)]
+pub struct StreamTranslator {
+    style: Style,
+    meta: CompletionMeta,
+    include_usage: bool,
+    assembler: Assembler,
+    /// Made at the first event, once the completion id is known.
+    ids: Option<CallIds>,
+    /// Tool calls in the order they started: (id, argument bytes sent).
+    calls: Vec<(String, usize)>,
+    role_sent: bool,
+    /// The upstream sent `[DONE]` (OpenAI pass-through).
+    done_seen: bool,
+    finished: bool,
+    failed: Option<TranslateError>,
+    scratch: Vec<StreamEvent>,
+}
+
+impl StreamTranslator {
+    /// A translator reporting `model`; the completion id is taken from the
+    /// provider's stream and `created` is 0 (see [`with_meta`](Self::with_meta)).
+    /// `include_usage` is the request's `stream_options.include_usage`.
+    pub fn new(style: Style, model: &str, include_usage: bool) -> StreamTranslator {
+        StreamTranslator::with_meta(style, CompletionMeta::new(model), include_usage)
+    }
+
+    /// A translator with the completion's id, model and creation time given.
+    pub fn with_meta(style: Style, meta: CompletionMeta, include_usage: bool) -> StreamTranslator {
+        StreamTranslator {
+            style,
+            meta,
+            include_usage,
+            assembler: style.assembler(),
+            ids: None,
+            calls: Vec::new(),
+            role_sent: false,
+            done_seen: false,
+            finished: false,
+            failed: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The error the stream failed with, once it has.
+    pub fn error(&self) -> Option<&TranslateError> {
+        self.failed.as_ref()
+    }
+
+    /// The completion id the chunks carry (empty before the first event when derived).
+    pub fn completion_id(&self) -> &str {
+        &self.meta.id
+    }
+
+    /// Feeds one upstream SSE event; returns the chunk lines it yields.
+    pub fn push(&mut self, event: &SseEvent) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.finished || self.failed.is_some() {
+            return out;
+        }
+        if self.style == Style::OpenAi {
+            if self.done_seen {
+                return out;
+            }
+            self.done_seen = event.data.trim() == "[DONE]";
+            out.push(sse_line(event.event.as_deref(), &event.data));
+            return out;
+        }
+        if self.ids.is_none() {
+            if self.meta.id.is_empty() {
+                // The first event names the response (Anthropic message_start,
+                // every Gemini chunk); the fingerprint is the fallback.
+                let body = event.data.as_bytes();
+                self.meta = match provider_id(body) {
+                    Some(token) => CompletionMeta {
+                        id: format!("chatcmpl-{token}"),
+                        ..self.meta.clone()
+                    },
+                    None => resolved(&self.meta, body),
+                };
+            }
+            self.ids = Some(call_ids(&self.meta));
+        }
+        let Some(ids) = self.ids.as_mut() else {
+            return out;
+        };
+        let result = self.assembler.push(event, ids, &mut self.scratch);
+        let events = std::mem::take(&mut self.scratch);
+        for ev in &events {
+            self.translate(ev, &mut out);
+        }
+        self.scratch = events;
+        self.scratch.clear();
+        if let Err(e) = result {
+            self.fail(remote_error_to_openai(&e), &mut out);
+        }
+        out
+    }
+
+    /// The upstream body ended: the final chunks (a `{}` argument piece for
+    /// calls that had none, the finish reason, usage when asked for and
+    /// reported) and `data: [DONE]`; or the error line when the stream failed
+    /// or ended before the provider's end marker. Later calls return nothing.
+    pub fn finish(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.finished || self.failed.is_some() {
+            return out;
+        }
+        self.finished = true;
+        if self.style == Style::OpenAi {
+            if !self.done_seen {
+                self.fail(
+                    truncated("the upstream stream ended before `data: [DONE]`"),
+                    &mut out,
+                );
+            }
+            return out;
+        }
+        let turn = match self.assembler.finish() {
+            Ok(turn) => turn,
+            Err(e) => {
+                self.fail(remote_error_to_openai(&e), &mut out);
+                return out;
+            }
+        };
+        self.role(&mut out);
+        for (index, (_, sent)) in self.calls.iter().enumerate() {
+            if *sent == 0 {
+                let delta = json!({ "tool_calls": [{ "index": index, "function": { "arguments": "{}" } }] });
+                out.push(self.chunk(delta, None));
+            }
+        }
+        let has_calls = turn.tool_calls().next().is_some() || !self.calls.is_empty();
+        out.push(self.chunk(json!({}), Some(finish_reason(turn.stop.reason, has_calls))));
+        if self.include_usage && turn.usage_reported {
+            let usage = json!({
+                "id": self.meta.id,
+                "object": "chat.completion.chunk",
+                "created": self.meta.created,
+                "model": self.meta.model,
+                "choices": [],
+                "usage": usage_json(&turn),
+            });
+            out.push(format!("data: {usage}\n\n"));
+        }
+        out.push("data: [DONE]\n\n".to_string());
+        out
+    }
+
+    /// The upstream connection failed mid-stream (a read error, a timeout):
+    /// the error line to end the client's stream with. Nothing follows it.
+    pub fn abort(&mut self, error: TranslateError) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.finished && self.failed.is_none() {
+            self.finished = true;
+            self.fail(error, &mut out);
+        }
+        out
+    }
+
+    fn translate(&mut self, event: &StreamEvent, out: &mut Vec<String>) {
+        match event {
+            StreamEvent::TextDelta { text } if !text.is_empty() => {
+                self.role(out);
+                out.push(self.chunk(json!({ "content": text }), None));
+            }
+            StreamEvent::ReasoningDelta { text } if !text.is_empty() => {
+                self.role(out);
+                out.push(self.chunk(json!({ "reasoning_content": text }), None));
+            }
+            StreamEvent::ToolCallStarted { id, name } => {
+                self.role(out);
+                let index = self.calls.len();
+                self.calls.push((id.clone(), 0));
+                let delta = json!({ "tool_calls": [{
+                    "index": index,
+                    "id": id,
+                    "type": "function",
+                    "function": { "name": name, "arguments": "" },
+                }] });
+                out.push(self.chunk(delta, None));
+            }
+            StreamEvent::ToolCallDelta { id, arguments } if !arguments.is_empty() => {
+                // Deltas name their call by id; the assemblers always start a call first.
+                let Some(index) = self.calls.iter().position(|(c, _)| c == id) else {
+                    return;
+                };
+                if let Some((_, sent)) = self.calls.get_mut(index) {
+                    *sent += arguments.len();
+                }
+                let delta = json!({ "tool_calls": [{ "index": index, "function": { "arguments": arguments } }] });
+                out.push(self.chunk(delta, None));
+            }
+            _ => {}
+        }
+    }
+
+    /// The first chunk of a completion names the role.
+    fn role(&mut self, out: &mut Vec<String>) {
+        if !self.role_sent {
+            self.role_sent = true;
+            out.push(self.chunk(json!({ "role": "assistant", "content": "" }), None));
+        }
+    }
+
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
+        let chunk = json!({
+            "id": self.meta.id,
+            "object": "chat.completion.chunk",
+            "created": self.meta.created,
+            "model": self.meta.model,
+            "choices": [{ "index": 0, "delta": delta, "logprobs": null, "finish_reason": finish }],
+        });
+        format!("data: {chunk}\n\n")
+    }
+
+    fn fail(&mut self, error: TranslateError, out: &mut Vec<String>) {
+        out.push(format!("data: {}\n\n", error.to_json()));
+        self.failed = Some(error);
+    }
+}
+
+fn truncated(message: &str) -> TranslateError {
+    TranslateError {
+        status: 502,
+        message: message.to_string(),
+        kind: "server_error".to_string(),
+        param: None,
+        code: Some("upstream_truncated".to_string()),
+    }
+}
+
+/// One SSE event as text: the `event:` line when there is one, each data
+/// line as its own `data:` line (a payload may hold newlines), a blank line.
+fn sse_line(event: Option<&str>, data: &str) -> String {
+    let mut s = String::with_capacity(data.len() + 16);
+    if let Some(event) = event {
+        s.push_str("event: ");
+        s.push_str(event);
+        s.push('\n');
+    }
+    for line in data.split('\n') {
+        s.push_str("data: ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(data: &str) -> SseEvent {
+        SseEvent {
+            event: None,
+            data: data.to_string(),
+            id: None,
+        }
+    }
+
+    #[test]
+    fn openai_events_pass_through() {
+        let mut t = StreamTranslator::new(Style::OpenAi, "m", false);
+        assert_eq!(
+            t.push(&ev("{\"a\":1}")),
+            vec!["data: {\"a\":1}\n\n".to_string()]
+        );
+        assert_eq!(t.push(&ev("[DONE]")), vec!["data: [DONE]\n\n".to_string()]);
+        assert!(t.push(&ev("{}")).is_empty());
+        assert!(t.finish().is_empty());
+    }
+
+    #[test]
+    fn an_openai_stream_without_done_ends_in_an_error() {
+        let mut t = StreamTranslator::new(Style::OpenAi, "m", false);
+        t.push(&ev("{}"));
+        let out = t.finish();
+        assert_eq!(out.len(), 1);
+        assert!(out[0].starts_with("data: {\"error\""), "{out:?}");
+        assert_eq!(t.error().map(|e| e.status), Some(502));
+    }
+
+    #[test]
+    fn an_abort_ends_the_stream_with_its_error() {
+        let mut t = StreamTranslator::new(Style::Anthropic, "m", false);
+        let e = TranslateError::invalid("x", "gone");
+        let out = t.abort(e.clone());
+        assert_eq!(out, vec![format!("data: {}\n\n", e.to_json())]);
+        assert!(t.abort(e).is_empty());
+        assert!(t.finish().is_empty());
+        assert!(t.push(&ev("{}")).is_empty());
+    }
+
+    #[test]
+    fn multi_line_data_keeps_its_lines() {
+        assert_eq!(
+            sse_line(Some("error"), "a\nb"),
+            "event: error\ndata: a\ndata: b\n\n"
+        );
+    }
+}
