@@ -6,11 +6,35 @@
 //! code. That is what a model needs from a page, without a parser dependency.
 
 /// Elements whose content is dropped with them.
-const HIDDEN: &[&str] = &["script", "style", "noscript", "template", "svg", "head", "iframe", "object"];
+const HIDDEN: &[&str] = &[
+    "script", "style", "noscript", "template", "svg", "head", "iframe", "object",
+];
 /// Elements that start a new line.
 const BLOCKS: &[&str] = &[
-    "p", "div", "section", "article", "header", "footer", "nav", "aside", "main", "table", "tr", "ul", "ol", "dl",
-    "dt", "dd", "blockquote", "form", "fieldset", "figure", "figcaption", "address", "details", "summary",
+    "p",
+    "div",
+    "section",
+    "article",
+    "header",
+    "footer",
+    "nav",
+    "aside",
+    "main",
+    "table",
+    "tr",
+    "ul",
+    "ol",
+    "dl",
+    "dt",
+    "dd",
+    "blockquote",
+    "form",
+    "fieldset",
+    "figure",
+    "figcaption",
+    "address",
+    "details",
+    "summary",
 ];
 
 /// The page as plain text (`markdown == false`) or markdown.
@@ -35,8 +59,11 @@ pub(crate) fn convert(html: &str, markdown: bool) -> String {
         rest = &rest[gt + 1..];
         let closing = tag.starts_with('/');
         let body = tag.trim_start_matches('/');
-        let name: String =
-            body.chars().take_while(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase();
+        let name: String = body
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .collect::<String>()
+            .to_ascii_lowercase();
         if name.is_empty() {
             continue; // <!DOCTYPE …>, <?xml …?>
         }
@@ -141,11 +168,16 @@ fn attribute(tag: &str, name: &str) -> Option<String> {
             continue;
         }
         let rest = tag[from..].trim_start();
-        let Some(rest) = rest.strip_prefix('=') else { continue };
+        let Some(rest) = rest.strip_prefix('=') else {
+            continue;
+        };
         let rest = rest.trim_start();
         let value = match rest.chars().next() {
             Some(q @ ('"' | '\'')) => rest[1..].split(q).next().unwrap_or(""),
-            _ => rest.split(|c: char| c.is_ascii_whitespace() || c == '>').next().unwrap_or(""),
+            _ => rest
+                .split(|c: char| c.is_ascii_whitespace() || c == '>')
+                .next()
+                .unwrap_or(""),
         };
         return Some(decode_entities(value));
     }
@@ -162,7 +194,11 @@ pub(crate) fn decode_entities(text: &str) -> String {
     while let Some(amp) = rest.find('&') {
         out.push_str(&rest[..amp]);
         rest = &rest[amp..];
-        let end = rest.char_indices().take(12).find(|(_, c)| *c == ';').map(|(i, _)| i);
+        let end = rest
+            .char_indices()
+            .take(12)
+            .find(|(_, c)| *c == ';')
+            .map(|(i, _)| i);
         let decoded = end.and_then(|end| {
             let entity = &rest[1..end];
             let c = match entity {
@@ -257,7 +293,13 @@ impl Writer {
     }
 
     fn finish(self) -> String {
-        self.out.lines().map(str::trim_end).collect::<Vec<_>>().join("\n").trim().to_string()
+        self.out
+            .lines()
+            .map(str::trim_end)
+            .collect::<Vec<_>>()
+            .join("\n")
+            .trim()
+            .to_string()
     }
 }
 
@@ -282,12 +324,45 @@ mod tests {
     #[test]
     fn text_has_no_markup() {
         let text = convert(PAGE, false);
-        assert_eq!(text, "Title & more\n\nSome bold and a link.\n\n• one\n• two\n\nx<y AB");
+        assert_eq!(
+            text,
+            "Title & more\n\nSome bold and a link.\n\n• one\n• two\n\nx<y AB"
+        );
+    }
+
+    #[test]
+    fn random_markup_does_not_panic() {
+        // A small deterministic generator over the characters the parser cares about.
+        let alphabet: Vec<char> = "<>&;#x/!-\"'=aAbé \nprescript".chars().collect();
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..3000 {
+            let len = (seed % 40) as usize;
+            let text: String = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    alphabet[(seed % alphabet.len() as u64) as usize]
+                })
+                .collect();
+            let _ = convert(&text, true);
+            let _ = convert(&text, false);
+        }
     }
 
     #[test]
     fn broken_markup_does_not_panic() {
-        for input in ["<", "<a", "<a href=", "&#xZZ;", "&", "<script>never closed", "<p>é<", "<!--", "&#1114112;"] {
+        for input in [
+            "<",
+            "<a",
+            "<a href=",
+            "&#xZZ;",
+            "&",
+            "<script>never closed",
+            "<p>é<",
+            "<!--",
+            "&#1114112;",
+        ] {
             let _ = convert(input, true);
             let _ = convert(input, false);
         }

@@ -15,7 +15,8 @@ pub(crate) const KIND_QUESTION: &str = "question";
 ///
 /// The prompt is each question's text, plus ` (options: a, b)` when it has
 /// options, joined by `\n` — the format hosts of the upstream contract parse.
-/// `data.questions` carries the questions exactly as the model sent them.
+/// `data.questions` carries the questions as the model sent them (an array
+/// sent as a JSON string is parsed first).
 pub(crate) fn question(args: Value, ctx: &ToolContext) -> Result<ToolOutcome<Value>, ToolError> {
     if let Some(answer) = ctx.answer() {
         // A declined answer never gets here (the run turns it into an error
@@ -23,15 +24,28 @@ pub(crate) fn question(args: Value, ctx: &ToolContext) -> Result<ToolOutcome<Val
         let data = Value::Object(answer.data.clone().unwrap_or_default());
         return done(data.to_string());
     }
-    let questions = match args.get("questions") {
-        Some(Value::Array(list)) if !list.is_empty() => list.clone(),
-        Some(Value::Array(_)) => return Err(ToolError::msg("question: questions must not be empty")),
-        _ => return Err(ToolError::msg("invalid arguments for question: questions must be an array")),
+    // Some models send the array as a JSON string; take it as meant.
+    let parsed = match args.get("questions") {
+        Some(Value::String(text)) => serde_json::from_str::<Value>(text).ok(),
+        other => other.cloned(),
+    };
+    let questions = match parsed {
+        Some(Value::Array(list)) if !list.is_empty() => list,
+        Some(Value::Array(_)) => {
+            return Err(ToolError::msg("question: questions must not be empty"))
+        }
+        _ => {
+            return Err(ToolError::msg(
+                "invalid arguments for question: questions must be an array",
+            ))
+        }
     };
     let mut lines = Vec::with_capacity(questions.len());
     for (i, q) in questions.iter().enumerate() {
         let Some(text) = q.get("question").and_then(Value::as_str) else {
-            return Err(ToolError::msg(format!("question: questions[{i}] has no question text")));
+            return Err(ToolError::msg(format!(
+                "question: questions[{i}] has no question text"
+            )));
         };
         let options: Vec<String> = match q.get("options") {
             Some(Value::Array(opts)) => opts

@@ -56,7 +56,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::tool::{DynTool, ToolContext, ToolError, ToolOutcome, Toolbox, ToolboxError, RESERVED_BUILTINS};
+use crate::tool::{
+    DynTool, ToolContext, ToolError, ToolOutcome, Toolbox, ToolboxError, RESERVED_BUILTINS,
+};
 
 mod bash;
 mod files;
@@ -70,8 +72,13 @@ mod web;
 pub use web::{Resolve, SystemResolver};
 
 /// The provider API keys `bash` never passes on to a command.
-pub const SCRUBBED_ENV: &[&str] =
-    &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENROUTER_API_KEY"];
+pub const SCRUBBED_ENV: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "OPENROUTER_API_KEY",
+];
 
 /// A name that is not one of the built-in tools.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -211,7 +218,11 @@ impl Builtins {
 
     /// The built-ins that are on, in the canonical order.
     pub fn enabled(&self) -> Vec<&'static str> {
-        RESERVED_BUILTINS.iter().copied().filter(|n| self.enabled.contains(n)).collect()
+        RESERVED_BUILTINS
+            .iter()
+            .copied()
+            .filter(|n| self.enabled.contains(n))
+            .collect()
     }
 
     /// Whether `name` is on.
@@ -320,7 +331,9 @@ impl Builtins {
             .into_iter()
             .map(|name| {
                 let s = settings.clone();
-                DynTool::new(name, describe(name), schema(name), move |args, ctx| dispatch(&s, name, args, ctx))
+                DynTool::new(name, describe(name), schema(name), move |args, ctx| {
+                    dispatch(&s, name, args, ctx)
+                })
             })
             .collect()
     }
@@ -335,10 +348,17 @@ impl Builtins {
 
     /// Runs one built-in directly, as a driver would (for hosts with their own
     /// dispatch, and for tests). A tool that is off gives an error result.
-    pub fn call(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutcome<Value>, ToolError> {
+    pub fn call(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutcome<Value>, ToolError> {
         let known = canonical(name).map_err(|e| ToolError::msg(e.to_string()))?;
         if !self.enabled.contains(known) {
-            return Err(ToolError::msg(format!("the built-in tool {known} is not enabled")));
+            return Err(ToolError::msg(format!(
+                "the built-in tool {known} is not enabled"
+            )));
         }
         dispatch(&self.settings, known, args, ctx)
     }
@@ -346,10 +366,19 @@ impl Builtins {
 
 /// The `&'static` name of a built-in.
 fn canonical(name: &str) -> Result<&'static str, UnknownBuiltin> {
-    RESERVED_BUILTINS.iter().copied().find(|n| *n == name).ok_or_else(|| UnknownBuiltin(name.to_string()))
+    RESERVED_BUILTINS
+        .iter()
+        .copied()
+        .find(|n| *n == name)
+        .ok_or_else(|| UnknownBuiltin(name.to_string()))
 }
 
-fn dispatch(s: &Settings, name: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutcome<Value>, ToolError> {
+fn dispatch(
+    s: &Settings,
+    name: &str,
+    args: Value,
+    ctx: &ToolContext,
+) -> Result<ToolOutcome<Value>, ToolError> {
     match name {
         "bash" => bash::run(s, parse(name, args)?, ctx),
         "read" => files::read(s, parse(name, args)?),
@@ -365,43 +394,56 @@ fn dispatch(s: &Settings, name: &str, args: Value, ctx: &ToolContext) -> Result<
     }
 }
 
-fn describe(name: &str) -> String {
+/// What a tool does, for the model.
+fn describe(name: &str) -> &'static str {
     match name {
-        "bash" => "Run a shell command (bash -c) in the workspace and return its combined stdout and stderr. \
-                   A non-zero exit is an error. The command runs in its own process group, which is killed at the \
-                   timeout and when the command ends: background jobs do not outlive it. Long output is cut."
-        ,
-        "read" => "Read a text file in the workspace. Lines come back numbered (line number, tab, text); use \
-                   offset (1-based line) and limit (line count) to read a window of a long file."
-        ,
-        "write" => "Write a file in the workspace, replacing it whole if it exists and creating parent directories."
-        ,
-        "edit" => "Replace an exact string in a file. oldString must occur exactly once unless replaceAll is true; \
-                   include enough surrounding text to make it unique."
-        ,
-        "grep" => "Search file contents with a regular expression (Rust regex syntax) under a directory of the \
-                   workspace. Prints path:line:text, paths relative to the workspace, sorted. include filters file \
-                   names with a glob (e.g. *.rs)."
-        ,
-        "glob" => "List the files matching a glob pattern (*, **, ?, {a,b}) under a directory of the workspace, as \
-                   sorted paths relative to the workspace. A pattern without / matches file names at any depth."
-        ,
-        "webfetch" => "Fetch an http(s) URL and return its content as markdown (default), plain text or raw html. \
-                       Only public addresses are reachable."
-        ,
-        "question" => "Ask the user one or more questions and wait for the answer. Never use it to ask for \
-                       passwords, keys or other secrets."
-        ,
-        "apply_patch" => "Apply a patch to workspace files. Format: '*** Begin Patch', then per file '*** Add File: \
-                          PATH' (lines prefixed with +), '*** Delete File: PATH', or '*** Update File: PATH' \
-                          (optionally '*** Move to: PATH') with hunks that start with '@@' (optionally followed by a \
-                          line to find first) and hold ' ' context, '-' removed and '+' added lines; then '*** End \
-                          Patch'. Every hunk is checked first, and either every file changes or none does."
-        ,
+        "bash" => concat!(
+            "Run a shell command (bash -c) in the workspace and return its combined stdout and ",
+            "stderr. A non-zero exit is an error. The command runs in its own process group, which ",
+            "is killed at the timeout and when the command ends: background jobs do not outlive it. ",
+            "Long output is cut in the middle.",
+        ),
+        "read" => concat!(
+            "Read a text file in the workspace. Lines come back numbered (line number, tab, text); ",
+            "use offset (1-based line) and limit (line count) to read a window of a long file.",
+        ),
+        "write" => concat!(
+            "Write a file in the workspace, replacing it whole if it exists and creating parent ",
+            "directories.",
+        ),
+        "edit" => concat!(
+            "Replace an exact string in a file. oldString must occur exactly once unless replaceAll ",
+            "is true; include enough surrounding text to make it unique.",
+        ),
+        "grep" => concat!(
+            "Search file contents with a regular expression (Rust regex syntax) under a directory ",
+            "of the workspace. Prints path:line:text, paths relative to the workspace, sorted. ",
+            "include filters file names with a glob (e.g. *.rs).",
+        ),
+        "glob" => concat!(
+            "List the files matching a glob pattern (*, **, ?, {a,b}) under a directory of the ",
+            "workspace, as sorted paths relative to the workspace. A pattern without / matches ",
+            "file names at any depth.",
+        ),
+        "webfetch" => concat!(
+            "Fetch an http(s) URL and return its content as markdown (default), plain text or raw ",
+            "html. Only public addresses are reachable.",
+        ),
+        "question" => concat!(
+            "Ask the user one or more questions and wait for the answer. Never use it to ask for ",
+            "passwords, keys or other secrets.",
+        ),
+        "apply_patch" => concat!(
+            "Apply a patch to workspace files. Format: '*** Begin Patch', then per file ",
+            "'*** Add File: PATH' (every line prefixed with +), '*** Delete File: PATH', or ",
+            "'*** Update File: PATH' (optionally followed by '*** Move to: PATH') with hunks that ",
+            "start with '@@' (optionally followed by a line to find first) and hold ' ' context, ",
+            "'-' removed and '+' added lines; then '*** End Patch'. Every hunk is checked first, ",
+            "and either every file changes or none does.",
+        ),
         "todowrite" => "Write the todo list (the whole list each time) and get it back rendered.",
         _ => "",
     }
-    .to_string()
 }
 
 fn schema(name: &str) -> Value {
@@ -523,14 +565,21 @@ fn schema(name: &str) -> Value {
 /// The arguments as the tool's type; a mismatch is an error result naming the problem.
 fn parse<A: DeserializeOwned>(name: &str, args: Value) -> Result<A, ToolError> {
     // A model that sends no arguments at all means "no arguments".
-    let args = if args.is_null() { Value::Object(Default::default()) } else { args };
-    serde_json::from_value(args).map_err(|e| ToolError::msg(format!("invalid arguments for {name}: {e}")))
+    let args = if args.is_null() {
+        Value::Object(Default::default())
+    } else {
+        args
+    };
+    serde_json::from_value(args)
+        .map_err(|e| ToolError::msg(format!("invalid arguments for {name}: {e}")))
 }
 
 /// A count or size the model may send as an integer, a float (`10.0`) or a
 /// numeric string (`"10"`): models do all three. Negative values become 0.
 pub(crate) fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    let Some(n) = lenient_f64(d)? else { return Ok(None) };
+    let Some(n) = lenient_f64(d)? else {
+        return Ok(None);
+    };
     if n.is_nan() || n <= 0.0 {
         return Ok(Some(0));
     }
@@ -550,9 +599,11 @@ pub(crate) fn lenient_f64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>
         None => Ok(None),
         Some(Num::N(n)) => Ok(Some(n)),
         Some(Num::S(s)) if s.trim().is_empty() => Ok(None),
-        Some(Num::S(s)) => {
-            s.trim().parse::<f64>().map(Some).map_err(|_| serde::de::Error::custom(format!("{s:?} is not a number")))
-        }
+        Some(Num::S(s)) => s
+            .trim()
+            .parse::<f64>()
+            .map(Some)
+            .map_err(|_| serde::de::Error::custom(format!("{s:?} is not a number"))),
     }
 }
 

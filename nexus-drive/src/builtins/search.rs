@@ -73,7 +73,9 @@ fn walk(jail: &Jail, dir: &Path) -> (Vec<Found>, bool) {
     let mut seen = 0usize;
     let mut stopped = false;
     while let Some(current) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&current) else { continue };
+        let Ok(entries) = fs::read_dir(&current) else {
+            continue;
+        };
         for entry in entries.flatten() {
             seen += 1;
             if seen > MAX_WALK_ENTRIES {
@@ -81,7 +83,9 @@ fn walk(jail: &Jail, dir: &Path) -> (Vec<Found>, bool) {
                 break;
             }
             // `file_type` does not follow links: a link is neither a file nor a directory here.
-            let Ok(kind) = entry.file_type() else { continue };
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
             let path = entry.path();
             if kind.is_dir() {
                 if !SKIPPED_DIRS.iter().any(|d| entry.file_name() == *d) {
@@ -90,9 +94,18 @@ fn walk(jail: &Jail, dir: &Path) -> (Vec<Found>, bool) {
             } else if kind.is_file() {
                 let rel = path
                     .strip_prefix(dir)
-                    .map(|r| r.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/"))
+                    .map(|r| {
+                        r.components()
+                            .map(|c| c.as_os_str().to_string_lossy())
+                            .collect::<Vec<_>>()
+                            .join("/")
+                    })
                     .unwrap_or_default();
-                out.push(Found { rel, shown: jail.show(&path), path });
+                out.push(Found {
+                    rel,
+                    shown: jail.show(&path),
+                    path,
+                });
             }
         }
         if stopped {
@@ -116,7 +129,10 @@ impl Pattern {
             .literal_separator(true)
             .build()
             .map_err(|e| format!("invalid glob {pattern:?}: {e}"))?;
-        Ok(Pattern { matcher: glob.compile_matcher(), name_only: !pattern.contains('/') })
+        Ok(Pattern {
+            matcher: glob.compile_matcher(),
+            name_only: !pattern.contains('/'),
+        })
     }
 
     fn matches(&self, rel: &str) -> bool {
@@ -163,10 +179,14 @@ pub(crate) fn grep(s: &Settings, args: GrepArgs) -> Result<ToolOutcome<Value>, T
             continue;
         }
         bytes.clear();
-        let Ok(f) = File::open(&file.path) else { continue };
+        let Ok(f) = File::open(&file.path) else {
+            continue;
+        };
         // Files over the read cap are skipped rather than read in part: a
         // partial search would report "no match" for text it never saw.
-        if f.take(s.read_cap + 1).read_to_end(&mut bytes).is_err() || bytes.len() as u64 > s.read_cap {
+        if f.take(s.read_cap + 1).read_to_end(&mut bytes).is_err()
+            || bytes.len() as u64 > s.read_cap
+        {
             continue;
         }
         if looks_binary(&bytes) {
@@ -190,14 +210,22 @@ pub(crate) fn grep(s: &Settings, args: GrepArgs) -> Result<ToolOutcome<Value>, T
         }
     }
     if lines.is_empty() {
-        return done(if stopped { "No matches (the search stopped early: too many files)".into() } else { "No matches".into() });
+        return done(if stopped {
+            "No matches (the search stopped early: too many files)".into()
+        } else {
+            "No matches".into()
+        });
     }
     let mut out = lines.join("\n");
     if cut {
-        out.push_str(&format!("\n(stopped at {limit} matches; narrow the pattern, path or include to see the rest)"));
+        out.push_str(&format!(
+            "\n(stopped at {limit} matches; narrow the pattern, path or include to see the rest)"
+        ));
     }
     if stopped {
-        out.push_str(&format!("\n(the search stopped after {MAX_WALK_ENTRIES} entries; give a narrower path)"));
+        out.push_str(&format!(
+            "\n(the search stopped after {MAX_WALK_ENTRIES} entries; give a narrower path)"
+        ));
     }
     done(cap_text(out, s.output_cap))
 }
@@ -210,17 +238,29 @@ pub(crate) fn glob(s: &Settings, args: GlobArgs) -> Result<ToolOutcome<Value>, T
     let limit = args.limit.unwrap_or(DEFAULT_LIMIT).max(1);
 
     let (files, stopped) = walk(&jail, &dir);
-    let matched: Vec<String> = files.into_iter().filter(|f| pattern.matches(&f.rel)).map(|f| f.shown).collect();
+    let matched: Vec<String> = files
+        .into_iter()
+        .filter(|f| pattern.matches(&f.rel))
+        .map(|f| f.shown)
+        .collect();
     if matched.is_empty() {
         return done("No files found".into());
     }
     let total = matched.len();
-    let mut out = matched.into_iter().take(limit as usize).collect::<Vec<_>>().join("\n");
+    let mut out = matched
+        .into_iter()
+        .take(limit as usize)
+        .collect::<Vec<_>>()
+        .join("\n");
     if total as u64 > limit {
-        out.push_str(&format!("\n(showing {limit} of {total} files; narrow the pattern or path to see the rest)"));
+        out.push_str(&format!(
+            "\n(showing {limit} of {total} files; narrow the pattern or path to see the rest)"
+        ));
     }
     if stopped {
-        out.push_str(&format!("\n(the search stopped after {MAX_WALK_ENTRIES} entries; give a narrower path)"));
+        out.push_str(&format!(
+            "\n(the search stopped after {MAX_WALK_ENTRIES} entries; give a narrower path)"
+        ));
     }
     done(cap_text(out, s.output_cap))
 }
