@@ -291,6 +291,12 @@ impl Run {
         &self.state.transcript
     }
 
+    /// Takes the whole transcript out of a finished (or abandoned) run
+    /// without copying it.
+    pub fn into_transcript(self) -> Vec<Message> {
+        self.state.transcript
+    }
+
     /// How many messages were history when the run began.
     pub fn history_len(&self) -> usize {
         self.state.history_len
