@@ -17,6 +17,7 @@ if [ ! -d "$wire" ]; then
     echo "seed.sh: no wire corpus at $wire (pass its path, or set NEXUS_SHARED)" >&2
     exit 1
 fi
+wire=$(cd "$wire" && pwd)
 
 corpus="$here/corpus"
 n=0
@@ -44,7 +45,7 @@ done
 
 # Saved run states: the format fixtures every release keeps.
 for f in "$root"/nexus-proto/tests/fixtures/state/*.json; do
-    [ -f "$f" ] && seed state "$f"
+    if [ -f "$f" ]; then seed state "$f"; fi
 done
 # The machine target reads its script from raw bytes; an empty seed starts it.
 mkdir -p "$corpus/machine"

@@ -1,3 +1,4 @@
 #![no_main]
 // Any bytes as a whole Gemini response body (and as an error body): a typed result, never a panic.
-libfuzzer_sys::fuzz_target!(|data: &[u8]| nexus_proto::fuzzing::decode_response(nexus_proto::Style::Gemini, data));
+use nexus_proto::{fuzzing::decode_response, Style};
+libfuzzer_sys::fuzz_target!(|data: &[u8]| decode_response(Style::Gemini, data));

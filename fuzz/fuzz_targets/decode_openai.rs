@@ -1,3 +1,4 @@
 #![no_main]
 // Any bytes as a whole OpenAI response body (and as an error body): a typed result, never a panic.
-libfuzzer_sys::fuzz_target!(|data: &[u8]| nexus_proto::fuzzing::decode_response(nexus_proto::Style::OpenAi, data));
+use nexus_proto::{fuzzing::decode_response, Style};
+libfuzzer_sys::fuzz_target!(|data: &[u8]| decode_response(Style::OpenAi, data));

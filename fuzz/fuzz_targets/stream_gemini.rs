@@ -1,3 +1,4 @@
 #![no_main]
 // Any bytes as a Gemini SSE response body: a typed result, never a panic, the same under any chunking.
-libfuzzer_sys::fuzz_target!(|data: &[u8]| nexus_proto::fuzzing::decode_stream(nexus_proto::Style::Gemini, data));
+use nexus_proto::{fuzzing::decode_stream, Style};
+libfuzzer_sys::fuzz_target!(|data: &[u8]| decode_stream(Style::Gemini, data));

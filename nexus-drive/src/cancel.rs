@@ -4,6 +4,10 @@
 //! blocking driver's interruptible sleeps, and a list of listeners (wakers for
 //! the async driver, socket shutdowns for ureq) that fire once on cancel.
 
+// Each driver uses a part of this; with one driver (or none) compiled in,
+// the rest is unused by design.
+#![cfg_attr(not(all(feature = "blocking", feature = "async")), allow(dead_code))]
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;

@@ -184,6 +184,14 @@ pub enum Entry {
         #[serde(default)]
         at: u64,
     },
+    /// The host ended the run with an error (a hook or the error classifier).
+    Abort {
+        /// The error the run ended with.
+        error: nexus_proto::RunError,
+        /// When it was fed.
+        #[serde(default)]
+        at: u64,
+    },
     /// The run stopped suspended on these requests and its state was stored.
     Pending {
         /// The outstanding requests.
@@ -692,6 +700,7 @@ impl Tap for Recorder {
             },
             Input::Timeout => Entry::Timeout { at },
             Input::Cancel => Entry::Cancel { at },
+            Input::Abort { error } => Entry::Abort { error: error.clone(), at },
         };
         self.write(&entry);
     }

@@ -58,6 +58,8 @@ type EventFn = dyn Fn(&StreamEvent) + Send + Sync;
 
 /// How the host answers suspensions in-process.
 #[derive(Clone)]
+// Read by the drivers only; with none compiled in the fields are unused.
+#[cfg_attr(not(any(feature = "blocking", feature = "async")), allow(dead_code))]
 pub(crate) enum WaitFor {
     Blocking(Arc<dyn Fn(Request) -> Answer + Send + Sync>),
     Async(Arc<dyn Fn(Request) -> AsyncAnswer + Send + Sync>),
@@ -82,6 +84,9 @@ pub struct ClientConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) cancel: CancelToken,
     pub(crate) tap: Option<Arc<dyn Tap>>,
+    /// Whether the host fixed the seed; otherwise every run draws its own,
+    /// so run ids (and the idempotency keys built from them) never repeat.
+    pub(crate) fixed_seed: bool,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -178,6 +183,7 @@ impl ClientBuilder {
                 connect_timeout: Duration::from_secs(30),
                 cancel: CancelToken::new(),
                 tap: None,
+                fixed_seed: false,
             },
             key: KeySource::Default,
             error: None,
@@ -270,6 +276,7 @@ impl ClientBuilder {
     /// Seeds retry jitter and run ids (reproducible runs).
     pub fn seed(mut self, seed: u64) -> Self {
         self.cfg.run.seed = seed;
+        self.cfg.fixed_seed = true;
         self
     }
 

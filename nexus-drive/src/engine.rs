@@ -3,6 +3,10 @@
 //! jobs, sleep and answer; everything else (hooks, metrics, classification,
 //! results) happens here, so the two cannot drift.
 
+// Each driver uses a part of this; with one driver (or none) compiled in,
+// the rest is unused by design.
+#![cfg_attr(not(all(feature = "blocking", feature = "async")), allow(dead_code))]
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -103,6 +107,9 @@ impl Engine {
         messages: Vec<Message>,
     ) -> Result<Engine, DriveError> {
         let mut rc = cfg.run.clone();
+        if !cfg.fixed_seed {
+            rc.seed = fresh_seed();
+        }
         if let Some(t) = cfg.timeout {
             let d = Timestamp(now_ms()).plus_ms(u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
             rc.deadline = Some(rc.deadline.map_or(d, |x| x.min(d)));
@@ -290,9 +297,13 @@ impl Engine {
 
     /// Ends the run with `err` (a hook or the classifier decided).
     fn abort(&mut self, err: DriveError) {
+        let error = match &err {
+            DriveError::Run(e) => e.clone(),
+            other => RunError::Aborted { reason: other.to_string() },
+        };
         self.failure.get_or_insert(err);
         self.exchange = None;
-        let _ = self.feed(Input::Cancel);
+        let _ = self.feed(Input::Abort { error });
     }
 
     fn prepare_send(&mut self, mut req: HttpRequest) -> Option<HttpRequest> {
@@ -566,7 +577,12 @@ impl Engine {
                 self.record_reply(&call_id, &name, started, None, reply, false);
                 continue;
             };
-            let seen = self.cfg.hooks.after_tool.is_some().then(|| (input.clone(), idempotency_key.clone()));
+            let seen = self
+                .cfg
+                .hooks
+                .after_tool
+                .is_some()
+                .then(|| (input.clone(), idempotency_key.clone()));
             self.tools.push(Running {
                 call_id: call_id.clone(),
                 name: name.clone(),
@@ -599,14 +615,7 @@ impl Engine {
             return;
         };
         let r = self.tools.swap_remove(pos);
-        self.record_reply(
-            &r.call_id,
-            &r.name,
-            r.started,
-            r.seen.as_ref(),
-            reply,
-            true,
-        );
+        self.record_reply(&r.call_id, &r.name, r.started, r.seen.as_ref(), reply, true);
     }
 
     fn record_reply(
@@ -716,13 +725,18 @@ impl Engine {
     }
 }
 
+/// `ask`: the config's conversation store (`ask` without one is a config error).
+pub(crate) fn conversations(
+    cfg: &ClientConfig,
+) -> Result<&Arc<dyn crate::store::ConversationStore>, DriveError> {
+    cfg.conversations
+        .as_ref()
+        .ok_or_else(|| DriveError::Config("ask needs a conversation store".into()))
+}
+
 /// `ask`: the stored transcript of a conversation (empty when new).
 pub(crate) fn load_conversation(cfg: &ClientConfig, id: &str) -> Result<Vec<Message>, DriveError> {
-    let store = cfg
-        .conversations
-        .as_ref()
-        .ok_or_else(|| DriveError::Config("ask needs a conversation store".into()))?;
-    Ok(store.get(id)?.unwrap_or_default())
+    Ok(conversations(cfg)?.get(id)?.unwrap_or_default())
 }
 
 /// `ask`: saves the transcript of a run that is not pending (a pending
@@ -760,4 +774,17 @@ pub(crate) fn settle_stored(
         Err(_) => store.delete(run_id, claimed.version)?,
     }
     result
+}
+
+/// A seed of its own for every run that did not fix one: the run id, and so
+/// every idempotency key (`run id/turn/call id`), derives from it.
+fn fresh_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    nanos ^ (u64::from(std::process::id()) << 32) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }

@@ -41,6 +41,7 @@ pub mod hooks;
 pub mod metrics;
 mod result;
 pub mod store;
+pub mod stores;
 pub mod tool;
 
 #[cfg(feature = "async")]

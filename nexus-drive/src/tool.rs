@@ -707,9 +707,15 @@ mod tests {
         assert_eq!(s["type"], "object");
         assert_eq!(s["properties"]["n"]["description"], "How many.");
         // Nested types are inlined: Gemini does not follow `$ref`.
-        assert_eq!(s["properties"]["at"]["properties"]["city"]["type"], "string");
+        assert_eq!(
+            s["properties"]["at"]["properties"]["city"]["type"],
+            "string"
+        );
         let text = s.to_string();
-        assert!(!text.contains("$ref") && !text.contains("$schema"), "{text}");
+        assert!(
+            !text.contains("$ref") && !text.contains("$schema"),
+            "{text}"
+        );
         assert!(s.get("title").is_none());
     }
 

@@ -181,7 +181,7 @@ fn the_demo_shows_the_whole_loop(style: &str) {
         "state saved to",
         "resumed from its saved state",
         "Sent to sam@example.com",
-        "final:  Done: the plan is in Sam's inbox (sam@example.com).",
+        "final:    Done: the plan is in Sam's inbox (sam@example.com).",
         "replay matches the recording: 2 run(s), 5 request(s) byte-identical; the session ends done",
     ] {
         assert!(text.contains(needle), "the trace shows {needle:?}:\n{text}");

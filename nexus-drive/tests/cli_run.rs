@@ -646,3 +646,37 @@ fn a_provider_error_exits_1_with_its_message() {
     );
     assert!(!dir.join("nexus-state.json").exists());
 }
+
+#[test]
+fn a_resume_alone_can_be_recorded_and_replayed() {
+    let style = "openai";
+    let dir = scratch("record-resume");
+    let fake = fake(relay_scripts(style, "rr"));
+    let relay = relay_file(&dir);
+    run(run_cmd(&dir, &fake, style, "rr", &["--relay", &relay, "x"])).expect(3);
+    let answers = relay_answers(&dir, "relay_c_alpha");
+    let mut resume = nexus(&dir, Some(style));
+    resume.args([
+        "resume",
+        "--state",
+        "nexus-state.json",
+        "--answer",
+        &answers,
+        "--record",
+        "r.jsonl",
+    ]);
+    run(&mut resume).expect(0);
+    let cassette = std::fs::read_to_string(dir.join("r.jsonl")).unwrap_or_default();
+    assert!(
+        cassette
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with(r#"{"type":"resume""#)),
+        "{cassette}"
+    );
+    let out = run(nexus(&dir, None).args(["replay", "r.jsonl", "--json"]))
+        .expect(0)
+        .json();
+    assert_eq!(out["status"], "done");
+    assert_eq!(out["text"], "Alpha is A-ONE and beta is B-TWO.");
+}

@@ -48,7 +48,7 @@ fn openai_shape() {
 
 #[test]
 fn gemini_wraps_every_declaration_in_one_element() {
-    let v = tools(&["--style", "gemini", "--builtins"]);
+    let v = tools(&["--style", "gemini", "--builtins=question,todowrite"]);
     let list = v.as_array().cloned().unwrap_or_default();
     assert_eq!(list.len(), 1, "one tools element: {v}");
     let decls = list[0]["functionDeclarations"]

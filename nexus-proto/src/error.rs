@@ -149,6 +149,12 @@ pub enum RunError {
     /// The host cancelled the run.
     #[error("run cancelled")]
     Cancelled,
+    /// The host ended the run (a hook refused to go on).
+    #[error("run aborted: {reason}")]
+    Aborted {
+        /// The host's reason.
+        reason: String,
+    },
     /// The whole-run deadline passed.
     #[error("run deadline exceeded")]
     DeadlineExceeded,

@@ -10,13 +10,12 @@ use crate::provider::Style;
 /// Checks that `messages` is a transcript the provider will accept:
 /// every tool call is answered by exactly one result in the very next turn
 /// (a user turn), no result answers a call that was not made in the turn
-/// before it, call ids are unique and names non-empty, the transcript does not
+/// before it, call ids are unique within their turn and names non-empty, the transcript does not
 /// end on unanswered calls, and (Anthropic) reasoning precedes tool calls.
 pub fn check(style: Style, messages: &[Message]) -> Result<(), GateError> {
     if messages.is_empty() {
         return Err(GateError("the transcript is empty".into()));
     }
-    let mut seen_ids: HashSet<&str> = HashSet::new();
     let mut open: Vec<(&str, &str)> = Vec::new(); // (id, name) awaiting results
     for (i, msg) in messages.iter().enumerate() {
         let results: Vec<_> = msg.tool_results().collect();
@@ -49,6 +48,10 @@ pub fn check(style: Style, messages: &[Message]) -> Result<(), GateError> {
         }
         open.clear();
         if msg.role == Role::Assistant {
+            // Ids must be unique within a turn (results are matched by id);
+            // some OpenAI-compatible servers reuse ids across turns, which
+            // every provider accepts.
+            let mut seen_ids: HashSet<&str> = HashSet::new();
             let mut saw_call = false;
             for block in &msg.content {
                 match block {
@@ -57,7 +60,7 @@ pub fn check(style: Style, messages: &[Message]) -> Result<(), GateError> {
                             return Err(GateError(format!("messages[{i}]: tool call {:?} has an empty name", call.id)));
                         }
                         if call.id.is_empty() || !seen_ids.insert(call.id.as_str()) {
-                            return Err(GateError(format!("messages[{i}]: tool call id {:?} is empty or reused", call.id)));
+                            return Err(GateError(format!("messages[{i}]: tool call id {:?} is empty or repeated within the turn", call.id)));
                         }
                         open.push((call.id.as_str(), call.name.as_str()));
                         saw_call = true;

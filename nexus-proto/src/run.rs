@@ -70,6 +70,13 @@ pub enum Input<'a> {
     Timeout,
     /// Stop the run now. The driver aborts whatever it has in flight.
     Cancel,
+    /// End the run with this error: the host decided (a hook refused, or its
+    /// error classifier judged a failure final). Recorded as the outcome, so
+    /// a snapshot or a replay says why the run ended.
+    Abort {
+        /// The error the run ends with.
+        error: RunError,
+    },
 }
 
 /// Something the machine asks of the driver. Drivers must handle every variant.
@@ -418,6 +425,10 @@ impl Run {
                 self.inflight = None;
                 self.finish(Outcome::Failed { error: RunError::Cancelled });
             }
+            Input::Abort { error } => {
+                self.inflight = None;
+                self.finish(Outcome::Failed { error });
+            }
         }
         Ok(())
     }
@@ -447,7 +458,7 @@ impl Run {
                 };
                 return if known { Ok(()) } else { Err(InputError::UnknownAnswer(answer.id.clone())) };
             }
-            Input::Timeout | Input::Cancel => return Ok(()),
+            Input::Timeout | Input::Cancel | Input::Abort { .. } => return Ok(()),
         };
         let inflight = self.inflight.as_ref().filter(|f| f.exchange == exchange);
         let Some(inflight) = inflight else {

@@ -282,17 +282,13 @@ fn retries_honour_retry_after_then_give_up() {
         sim.run.handle_input(sim.now, Input::ResponseHead { exchange: ex, status: 429, headers: vec![("Retry-After".into(), "3".into())] }).unwrap();
         sim.run.handle_input(sim.now, Input::ResponseBody { exchange: ex, chunk: br#"{"error":{"message":"slow down","type":"rate_limit_error"}}"# }).unwrap();
         sim.run.handle_input(sim.now, Input::ResponseEnd { exchange: ex }).unwrap();
-        let mut waited = None;
-        loop {
+        let waited = loop {
             match sim.run.poll_output() {
                 Output::Event(_) => {}
-                Output::Wait { until } => {
-                    waited = until;
-                    break;
-                }
+                Output::Wait { until } => break until,
                 o => panic!("{o:?}"),
             }
-        }
+        };
         assert_eq!(waited, Some(sim.now.plus_ms(3000)));
         // too early: nothing happens
         sim.run.handle_input(sim.now.plus_ms(10), Input::Timeout).unwrap();

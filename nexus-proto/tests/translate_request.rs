@@ -560,8 +560,16 @@ fn what_a_target_cannot_express_is_a_400_naming_it() {
             "parallel_tool_calls",
         ),
         (vec![Style::Gemini], json!({"user": "u"}), "user"),
-        (vec![Style::Gemini], json!({"safety_identifier": "u"}), "safety_identifier"),
-        (vec![Style::Anthropic], json!({"user": "u", "safety_identifier": "v"}), "user"),
+        (
+            vec![Style::Gemini],
+            json!({"safety_identifier": "u"}),
+            "safety_identifier",
+        ),
+        (
+            vec![Style::Anthropic],
+            json!({"user": "u", "safety_identifier": "v"}),
+            "user",
+        ),
         (
             vec![Style::Gemini],
             json!({"tools": [{"type": "function", "function": {"name": "9lives"}}]}),

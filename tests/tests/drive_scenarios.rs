@@ -750,6 +750,28 @@ fn conversation_and_run_stores_round_trip(d: Drv) {
         );
         assert!(conversations.delete("conv-1").unwrap());
 
+        // An ask that suspends saves nothing until it is resumed.
+        let (t, a) = (counter(), counter());
+        let cfg = transfer_tools(builder(&fake, style, "m-park", false), &t, &a)
+            .conversation_store(conversations.clone())
+            .build()
+            .unwrap();
+        let asker = d.client(cfg);
+        let parked = asker.ask("conv-3", "pay").unwrap();
+        assert_eq!(parked.status, RunStatus::Pending, "{ctx}");
+        assert_eq!(conversations.get("conv-3").unwrap(), None, "{ctx}");
+        let answer = Answer::ok(parked.pending[0].id.clone(), None);
+        let state = parked.suspended.unwrap().state;
+        let resumed = asker.resume_ask("conv-3", &state, vec![answer]).unwrap();
+        assert_eq!(resumed.text, "parked and done", "{ctx}");
+        // user prompt, the call, its result, the answer
+        assert_eq!(resumed.messages.len(), 4, "{ctx}");
+        assert_eq!(
+            conversations.get("conv-3").unwrap(),
+            Some(resumed.messages.clone()),
+            "{ctx}"
+        );
+
         // A suspended run parked in a file store and finished by resume_stored.
         let dir = std::env::temp_dir().join(format!(
             "nexus-drive-runs-{}-{style:?}-{d:?}",

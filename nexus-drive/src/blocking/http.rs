@@ -81,10 +81,14 @@ pub(crate) fn send(
     let request = builder
         .body(req.body.as_slice())
         .map_err(|e| (TransportErrorKind::Connect, e.to_string()))?;
-    let request = agent
-        .configure_request(request)
-        .timeout_global(timeout)
-        .build();
+    // A request-level config copies the agent's; only pay for it when a deadline applies.
+    let request = match timeout {
+        Some(t) => agent
+            .configure_request(request)
+            .timeout_global(Some(t))
+            .build(),
+        None => request,
+    };
     let response = agent
         .run(request)
         .map_err(|e| (kind_of(&e), e.to_string()))?;

@@ -117,6 +117,20 @@ impl Client {
         Ok(result)
     }
 
+    /// Resumes a run that `ask` left pending and saves the conversation
+    /// once it is no longer pending.
+    pub fn resume_ask(
+        &self,
+        conversation_id: &str,
+        state: &[u8],
+        answers: Vec<Answer>,
+    ) -> Result<RunResult, DriveError> {
+        engine::conversations(&self.cfg)?;
+        let result = self.resume(state, answers)?;
+        engine::save_conversation(&self.cfg, conversation_id, &result)?;
+        Ok(result)
+    }
+
     /// Runs a prompt, yielding events as they happen and the result last.
     pub fn stream(&self, prompt: impl Into<String>) -> RunStream<'_> {
         self.stream_messages(vec![Message::user(prompt)])

@@ -369,6 +369,7 @@ impl Replayer<'_> {
             }
             Entry::Timeout { at } => self.feed(*at, Input::Timeout),
             Entry::Cancel { at } => self.feed(*at, Input::Cancel),
+            Entry::Abort { error, at } => self.feed(*at, Input::Abort { error: error.clone() }),
             Entry::Pending { requests } => {
                 let Some(run) = &self.run else {
                     return self.mismatch("`pending` before any `start`");

@@ -140,9 +140,23 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
     /// Resumes a claimed run with its recorded answers on `client` (whose
     /// config must have this as its tap), saving progress as it goes, and
     /// settles it in the store. The config's cancel token still cancels it.
+    ///
+    /// A client whose tap is not this one could not save progress: the
+    /// claim is released untouched and the call fails with
+    /// [`DriveError::Config`].
     #[cfg(feature = "blocking")]
-    pub fn resume(&self, client: &crate::blocking::Client, claim: Claim) -> Result<RunResult, DriveError> {
-        let Claim { lease, state, answers, .. } = claim;
+    pub fn resume(
+        &self,
+        client: &crate::blocking::Client,
+        claim: Claim,
+    ) -> Result<RunResult, DriveError> {
+        let Claim {
+            lease,
+            state,
+            answers,
+            ..
+        } = claim;
+        self.check_tap(client.config(), &lease)?;
         let token = self.register(&lease, client.config().cancel_token());
         let result = client.with_cancel(token.0).resume(&state, answers);
         drop(token.1);
@@ -165,13 +179,39 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
     where
         S: Send + Sync,
     {
-        let Claim { lease, state, answers, .. } = claim;
+        let Claim {
+            lease,
+            state,
+            answers,
+            ..
+        } = claim;
+        self.check_tap(client.config(), &lease)?;
         let token = self.register(&lease, client.config().cancel_token());
         let result = client.with_cancel(token.0).resume(&state, answers).await;
         drop(token.1);
         let (lease, lost) = self.unregister(lease);
         let this = Arc::clone(self);
         smol::unblock(move || this.settle(&lease, lost, result)).await
+    }
+
+    /// Refuses a client that would resume without these checkpoints (the
+    /// in-doubt guarantee needs the progress saves), giving the claim back.
+    fn check_tap(
+        &self,
+        cfg: &crate::config::ClientConfig,
+        lease: &Lease,
+    ) -> Result<(), DriveError> {
+        let ours = cfg
+            .tap
+            .as_ref()
+            .is_some_and(|t| std::ptr::addr_eq(Arc::as_ptr(t), self as *const Self));
+        if ours {
+            return Ok(());
+        }
+        let _ = self.store.release_claim(lease, None, self.now());
+        Err(DriveError::Config(
+            "the client's tap must be these Checkpoints (ClientBuilder::tap) to resume through them".into(),
+        ))
     }
 
     /// Starts tracking a run; the returned token cancels its resume, and
@@ -249,9 +289,9 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
             a.tools_out = handing_out_tools;
             a.lease.clone()
         };
-        let saved = self
-            .store
-            .save_progress(&mut lease, &run.snapshot(), self.now(), self.lease_ms);
+        let saved =
+            self.store
+                .save_progress(&mut lease, &run.snapshot(), self.now(), self.lease_ms);
         let cancel = {
             let mut map = lock(&self.active);
             let Some(a) = map.get_mut(run.id()) else {

@@ -1,6 +1,7 @@
-//! Durable stores on real databases: [`sqlite::SqliteStore`] (feature
-//! `sqlite`, the embedded default) and [`postgres::PostgresStore`] (feature
-//! `postgres`, for many workers over one database).
+//! Durable stores on real databases: `sqlite::SqliteStore` (feature
+//! `sqlite`, the embedded default) and `postgres::PostgresStore` (feature
+//! `postgres`, for many workers over one database). The modules exist only
+//! with their feature; what is here is shared by both.
 //!
 //! Both implement the crate's [`ConversationStore`] and [`RunStore`], and
 //! [`ClaimStore`], which adds what many stateless workers need:
@@ -293,7 +294,12 @@ pub trait ClaimStore: RunStore + ConversationStore {
     /// Gives the run back without changing its state (the last one written
     /// stands). With `error`, counts a failed resume and keeps the message.
     /// Returns the new version.
-    fn release_claim(&self, lease: &Lease, error: Option<&str>, now: u64) -> Result<u64, StoreError>;
+    fn release_claim(
+        &self,
+        lease: &Lease,
+        error: Option<&str>,
+        now: u64,
+    ) -> Result<u64, StoreError>;
 
     /// The runs matching `filter` (claims judged at `now`), oldest state first.
     fn list_runs(&self, filter: &RunFilter, now: u64) -> Result<Vec<RunInfo>, StoreError>;
@@ -398,7 +404,8 @@ pub fn parse_rfc3339_ms(s: &str) -> Option<u64> {
         if !part.iter().all(u8::is_ascii_digit) {
             return None;
         }
-        part.iter().try_fold(0i64, |acc, d| Some(acc * 10 + i64::from(d - b'0')))
+        part.iter()
+            .try_fold(0i64, |acc, d| Some(acc * 10 + i64::from(d - b'0')))
     };
     let sep = |at: usize, allowed: &[u8]| b.get(at).is_some_and(|c| allowed.contains(c));
     if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {
@@ -472,13 +479,19 @@ mod tests {
     fn rfc3339_by_the_rules() {
         // 2000-03-01 is 11017 days after the epoch (30 years of 365 days,
         // 7 leap days in 1972..=1996, plus Jan and Feb 2000 = 31 + 29).
-        assert_eq!(parse_rfc3339_ms("2000-03-01T00:00:00Z"), Some(11_017 * 86_400_000));
+        assert_eq!(
+            parse_rfc3339_ms("2000-03-01T00:00:00Z"),
+            Some(11_017 * 86_400_000)
+        );
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:01.5Z"), Some(1_500));
         assert_eq!(parse_rfc3339_ms("1970-01-01t00:00:00.123456z"), Some(123));
         // An offset east of UTC is earlier in UTC.
         assert_eq!(parse_rfc3339_ms("1970-01-01T02:00:00+02:00"), Some(0));
-        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00-00:30"), Some(1_800_000));
+        assert_eq!(
+            parse_rfc3339_ms("1970-01-01T00:00:00-00:30"),
+            Some(1_800_000)
+        );
         assert_eq!(parse_rfc3339_ms("1969-12-31T23:59:59Z"), Some(0));
         for bad in [
             "",

@@ -73,6 +73,18 @@ impl Cl {
         }
     }
 
+    pub fn resume_ask(
+        &self,
+        id: &str,
+        state: &[u8],
+        answers: Vec<Answer>,
+    ) -> Result<RunResult, DriveError> {
+        match self {
+            Cl::B(c) => c.resume_ask(id, state, answers),
+            Cl::A(c) => smol::block_on(c.resume_ask(id, state, answers)),
+        }
+    }
+
     pub fn with_cancel(&self, token: CancelToken) -> Cl {
         match self {
             Cl::B(c) => Cl::B(c.with_cancel(token)),

@@ -181,8 +181,7 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
     let mut b = ClientConfig::builder(style, model)
         .api_key(key.clone())
         .toolbox(toolbox)
-        .stream(p.switch("stream"))
-        .seed(fresh_seed());
+        .stream(p.switch("stream"));
     if let Some(url) = p.value("base-url") {
         b = b.base_url(url);
     }
@@ -206,17 +205,6 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
     };
     let items = client.stream(prompt);
     finish(&ctx, items)
-}
-
-/// A seed of its own for every run: the run id, and so every idempotency
-/// key (`run id/turn/call id`), derives from it, and two runs must not share them.
-fn fresh_seed() -> u64 {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    // Truncation is fine: only the low bits vary between runs anyway.
-    (nanos as u64) ^ (u64::from(std::process::id()) << 32)
 }
 
 /// Runs `nexus resume`.

@@ -23,8 +23,9 @@ pub struct Trace {
     pub show_requests: bool,
     runs: usize,
     handoffs: usize,
-    /// Text of the current turn has been printed without its line end.
-    text_open: bool,
+    /// The label of the text being printed without its line end (`model:`
+    /// or `thinking:`), so streamed pieces continue one line.
+    open: Option<&'static str>,
     /// The last turn's stop reason, for the JSON result.
     pub last_stop: Option<StopReason>,
 }
@@ -41,10 +42,19 @@ impl Trace {
     }
 
     fn close_text(&mut self) {
-        if self.text_open {
+        if self.open.take().is_some() {
             out("");
-            self.text_open = false;
         }
+    }
+
+    /// Streamed pieces of one kind continue the same line.
+    fn inline(&mut self, label: &'static str, text: &str) {
+        if self.open != Some(label) {
+            self.close_text();
+            out_inline(&format!("  {label} "));
+            self.open = Some(label);
+        }
+        out_inline(&text.replace('\n', "\n            "));
     }
 
     fn line(&mut self, s: &str) {
@@ -89,10 +99,10 @@ impl Observer for Trace {
                 .join(", ")
         ));
         if let Some(system) = &c.system {
-            self.line(&format!("  system: {}", short(system, 200)));
+            self.line(&format!("  system:   {}", short(system, 200)));
         }
         if let Some(user) = run.transcript().iter().rev().find(|m| m.role == Role::User) {
-            self.line(&format!("  user:   {}", short(&user.text(), 400)));
+            self.line(&format!("  user:     {}", short(&user.text(), 400)));
         }
     }
 
@@ -110,16 +120,8 @@ impl Observer for Trace {
     fn event(&mut self, event: &StreamEvent) {
         match event {
             StreamEvent::TurnStarted { turn } => self.line(&format!("  [turn {turn}]")),
-            StreamEvent::TextDelta { text } => {
-                if !self.text_open {
-                    out_inline("  model:  ");
-                    self.text_open = true;
-                }
-                out_inline(&text.replace('\n', "\n          "));
-            }
-            StreamEvent::ReasoningDelta { text } => {
-                self.line(&format!("  (thinking) {}", short(text, 200)))
-            }
+            StreamEvent::TextDelta { text } => self.inline("model:   ", text),
+            StreamEvent::ReasoningDelta { text } => self.inline("thinking:", text),
             StreamEvent::ToolCallFinished { call } => {
                 self.line(&format!(
                     "  ⚙ call   {}({})  [{}]",
@@ -240,7 +242,7 @@ impl Observer for Trace {
             u.completion_tokens
         ));
         if matches!(outcome, Outcome::Done) {
-            self.line(&format!("  final:  {}", run.final_text()));
+            self.line(&format!("  final:    {}", run.final_text()));
         }
         let _ = std::io::stdout().flush();
     }

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Reproduces every table of BENCHMARKS.md in one sitting:
+#   1. sets up the shared harness (peer venvs + the Rust floors),
+#   2. builds our runner (`overhead`, release),
+#   3. runs the shared harness with our rows added through BENCH_EXTRA
+#      (blocking and async driver, non-streaming and streaming),
+#   4. runs every cargo bench of the workspace (stream decoding, durable
+#      state, async scale, and any bench added since),
+#   5. collects it all, with the machine line and the load before and after
+#      each part, into one directory.
+#
+# Knobs (all optional):
+#   NEXUS_SHARED   the shared reference tree        [../shared next to the repo]
+#   BENCH_VENVS    where setup.sh puts venvs/bins   [$TMPDIR/bench-venvs]
+#   BENCH_RESULTS  output directory                  [target/bench-results/<UTC time>]
+#   SKIP_SETUP=1   reuse an existing BENCH_VENVS
+#   ONLY=overhead|cargo   run one part only
+#   CARGO_TARGET_DIR      as usual
+#   plus the harness's own: BENCH_RUNS, BENCH_WARMUP, BENCH_ROUNDS, BENCH_SEED, BENCH_PIN, BENCH_ONLY
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+export NEXUS_SHARED="${NEXUS_SHARED:-$(cd "$root/.." && pwd)/shared}"
+harness="$NEXUS_SHARED/bench"
+export BENCH_VENVS="${BENCH_VENVS:-${TMPDIR:-/tmp}/bench-venvs}"
+target="${CARGO_TARGET_DIR:-$root/target}"
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+out="${BENCH_RESULTS:-$root/target/bench-results/$stamp}"
+mkdir -p "$out"
+log="$out/sitting.log"
+
+note() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$log" >&2; }
+load() { note "load: $(uptime | sed 's/.*load average: //') — $1"; }
+
+{
+  echo "date (UTC): $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "nproc: $(nproc)"
+  lscpu | grep -E '^(Model name|Thread|Core|Socket|CPU MHz|L2|L3|Hypervisor)' || true
+  free -m | sed -n '1,2p'
+  echo "kernel: $(uname -sr)"
+  echo "rustc: $(rustc --version)"
+  echo "cargo: $(cargo --version)"
+  echo "python: $(python3 --version 2>&1)"
+  echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
+} > "$out/machine.txt"
+cat "$out/machine.txt" >&2
+
+part() { [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ]; }
+
+if part overhead; then
+  if [ "${SKIP_SETUP:-0}" != 1 ]; then
+    load "before setup"
+    start=$(date +%s)
+    bash "$harness/setup.sh" 2>&1 | tee -a "$log" >&2
+    note "harness setup took $(( $(date +%s) - start )) s"
+  fi
+
+  load "before building the runner"
+  cargo build --release -q -p nexus-drive --example overhead
+  bin="$target/release/examples/overhead"
+  [ -x "$bin" ] || { note "runner not found at $bin"; exit 1; }
+
+  # Our rows: both drivers, whole bodies and SSE streams. Entries are
+  # separated by ';' (run_all.py splits on it).
+  export BENCH_EXTRA="nexus-blocking=$bin --driver blocking; nexus-async=$bin --driver async; nexus-blocking-stream=$bin --driver blocking --stream; nexus-async-stream=$bin --driver async --stream"
+  # An absolute BENCH_OUT keeps the results out of the (read-only) shared tree.
+  export BENCH_OUT="$out/overhead"
+  load "before the overhead sitting"
+  bash "$harness/run_all.sh" > /dev/null 2>> "$log"
+  load "after the overhead sitting"
+  # Our rows against the floors of the same sitting, and the issue's targets
+  # (p50 ≤ 1.15 × floor-rust-ureq, peak RSS ≤ 5 MB).
+  python3 - "$out/overhead.json" > "$out/overhead-ratios.md" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+by = {r["framework"]: r for r in doc["results"]}
+raw, ureq = by.get("floor-rust-raw"), by.get("floor-rust-ureq")
+def ratio(r, f, key="p50_ms"):
+    return f"{r[key] / f[key]:.2f}" if f and r.get(key) and f.get(key) else "—"
+def plus_us(r, f):
+    return f"{(r['p50_ms'] - f['p50_ms']) * 1e3:+.0f}" if f and r.get("p50_ms") and f.get("p50_ms") else "—"
+print("| row | p50 ms | p95 ms | mean ms | round-p50 range ms | × ureq p50 | × ureq p95 | × raw p50 | + µs over ureq | + µs over raw | peak RSS MB | p50 ≤ 1.15 × ureq | RSS ≤ 5 MB | ok |")
+print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|:-:|:-:|")
+for r in doc["results"]:
+    if not (r["framework"].startswith("nexus") or r["framework"].startswith("floor-rust")):
+        continue
+    x = r["p50_ms"] / ureq["p50_ms"] if ureq and r.get("p50_ms") else None
+    rss = r.get("peak_rss_mb")
+    mark = lambda ok: "—" if ok is None else ("yes" if ok else "**no**")
+    print(f"| {r['framework']} | {r['p50_ms']:.3f} | {r['p95_ms']:.3f} | {r['mean_ms']:.3f} | "
+          f"{r['round_p50_min_ms']:.3f}–{r['round_p50_max_ms']:.3f} | {ratio(r, ureq)} | {ratio(r, ureq, 'p95_ms')} | "
+          f"{ratio(r, raw)} | {plus_us(r, ureq)} | {plus_us(r, raw)} | {rss if rss is not None else '—'} | "
+          f"{mark(None if x is None else x <= 1.15)} | {mark(None if rss is None else rss <= 5.0)} | "
+          f"{'✅' if r['final_ok'] else '❌'} |")
+PY
+  note "overhead table: $out/overhead.md (ratios: $out/overhead-ratios.md)"
+fi
+
+if part cargo; then
+  # Every bench target of the workspace, found from the manifests, so benches
+  # added later (translation, stores) land in the same sitting.
+  cargo metadata --no-deps --format-version 1 \
+    | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["packages"]:
+    for t in p["targets"]:
+        if "bench" in t["kind"]:
+            print(p["name"], t["name"])' > "$out/benches.txt"
+  while read -r pkg bench; do
+    load "before cargo bench $pkg/$bench"
+    dest="$out/bench-$pkg-$bench.md"
+    cargo bench -q -p "$pkg" --bench "$bench" > "$dest" 2>> "$log" || note "cargo bench $pkg/$bench failed"
+    # A bench still built under the libtest harness skips its plain main
+    # under `cargo bench`; it then carries an ignored test that runs it.
+    if ! grep -q '^|' "$dest" && grep -q 'ignored' "$dest"; then
+      note "$pkg/$bench runs under the libtest harness: running its ignored test"
+      cargo test -q --release -p "$pkg" --bench "$bench" -- --ignored --nocapture --test-threads 1 \
+        > "$dest" 2>> "$log" || note "$pkg/$bench (libtest) failed"
+    fi
+    load "after cargo bench $pkg/$bench"
+  done < "$out/benches.txt"
+fi
+
+# One file with everything, in the order BENCHMARKS.md uses.
+{
+  echo "# Benchmark sitting $stamp"
+  echo
+  echo '```'
+  cat "$out/machine.txt"
+  echo '```'
+  echo
+  if [ -f "$out/overhead.md" ]; then
+    sed 's/^# /## /' "$out/overhead.md"
+    echo
+    echo "### Our rows against the Rust floors (same sitting)"
+    echo
+    cat "$out/overhead-ratios.md"
+  fi
+  for f in "$out"/bench-*.md; do
+    [ -f "$f" ] || continue
+    echo
+    grep -E '^(#|\||$|[A-Z])' "$f" | grep -vE '^(running|test result|test )' || true
+  done
+  echo
+  echo "## Load during the sitting"
+  echo
+  echo '```'
+  grep 'load:' "$log" || true
+  echo '```'
+} > "$out/all.md"
+mkdir -p "$root/target/bench-results" && ln -sfn "$out" "$root/target/bench-results/latest" 2>/dev/null || true
+note "all tables: $out/all.md"
