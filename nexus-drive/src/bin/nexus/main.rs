@@ -10,6 +10,7 @@ mod decode;
 mod demo;
 mod replay;
 mod run;
+mod serve;
 mod tools;
 mod trace;
 
@@ -28,6 +29,7 @@ usage:
   nexus replay CASSETTE [--json]         re-run a recorded session against its recording
   nexus tools [--builtins[=NAMES]] [--relay FILE] [--style S]
   nexus decode --style S [--stream] FILE decode one captured response body or SSE stream
+  nexus serve --listen ADDR --upstream-style S   an OpenAI-compatible gateway to S
 
 `nexus COMMAND --help` describes each command.
 
@@ -111,6 +113,7 @@ fn dispatch(argv: &[String]) -> Result<i32, Fail> {
         "demo" => (demo::HELP, demo::main),
         "tools" => (tools::HELP, tools::main),
         "decode" => (decode::HELP, decode::main),
+        "serve" => (serve::HELP, serve::main),
         "help" | "--help" | "-h" => {
             out(HELP);
             return Ok(0);
