@@ -2,7 +2,6 @@
 //! suspended run against a plain serde_json round trip of the transcript alone.
 
 #[path = "../tests/sim/mod.rs"]
-#[allow(dead_code)]
 mod sim;
 mod harness;
 

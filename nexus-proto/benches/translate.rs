@@ -2,7 +2,6 @@
 //! Anthropic and Gemini requests, and provider responses back to OpenAI.
 
 #[path = "../tests/sim/mod.rs"]
-#[allow(dead_code)]
 mod sim;
 mod harness;
 
@@ -15,10 +14,9 @@ use sim::{wire, Turn};
 /// A system prompt and 50 messages: rounds of user → assistant tool calls → two tool results → assistant text.
 fn conversation() -> Value {
     let mut messages = vec![json!({"role": "system", "content": "You are a helpful assistant."})];
-    let mut i = 0;
     // 50 messages after the system prompt: 9 full rounds of 5, a tenth that
     // ends on its tool results, then the new user turn.
-    for _ in 0..10 {
+    for i in 0..10 {
         messages.push(json!({"role": "user", "content": format!("Question {i}: what is the weather in Paris, and what is 2 + {i}?")}));
         messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
             {"id": format!("call_{i}_a"), "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}},
@@ -29,7 +27,6 @@ fn conversation() -> Value {
         if i < 9 {
             messages.push(json!({"role": "assistant", "content": format!("It is sunny and 22C; 2 + {i} = {}.", 2 + i)}));
         }
-        i += 1;
     }
     messages.push(json!({"role": "user", "content": "Thanks! And tomorrow?"}));
     json!({

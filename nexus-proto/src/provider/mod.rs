@@ -396,42 +396,6 @@ pub fn parse_arguments(raw: &str) -> Result<Value, DecodeError> {
     serde_json::from_str(raw).map_err(DecodeError::from)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_after_accepts_delay_seconds_only() {
-        let cases: &[(&str, Option<u64>)] = &[
-            ("0", Some(0)),
-            ("3", Some(3000)),
-            ("120", Some(120_000)),
-            ("2147483647", Some(2_147_483_647_000)),
-            ("2147483648", None),
-            ("0.5", None),
-            ("-1", None),
-            ("+1", None),
-            ("", None),
-            ("1 2", None),
-            ("Wed, 21 Oct 2015 07:28:00 GMT", None),
-            ("99999999999", None),
-            (" 7 ", Some(7000)),
-        ];
-        for (input, want) in cases {
-            assert_eq!(parse_retry_after(input), *want, "Retry-After {input:?}");
-        }
-    }
-
-    #[test]
-    fn retryable_statuses() {
-        for s in [429, 500, 502, 503, 504, 529] {
-            assert!(is_retryable_status(s));
-        }
-        for s in [200, 400, 401, 403, 404, 422] {
-            assert!(!is_retryable_status(s));
-        }
-    }
-}
 
 /// Decodes one captured response body with the same code the loop uses:
 /// a whole JSON body, or (with `stream`) a raw SSE capture fed through the
@@ -508,5 +472,42 @@ impl TurnResponse {
             },
             "thinking": if reasoning.is_empty() { Value::Null } else { Value::String(reasoning.concat()) },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_accepts_delay_seconds_only() {
+        let cases: &[(&str, Option<u64>)] = &[
+            ("0", Some(0)),
+            ("3", Some(3000)),
+            ("120", Some(120_000)),
+            ("2147483647", Some(2_147_483_647_000)),
+            ("2147483648", None),
+            ("0.5", None),
+            ("-1", None),
+            ("+1", None),
+            ("", None),
+            ("1 2", None),
+            ("Wed, 21 Oct 2015 07:28:00 GMT", None),
+            ("99999999999", None),
+            (" 7 ", Some(7000)),
+        ];
+        for (input, want) in cases {
+            assert_eq!(parse_retry_after(input), *want, "Retry-After {input:?}");
+        }
+    }
+
+    #[test]
+    fn retryable_statuses() {
+        for s in [429, 500, 502, 503, 504, 529] {
+            assert!(is_retryable_status(s));
+        }
+        for s in [200, 400, 401, 403, 404, 422] {
+            assert!(!is_retryable_status(s));
+        }
     }
 }
