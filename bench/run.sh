@@ -56,7 +56,7 @@ if part overhead; then
   fi
 
   load "before building the runner"
-  cargo build --release -q -p nexus-drive --example overhead
+  cargo build --release -q -p nexus-drive --example overhead 2>> "$log"
   bin="$target/release/examples/overhead"
   [ -x "$bin" ] || { note "runner not found at $bin"; exit 1; }
 
@@ -104,17 +104,24 @@ if part cargo; then
 import json, sys
 for p in json.load(sys.stdin)["packages"]:
     for t in p["targets"]:
-        if "bench" in t["kind"]:
-            print(p["name"], t["name"])' > "$out/benches.txt"
-  while read -r pkg bench; do
+        if "bench" not in t["kind"]:
+            continue
+        src = open(t["src_path"]).read()
+        # A module the benches share (no entry point of its own) is not a bench.
+        if "fn main" not in src and "#[test]" not in src:
+            continue
+        print(p["name"], t["name"], ",".join(t.get("required-features") or []) or "-")' > "$out/benches.txt"
+  while read -r pkg bench features; do
     load "before cargo bench $pkg/$bench"
     dest="$out/bench-$pkg-$bench.md"
-    cargo bench -q -p "$pkg" --bench "$bench" > "$dest" 2>> "$log" || note "cargo bench $pkg/$bench failed"
+    feat=()
+    [ "$features" = "-" ] || feat=(--features "$features")
+    cargo bench -q -p "$pkg" --bench "$bench" "${feat[@]}" > "$dest" 2>> "$log" || note "cargo bench $pkg/$bench failed"
     # A bench still built under the libtest harness skips its plain main
     # under `cargo bench`; it then carries an ignored test that runs it.
     if ! grep -q '^|' "$dest" && grep -q 'ignored' "$dest"; then
       note "$pkg/$bench runs under the libtest harness: running its ignored test"
-      cargo test -q --release -p "$pkg" --bench "$bench" -- --ignored --nocapture --test-threads 1 \
+      cargo test -q --release -p "$pkg" --bench "$bench" "${feat[@]}" -- --ignored --nocapture --test-threads 1 \
         > "$dest" 2>> "$log" || note "$pkg/$bench (libtest) failed"
     fi
     load "after cargo bench $pkg/$bench"

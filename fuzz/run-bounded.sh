@@ -56,8 +56,9 @@ for t in $targets; do
         status=CRASH
         failed+=("$t")
     fi
-    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$logs/$t.log")
-    cov=$(grep -o 'cov: [0-9]*' "$logs/$t.log" | tail -1)
+    # A crash may come before libFuzzer prints any of these.
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$logs/$t.log" || true)
+    cov=$(grep -o 'cov: [0-9]*' "$logs/$t.log" | tail -1 || true)
     echo "run-bounded: $t: $status, ${execs:-?} execs, ${cov:-cov: ?}"
     if [ "$status" = CRASH ]; then
         tail -n 60 "$logs/$t.log" >&2

@@ -486,8 +486,9 @@ fn sample(mock: &str, n: usize) -> Result<Value, String> {
         .output()
         .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out.stdout);
+    // libtest may print its `test … ` prefix on the same line.
     text.lines()
-        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| l.find('{').and_then(|i| l.get(i..)))
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|v| v.get("scale").is_some())
         .ok_or_else(|| {
@@ -549,6 +550,17 @@ fn parent() {
                 Ok(v) => errors.push(v["error"].as_str().unwrap_or("failed").to_string()),
                 Err(e) => errors.push(e),
             }
+        }
+        errors.sort();
+        errors.dedup();
+        if rows.is_empty() {
+            let _ = writeln!(
+                out,
+                "| {n} | 0 | — | — | — | — | — | — | — | — | — | ❌ {} |",
+                errors.join("; ")
+            );
+            let _ = out.flush();
+            continue;
         }
         let f = |key: &str| -> Vec<f64> { rows.iter().filter_map(|r| r[key].as_f64()).collect() };
         let rate: Vec<f64> = rows

@@ -17,9 +17,10 @@ use nexus_drive::blocking::Client;
 use nexus_drive::{DriveError, Tool, ToolContext, ToolError, ToolOutcome};
 use nexus_tests::fake::{ExpectFinal, Script, Turn};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-/// The arguments of `get_weather`.
+// The arguments of `get_weather`. (A doc comment here would become the
+// schema's description with the `schemars` feature.)
 #[derive(Debug, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 struct WeatherArgs {
@@ -75,7 +76,7 @@ impl Tool for GetWeather {
     }
 }
 
-/// The arguments of `add`.
+// The arguments of `add`.
 #[derive(Debug, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 struct AddArgs {
@@ -124,7 +125,7 @@ fn add_schema() -> Value {
 
 #[cfg(not(feature = "schemars"))]
 fn weather_schema() -> Value {
-    json!({
+    serde_json::json!({
         "type": "object",
         "properties": {"city": {"type": "string", "description": "The city, e.g. \"Paris\"."}},
         "required": ["city"],
@@ -133,7 +134,7 @@ fn weather_schema() -> Value {
 
 #[cfg(not(feature = "schemars"))]
 fn add_schema() -> Value {
-    json!({
+    serde_json::json!({
         "type": "object",
         "properties": {
             "a": {"type": "integer", "description": "The first addend."},

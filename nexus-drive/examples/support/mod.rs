@@ -36,6 +36,14 @@ pub struct Provider {
 impl Provider {
     /// The real provider when its key is set, else a scripted one playing `script`.
     pub fn pick(script: Script) -> Provider {
+        Provider::pick_at(script, None)
+    }
+
+    /// Like [`pick`](Self::pick); offline, the scripted provider listens on the
+    /// port of `url` when it names one. A run restored in a new process calls
+    /// the base URL stored in its state, which offline is the loopback address
+    /// of a scripted provider that ended with the process that stored it.
+    pub fn pick_at(script: Script, url: Option<&str>) -> Provider {
         let forced = std::env::var("NEXUS_STYLE")
             .ok()
             .and_then(|s| Style::parse(&s));
@@ -60,7 +68,12 @@ impl Provider {
             }
             None => {
                 let style = forced.unwrap_or(Style::OpenAi);
-                let fake = FakeProvider::start(Scripts::default().model(SCRIPTED_MODEL, script));
+                let scripts = Scripts::default().model(SCRIPTED_MODEL, script);
+                let fake = match url.and_then(loopback_port) {
+                    Some(port) => FakeProvider::start_on(scripts, port)
+                        .unwrap_or_else(|e| panic!("cannot listen on port {port}: {e}")),
+                    None => FakeProvider::start(scripts),
+                };
                 eprintln!(
                     "# offline: a scripted {} provider at {}",
                     style.name(),
@@ -109,4 +122,11 @@ fn fake_style(style: Style) -> nexus_tests::fake::Style {
         Style::OpenAi => nexus_tests::fake::Style::OpenAi,
         Style::Gemini => nexus_tests::fake::Style::Gemini,
     }
+}
+
+/// The port of an `http://127.0.0.1:PORT/…` URL.
+fn loopback_port(url: &str) -> Option<u16> {
+    let rest = url.strip_prefix("http://127.0.0.1:")?;
+    let end = rest.find('/').unwrap_or(rest.len());
+    rest.get(..end)?.parse().ok()
 }
