@@ -14,6 +14,7 @@
 #   BENCH_VENVS    where setup.sh puts venvs/bins   [$TMPDIR/bench-venvs]
 #   BENCH_RESULTS  output directory                  [target/bench-results/<UTC time>]
 #   SKIP_SETUP=1   reuse an existing BENCH_VENVS
+#   BENCH_TIMEOUT  seconds one cargo bench may run   [900]
 #   ONLY=overhead|cargo   run one part only
 #   CARGO_TARGET_DIR      as usual
 #   plus the harness's own: BENCH_RUNS, BENCH_WARMUP, BENCH_ROUNDS, BENCH_SEED, BENCH_PIN, BENCH_ONLY
@@ -41,6 +42,7 @@ load() { note "load: $(uptime | sed 's/.*load average: //') — $1"; }
   echo "rustc: $(rustc --version)"
   echo "cargo: $(cargo --version)"
   echo "python: $(python3 --version 2>&1)"
+  echo "crates: $(awk '/^name = /{n=$3} /^version = /{gsub(/"/,"",n); v=$3; gsub(/"/,"",v); if (n ~ /^(ureq|ureq-proto|smol|async-io|async-executor|serde_json|rustls)$/) printf "%s %s, ", n, v}' "$root/Cargo.lock" | sed 's/, $//')"
   echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
 } > "$out/machine.txt"
 cat "$out/machine.txt" >&2
@@ -110,22 +112,46 @@ for p in json.load(sys.stdin)["packages"]:
         # A module the benches share (no entry point of its own) is not a bench.
         if "fn main" not in src and "#[test]" not in src:
             continue
-        print(p["name"], t["name"], ",".join(t.get("required-features") or []) or "-")' > "$out/benches.txt"
-  while read -r pkg bench features; do
+        print(p["name"], t["name"], ",".join(t.get("required-features") or []) or "-",
+              p["manifest_path"].rsplit("/", 1)[0])' > "$out/benches.txt"
+  limit="${BENCH_TIMEOUT:-900}"
+  # The bench executable cargo reports for target $1.
+  executable() {
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
+        print(m["executable"])' "$1" | tail -n 1
+  }
+  # The list is read on fd 3, so nothing run inside the loop can eat it.
+  while read -r -u 3 pkg bench features dir; do
     load "before cargo bench $pkg/$bench"
     dest="$out/bench-$pkg-$bench.md"
     feat=()
     [ "$features" = "-" ] || feat=(--features "$features")
-    cargo bench -q -p "$pkg" --bench "$bench" "${feat[@]}" > "$dest" 2>> "$log" || note "cargo bench $pkg/$bench failed"
+    # Built by cargo, then run directly (from the package directory, as
+    # cargo does) under a time limit, so a bench that hangs cannot stall the
+    # sitting and a killed bench leaves nothing behind.
+    exe=$(cargo bench -q --no-run --message-format=json -p "$pkg" --bench "$bench" "${feat[@]}" 2>> "$log" \
+      | executable "$bench") || true
+    if [ -z "$exe" ]; then
+      note "cargo bench $pkg/$bench did not build"
+      continue
+    fi
+    ( cd "$dir" && timeout "$limit" "$exe" --bench < /dev/null ) > "$dest" 2>> "$log" \
+      || note "$pkg/$bench failed or ran over $limit s"
     # A bench still built under the libtest harness skips its plain main
     # under `cargo bench`; it then carries an ignored test that runs it.
     if ! grep -q '^|' "$dest" && grep -q 'ignored' "$dest"; then
       note "$pkg/$bench runs under the libtest harness: running its ignored test"
-      cargo test -q --release -p "$pkg" --bench "$bench" "${feat[@]}" -- --ignored --nocapture --test-threads 1 \
-        > "$dest" 2>> "$log" || note "$pkg/$bench (libtest) failed"
+      exe=$(cargo test -q --release --no-run --message-format=json -p "$pkg" --bench "$bench" "${feat[@]}" 2>> "$log" \
+        | executable "$bench") || true
+      ( cd "$dir" && timeout "$limit" "$exe" --ignored --nocapture --test-threads 1 < /dev/null ) > "$dest" 2>> "$log" \
+        || note "$pkg/$bench (libtest) failed or ran over $limit s"
     fi
     load "after cargo bench $pkg/$bench"
-  done < "$out/benches.txt"
+  done 3< "$out/benches.txt"
 fi
 
 # One file with everything, in the order BENCHMARKS.md uses.

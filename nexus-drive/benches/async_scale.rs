@@ -40,8 +40,8 @@ use std::time::{Duration, Instant};
 use futures_lite::FutureExt;
 use nexus_drive::asynk::AsyncClient;
 use nexus_drive::{
-    Answer, AsyncTool, ClientConfig, DriveError, Request, RunResult, RunStatus, Style, ToolContext,
-    ToolError, ToolOutcome,
+    Answer, AsyncTool, ClientConfig, DriveError, Request, RunResult, RunStatus, Style, ToolContext, ToolError,
+    ToolOutcome,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -54,6 +54,13 @@ const CHILD_ENV: &str = "NEXUS_SCALE_CHILD";
 /// How long a wave may take before the child gives up (a wedged mock).
 const WAVE_LIMIT: Duration = Duration::from_secs(600);
 const WARMUP_RUNS: usize = 32;
+/// Starts the mock so that it gets SIGTERM when this process dies, however
+/// it dies (a time limit's kill included): `prctl(PR_SET_PDEATHSIG)` then
+/// `exec` of the mock, which exits cleanly on SIGTERM.
+const PARENT_DEATH_SHIM: &str = "import ctypes, os, signal, sys\n\
+try:\n    ctypes.CDLL(None).prctl(1, signal.SIGTERM)\n\
+except Exception:\n    pass\n\
+os.execv(sys.executable, [sys.executable] + sys.argv[1:])\n";
 
 // ---------------------------------------------------------------- tools --
 
@@ -90,32 +97,20 @@ impl AsyncTool for GetWeather {
         "Get the current weather for a city.".into()
     }
     fn input_schema(&self) -> Option<Value> {
-        Some(
-            json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-        )
+        Some(json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}))
     }
-    async fn call(
-        &self,
-        args: WeatherArgs,
-        ctx: ToolContext,
-    ) -> Result<ToolOutcome<String>, ToolError> {
+    async fn call(&self, args: WeatherArgs, ctx: ToolContext) -> Result<ToolOutcome<String>, ToolError> {
         match ctx.answer() {
             None => {
                 self.0.suspended.fetch_add(1, Ordering::SeqCst);
-                Ok(ToolOutcome::Pending(Request::new(
-                    "approval",
-                    "Look up the weather?",
-                )))
+                Ok(ToolOutcome::Pending(Request::new("approval", "Look up the weather?")))
             }
             Some(answer) if answer.ok => {
                 self.0.weather.fetch_add(1, Ordering::SeqCst);
                 if args.city != "Paris" {
                     self.0.bad_args.fetch_add(1, Ordering::SeqCst);
                 }
-                Ok(ToolOutcome::Done(format!(
-                    "The weather in {} is Sunny, 22C.",
-                    args.city
-                )))
+                Ok(ToolOutcome::Done(format!("The weather in {} is Sunny, 22C.", args.city)))
             }
             Some(_) => Err(ToolError::msg("not approved")),
         }
@@ -222,8 +217,7 @@ fn wave(mock: &str, n: usize, http: usize) -> Wave {
     let outcome = smol::block_on(ex.run(async {
         let tasks: Vec<smol::Task<Result<RunResult, DriveError>>> = (0..n)
             .map(|_| {
-                let (client, tokens, signal_tx) =
-                    (client.clone(), tokens.clone(), signal_tx.clone());
+                let (client, tokens, signal_tx) = (client.clone(), tokens.clone(), signal_tx.clone());
                 ex.spawn(async move {
                     tokens.take().await;
                     let result = client.run(QUESTION).await;
@@ -266,11 +260,7 @@ fn wave(mock: &str, n: usize, http: usize) -> Wave {
     let transcript_bytes = results
         .iter()
         .find_map(|r| r.as_ref().ok())
-        .and_then(|r| {
-            r.messages
-                .get(..2)
-                .map(|m| serde_json::to_vec(m).map(|v| v.len()).unwrap_or(0))
-        })
+        .and_then(|r| r.messages.get(..2).map(|m| serde_json::to_vec(m).map(|v| v.len()).unwrap_or(0)))
         .unwrap_or(0);
     Wave {
         n,
@@ -308,14 +298,10 @@ fn check(
     tally: &Tally,
 ) -> Option<String> {
     if !settled {
-        return Some(format!(
-            "only {parked} of {n} runs parked within {WAVE_LIMIT:?}"
-        ));
+        return Some(format!("only {parked} of {n} runs parked within {WAVE_LIMIT:?}"));
     }
     if parked != n {
-        return Some(format!(
-            "{parked} of {n} runs parked before the gate opened"
-        ));
+        return Some(format!("{parked} of {n} runs parked before the gate opened"));
     }
     for (i, r) in results.iter().enumerate() {
         match r {
@@ -328,19 +314,12 @@ fn check(
     }
     let n = n as u64;
     let counts = [
-        (
-            "get_weather suspensions",
-            tally.suspended.load(Ordering::SeqCst),
-            n,
-        ),
+        ("get_weather suspensions", tally.suspended.load(Ordering::SeqCst), n),
         ("get_weather runs", tally.weather.load(Ordering::SeqCst), n),
         ("add runs", tally.add.load(Ordering::SeqCst), n),
         ("bad arguments", tally.bad_args.load(Ordering::SeqCst), 0),
     ];
-    counts
-        .iter()
-        .find(|(_, got, want)| got != want)
-        .map(|(what, got, want)| format!("{what}: {got}, expected {want}"))
+    counts.iter().find(|(_, got, want)| got != want).map(|(what, got, want)| format!("{what}: {got}, expected {want}"))
 }
 
 // ------------------------------------------------------------- /proc --
@@ -424,16 +403,13 @@ fn start_mock() -> Result<Mock, String> {
     }
     let script = shared_dir().join("bench/mock_llm.py");
     if !script.exists() {
-        return Err(format!(
-            "no mock at {} (set NEXUS_SHARED or MOCK_URL)",
-            script.display()
-        ));
+        return Err(format!("no mock at {} (set NEXUS_SHARED or MOCK_URL)", script.display()));
     }
-    let port_file =
-        std::env::temp_dir().join(format!("nexus-scale-mock-{}.port", std::process::id()));
+    let port_file = std::env::temp_dir().join(format!("nexus-scale-mock-{}.port", std::process::id()));
     let _ = std::fs::remove_file(&port_file);
     let python = std::env::var("NEXUS_BENCH_PYTHON").unwrap_or_else(|_| "python3".to_string());
     let child = Command::new(python)
+        .args(["-c", PARENT_DEATH_SHIM])
         .arg(&script)
         .args(["--port", "0", "--port-file"])
         .arg(&port_file)
@@ -441,15 +417,9 @@ fn start_mock() -> Result<Mock, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start the mock: {e}"))?;
-    let mut mock = Mock {
-        child: Some(child),
-        url: String::new(),
-    };
+    let mut mock = Mock { child: Some(child), url: String::new() };
     for _ in 0..200 {
-        if let Some(port) = std::fs::read_to_string(&port_file)
-            .ok()
-            .and_then(|s| s.trim().parse::<u16>().ok())
-        {
+        if let Some(port) = std::fs::read_to_string(&port_file).ok().and_then(|s| s.trim().parse::<u16>().ok()) {
             let _ = std::fs::remove_file(&port_file);
             mock.url = format!("http://127.0.0.1:{port}");
             return Ok(mock);
@@ -470,14 +440,7 @@ fn sample(mock: &str, n: usize) -> Result<Value, String> {
     // Under the libtest harness, select just this benchmark; without a
     // harness the arguments are ignored.
     if cfg!(test) {
-        cmd.args([
-            "--ignored",
-            "--exact",
-            "fallback::async_scale",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ]);
+        cmd.args(["--ignored", "--exact", "fallback::async_scale", "--nocapture", "--test-threads", "1"]);
     }
     let out = cmd
         .env(CHILD_ENV, n.to_string())
@@ -491,12 +454,7 @@ fn sample(mock: &str, n: usize) -> Result<Value, String> {
         .filter_map(|l| l.find('{').and_then(|i| l.get(i..)))
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|v| v.get("scale").is_some())
-        .ok_or_else(|| {
-            format!(
-                "sample for {n} printed no result (exit {:?})",
-                out.status.code()
-            )
-        })
+        .ok_or_else(|| format!("sample for {n} printed no result (exit {:?})", out.status.code()))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -526,10 +484,7 @@ fn parent() {
         }
     };
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "## Async scale: N concurrent runs on one smol executor, each suspended once and resumed\n"
-    );
+    let _ = writeln!(out, "## Async scale: N concurrent runs on one smol executor, each suspended once and resumed\n");
     let _ = writeln!(
         out,
         "| concurrent runs | samples | runs/s median (min–max) | start → all parked, ms | resume → all done, ms | client CPU per run, µs | RSS growth with all parked | per in-flight run | its transcript (JSON) | beyond transcript | run future (inline) | ok |"
@@ -554,25 +509,17 @@ fn parent() {
         errors.sort();
         errors.dedup();
         if rows.is_empty() {
-            let _ = writeln!(
-                out,
-                "| {n} | 0 | — | — | — | — | — | — | — | — | — | ❌ {} |",
-                errors.join("; ")
-            );
+            let _ = writeln!(out, "| {n} | 0 | — | — | — | — | — | — | — | — | — | ❌ {} |", errors.join("; "));
             let _ = out.flush();
             continue;
         }
         let f = |key: &str| -> Vec<f64> { rows.iter().filter_map(|r| r[key].as_f64()).collect() };
         let rate: Vec<f64> = rows
             .iter()
-            .filter_map(|r| {
-                Some(n as f64 / ((r["parked_ms"].as_f64()? + r["resumed_ms"].as_f64()?) / 1e3))
-            })
+            .filter_map(|r| Some(n as f64 / ((r["parked_ms"].as_f64()? + r["resumed_ms"].as_f64()?) / 1e3)))
             .collect();
-        let growth: Vec<f64> = rows
-            .iter()
-            .filter_map(|r| Some(r["rss_parked_kib"].as_f64()? - r["rss_base_kib"].as_f64()?))
-            .collect();
+        let growth: Vec<f64> =
+            rows.iter().filter_map(|r| Some(r["rss_parked_kib"].as_f64()? - r["rss_base_kib"].as_f64()?)).collect();
         let per_run = median(growth.clone()) * 1024.0 / n as f64;
         let transcript = median(f("transcript_bytes"));
         let (lo, hi) = spread(&rate);

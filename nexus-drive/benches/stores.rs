@@ -13,8 +13,9 @@
 //!   one model call to the fake provider on loopback), `Checkpoints` saves
 //!   progress twice and the run is finished (removed). Four transactions and
 //!   one HTTP exchange per run.
-//! * `store only`: `claim_ready` then `suspend_claimed` with the same state:
-//!   the store's share of a cycle.
+//! * `store only`: the same four transactions (`claim_ready`, two
+//!   `save_progress`, `finish_claimed`) without resuming: the store's share
+//!   of a cycle.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,22 +40,13 @@ struct Backend {
 }
 
 fn client(url: &str, seed: u64, ck: Option<Arc<Checkpoints<dyn ClaimStore>>>) -> Client {
-    let tool = DynTool::new(
-        "approve",
-        "needs an approval",
-        json!({"type": "object"}),
-        |_, ctx| {
-            Ok(match ctx.answer() {
-                None => ToolOutcome::Pending(Request::new("approval", "ok?")),
-                Some(_) => ToolOutcome::Done(json!("done")),
-            })
-        },
-    );
-    let mut b = ClientConfig::builder(Style::OpenAi, MODEL)
-        .base_url(url)
-        .api_key(KEY)
-        .seed(seed)
-        .dyn_tool(tool);
+    let tool = DynTool::new("approve", "needs an approval", json!({"type": "object"}), |_, ctx| {
+        Ok(match ctx.answer() {
+            None => ToolOutcome::Pending(Request::new("approval", "ok?")),
+            Some(_) => ToolOutcome::Done(json!("done")),
+        })
+    });
+    let mut b = ClientConfig::builder(Style::OpenAi, MODEL).base_url(url).api_key(KEY).seed(seed).dyn_tool(tool);
     if let Some(ck) = ck {
         b = b.tap(ck);
     }
@@ -79,32 +71,19 @@ fn load(store: &dyn ClaimStore, runs: &[SuspendedRun]) {
     for s in runs {
         store.insert_run(s, None, now).expect("insert");
         for r in &s.pending {
-            store
-                .record_answer(&s.run_id, &Answer::ok(r.id.clone(), None), now)
-                .expect("answer");
+            store.record_answer(&s.run_id, &Answer::ok(r.id.clone(), None), now).expect("answer");
         }
     }
 }
 
 /// Runs one cycle with `workers` threads until nothing is ready; returns runs/s.
-fn round(
-    backend: &Backend,
-    n: usize,
-    url: &str,
-    runs: &[SuspendedRun],
-    workers: usize,
-    full: bool,
-) -> f64 {
+fn round(backend: &Backend, n: usize, url: &str, runs: &[SuspendedRun], workers: usize, full: bool) -> f64 {
     let store = (backend.open)(n);
     load(&*store, runs);
     let start = Instant::now();
     std::thread::scope(|scope| {
         for w in 0..workers {
-            let store = if w == 0 {
-                store.clone()
-            } else {
-                (backend.open)(n)
-            };
+            let store = if w == 0 { store.clone() } else { (backend.open)(n) };
             scope.spawn(move || {
                 let ck = Arc::new(Checkpoints::new(store.clone()).with_lease_ms(60_000));
                 let c = client(url, 0, Some(ck.clone()));
@@ -112,9 +91,13 @@ fn round(
                     if full {
                         ck.resume(&c, claim).expect("resume");
                     } else {
-                        store
-                            .suspend_claimed(&claim.lease, &claim.state, wall_clock_ms())
-                            .expect("save");
+                        // The same transactions as a resume, without the run.
+                        let mut lease = claim.lease;
+                        for _ in 0..2 {
+                            let now = wall_clock_ms();
+                            store.save_progress(&mut lease, &claim.state, now, 60_000).expect("save");
+                        }
+                        store.finish_claimed(&lease, None, wall_clock_ms()).expect("finish");
                     }
                 }
             });
@@ -130,12 +113,8 @@ fn backends() -> Vec<Backend> {
     #[cfg(feature = "sqlite")]
     {
         use nexus_drive::stores::sqlite::{SqliteOptions, SqliteStore};
-        for (name, full) in [
-            ("sqlite (synchronous=FULL)", true),
-            ("sqlite (synchronous=NORMAL)", false),
-        ] {
-            let dir = std::env::temp_dir()
-                .join(format!("nexus-bench-stores-{}-{full}", std::process::id()));
+        for (name, full) in [("sqlite (synchronous=FULL)", true), ("sqlite (synchronous=NORMAL)", false)] {
+            let dir = std::env::temp_dir().join(format!("nexus-bench-stores-{}-{full}", std::process::id()));
             let path = move |n: usize| dir.join(format!("round-{n}.db"));
             let p2 = path.clone();
             out.push(Backend {
@@ -169,15 +148,11 @@ fn backends() -> Vec<Backend> {
             let u2 = url.clone();
             out.push(Backend {
                 name: "postgres",
-                open: Box::new(move |n| {
-                    Arc::new(PostgresStore::connect_in_schema(&url, &schema(n)).expect("connect"))
-                }),
+                open: Box::new(move |n| Arc::new(PostgresStore::connect_in_schema(&url, &schema(n)).expect("connect"))),
                 cleanup: Box::new(move |n| {
                     if let Ok(mut c) = postgres::Client::connect(&u2, postgres::NoTls) {
-                        let _ = c.batch_execute(&format!(
-                            "DROP SCHEMA IF EXISTS bench_{}_{n} CASCADE",
-                            std::process::id()
-                        ));
+                        let _ =
+                            c.batch_execute(&format!("DROP SCHEMA IF EXISTS bench_{}_{n} CASCADE", std::process::id()));
                     }
                 }),
             });
@@ -193,17 +168,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let n: usize = std::env::var("NEXUS_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
-    let fake = FakeProvider::start(Scripts::new(KEY).model(
-        MODEL,
-        Script::new(vec![
-            Turn::default().call("approve", "{}"),
-            Turn::text("approved"),
-        ]),
-    ));
+    let n: usize = std::env::var("NEXUS_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
+    let fake = FakeProvider::start(
+        Scripts::new(KEY)
+            .model(MODEL, Script::new(vec![Turn::default().call("approve", "{}"), Turn::text("approved")])),
+    );
     let url = fake.base_url(FakeStyle::OpenAi);
     let runs = suspended(&url, n);
 
@@ -211,11 +180,7 @@ fn main() {
     println!("|---|---|---:|---:|---:|");
     let mut round_no = 0;
     for b in backends() {
-        for (cycle, full, workers) in [
-            ("store only", false, 1),
-            ("resume", true, 1),
-            ("resume", true, 4),
-        ] {
+        for (cycle, full, workers) in [("store only", false, 1), ("resume", true, 1), ("resume", true, 4)] {
             let rates: Vec<f64> = (0..ROUNDS)
                 .map(|_| {
                     round_no += 1;
@@ -223,11 +188,7 @@ fn main() {
                 })
                 .collect();
             let m = median(rates);
-            println!(
-                "| {} | {cycle} | {workers} | {m:.0} | {:.2} |",
-                b.name,
-                1000.0 / m.max(1e-9)
-            );
+            println!("| {} | {cycle} | {workers} | {m:.0} | {:.2} |", b.name, 1000.0 / m.max(1e-9));
         }
     }
 }

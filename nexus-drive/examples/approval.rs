@@ -22,9 +22,7 @@ use std::io::{BufRead, Write};
 use std::sync::Mutex;
 
 use nexus_drive::blocking::Client;
-use nexus_drive::{
-    Answer, DriveError, Request, StreamEvent, Tool, ToolContext, ToolError, ToolOutcome,
-};
+use nexus_drive::{Answer, DriveError, Request, StreamEvent, Tool, ToolContext, ToolError, ToolOutcome};
 use nexus_tests::fake::{Script, Turn};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -57,33 +55,18 @@ impl Tool for Transfer {
         }))
     }
 
-    fn call(
-        &self,
-        args: TransferArgs,
-        ctx: &ToolContext,
-    ) -> Result<ToolOutcome<String>, ToolError> {
+    fn call(&self, args: TransferArgs, ctx: &ToolContext) -> Result<ToolOutcome<String>, ToolError> {
         // The first execution asks; the execution after an `ok` answer acts.
         // (A declined request never comes back here.)
         if ctx.answer().is_none_or(|a| !a.ok) {
-            let mut request =
-                Request::new("approval", format!("Send ${} to {}?", args.amount, args.to));
-            request.data = json!({"to": args.to, "amount": args.amount})
-                .as_object()
-                .cloned();
+            let mut request = Request::new("approval", format!("Send ${} to {}?", args.amount, args.to));
+            request.data = json!({"to": args.to, "amount": args.amount}).as_object().cloned();
             return Ok(ToolOutcome::Pending(request));
         }
         // The idempotency key is stable across retries and processes: a real
         // payment API would take it to make a repeated execution harmless.
-        println!(
-            "  [tool] transfer executed: ${} to {} (key {})",
-            args.amount,
-            args.to,
-            ctx.idempotency_key()
-        );
-        Ok(ToolOutcome::Done(format!(
-            "sent ${} to {}",
-            args.amount, args.to
-        )))
+        println!("  [tool] transfer executed: ${} to {} (key {})", args.amount, args.to, ctx.idempotency_key());
+        Ok(ToolOutcome::Done(format!("sent ${} to {}", args.amount, args.to)))
     }
 }
 
@@ -93,10 +76,7 @@ impl Tool for Transfer {
 fn ask_the_human(request: Request) -> Answer {
     static TERMINAL: Mutex<()> = Mutex::new(());
     let _turn = TERMINAL.lock().unwrap_or_else(|e| e.into_inner());
-    print!(
-        "approval needed ({}): {} [y/N] ",
-        request.id, request.prompt
-    );
+    print!("approval needed ({}): {} [y/N] ", request.id, request.prompt);
     let _ = std::io::stdout().flush();
     let mut line = String::new();
     let _ = std::io::stdin().lock().read_line(&mut line);

@@ -31,8 +31,8 @@ use std::process::{Command, ExitCode};
 
 use nexus_drive::blocking::Client;
 use nexus_drive::{
-    Answer, ClientConfig, DriveError, FileRunStore, Request, RunResult, RunStore, StoreError, Tool,
-    ToolContext, ToolError, ToolOutcome,
+    Answer, ClientConfig, DriveError, FileRunStore, Request, RunResult, RunStore, StoreError, Tool, ToolContext,
+    ToolError, ToolOutcome,
 };
 use nexus_proto::{InputError, Run};
 use nexus_tests::fake::{ExpectFinal, Script, Turn};
@@ -75,10 +75,7 @@ impl Tool for BookTable {
         if ctx.answer().is_none_or(|a| !a.ok) {
             return Ok(ToolOutcome::Pending(Request::new(
                 "approval",
-                format!(
-                    "Book {} at {} for {}?",
-                    args.restaurant, args.time, args.guests
-                ),
+                format!("Book {} at {} for {}?", args.restaurant, args.time, args.guests),
             )));
         }
         println!(
@@ -99,13 +96,8 @@ impl Tool for BookTable {
 /// confirmation, so a resume that lost the tool's result fails loudly.
 fn script() -> Script {
     Script::new(vec![
-        Turn::default().call(
-            "book_table",
-            r#"{"restaurant": "Le Petit Zinc", "time": "20:00", "guests": 2}"#,
-        ),
-        Turn::text(
-            "Your table for two at Le Petit Zinc is booked for 20:00 (confirmation LPZ-2000).",
-        ),
+        Turn::default().call("book_table", r#"{"restaurant": "Le Petit Zinc", "time": "20:00", "guests": 2}"#),
+        Turn::text("Your table for two at Le Petit Zinc is booked for 20:00 (confirmation LPZ-2000)."),
     ])
     .expect_final(ExpectFinal {
         tool_result_contains: vec!["LPZ-2000".into()],
@@ -129,10 +121,9 @@ fn post_chat(store: &dyn RunStore, prompt: &str) -> Response {
     match result {
         Ok(result) => match &result.suspended {
             Some(suspended) => match store.save(&suspended.run_id, &suspended.state, None) {
-                Ok(_) => Response(
-                    202,
-                    json!({"status": "pending", "runId": suspended.run_id, "pending": suspended.pending}),
-                ),
+                Ok(_) => {
+                    Response(202, json!({"status": "pending", "runId": suspended.run_id, "pending": suspended.pending}))
+                }
                 Err(e) => Response(500, json!({"error": e.to_string()})),
             },
             None => Response(200, finished(&result)),
@@ -159,21 +150,17 @@ fn post_answer(store: &dyn RunStore, run_id: &str, body: &str) -> Response {
     let provider = support::Provider::pick_at(script(), stored_url.as_deref());
     let result = client(&provider).and_then(|c| c.resume_stored(store, run_id, vec![answer]));
     match result {
-        Ok(result) if result.is_pending() => Response(
-            202,
-            json!({"status": "pending", "runId": run_id, "pending": result.pending}),
-        ),
+        Ok(result) if result.is_pending() => {
+            Response(202, json!({"status": "pending", "runId": run_id, "pending": result.pending}))
+        }
         Ok(result) => Response(200, finished(&result)),
         Err(DriveError::Store(StoreError::NotFound(_))) => {
             Response(404, json!({"error": format!("no suspended run {run_id}")}))
         }
-        Err(DriveError::Store(StoreError::Claimed(_))) => Response(
-            409,
-            json!({"error": "another request is resuming this run"}),
-        ),
-        Err(e @ DriveError::Input(InputError::UnknownAnswer(_))) => {
-            Response(400, json!({"error": e.to_string()}))
+        Err(DriveError::Store(StoreError::Claimed(_))) => {
+            Response(409, json!({"error": "another request is resuming this run"}))
         }
+        Err(e @ DriveError::Input(InputError::UnknownAnswer(_))) => Response(400, json!({"error": e.to_string()})),
         Err(e) => Response(502, json!({"error": e.to_string()})),
     }
 }
@@ -220,9 +207,7 @@ fn main() -> ExitCode {
         }
         [] => both_requests(),
         _ => {
-            eprintln!(
-                "usage: durable_web_handler [chat DIR PROMPT | answer DIR RUN_ID ANSWER_JSON]"
-            );
+            eprintln!("usage: durable_web_handler [chat DIR PROMPT | answer DIR RUN_ID ANSWER_JSON]");
             ExitCode::from(2)
         }
     }
@@ -245,10 +230,7 @@ fn both_requests() -> ExitCode {
 fn play(dir: &Path) -> Result<(), String> {
     let dir = dir.to_str().ok_or("the temporary directory is not UTF-8")?;
     let first = child(&["chat", dir, "Book a table for two at Le Petit Zinc, 20:00."])?;
-    let body = first
-        .lines()
-        .find_map(|l| l.strip_prefix("< 202 "))
-        .ok_or("the first request did not suspend")?;
+    let body = first.lines().find_map(|l| l.strip_prefix("< 202 ")).ok_or("the first request did not suspend")?;
     let body: Value = serde_json::from_str(body).map_err(|e| e.to_string())?;
     let run_id = body["runId"].as_str().ok_or("no runId")?;
     let request = &body["pending"][0];
@@ -261,10 +243,7 @@ fn play(dir: &Path) -> Result<(), String> {
 /// Runs this example again with `args`, echoing its output.
 fn child(args: &[&str]) -> Result<String, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let out = Command::new(exe)
-        .args(args)
-        .output()
-        .map_err(|e| e.to_string())?;
+    let out = Command::new(exe).args(args).output().map_err(|e| e.to_string())?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     print!("{stdout}");
     eprint!("{}", String::from_utf8_lossy(&out.stderr));

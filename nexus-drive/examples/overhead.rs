@@ -36,8 +36,7 @@ use std::time::Instant;
 use nexus_drive::asynk::AsyncClient;
 use nexus_drive::blocking::Client;
 use nexus_drive::{
-    AsyncTool, ClientConfig, DriveError, RunResult, RunStatus, Style, Tool, ToolContext, ToolError,
-    ToolOutcome,
+    AsyncTool, ClientConfig, DriveError, RunResult, RunStatus, Style, Tool, ToolContext, ToolError, ToolOutcome,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -52,8 +51,7 @@ const SYSTEM: &str = "You are a helpful assistant.";
 const API_KEY: &str = "sk-mock-not-a-real-key";
 const MODEL: &str = "mock-model";
 
-const USAGE: &str =
-    "usage: overhead [--driver blocking|async] [--stream] (--serve | [--warmup N] [--runs N])\n\
+const USAGE: &str = "usage: overhead [--driver blocking|async] [--stream] (--serve | [--warmup N] [--runs N])\n\
                      reads MOCK_URL (http://127.0.0.1:PORT; the OpenAI base is $MOCK_URL/v1)";
 
 /// How many times each tool ran, and how many runs saw unexpected arguments.
@@ -66,11 +64,7 @@ struct Tally {
 
 impl Tally {
     fn read(&self) -> (u64, u64, u64) {
-        (
-            self.weather.load(Ordering::SeqCst),
-            self.add.load(Ordering::SeqCst),
-            self.bad_args.load(Ordering::SeqCst),
-        )
+        (self.weather.load(Ordering::SeqCst), self.add.load(Ordering::SeqCst), self.bad_args.load(Ordering::SeqCst))
     }
 }
 
@@ -138,11 +132,7 @@ impl Tool for GetWeather {
     fn input_schema(&self) -> Option<Value> {
         Some(weather_schema())
     }
-    fn call(
-        &self,
-        args: WeatherArgs,
-        _ctx: &ToolContext,
-    ) -> Result<ToolOutcome<String>, ToolError> {
+    fn call(&self, args: WeatherArgs, _ctx: &ToolContext) -> Result<ToolOutcome<String>, ToolError> {
         Ok(ToolOutcome::Done(self.weather(args)))
     }
 }
@@ -172,11 +162,7 @@ impl AsyncTool for GetWeather {
     fn input_schema(&self) -> Option<Value> {
         Some(weather_schema())
     }
-    async fn call(
-        &self,
-        args: WeatherArgs,
-        _ctx: ToolContext,
-    ) -> Result<ToolOutcome<String>, ToolError> {
+    async fn call(&self, args: WeatherArgs, _ctx: ToolContext) -> Result<ToolOutcome<String>, ToolError> {
         Ok(ToolOutcome::Done(self.weather(args)))
     }
 }
@@ -212,13 +198,7 @@ struct Args {
 }
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut args = Args {
-        driver: DriverKind::Blocking,
-        stream: false,
-        serve: false,
-        warmup: 20,
-        runs: 200,
-    };
+    let mut args = Args { driver: DriverKind::Blocking, stream: false, serve: false, warmup: 20, runs: 200 };
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
         match a.as_str() {
@@ -226,23 +206,13 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                 args.driver = match value("--driver")?.as_str() {
                     "blocking" => DriverKind::Blocking,
                     "async" => DriverKind::Async,
-                    other => {
-                        return Err(format!("--driver: {other:?} is neither blocking nor async"))
-                    }
+                    other => return Err(format!("--driver: {other:?} is neither blocking nor async")),
                 }
             }
             "--stream" => args.stream = true,
             "--serve" => args.serve = true,
-            "--warmup" => {
-                args.warmup = value("--warmup")?
-                    .parse()
-                    .map_err(|e| format!("--warmup: {e}"))?
-            }
-            "--runs" => {
-                args.runs = value("--runs")?
-                    .parse()
-                    .map_err(|e| format!("--runs: {e}"))?
-            }
+            "--warmup" => args.warmup = value("--warmup")?.parse().map_err(|e| format!("--warmup: {e}"))?,
+            "--runs" => args.runs = value("--runs")?.parse().map_err(|e| format!("--runs: {e}"))?,
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -258,8 +228,7 @@ enum Runner {
 
 impl Runner {
     fn build(args: &Args, tally: &Arc<Tally>) -> Result<Runner, DriveError> {
-        let mock =
-            std::env::var("MOCK_URL").unwrap_or_else(|_| "http://127.0.0.1:8900".to_string());
+        let mock = std::env::var("MOCK_URL").unwrap_or_else(|_| "http://127.0.0.1:8900".to_string());
         let builder = ClientConfig::builder(Style::OpenAi, MODEL)
             .base_url(format!("{}/v1", mock.trim_end_matches('/')))
             .api_key(API_KEY)
@@ -267,17 +236,11 @@ impl Runner {
             .stream(args.stream);
         Ok(match args.driver {
             DriverKind::Blocking => {
-                let cfg = builder
-                    .tool(GetWeather(tally.clone()))
-                    .tool(Add(tally.clone()))
-                    .build()?;
+                let cfg = builder.tool(GetWeather(tally.clone())).tool(Add(tally.clone())).build()?;
                 Runner::Blocking(Client::new(cfg))
             }
             DriverKind::Async => {
-                let cfg = builder
-                    .async_tool(GetWeather(tally.clone()))
-                    .async_tool(Add(tally.clone()))
-                    .build()?;
+                let cfg = builder.async_tool(GetWeather(tally.clone())).async_tool(Add(tally.clone())).build()?;
                 Runner::Async(AsyncClient::new(cfg))
             }
         })
@@ -314,12 +277,7 @@ impl Bench {
         }
     }
 
-    fn each(
-        &mut self,
-        k: usize,
-        record: bool,
-        mut run: impl FnMut() -> Result<RunResult, DriveError>,
-    ) -> bool {
+    fn each(&mut self, k: usize, record: bool, mut run: impl FnMut() -> Result<RunResult, DriveError>) -> bool {
         let mut ok = true;
         for _ in 0..k {
             let before = self.tally.read();
@@ -481,15 +439,7 @@ fn main() -> ExitCode {
         }
     };
     let init_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let mut bench = Bench {
-        runner,
-        tally,
-        lat: Vec::new(),
-        requests: 0,
-        text_ok: true,
-        last_text: None,
-        error: None,
-    };
+    let mut bench = Bench { runner, tally, lat: Vec::new(), requests: 0, text_ok: true, last_text: None, error: None };
 
     if !args.serve {
         bench.batch(args.warmup, false);
@@ -514,14 +464,7 @@ fn main() -> ExitCode {
             (Some("run"), Some(k)) => {
                 let before = bench.lat.len();
                 let ok = bench.batch(k, true);
-                let lat: Vec<f64> = bench
-                    .lat
-                    .get(before..)
-                    .unwrap_or_default()
-                    .iter()
-                    .copied()
-                    .map(round4)
-                    .collect();
+                let lat: Vec<f64> = bench.lat.get(before..).unwrap_or_default().iter().copied().map(round4).collect();
                 json!({"lat": lat, "ok": ok, "error": bench.error})
             }
             (Some("quit"), _) => break,

@@ -54,28 +54,15 @@ impl AsyncTool for GetWeather {
         }))
     }
 
-    async fn call(
-        &self,
-        args: WeatherArgs,
-        _ctx: ToolContext,
-    ) -> Result<ToolOutcome<Weather>, ToolError> {
+    async fn call(&self, args: WeatherArgs, _ctx: ToolContext) -> Result<ToolOutcome<Weather>, ToolError> {
         smol::Timer::after(LATENCY).await;
         let (celsius, sky) = match args.city.as_str() {
             "Paris" => (18, "sunny"),
             "London" => (14, "cloudy"),
-            _ => {
-                return Err(ToolError::msg(format!(
-                    "no weather station in {}",
-                    args.city
-                )))
-            }
+            _ => return Err(ToolError::msg(format!("no weather station in {}", args.city))),
         };
         println!("  [tool] get_weather({}) -> {celsius}°C, {sky}", args.city);
-        Ok(ToolOutcome::Done(Weather {
-            city: args.city,
-            celsius,
-            sky,
-        }))
+        Ok(ToolOutcome::Done(Weather { city: args.city, celsius, sky }))
     }
 }
 
@@ -106,10 +93,7 @@ impl AsyncTool for Add {
 
     async fn call(&self, args: AddArgs, _ctx: ToolContext) -> Result<ToolOutcome<i64>, ToolError> {
         smol::Timer::after(LATENCY).await;
-        let sum = args
-            .a
-            .checked_add(args.b)
-            .ok_or_else(|| ToolError::msg("the sum overflows"))?;
+        let sum = args.a.checked_add(args.b).ok_or_else(|| ToolError::msg("the sum overflows"))?;
         println!("  [tool] add({}, {}) -> {sum}", args.a, args.b);
         Ok(sum.into())
     }
@@ -118,13 +102,11 @@ impl AsyncTool for Add {
 /// The scripted model (offline): both tools in one turn, then the answer.
 fn script() -> Script {
     Script::new(vec![
-        Turn::text("Let me check.")
-            .call("get_weather", r#"{"city": "Paris"}"#)
-            .call("add", r#"{"a": 2, "b": 2}"#),
+        Turn::text("Let me check.").call("get_weather", r#"{"city": "Paris"}"#).call("add", r#"{"a": 2, "b": 2}"#),
         Turn::text("It is 18°C and sunny in Paris, and 2 + 2 = 4."),
     ])
     .expect_final(ExpectFinal {
-        tool_result_contains: vec![r#""celsius":18"#.into(), "4".into()],
+        tool_result_contains: vec!["sunny".into(), "4".into()],
         tool_results: Some(2),
         messages: None,
     })
@@ -142,17 +124,12 @@ fn main() -> Result<(), DriveError> {
 
     smol::block_on(async {
         let started = Instant::now();
-        let result = client
-            .run("What's the weather in Paris, and what is 2 + 2?")
-            .await?;
+        let result = client.run("What's the weather in Paris, and what is 2 + 2?").await?;
         let elapsed = started.elapsed();
 
         for call in &result.tool_calls {
             let mark = if call.is_error { "error" } else { "ok" };
-            println!(
-                "call {} {} -> {mark}: {}",
-                call.name, call.input, call.output
-            );
+            println!("call {} {} -> {mark}: {}", call.name, call.input, call.output);
         }
         // Offline the model answers at once, so the run's time is the tools'
         // time: one LATENCY when they ran concurrently, two when they did not.
@@ -160,10 +137,7 @@ fn main() -> Result<(), DriveError> {
             let concurrent = elapsed < LATENCY * 2;
             println!("tools ran concurrently: {concurrent}");
         }
-        println!(
-            "status: {:?}, turns: {}, tokens: {}",
-            result.status, result.turns, result.usage.total_tokens
-        );
+        println!("status: {:?}, turns: {}, tokens: {}", result.status, result.turns, result.usage.total_tokens);
         println!("answer: {}", result.text);
         Ok(())
     })

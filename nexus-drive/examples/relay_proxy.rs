@@ -64,11 +64,7 @@ fn relay_calls(request: &Request) -> Vec<RelayCall> {
 /// What the proxy does with one suspension: ship the calls, collect the results.
 fn relay(request: &Request) -> Answer {
     let calls = relay_calls(request);
-    println!(
-        "relay request {} ({} calls) -> caller:",
-        request.id,
-        calls.len()
-    );
+    println!("relay request {} ({} calls) -> caller:", request.id, calls.len());
     let mut results = Vec::new();
     for call in &calls {
         println!("  {}", json!(call));
@@ -91,11 +87,7 @@ fn main() -> Result<(), DriveError> {
     let config = provider
         .builder()
         .system("Use the tools for weather and local time. Call them in parallel.")
-        .relay_tool(
-            "get_weather",
-            "The current weather in a city.",
-            city.clone(),
-        )
+        .relay_tool("get_weather", "The current weather in a city.", city.clone())
         .relay_tool("local_time", "The local time in a city.", city)
         .build()?;
     let client = Client::new(config);
@@ -114,12 +106,7 @@ fn main() -> Result<(), DriveError> {
         result = client.resume(&suspended.state, answers)?;
     }
 
-    println!(
-        "status: {:?}, turns: {}, relayed calls: {}",
-        result.status,
-        result.turns,
-        result.tool_calls.len()
-    );
+    println!("status: {:?}, turns: {}, relayed calls: {}", result.status, result.turns, result.tool_calls.len());
     println!("answer: {}", result.text);
     Ok(())
 }

@@ -27,16 +27,11 @@ const FINAL: &str = "Paris is sunny today, around 18°C with a light breeze from
 
 /// The scripted model (offline); its text reaches the terminal in pieces.
 fn script() -> Script {
-    Script::new(vec![
-        Turn::text("Let me look that up.").call("get_weather", r#"{"city": "Paris"}"#),
-        Turn::text(FINAL),
-    ])
+    Script::new(vec![Turn::text("Let me look that up.").call("get_weather", r#"{"city": "Paris"}"#), Turn::text(FINAL)])
 }
 
 fn main() -> Result<(), DriveError> {
-    let prompt = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "How is the weather in Paris this afternoon?".to_string());
+    let prompt = std::env::args().nth(1).unwrap_or_else(|| "How is the weather in Paris this afternoon?".to_string());
     let provider = support::Provider::pick(script());
 
     // A dynamic tool: name, description and schema as data, arguments as JSON.
@@ -46,17 +41,11 @@ fn main() -> Result<(), DriveError> {
         json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
         |args, _ctx| {
             let city = args.get("city").and_then(Value::as_str).unwrap_or("?");
-            Ok(ToolOutcome::Done(json!(format!(
-                "{city}: 18°C, sunny, light west wind"
-            ))))
+            Ok(ToolOutcome::Done(json!(format!("{city}: 18°C, sunny, light west wind"))))
         },
     );
-    let config = provider
-        .builder()
-        .system("You are a cheerful weather assistant.")
-        .dyn_tool(weather)
-        .stream(true)
-        .build()?;
+    let config =
+        provider.builder().system("You are a cheerful weather assistant.").dyn_tool(weather).stream(true).build()?;
     let client = Client::new(config);
 
     let mut term = Terminal::default();
@@ -71,11 +60,9 @@ fn main() -> Result<(), DriveError> {
                 StreamEvent::ToolResult { name, result, .. } => {
                     term.line(format_args!("[tool result {name}: {}]", result.output))
                 }
-                StreamEvent::Retrying {
-                    attempt,
-                    delay_ms,
-                    reason,
-                } => term.line(format_args!("[retry {attempt} in {delay_ms} ms: {reason}]")),
+                StreamEvent::Retrying { attempt, delay_ms, reason } => {
+                    term.line(format_args!("[retry {attempt} in {delay_ms} ms: {reason}]"))
+                }
                 // Reasoning, usage, argument pieces: not shown here.
                 _ => {}
             },

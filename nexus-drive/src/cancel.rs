@@ -47,9 +47,7 @@ enum Listener {
 
 impl fmt::Debug for CancelToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CancelToken")
-            .field("cancelled", &self.is_cancelled())
-            .finish()
+        f.debug_struct("CancelToken").field("cancelled", &self.is_cancelled()).finish()
     }
 }
 
@@ -111,26 +109,17 @@ impl CancelToken {
         if self.is_cancelled() {
             drop(l);
             f();
-            return CancelGuard {
-                token: self.clone(),
-                id: None,
-            };
+            return CancelGuard { token: self.clone(), id: None };
         }
         let id = l.next_id;
         l.next_id += 1;
         l.list.push((id, Listener::Call(Box::new(f))));
-        CancelGuard {
-            token: self.clone(),
-            id: Some(id),
-        }
+        CancelGuard { token: self.clone(), id: Some(id) }
     }
 
     /// A future that completes when the token is cancelled.
     pub(crate) fn cancelled(&self) -> Cancelled<'_> {
-        Cancelled {
-            token: self,
-            id: None,
-        }
+        Cancelled { token: self, id: None }
     }
 
     fn remove(&self, id: u64) {

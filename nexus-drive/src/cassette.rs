@@ -52,8 +52,7 @@ use std::sync::Mutex;
 
 use nexus_proto::http::is_secret_header;
 use nexus_proto::{
-    Answer, HttpRequest, Input, Outcome, Output, Request, Run, Timestamp, ToolReply,
-    TransportErrorKind,
+    Answer, HttpRequest, Input, Outcome, Output, Request, Run, Timestamp, ToolReply, TransportErrorKind,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -256,14 +255,8 @@ impl Payload {
     /// Encodes bytes.
     pub fn new(bytes: &[u8]) -> Payload {
         match std::str::from_utf8(bytes) {
-            Ok(text) => Payload {
-                text: Some(text.to_string()),
-                base64: None,
-            },
-            Err(_) => Payload {
-                text: None,
-                base64: Some(base64_encode(bytes)),
-            },
+            Ok(text) => Payload { text: Some(text.to_string()), base64: None },
+            Err(_) => Payload { text: None, base64: Some(base64_encode(bytes)) },
         }
     }
 
@@ -306,10 +299,7 @@ impl fmt::Display for CassetteError {
             CassetteError::Line { line, message } => write!(f, "cassette line {line}: {message}"),
             CassetteError::NotACassette(why) => write!(f, "not a nexus cassette: {why}"),
             CassetteError::UnsupportedVersion { found } => {
-                write!(
-                    f,
-                    "cassette version {found} is newer than this build reads (1..={VERSION})"
-                )
+                write!(f, "cassette version {found} is newer than this build reads (1..={VERSION})")
             }
         }
     }
@@ -336,9 +326,7 @@ impl Cassette {
         Cassette::from_lines(BufReader::new(file).lines())
     }
 
-    fn from_lines(
-        lines: impl Iterator<Item = io::Result<String>>,
-    ) -> Result<Cassette, CassetteError> {
+    fn from_lines(lines: impl Iterator<Item = io::Result<String>>) -> Result<Cassette, CassetteError> {
         let mut entries = Vec::new();
         let mut header = false;
         for (i, line) in lines.enumerate() {
@@ -349,10 +337,7 @@ impl Cassette {
             }
             let entry = parse_entry(&line).map_err(|e| {
                 if header {
-                    CassetteError::Line {
-                        line: no,
-                        message: e.to_string(),
-                    }
+                    CassetteError::Line { line: no, message: e.to_string() }
                 } else {
                     CassetteError::NotACassette(format!("line {no} is not a cassette header ({e})"))
                 }
@@ -360,9 +345,7 @@ impl Cassette {
             match entry {
                 Entry::Header { format, version } if !header => {
                     if format != FORMAT {
-                        return Err(CassetteError::NotACassette(format!(
-                            "format is {format:?}, not {FORMAT:?}"
-                        )));
+                        return Err(CassetteError::NotACassette(format!("format is {format:?}, not {FORMAT:?}")));
                     }
                     if version == 0 || version > VERSION {
                         return Err(CassetteError::UnsupportedVersion { found: version });
@@ -370,15 +353,10 @@ impl Cassette {
                     header = true;
                 }
                 _ if !header => {
-                    return Err(CassetteError::NotACassette(format!(
-                        "line {no} comes before the header"
-                    )));
+                    return Err(CassetteError::NotACassette(format!("line {no} comes before the header")));
                 }
                 Entry::Header { .. } => {
-                    return Err(CassetteError::Line {
-                        line: no,
-                        message: "a second header".into(),
-                    });
+                    return Err(CassetteError::Line { line: no, message: "a second header".into() });
                 }
                 other => entries.push((no, other)),
             }
@@ -406,14 +384,10 @@ fn parse_entry(line: &str) -> Result<Entry, serde_json::Error> {
         api_key: bool,
     }
     match serde_json::from_str::<Tag>(line)?.kind.as_str() {
-        "start" => serde_json::from_str::<StateLine>(line).map(|l| Entry::Start {
-            state: l.state,
-            api_key: l.api_key,
-        }),
-        "resume" => serde_json::from_str::<StateLine>(line).map(|l| Entry::Resume {
-            state: l.state,
-            api_key: l.api_key,
-        }),
+        "start" => serde_json::from_str::<StateLine>(line).map(|l| Entry::Start { state: l.state, api_key: l.api_key }),
+        "resume" => {
+            serde_json::from_str::<StateLine>(line).map(|l| Entry::Resume { state: l.state, api_key: l.api_key })
+        }
         _ => serde_json::from_str(line),
     }
 }
@@ -474,19 +448,14 @@ impl Recorder {
             Ok(mut f) => {
                 let mut probe = [0u8; 512];
                 let n = f.read(&mut probe)?;
-                !probe
-                    .get(..n)
-                    .unwrap_or_default()
-                    .iter()
-                    .all(u8::is_ascii_whitespace)
+                !probe.get(..n).unwrap_or_default().iter().all(u8::is_ascii_whitespace)
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => false,
             Err(e) => return Err(e),
         };
         if existing {
             // Refuse to append to something that is not a cassette we can read.
-            Cassette::load(path)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            Cassette::load(path).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
         }
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         let rec = Recorder::to_writer(Box::new(file));
@@ -499,21 +468,12 @@ impl Recorder {
     /// A recorder writing to any sink (no header is written; see [`Recorder::create`]).
     pub fn to_writer(out: Box<dyn Write + Send>) -> Recorder {
         Recorder {
-            inner: Mutex::new(Inner {
-                out,
-                secrets: Vec::new(),
-                api_key: false,
-                names: HashMap::new(),
-                error: None,
-            }),
+            inner: Mutex::new(Inner { out, secrets: Vec::new(), api_key: false, names: HashMap::new(), error: None }),
         }
     }
 
     fn write_header(&self) {
-        self.write(&Entry::Header {
-            format: FORMAT.into(),
-            version: VERSION,
-        });
+        self.write(&Entry::Header { format: FORMAT.into(), version: VERSION });
     }
 
     /// The run's API key: redacted wherever it occurs, and noted (as a yes)
@@ -575,10 +535,7 @@ impl Recorder {
             Some(state) => self.write(&Entry::Start { state, api_key }),
             None => {
                 let mut inner = self.lock();
-                inner.error.get_or_insert(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "a run state that is not JSON",
-                ));
+                inner.error.get_or_insert(io::Error::new(io::ErrorKind::InvalidData, "a run state that is not JSON"));
             }
         }
     }
@@ -590,25 +547,14 @@ impl Recorder {
 
     /// The host stored the suspended run (its state holds these outstanding requests).
     pub fn pending(&self, requests: &[Request]) {
-        self.write(&Entry::Pending {
-            requests: requests.to_vec(),
-        });
+        self.write(&Entry::Pending { requests: requests.to_vec() });
     }
 
     fn request(&self, req: &HttpRequest) {
         let headers = req
             .headers
             .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    if is_secret_header(k) {
-                        REDACTED.to_string()
-                    } else {
-                        self.redact(v)
-                    },
-                )
-            })
+            .map(|(k, v)| (k.clone(), if is_secret_header(k) { REDACTED.to_string() } else { self.redact(v) }))
             .collect();
         self.write(&Entry::Request {
             exchange: req.exchange.0,
@@ -637,67 +583,29 @@ impl Tap for Recorder {
     fn input(&self, now: Timestamp, input: &Input<'_>) {
         let at = now.0;
         let entry = match input {
-            Input::ResponseHead {
-                exchange,
-                status,
-                headers,
-            } => {
+            Input::ResponseHead { exchange, status, headers } => {
                 let headers = headers
                     .iter()
                     .map(|(k, v)| {
-                        let secret = is_secret_header(k)
-                            || SECRET_RESPONSE_HEADERS
-                                .iter()
-                                .any(|s| s.eq_ignore_ascii_case(k));
-                        (
-                            k.clone(),
-                            if secret {
-                                REDACTED.to_string()
-                            } else {
-                                self.redact(v)
-                            },
-                        )
+                        let secret =
+                            is_secret_header(k) || SECRET_RESPONSE_HEADERS.iter().any(|s| s.eq_ignore_ascii_case(k));
+                        (k.clone(), if secret { REDACTED.to_string() } else { self.redact(v) })
                     })
                     .collect();
-                Entry::Response {
-                    exchange: exchange.0,
-                    status: *status,
-                    headers,
-                    at,
-                }
+                Entry::Response { exchange: exchange.0, status: *status, headers, at }
             }
-            Input::ResponseBody { exchange, chunk } => Entry::Chunk {
-                exchange: exchange.0,
-                data: self.payload(chunk),
-                at,
-            },
-            Input::ResponseEnd { exchange } => Entry::End {
-                exchange: exchange.0,
-                at,
-            },
-            Input::TransportError {
-                exchange,
-                kind,
-                message,
-            } => Entry::TransportError {
-                exchange: exchange.0,
-                kind: *kind,
-                message: self.redact(message),
-                at,
-            },
+            Input::ResponseBody { exchange, chunk } => {
+                Entry::Chunk { exchange: exchange.0, data: self.payload(chunk), at }
+            }
+            Input::ResponseEnd { exchange } => Entry::End { exchange: exchange.0, at },
+            Input::TransportError { exchange, kind, message } => {
+                Entry::TransportError { exchange: exchange.0, kind: *kind, message: self.redact(message), at }
+            }
             Input::ToolReply { call_id, reply } => {
                 let name = self.lock().names.get(call_id).cloned().unwrap_or_default();
-                Entry::Tool {
-                    call_id: call_id.clone(),
-                    name,
-                    reply: reply.clone(),
-                    at,
-                }
+                Entry::Tool { call_id: call_id.clone(), name, reply: reply.clone(), at }
             }
-            Input::Answer(answer) => Entry::Answer {
-                answer: answer.clone(),
-                at,
-            },
+            Input::Answer(answer) => Entry::Answer { answer: answer.clone(), at },
             Input::Timeout => Entry::Timeout { at },
             Input::Cancel => Entry::Cancel { at },
             Input::Abort { error } => Entry::Abort { error: error.clone(), at },
@@ -714,10 +622,7 @@ impl Tap for Recorder {
                     inner.names.insert(call.call_id.clone(), call.name.clone());
                 }
             }
-            Output::Done(outcome) => self.write(&Entry::Done {
-                outcome: outcome.clone(),
-                text: run.final_text(),
-            }),
+            Output::Done(outcome) => self.write(&Entry::Done { outcome: outcome.clone(), text: run.final_text() }),
             _ => {}
         }
     }
@@ -760,10 +665,7 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
     }
     let mut out = Vec::with_capacity(digits.len() * 3 / 4);
     for group in digits.chunks(4) {
-        let n = group
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, d)| acc | (d << (18 - 6 * i)));
+        let n = group.iter().enumerate().fold(0u32, |acc, (i, d)| acc | (d << (18 - 6 * i)));
         let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
         out.extend_from_slice(bytes.get(..group.len() - 1).unwrap_or_default());
     }
@@ -812,10 +714,7 @@ mod tests {
 
     impl Write for Sink {
         fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extend_from_slice(b);
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(b);
             Ok(b.len())
         }
         fn flush(&mut self) -> io::Result<()> {
@@ -846,55 +745,27 @@ mod tests {
             headers: vec![("set-cookie".into(), "session=abc".into())],
         };
         rec.input(Timestamp(5), &head);
-        rec.input(
-            Timestamp(6),
-            &Input::ResponseBody {
-                exchange: ExchangeId(1),
-                chunk: b"echo sk-very-secret",
-            },
-        );
+        rec.input(Timestamp(6), &Input::ResponseBody { exchange: ExchangeId(1), chunk: b"echo sk-very-secret" });
         rec.finish().unwrap();
         let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
         assert!(!text.contains("sk-very-secret"), "{text}");
         assert!(!text.contains("other"), "{text}");
         assert!(!text.contains("session=abc"), "{text}");
         assert!(text.contains("application/json"));
-        assert!(
-            text.contains(r#""at":6"#),
-            "inputs carry their time: {text}"
-        );
+        assert!(text.contains(r#""at":6"#), "inputs carry their time: {text}");
     }
 
     #[test]
     fn a_newer_version_or_another_format_is_refused() {
         let newer = r#"{"type":"header","format":"nexus-cassette","version":99}"#;
-        assert!(matches!(
-            Cassette::parse(newer),
-            Err(CassetteError::UnsupportedVersion { found: 99 })
-        ));
+        assert!(matches!(Cassette::parse(newer), Err(CassetteError::UnsupportedVersion { found: 99 })));
         let other = r#"{"type":"header","format":"vcr","version":1}"#;
-        assert!(matches!(
-            Cassette::parse(other),
-            Err(CassetteError::NotACassette(_))
-        ));
-        assert!(matches!(
-            Cassette::parse(""),
-            Err(CassetteError::NotACassette(_))
-        ));
-        assert!(matches!(
-            Cassette::parse("garbage"),
-            Err(CassetteError::NotACassette(_))
-        ));
+        assert!(matches!(Cassette::parse(other), Err(CassetteError::NotACassette(_))));
+        assert!(matches!(Cassette::parse(""), Err(CassetteError::NotACassette(_))));
+        assert!(matches!(Cassette::parse("garbage"), Err(CassetteError::NotACassette(_))));
         let bad_line = "{\"type\":\"header\",\"format\":\"nexus-cassette\",\"version\":1}\n{\"type\":\"nope\"}";
-        assert!(matches!(
-            Cassette::parse(bad_line),
-            Err(CassetteError::Line { line: 2, .. })
-        ));
-        let later_field =
-            "{\"type\":\"header\",\"format\":\"nexus-cassette\",\"version\":1,\"by\":\"x\"}\n";
-        assert!(
-            Cassette::parse(later_field).is_ok(),
-            "unknown fields are ignored"
-        );
+        assert!(matches!(Cassette::parse(bad_line), Err(CassetteError::Line { line: 2, .. })));
+        let later_field = "{\"type\":\"header\",\"format\":\"nexus-cassette\",\"version\":1,\"by\":\"x\"}\n";
+        assert!(Cassette::parse(later_field).is_ok(), "unknown fields are ignored");
     }
 }

@@ -12,9 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nexus_proto::http::is_secret_header;
-use nexus_proto::{
-    Answer, Request, RetryPolicy, RunConfig, StreamEvent, Style, Timestamp, TransportErrorKind,
-};
+use nexus_proto::{Answer, Request, RetryPolicy, RunConfig, StreamEvent, Style, Timestamp, TransportErrorKind};
 use serde_json::{Map, Value};
 
 use crate::cancel::CancelToken;
@@ -91,11 +89,7 @@ pub struct ClientConfig {
 
 impl fmt::Debug for ClientConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let secret_names: Vec<&str> = self
-            .secret_headers
-            .iter()
-            .map(|(k, _)| k.as_str())
-            .collect();
+        let secret_names: Vec<&str> = self.secret_headers.iter().map(|(k, _)| k.as_str()).collect();
         f.debug_struct("ClientConfig")
             .field("run", &self.run)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
@@ -312,20 +306,14 @@ impl ClientBuilder {
     }
 
     /// An escape hatch applied to the body bytes of every model request before it is sent.
-    pub fn body_transform(
-        mut self,
-        f: impl Fn(Vec<u8>) -> Vec<u8> + Send + Sync + 'static,
-    ) -> Self {
+    pub fn body_transform(mut self, f: impl Fn(Vec<u8>) -> Vec<u8> + Send + Sync + 'static) -> Self {
         self.cfg.body_transform = Some(Arc::new(f));
         self
     }
 
     /// Classifies failed model exchanges; may end the run at once instead of
     /// retrying. Retries stay bounded by the retry policy.
-    pub fn classify_errors(
-        mut self,
-        f: impl Fn(&FailureInfo) -> RetryDecision + Send + Sync + 'static,
-    ) -> Self {
+    pub fn classify_errors(mut self, f: impl Fn(&FailureInfo) -> RetryDecision + Send + Sync + 'static) -> Self {
         self.cfg.classifier = Some(Arc::new(f));
         self
     }
@@ -361,12 +349,7 @@ impl ClientBuilder {
     }
 
     /// A declaration-only (relay) tool.
-    pub fn relay_tool(
-        mut self,
-        name: &str,
-        description: impl Into<String>,
-        input_schema: Value,
-    ) -> Self {
+    pub fn relay_tool(mut self, name: &str, description: impl Into<String>, input_schema: Value) -> Self {
         if let Err(e) = self.cfg.toolbox.add_relay(name, description, input_schema) {
             self.fail(e.into());
         }
@@ -444,11 +427,7 @@ impl ClientBuilder {
 
     /// Checks and builds the config.
     pub fn build(self) -> Result<ClientConfig, DriveError> {
-        let ClientBuilder {
-            mut cfg,
-            key,
-            error,
-        } = self;
+        let ClientBuilder { mut cfg, key, error } = self;
         if let Some(e) = error {
             return Err(e);
         }
@@ -457,15 +436,9 @@ impl ClientBuilder {
             KeySource::Explicit(k) => Some(k),
             KeySource::Env(var) => match std::env::var(&var) {
                 Ok(k) if !k.is_empty() => Some(k),
-                _ => {
-                    return Err(DriveError::Config(format!(
-                        "the API key variable {var} is not set"
-                    )))
-                }
+                _ => return Err(DriveError::Config(format!("the API key variable {var} is not set"))),
             },
-            KeySource::Default => std::env::var(cfg.run.style.api_key_env())
-                .ok()
-                .filter(|k| !k.is_empty()),
+            KeySource::Default => std::env::var(cfg.run.style.api_key_env()).ok().filter(|k| !k.is_empty()),
             KeySource::None => None,
         };
         Ok(cfg)
@@ -489,28 +462,17 @@ mod tests {
             .build()
             .unwrap();
         let dbg = format!("{cfg:?}");
-        assert!(
-            !dbg.contains("sk-very-secret") && !dbg.contains("other-secret"),
-            "{dbg}"
-        );
-        assert_eq!(
-            cfg.run.headers,
-            vec![("x-trace".to_string(), "1".to_string())]
-        );
+        assert!(!dbg.contains("sk-very-secret") && !dbg.contains("other-secret"), "{dbg}");
+        assert_eq!(cfg.run.headers, vec![("x-trace".to_string(), "1".to_string())]);
         assert!(cfg.has_api_key());
     }
 
     #[test]
     fn reserved_params_and_missing_key_variables_are_refused() {
-        let err = ClientConfig::builder(Style::OpenAi, "m")
-            .param("messages", Value::Null)
-            .build()
-            .unwrap_err();
+        let err = ClientConfig::builder(Style::OpenAi, "m").param("messages", Value::Null).build().unwrap_err();
         assert!(matches!(err, DriveError::Input(_)), "{err:?}");
-        let err = ClientConfig::builder(Style::OpenAi, "m")
-            .api_key_env("NEXUS_TEST_SURELY_UNSET_VAR")
-            .build()
-            .unwrap_err();
+        let err =
+            ClientConfig::builder(Style::OpenAi, "m").api_key_env("NEXUS_TEST_SURELY_UNSET_VAR").build().unwrap_err();
         assert!(err.to_string().contains("NEXUS_TEST_SURELY_UNSET_VAR"));
     }
 }

@@ -13,9 +13,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nexus_proto::provider::is_retryable_status;
 use nexus_proto::{
-    Answer, ExchangeId, HttpRequest, Input, InputError, Message, Outcome, Output, Request, Run,
-    RunError, Status, StopReason, StreamEvent, Timestamp, ToolBatch, ToolInvocation, ToolReply,
-    ToolResult, TransportErrorKind, Usage,
+    Answer, ExchangeId, HttpRequest, Input, InputError, Message, Outcome, Output, Request, Run, RunError, Status,
+    StopReason, StreamEvent, Timestamp, ToolBatch, ToolInvocation, ToolReply, ToolResult, TransportErrorKind, Usage,
 };
 use serde_json::Value;
 
@@ -38,10 +37,7 @@ pub(crate) enum Step {
     /// Ask the host's `wait_for` for each; feed each answer with `on_answer`.
     Resolve(Vec<Request>),
     /// Make progress on what is in flight (`busy`), or sleep; at `until`, call `on_timeout`.
-    Wait {
-        until: Option<Timestamp>,
-        busy: bool,
-    },
+    Wait { until: Option<Timestamp>, busy: bool },
     /// The run is over (or pending without an in-process answerer).
     Finished(Result<RunResult, DriveError>),
 }
@@ -93,10 +89,7 @@ pub(crate) struct Engine {
 }
 
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }
 
 impl Engine {
@@ -248,9 +241,7 @@ impl Engine {
                     }
                 }
                 Output::Wait { until } => {
-                    let busy = self.exchange.is_some()
-                        || !self.tools.is_empty()
-                        || !self.resolving.is_empty();
+                    let busy = self.exchange.is_some() || !self.tools.is_empty() || !self.resolving.is_empty();
                     if !busy && self.run.status() == Status::Pending {
                         // Resumed without answers, or answers for only some
                         // requests: still pending on the rest.
@@ -272,10 +263,7 @@ impl Engine {
 
     fn suspended(&mut self, requests: Vec<Request>) -> Option<Step> {
         if self.cfg.wait_for.is_some() {
-            let fresh: Vec<Request> = requests
-                .into_iter()
-                .filter(|r| !self.resolving.contains(&r.id))
-                .collect();
+            let fresh: Vec<Request> = requests.into_iter().filter(|r| !self.resolving.contains(&r.id)).collect();
             if fresh.is_empty() {
                 return None;
             }
@@ -283,11 +271,8 @@ impl Engine {
             return Some(Step::Resolve(fresh));
         }
         self.finished = true;
-        let suspended = SuspendedRun {
-            run_id: self.run.id().to_string(),
-            state: self.run.snapshot(),
-            pending: requests,
-        };
+        let suspended =
+            SuspendedRun { run_id: self.run.id().to_string(), state: self.run.snapshot(), pending: requests };
         let mut result = self.result(RunStatus::Pending, None);
         result.pending = suspended.pending.clone();
         result.suspended = Some(suspended);
@@ -316,12 +301,7 @@ impl Engine {
             req.body = t(std::mem::take(&mut req.body));
         }
         if let Some(hook) = self.cfg.hooks.before_model.clone() {
-            let mut view = ModelRequest {
-                turn,
-                attempt: self.attempt,
-                url: &req.url,
-                body: &mut req.body,
-            };
+            let mut view = ModelRequest { turn, attempt: self.attempt, url: &req.url, body: &mut req.body };
             if let Err(e) = hook(&mut view) {
                 self.abort(DriveError::Hook(e.0));
                 return None;
@@ -343,31 +323,16 @@ impl Engine {
     }
 
     /// The response head. Returns whether to read the body.
-    pub(crate) fn on_head(
-        &mut self,
-        id: ExchangeId,
-        status: u16,
-        headers: Vec<(String, String)>,
-    ) -> bool {
+    pub(crate) fn on_head(&mut self, id: ExchangeId, status: u16, headers: Vec<(String, String)>) -> bool {
         let Some(ex) = self.current(id) else {
             return false;
         };
         ex.status = Some(status);
         if !(200..300).contains(&status) {
-            ex.held = Some(Held {
-                headers,
-                body: Vec::new(),
-            });
+            ex.held = Some(Held { headers, body: Vec::new() });
             return true;
         }
-        if self
-            .feed(Input::ResponseHead {
-                exchange: id,
-                status,
-                headers,
-            })
-            .is_err()
-        {
+        if self.feed(Input::ResponseHead { exchange: id, status, headers }).is_err() {
             self.exchange = None;
             return false;
         }
@@ -384,17 +349,10 @@ impl Engine {
         if let Some(held) = &mut ex.held {
             // The machine keeps only the start of an oversize error body; so do we.
             let room = limit.saturating_sub(held.body.len());
-            held.body
-                .extend_from_slice(chunk.get(..chunk.len().min(room)).unwrap_or_default());
+            held.body.extend_from_slice(chunk.get(..chunk.len().min(room)).unwrap_or_default());
             return true;
         }
-        if self
-            .feed(Input::ResponseBody {
-                exchange: id,
-                chunk,
-            })
-            .is_err()
-        {
+        if self.feed(Input::ResponseBody { exchange: id, chunk }).is_err() {
             self.exchange = None;
             return false;
         }
@@ -417,33 +375,17 @@ impl Engine {
                 message: String::from_utf8_lossy(&held.body).into_owned(),
             };
             if self.classify(&info) == RetryDecision::FailNow && will_retry {
-                let retry_after = held
-                    .headers
-                    .iter()
-                    .find(|(k, _)| k.eq_ignore_ascii_case("retry-after"))
-                    .map(|(_, v)| v.as_str());
-                let err =
-                    self.run
-                        .config()
-                        .style
-                        .decode_error(Some(status), retry_after, &held.body);
+                let retry_after =
+                    held.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("retry-after")).map(|(_, v)| v.as_str());
+                let err = self.run.config().style.decode_error(Some(status), retry_after, &held.body);
                 self.exchange_ended(&ex, false);
                 self.abort(DriveError::Run(RunError::Provider(err)));
                 return;
             }
             // Fed as the machine would have read it; it decides on retries.
             let fed = self
-                .feed(Input::ResponseHead {
-                    exchange: id,
-                    status,
-                    headers: held.headers.clone(),
-                })
-                .and_then(|()| {
-                    self.feed(Input::ResponseBody {
-                        exchange: id,
-                        chunk: &held.body,
-                    })
-                })
+                .feed(Input::ResponseHead { exchange: id, status, headers: held.headers.clone() })
+                .and_then(|()| self.feed(Input::ResponseBody { exchange: id, chunk: &held.body }))
                 .and_then(|()| self.feed(Input::ResponseEnd { exchange: id }));
             let _ = fed;
         } else {
@@ -455,40 +397,21 @@ impl Engine {
 
     /// The exchange failed in the transport (never called for aborts the
     /// driver made because of a cancel: `step` feeds the cancel).
-    pub(crate) fn on_transport_error(
-        &mut self,
-        id: ExchangeId,
-        kind: TransportErrorKind,
-        message: String,
-    ) {
+    pub(crate) fn on_transport_error(&mut self, id: ExchangeId, kind: TransportErrorKind, message: String) {
         let Some(ex) = self.exchange.take().filter(|x| x.id == id) else {
             return;
         };
         if self.cancel.is_cancelled() {
             return;
         }
-        let will_retry = matches!(kind, TransportErrorKind::Connect | TransportErrorKind::Io)
-            && self.retries_left();
-        let info = FailureInfo {
-            status: None,
-            transport: Some(kind),
-            attempt: self.attempt,
-            will_retry,
-            message,
-        };
+        let will_retry = matches!(kind, TransportErrorKind::Connect | TransportErrorKind::Io) && self.retries_left();
+        let info = FailureInfo { status: None, transport: Some(kind), attempt: self.attempt, will_retry, message };
         if self.classify(&info) == RetryDecision::FailNow && will_retry {
             self.exchange_ended(&ex, false);
-            self.abort(DriveError::Run(RunError::Transport {
-                kind,
-                message: info.message,
-            }));
+            self.abort(DriveError::Run(RunError::Transport { kind, message: info.message }));
             return;
         }
-        let _ = self.feed(Input::TransportError {
-            exchange: id,
-            kind,
-            message: info.message,
-        });
+        let _ = self.feed(Input::TransportError { exchange: id, kind, message: info.message });
         self.exchange_ended(&ex, false);
     }
 
@@ -497,10 +420,7 @@ impl Engine {
     }
 
     fn classify(&self, info: &FailureInfo) -> RetryDecision {
-        self.cfg
-            .classifier
-            .as_ref()
-            .map_or(RetryDecision::Default, |c| c(info))
+        self.cfg.classifier.as_ref().map_or(RetryDecision::Default, |c| c(info))
     }
 
     /// Metrics and the `after_model` hook for an exchange that ended.
@@ -514,22 +434,12 @@ impl Engine {
                 http_status: ex.status,
                 latency,
                 attempt: self.attempt,
-                prompt_tokens: usage
-                    .prompt_tokens
-                    .saturating_sub(ex.usage_before.prompt_tokens),
-                completion_tokens: usage
-                    .completion_tokens
-                    .saturating_sub(ex.usage_before.completion_tokens),
+                prompt_tokens: usage.prompt_tokens.saturating_sub(ex.usage_before.prompt_tokens),
+                completion_tokens: usage.completion_tokens.saturating_sub(ex.usage_before.completion_tokens),
             });
         }
         if let Some(hook) = self.cfg.hooks.after_model.clone() {
-            let resp = ModelResponse {
-                turn: self.turn,
-                attempt: self.attempt,
-                status: ex.status,
-                latency,
-                ok,
-            };
+            let resp = ModelResponse { turn: self.turn, attempt: self.attempt, status: ex.status, latency, ok };
             if let Err(e) = hook(&resp) {
                 self.abort(DriveError::Hook(e.0));
             }
@@ -539,14 +449,7 @@ impl Engine {
     fn prepare_tools(&mut self, batch: ToolBatch) -> Vec<ToolJob> {
         let mut jobs = Vec::with_capacity(batch.calls.len());
         for inv in batch.calls {
-            let ToolInvocation {
-                call_id,
-                name,
-                mut input,
-                arguments,
-                idempotency_key,
-                answer,
-            } = inv;
+            let ToolInvocation { call_id, name, mut input, arguments, idempotency_key, answer } = inv;
             let started = Instant::now();
             if answer.is_none() {
                 if let Some(hook) = self.cfg.hooks.before_tool.clone() {
@@ -566,29 +469,19 @@ impl Engine {
                     }
                 }
             }
-            let bound = self.cfg.toolbox.get(&name).and_then(|e| {
-                e.handler
-                    .clone()
-                    .map(|h| (h, e.timeout.or(self.cfg.tool_timeout)))
-            });
+            let bound = self
+                .cfg
+                .toolbox
+                .get(&name)
+                .and_then(|e| e.handler.clone().map(|h| (h, e.timeout.or(self.cfg.tool_timeout))));
             let Some((handler, timeout)) = bound else {
                 // Declared in the run (maybe by another process) but not bound here.
                 let reply = ToolReply::Done(ToolResult::error(format!("Unknown tool: {name}")));
                 self.record_reply(&call_id, &name, started, None, reply, false);
                 continue;
             };
-            let seen = self
-                .cfg
-                .hooks
-                .after_tool
-                .is_some()
-                .then(|| (input.clone(), idempotency_key.clone()));
-            self.tools.push(Running {
-                call_id: call_id.clone(),
-                name: name.clone(),
-                started,
-                seen,
-            });
+            let seen = self.cfg.hooks.after_tool.is_some().then(|| (input.clone(), idempotency_key.clone()));
+            self.tools.push(Running { call_id: call_id.clone(), name: name.clone(), started, seen });
             let ctx = ToolContext {
                 call_id: call_id.clone(),
                 name,
@@ -598,13 +491,7 @@ impl Engine {
                 answer,
                 cancel: self.cancel.clone(),
             };
-            jobs.push(ToolJob {
-                call_id,
-                input,
-                ctx,
-                handler,
-                timeout,
-            });
+            jobs.push(ToolJob { call_id, input, ctx, handler, timeout });
         }
         jobs
     }
@@ -630,12 +517,7 @@ impl Engine {
         if let (true, Some(hook), ToolReply::Done(result), Some((input, key))) =
             (after_hook, &self.cfg.hooks.after_tool, &mut reply, seen)
         {
-            let view = ToolCallView {
-                call_id,
-                name,
-                input,
-                idempotency_key: key,
-            };
+            let view = ToolCallView { call_id, name, input, idempotency_key: key };
             hook(&view, result);
         }
         if let Some(m) = &self.cfg.on_metric {
@@ -643,17 +525,9 @@ impl Engine {
                 ToolReply::Done(r) => (r.is_error, false),
                 ToolReply::Pending(_) => (false, true),
             };
-            m(&Metric::Tool {
-                name: name.to_string(),
-                latency: started.elapsed(),
-                is_error,
-                pending,
-            });
+            m(&Metric::Tool { name: name.to_string(), latency: started.elapsed(), is_error, pending });
         }
-        let _ = self.feed(Input::ToolReply {
-            call_id: call_id.to_string(),
-            reply,
-        });
+        let _ = self.feed(Input::ToolReply { call_id: call_id.to_string(), reply });
     }
 
     /// The host answered a request.
@@ -682,15 +556,7 @@ impl Engine {
             }
         };
         let result = self.result(status, limit);
-        self.run_metric(
-            if status == RunStatus::Done {
-                "done"
-            } else {
-                "incomplete"
-            },
-            &result,
-            None,
-        );
+        self.run_metric(if status == RunStatus::Done { "done" } else { "incomplete" }, &result, None);
         Ok(result)
     }
 
@@ -726,12 +592,8 @@ impl Engine {
 }
 
 /// `ask`: the config's conversation store (`ask` without one is a config error).
-pub(crate) fn conversations(
-    cfg: &ClientConfig,
-) -> Result<&Arc<dyn crate::store::ConversationStore>, DriveError> {
-    cfg.conversations
-        .as_ref()
-        .ok_or_else(|| DriveError::Config("ask needs a conversation store".into()))
+pub(crate) fn conversations(cfg: &ClientConfig) -> Result<&Arc<dyn crate::store::ConversationStore>, DriveError> {
+    cfg.conversations.as_ref().ok_or_else(|| DriveError::Config("ask needs a conversation store".into()))
 }
 
 /// `ask`: the stored transcript of a conversation (empty when new).
@@ -741,11 +603,7 @@ pub(crate) fn load_conversation(cfg: &ClientConfig, id: &str) -> Result<Vec<Mess
 
 /// `ask`: saves the transcript of a run that is not pending (a pending
 /// transcript ends on unanswered calls; it is saved once the run resumes).
-pub(crate) fn save_conversation(
-    cfg: &ClientConfig,
-    id: &str,
-    result: &RunResult,
-) -> Result<(), DriveError> {
+pub(crate) fn save_conversation(cfg: &ClientConfig, id: &str, result: &RunResult) -> Result<(), DriveError> {
     if let (Some(store), false) = (&cfg.conversations, result.is_pending()) {
         store.save(id, &result.messages)?;
     }
@@ -781,10 +639,8 @@ pub(crate) fn settle_stored(
 fn fresh_seed() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     nanos ^ (u64::from(std::process::id()) << 32) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }

@@ -120,29 +120,20 @@ impl Hooks {
     }
 
     /// Called when a model exchange ends (or fails in the transport).
-    pub fn after_model(
-        mut self,
-        f: impl Fn(&ModelResponse) -> Result<(), HookAbort> + Send + Sync + 'static,
-    ) -> Hooks {
+    pub fn after_model(mut self, f: impl Fn(&ModelResponse) -> Result<(), HookAbort> + Send + Sync + 'static) -> Hooks {
         self.after_model = Some(Arc::new(f));
         self
     }
 
     /// Called before a tool runs (not on the retry after a suspension).
-    pub fn before_tool(
-        mut self,
-        f: impl Fn(&ToolCallView<'_>) -> BeforeTool + Send + Sync + 'static,
-    ) -> Hooks {
+    pub fn before_tool(mut self, f: impl Fn(&ToolCallView<'_>) -> BeforeTool + Send + Sync + 'static) -> Hooks {
         self.before_tool = Some(Arc::new(f));
         self
     }
 
     /// Called with each finished result of an executed tool; may change it.
     /// Not called for suspensions nor for replies given by `before_tool`.
-    pub fn after_tool(
-        mut self,
-        f: impl Fn(&ToolCallView<'_>, &mut ToolResult) + Send + Sync + 'static,
-    ) -> Hooks {
+    pub fn after_tool(mut self, f: impl Fn(&ToolCallView<'_>, &mut ToolResult) + Send + Sync + 'static) -> Hooks {
         self.after_tool = Some(Arc::new(f));
         self
     }

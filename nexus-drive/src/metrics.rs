@@ -58,9 +58,7 @@ pub enum Metric {
     },
 }
 
-const BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-];
+const BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
 #[derive(Debug, Default, Clone)]
 struct Histogram {
@@ -122,51 +120,25 @@ impl Metrics {
     pub fn observe(&self, m: &Metric) {
         let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         match m {
-            Metric::Llm {
-                model,
-                status,
-                latency,
-                prompt_tokens,
-                completion_tokens,
-                ..
-            } => {
-                *r.llm_requests
-                    .entry(labels(&[("model", model), ("status", status)]))
-                    .or_default() += 1;
+            Metric::Llm { model, status, latency, prompt_tokens, completion_tokens, .. } => {
+                *r.llm_requests.entry(labels(&[("model", model), ("status", status)])).or_default() += 1;
                 if *status == "ok" {
-                    *r.llm_tokens
-                        .entry(labels(&[("type", "prompt")]))
-                        .or_default() += prompt_tokens;
-                    *r.llm_tokens
-                        .entry(labels(&[("type", "completion")]))
-                        .or_default() += completion_tokens;
+                    *r.llm_tokens.entry(labels(&[("type", "prompt")])).or_default() += prompt_tokens;
+                    *r.llm_tokens.entry(labels(&[("type", "completion")])).or_default() += completion_tokens;
                 }
-                r.llm_duration
-                    .entry(labels(&[("model", model)]))
-                    .or_default()
-                    .observe(latency.as_secs_f64());
+                r.llm_duration.entry(labels(&[("model", model)])).or_default().observe(latency.as_secs_f64());
             }
-            Metric::Tool {
-                name,
-                latency,
-                is_error,
-                pending,
-            } => {
+            Metric::Tool { name, latency, is_error, pending } => {
                 let key = labels(&[
                     ("tool", name),
                     ("is_error", if *is_error { "true" } else { "false" }),
                     ("pending", if *pending { "true" } else { "false" }),
                 ]);
                 *r.tool_calls.entry(key).or_default() += 1;
-                r.tool_duration
-                    .entry(labels(&[("tool", name)]))
-                    .or_default()
-                    .observe(latency.as_secs_f64());
+                r.tool_duration.entry(labels(&[("tool", name)])).or_default().observe(latency.as_secs_f64());
             }
             Metric::Run { model, status, .. } => {
-                *r.runs
-                    .entry(labels(&[("model", model), ("status", status)]))
-                    .or_default() += 1;
+                *r.runs.entry(labels(&[("model", model), ("status", status)])).or_default() += 1;
                 if *status == "failed" {
                     *r.run_errors.entry(labels(&[("model", model)])).or_default() += 1;
                 }
@@ -179,48 +151,13 @@ impl Metrics {
     pub fn render(&self) -> String {
         let r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
-        counter(
-            &mut out,
-            "nexus_llm_requests_total",
-            "Model requests by model and status.",
-            &r.llm_requests,
-        );
-        counter(
-            &mut out,
-            "nexus_llm_tokens_total",
-            "Tokens of successful model requests by type.",
-            &r.llm_tokens,
-        );
-        histogram(
-            &mut out,
-            "nexus_llm_request_duration_seconds",
-            "Model request latency.",
-            &r.llm_duration,
-        );
-        counter(
-            &mut out,
-            "nexus_tool_calls_total",
-            "Tool executions by tool, error and pending.",
-            &r.tool_calls,
-        );
-        histogram(
-            &mut out,
-            "nexus_tool_duration_seconds",
-            "Tool execution latency.",
-            &r.tool_duration,
-        );
-        counter(
-            &mut out,
-            "nexus_runs_total",
-            "Runs by model and final status.",
-            &r.runs,
-        );
-        counter(
-            &mut out,
-            "nexus_run_errors_total",
-            "Failed runs by model.",
-            &r.run_errors,
-        );
+        counter(&mut out, "nexus_llm_requests_total", "Model requests by model and status.", &r.llm_requests);
+        counter(&mut out, "nexus_llm_tokens_total", "Tokens of successful model requests by type.", &r.llm_tokens);
+        histogram(&mut out, "nexus_llm_request_duration_seconds", "Model request latency.", &r.llm_duration);
+        counter(&mut out, "nexus_tool_calls_total", "Tool executions by tool, error and pending.", &r.tool_calls);
+        histogram(&mut out, "nexus_tool_duration_seconds", "Tool execution latency.", &r.tool_duration);
+        counter(&mut out, "nexus_runs_total", "Runs by model and final status.", &r.runs);
+        counter(&mut out, "nexus_run_errors_total", "Failed runs by model.", &r.run_errors);
         out
     }
 }
@@ -302,19 +239,13 @@ mod tests {
         });
         let text = m.render();
         assert!(
-            text.contains(
-                "nexus_tool_calls_total{tool=\"a\\\"b\",is_error=\"false\",pending=\"true\"} 1\n"
-            ),
+            text.contains("nexus_tool_calls_total{tool=\"a\\\"b\",is_error=\"false\",pending=\"true\"} 1\n"),
             "{text}"
         );
         assert!(text.contains("nexus_llm_tokens_total{type=\"prompt\"} 7\n"));
         // 0.3 s falls in the 0.5 bucket and above, not in 0.25.
-        assert!(
-            text.contains("nexus_llm_request_duration_seconds_bucket{model=\"m\",le=\"0.25\"} 0\n")
-        );
-        assert!(
-            text.contains("nexus_llm_request_duration_seconds_bucket{model=\"m\",le=\"0.5\"} 1\n")
-        );
+        assert!(text.contains("nexus_llm_request_duration_seconds_bucket{model=\"m\",le=\"0.25\"} 0\n"));
+        assert!(text.contains("nexus_llm_request_duration_seconds_bucket{model=\"m\",le=\"0.5\"} 1\n"));
         assert!(text.contains("nexus_run_errors_total{model=\"m\"} 1\n"));
         assert!(text.ends_with('\n'));
     }

@@ -108,11 +108,7 @@ mod tests {
             text: "hi".into(),
             tool_calls: vec![],
             turns: 1,
-            usage: Usage {
-                prompt_tokens: 3,
-                completion_tokens: 2,
-                total_tokens: 5,
-            },
+            usage: Usage { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 },
             model: "m".into(),
             limit: None,
             pending: vec![],
@@ -127,10 +123,7 @@ mod tests {
         let v = serde_json::to_value(base(RunStatus::Done)).unwrap();
         assert_eq!(v["status"], "done");
         assert_eq!(v["toolCalls"], json!([]));
-        assert_eq!(
-            v["usage"],
-            json!({"promptTokens": 3, "completionTokens": 2, "totalTokens": 5})
-        );
+        assert_eq!(v["usage"], json!({"promptTokens": 3, "completionTokens": 2, "totalTokens": 5}));
         assert!(v.get("limit").is_none() && v.get("pending").is_none());
 
         let mut p = base(RunStatus::Pending);
@@ -147,11 +140,7 @@ mod tests {
 
     #[test]
     fn suspended_state_is_embedded_as_text() {
-        let s = SuspendedRun {
-            run_id: "r".into(),
-            state: br#"{"a":1}"#.to_vec(),
-            pending: vec![],
-        };
+        let s = SuspendedRun { run_id: "r".into(), state: br#"{"a":1}"#.to_vec(), pending: vec![] };
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(v["state"], r#"{"a":1}"#);
         let back: SuspendedRun = serde_json::from_value(v).unwrap();

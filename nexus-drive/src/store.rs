@@ -99,18 +99,10 @@ pub trait RunStore: Send + Sync {
     fn delete(&self, id: &str, expected: u64) -> Result<(), StoreError>;
 }
 
-fn check_version(
-    id: &str,
-    current: Option<&RunRecord>,
-    expected: Option<u64>,
-) -> Result<(), StoreError> {
+fn check_version(id: &str, current: Option<&RunRecord>, expected: Option<u64>) -> Result<(), StoreError> {
     let found = current.map(|r| r.version);
     if found != expected {
-        return Err(StoreError::Conflict {
-            id: id.to_string(),
-            expected,
-            found,
-        });
+        return Err(StoreError::Conflict { id: id.to_string(), expected, found });
     }
     Ok(())
 }
@@ -178,22 +170,13 @@ impl RunStore for MemoryRunStore {
         let mut map = lock(&self.map);
         check_version(id, map.get(id), expected)?;
         let version = expected.unwrap_or(0) + 1;
-        map.insert(
-            id.to_string(),
-            RunRecord {
-                state: state.to_vec(),
-                version,
-                claimed: false,
-            },
-        );
+        map.insert(id.to_string(), RunRecord { state: state.to_vec(), version, claimed: false });
         Ok(version)
     }
 
     fn claim(&self, id: &str) -> Result<RunRecord, StoreError> {
         let mut map = lock(&self.map);
-        let rec = map
-            .get_mut(id)
-            .ok_or_else(|| StoreError::NotFound(id.to_string()))?;
+        let rec = map.get_mut(id).ok_or_else(|| StoreError::NotFound(id.to_string()))?;
         if rec.claimed {
             return Err(StoreError::Claimed(id.to_string()));
         }
@@ -286,14 +269,9 @@ impl ConversationStore for FileConversationStore {
         let path = self.dir.join(format!("{}.json", file_stem(id)?));
         match read_opt(&path)? {
             None => Ok(None),
-            Some(bytes) => {
-                serde_json::from_slice(&bytes)
-                    .map(Some)
-                    .map_err(|e| StoreError::Corrupt {
-                        id: id.to_string(),
-                        message: e.to_string(),
-                    })
-            }
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| StoreError::Corrupt { id: id.to_string(), message: e.to_string() }),
         }
     }
 
@@ -338,11 +316,7 @@ impl FileRunStore {
 
     /// Runs `f` holding the record's lock. The OS releases the lock if the
     /// process dies, so a crash cannot wedge the record.
-    fn locked<T>(
-        &self,
-        id: &str,
-        f: impl FnOnce(&str) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+    fn locked<T>(&self, id: &str, f: impl FnOnce(&str) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let stem = file_stem(id)?;
         let lock_file = fs::OpenOptions::new()
             .create(true)
@@ -359,44 +333,25 @@ impl FileRunStore {
         let Some(bytes) = read_opt(&self.dir.join(format!("{stem}.run")))? else {
             return Ok(None);
         };
-        let corrupt = |m: &str| StoreError::Corrupt {
-            id: id.to_string(),
-            message: m.to_string(),
-        };
-        let nl = bytes
-            .iter()
-            .position(|&b| b == b'\n')
-            .ok_or_else(|| corrupt("no header line"))?;
+        let corrupt = |m: &str| StoreError::Corrupt { id: id.to_string(), message: m.to_string() };
+        let nl = bytes.iter().position(|&b| b == b'\n').ok_or_else(|| corrupt("no header line"))?;
         let (head, rest) = bytes.split_at(nl);
         let head = std::str::from_utf8(head).map_err(|_| corrupt("header is not UTF-8"))?;
         let mut parts = head.split(' ');
         if parts.next() != Some(RUN_MAGIC) {
             return Err(corrupt("not a run record"));
         }
-        let version = parts
-            .next()
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| corrupt("bad version"))?;
+        let version = parts.next().and_then(|v| v.parse().ok()).ok_or_else(|| corrupt("bad version"))?;
         let claimed = match parts.next() {
             Some("0") => false,
             Some("1") => true,
             _ => return Err(corrupt("bad claim flag")),
         };
         let state = rest.get(1..).unwrap_or_default().to_vec();
-        Ok(Some(RunRecord {
-            state,
-            version,
-            claimed,
-        }))
+        Ok(Some(RunRecord { state, version, claimed }))
     }
 
-    fn write(
-        &self,
-        stem: &str,
-        state: &[u8],
-        version: u64,
-        claimed: bool,
-    ) -> Result<(), StoreError> {
+    fn write(&self, stem: &str, state: &[u8], version: u64, claimed: bool) -> Result<(), StoreError> {
         let head = format!("{RUN_MAGIC} {version} {}\n", u8::from(claimed));
         write_atomic(&self.dir, &format!("{stem}.run"), &[head.as_bytes(), state])?;
         Ok(())
@@ -421,9 +376,7 @@ impl RunStore for FileRunStore {
 
     fn claim(&self, id: &str) -> Result<RunRecord, StoreError> {
         self.locked(id, |stem| {
-            let mut rec = self
-                .read(id, stem)?
-                .ok_or_else(|| StoreError::NotFound(id.to_string()))?;
+            let mut rec = self.read(id, stem)?.ok_or_else(|| StoreError::NotFound(id.to_string()))?;
             if rec.claimed {
                 return Err(StoreError::Claimed(id.to_string()));
             }
@@ -463,28 +416,16 @@ mod tests {
     fn cas_contract(store: &dyn RunStore) {
         assert_eq!(store.load("r/1").unwrap(), None);
         assert_eq!(store.save("r/1", b"s1", None).unwrap(), 1);
-        assert!(matches!(
-            store.save("r/1", b"x", None),
-            Err(StoreError::Conflict { found: Some(1), .. })
-        ));
+        assert!(matches!(store.save("r/1", b"x", None), Err(StoreError::Conflict { found: Some(1), .. })));
         assert_eq!(store.save("r/1", b"s2", Some(1)).unwrap(), 2);
-        assert!(matches!(
-            store.save("r/1", b"x", Some(1)),
-            Err(StoreError::Conflict { .. })
-        ));
+        assert!(matches!(store.save("r/1", b"x", Some(1)), Err(StoreError::Conflict { .. })));
         let claimed = store.claim("r/1").unwrap();
-        assert_eq!(
-            (claimed.state.as_slice(), claimed.version, claimed.claimed),
-            (&b"s2"[..], 3, true)
-        );
+        assert_eq!((claimed.state.as_slice(), claimed.version, claimed.claimed), (&b"s2"[..], 3, true));
         assert_eq!(store.claim("r/1"), Err(StoreError::Claimed("r/1".into())));
         // The claimer writes on top of its claim, which releases it.
         assert_eq!(store.save("r/1", b"s3", Some(3)).unwrap(), 4);
         assert!(!store.load("r/1").unwrap().unwrap().claimed);
-        assert!(matches!(
-            store.delete("r/1", 3),
-            Err(StoreError::Conflict { .. })
-        ));
+        assert!(matches!(store.delete("r/1", 3), Err(StoreError::Conflict { .. })));
         store.delete("r/1", 4).unwrap();
         assert_eq!(store.load("r/1").unwrap(), None);
         assert_eq!(store.claim("r/1"), Err(StoreError::NotFound("r/1".into())));
@@ -501,10 +442,7 @@ mod tests {
         let store = FileRunStore::open(&dir).unwrap();
         cas_contract(&store);
         assert_eq!(file_stem("a.b/c ü").unwrap(), "a%2Eb%2Fc%20%C3%BC");
-        assert!(matches!(
-            store.save("", b"x", None),
-            Err(StoreError::InvalidId(_))
-        ));
+        assert!(matches!(store.save("", b"x", None), Err(StoreError::InvalidId(_))));
         let _ = fs::remove_dir_all(&dir);
     }
 

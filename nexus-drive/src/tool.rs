@@ -26,18 +26,8 @@ use crate::cancel::CancelToken;
 /// Names of the built-in tools. A relay tool may not take one of them, even
 /// when built-ins are off, so a future built-in can never capture a
 /// declaration-only tool.
-pub const RESERVED_BUILTINS: &[&str] = &[
-    "bash",
-    "read",
-    "write",
-    "edit",
-    "grep",
-    "glob",
-    "webfetch",
-    "question",
-    "apply_patch",
-    "todowrite",
-];
+pub const RESERVED_BUILTINS: &[&str] =
+    &["bash", "read", "write", "edit", "grep", "glob", "webfetch", "question", "apply_patch", "todowrite"];
 
 /// What one execution of a tool is told.
 #[derive(Debug, Clone)]
@@ -168,17 +158,13 @@ pub trait Tool: Send + Sync + 'static {
     fn description(&self) -> String;
 
     /// JSON Schema of the arguments; `None` means an empty object schema (or,
-    /// with the `schemars` feature and [`Toolbox::add_derived`], the derived one).
+    /// with the `schemars` feature and `Toolbox::add_derived`, the derived one).
     fn input_schema(&self) -> Option<Value> {
         None
     }
 
     /// Runs the tool.
-    fn call(
-        &self,
-        args: Self::Args,
-        ctx: &ToolContext,
-    ) -> Result<ToolOutcome<Self::Output>, ToolError>;
+    fn call(&self, args: Self::Args, ctx: &ToolContext) -> Result<ToolOutcome<Self::Output>, ToolError>;
 }
 
 /// A tool with typed arguments whose work is a future. The blocking driver
@@ -229,9 +215,7 @@ pub struct DynTool {
 
 impl fmt::Debug for DynTool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DynTool")
-            .field("name", &self.decl.name)
-            .finish_non_exhaustive()
+        f.debug_struct("DynTool").field("name", &self.decl.name).finish_non_exhaustive()
     }
 }
 
@@ -249,12 +233,7 @@ impl DynTool {
     }
 
     /// An async dynamic tool.
-    pub fn new_async<F, Fut>(
-        name: &str,
-        description: impl Into<String>,
-        input_schema: Value,
-        f: F,
-    ) -> DynTool
+    pub fn new_async<F, Fut>(name: &str, description: impl Into<String>, input_schema: Value, f: F) -> DynTool
     where
         F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<ToolOutcome<Value>, ToolError>> + Send + 'static,
@@ -321,9 +300,7 @@ pub struct Toolbox {
 
 impl fmt::Debug for Toolbox {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list()
-            .entries(self.entries.iter().map(|e| (&e.decl.name, e.decl.kind)))
-            .finish()
+        f.debug_list().entries(self.entries.iter().map(|e| (&e.decl.name, e.decl.kind))).finish()
     }
 }
 
@@ -395,17 +372,9 @@ impl Toolbox {
     }
 
     /// Gives up on calls to `name` after `timeout` (error result).
-    pub fn set_timeout(
-        &mut self,
-        name: &str,
-        timeout: Duration,
-    ) -> Result<&mut Toolbox, ToolboxError> {
+    pub fn set_timeout(&mut self, name: &str, timeout: Duration) -> Result<&mut Toolbox, ToolboxError> {
         let name = sanitize_name(name);
-        let entry = self
-            .entries
-            .iter_mut()
-            .find(|e| e.decl.name == name)
-            .ok_or(ToolboxError::Unknown(name))?;
+        let entry = self.entries.iter_mut().find(|e| e.decl.name == name).ok_or(ToolboxError::Unknown(name))?;
         entry.timeout = Some(timeout);
         Ok(self)
     }
@@ -444,11 +413,7 @@ impl Toolbox {
         if self.get(&decl.name).is_some() {
             return Err(ToolboxError::Duplicate(decl.name));
         }
-        self.entries.push(Entry {
-            decl,
-            handler,
-            timeout,
-        });
+        self.entries.push(Entry { decl, handler, timeout });
         Ok(self)
     }
 }
@@ -473,11 +438,9 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
 
 fn erase_blocking<T: Tool>(tool: T) -> Handler {
     let tool = Arc::new(tool);
-    Handler::Blocking(Arc::new(move |input, ctx| {
-        match parse_args::<T::Args>(T::NAME, input) {
-            Ok(args) => into_reply(tool.call(args, ctx)),
-            Err(reply) => *reply,
-        }
+    Handler::Blocking(Arc::new(move |input, ctx| match parse_args::<T::Args>(T::NAME, input) {
+        Ok(args) => into_reply(tool.call(args, ctx)),
+        Err(reply) => *reply,
     }))
 }
 
@@ -496,11 +459,8 @@ fn erase_async<T: AsyncTool>(tool: T) -> Handler {
 
 /// The arguments, or the error result naming the problem.
 fn parse_args<A: DeserializeOwned>(name: &str, input: Value) -> Result<A, Box<ToolReply>> {
-    serde_json::from_value(input).map_err(|e| {
-        Box::new(ToolReply::Done(ToolResult::error(format!(
-            "invalid arguments for {name}: {e}"
-        ))))
-    })
+    serde_json::from_value(input)
+        .map_err(|e| Box::new(ToolReply::Done(ToolResult::error(format!("invalid arguments for {name}: {e}")))))
 }
 
 /// A tool's outcome as the machine's reply.
@@ -536,12 +496,7 @@ pub(crate) struct ToolJob {
 impl ToolJob {
     /// Runs the call on this thread. A panic becomes an error result.
     pub(crate) fn run_blocking(self) -> ToolReply {
-        let ToolJob {
-            input,
-            ctx,
-            handler,
-            ..
-        } = self;
+        let ToolJob { input, ctx, handler, .. } = self;
         let name = ctx.name.clone();
         let run = AssertUnwindSafe(move || match handler {
             Handler::Blocking(f) => f(input, &ctx),
@@ -555,13 +510,7 @@ impl ToolJob {
     #[cfg(feature = "async")]
     pub(crate) fn run_async(self) -> impl Future<Output = (String, ToolReply)> + Send + 'static {
         use futures_lite::FutureExt;
-        let ToolJob {
-            call_id,
-            input,
-            ctx,
-            handler,
-            timeout,
-        } = self;
+        let ToolJob { call_id, input, ctx, handler, timeout } = self;
         let name = ctx.name.clone();
         async move {
             let work = async {
@@ -569,15 +518,13 @@ impl ToolJob {
                 match handler {
                     Handler::Blocking(f) => {
                         smol::unblock(move || {
-                            catch_unwind(AssertUnwindSafe(|| f(input, &ctx)))
-                                .unwrap_or_else(|p| panicked(&name, p))
+                            catch_unwind(AssertUnwindSafe(|| f(input, &ctx))).unwrap_or_else(|p| panicked(&name, p))
                         })
                         .await
                     }
-                    Handler::Async(f) => AssertUnwindSafe(f(input, ctx))
-                        .catch_unwind()
-                        .await
-                        .unwrap_or_else(|p| panicked(&name, p)),
+                    Handler::Async(f) => {
+                        AssertUnwindSafe(f(input, ctx)).catch_unwind().await.unwrap_or_else(|p| panicked(&name, p))
+                    }
                 }
             };
             let reply = match timeout {
@@ -596,10 +543,7 @@ impl ToolJob {
 }
 
 pub(crate) fn timed_out(name: &str, d: Duration) -> ToolReply {
-    ToolReply::Done(ToolResult::error(format!(
-        "tool {name} timed out after {} ms",
-        d.as_millis()
-    )))
+    ToolReply::Done(ToolResult::error(format!("tool {name} timed out after {} ms", d.as_millis())))
 }
 
 fn panicked(name: &str, payload: Box<dyn Any + Send>) -> ToolReply {
@@ -652,39 +596,19 @@ mod tests {
     fn typed_tool_output_is_json_text_and_bad_args_name_the_problem() {
         let mut tb = Toolbox::new();
         tb.add(Add).unwrap();
-        assert_eq!(
-            run(&tb, "add", json!({"a": 2, "b": 3})),
-            ToolReply::Done(ToolResult::ok("5"))
-        );
-        let ToolReply::Done(r) = run(&tb, "add", json!({"a": "x"})) else {
-            panic!("not done")
-        };
+        assert_eq!(run(&tb, "add", json!({"a": 2, "b": 3})), ToolReply::Done(ToolResult::ok("5")));
+        let ToolReply::Done(r) = run(&tb, "add", json!({"a": "x"})) else { panic!("not done") };
         assert!(r.is_error);
-        assert!(
-            r.output.starts_with("invalid arguments for add:"),
-            "{}",
-            r.output
-        );
+        assert!(r.output.starts_with("invalid arguments for add:"), "{}", r.output);
     }
 
     #[test]
     fn strings_pass_as_is_and_panics_become_error_results() {
         let mut tb = Toolbox::new();
-        tb.add_dyn(DynTool::new("echo", "", Value::Null, |v, _| {
-            Ok(ToolOutcome::Done(v["s"].clone()))
-        }))
-        .unwrap();
-        tb.add_dyn(DynTool::new("boom", "", Value::Null, |_, _| {
-            panic!("kaboom")
-        }))
-        .unwrap();
-        assert_eq!(
-            run(&tb, "echo", json!({"s": "he said \"hi\""})),
-            ToolReply::Done(ToolResult::ok("he said \"hi\""))
-        );
-        let ToolReply::Done(r) = run(&tb, "boom", json!({})) else {
-            panic!("not done")
-        };
+        tb.add_dyn(DynTool::new("echo", "", Value::Null, |v, _| Ok(ToolOutcome::Done(v["s"].clone())))).unwrap();
+        tb.add_dyn(DynTool::new("boom", "", Value::Null, |_, _| panic!("kaboom"))).unwrap();
+        assert_eq!(run(&tb, "echo", json!({"s": "he said \"hi\""})), ToolReply::Done(ToolResult::ok("he said \"hi\"")));
+        let ToolReply::Done(r) = run(&tb, "boom", json!({})) else { panic!("not done") };
         assert!(r.is_error && r.output.contains("kaboom"), "{r:?}");
     }
 
@@ -707,15 +631,9 @@ mod tests {
         assert_eq!(s["type"], "object");
         assert_eq!(s["properties"]["n"]["description"], "How many.");
         // Nested types are inlined: Gemini does not follow `$ref`.
-        assert_eq!(
-            s["properties"]["at"]["properties"]["city"]["type"],
-            "string"
-        );
+        assert_eq!(s["properties"]["at"]["properties"]["city"]["type"], "string");
         let text = s.to_string();
-        assert!(
-            !text.contains("$ref") && !text.contains("$schema"),
-            "{text}"
-        );
+        assert!(!text.contains("$ref") && !text.contains("$schema"), "{text}");
         assert!(s.get("title").is_none());
     }
 
@@ -723,10 +641,7 @@ mod tests {
     fn duplicates_and_relay_collisions_are_refused() {
         let mut tb = Toolbox::new();
         tb.add(Add).unwrap();
-        assert_eq!(
-            tb.add(Add).err(),
-            Some(ToolboxError::Duplicate("add".into()))
-        );
+        assert_eq!(tb.add(Add).err(), Some(ToolboxError::Duplicate("add".into())));
         let err = tb.add_relay("bash", "", Value::Null).err().unwrap();
         assert_eq!(
             err.to_string(),
@@ -734,13 +649,7 @@ mod tests {
              even with builtins disabled, so a future builtin cannot capture a declaration-only tool)"
         );
         // An executed tool may shadow a built-in name; only relays are guarded.
-        tb.add_dyn(DynTool::new("bash", "", Value::Null, |_, _| {
-            Ok(ToolOutcome::Done(json!("ok")))
-        }))
-        .unwrap();
-        assert!(matches!(
-            tb.add_decl(ToolDecl::new("x", "", Value::Null)),
-            Err(ToolboxError::NoHandler(_))
-        ));
+        tb.add_dyn(DynTool::new("bash", "", Value::Null, |_, _| Ok(ToolOutcome::Done(json!("ok"))))).unwrap();
+        assert!(matches!(tb.add_decl(ToolDecl::new("x", "", Value::Null)), Err(ToolboxError::NoHandler(_))));
     }
 }

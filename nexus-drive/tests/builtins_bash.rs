@@ -56,10 +56,7 @@ fn output_and_exit_codes() {
     assert_eq!(r.output, "(no output)");
 
     let r = bash(&b, json!({"command": "  "}));
-    assert!(
-        r.is_error && r.output.contains("command is required"),
-        "{r:?}"
-    );
+    assert!(r.is_error && r.output.contains("command is required"), "{r:?}");
 }
 
 #[test]
@@ -75,20 +72,14 @@ fn runs_in_the_root_or_a_workdir_inside_it() {
     let r = bash(&b, json!({"command": "pwd", "workdir": "missing"}));
     assert!(r.is_error && r.output.contains("not a directory"), "{r:?}");
     let r = bash(&b, json!({"command": "pwd", "workdir": "/"}));
-    assert!(
-        r.is_error && r.output.contains("outside the workspace root"),
-        "{r:?}"
-    );
+    assert!(r.is_error && r.output.contains("outside the workspace root"), "{r:?}");
 }
 
 #[test]
 fn long_output_keeps_head_and_tail_with_a_note() {
     let dir = scratch("cap");
     let b = only_bash(&dir).output_cap(1000);
-    let r = bash(
-        &b,
-        json!({"command": "for i in $(seq 1 2000); do echo line$i; done"}),
-    );
+    let r = bash(&b, json!({"command": "for i in $(seq 1 2000); do echo line$i; done"}));
     assert!(!r.is_error, "{r:?}");
     assert!(r.output.starts_with("line1\nline2\n"), "{}", r.output);
     assert!(r.output.ends_with("line1999\nline2000"), "{}", r.output);
@@ -117,12 +108,7 @@ fn alive(pid: u32) -> bool {
     // A process that was killed may linger a moment as a zombie until its new
     // parent reaps it: that is dead too.
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
+        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
         Err(_) => false,
     }
 }
@@ -133,32 +119,19 @@ fn a_runaway_command_is_killed_at_its_timeout_with_its_children() {
     let b = only_bash(&dir);
     let pidfile = dir.join("root/child.pid");
     let started = Instant::now();
-    let r = bash(
-        &b,
-        json!({"command": "sleep 1000 & echo $! > child.pid; sleep 1000", "timeout": 500}),
-    );
+    let r = bash(&b, json!({"command": "sleep 1000 & echo $! > child.pid; sleep 1000", "timeout": 500}));
     let took = started.elapsed();
     assert!(r.is_error, "{r:?}");
     assert!(r.output.contains("[timed out after 500 ms"), "{}", r.output);
     assert_eq!(r.metadata.as_ref().unwrap()["timedOut"], true);
-    assert!(
-        took < Duration::from_secs(10),
-        "the call returned after {took:?}"
-    );
+    assert!(took < Duration::from_secs(10), "the call returned after {took:?}");
 
-    let child: u32 = fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let child: u32 = fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while alive(child) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(
-        !alive(child),
-        "the background child {child} survived the timeout"
-    );
+    assert!(!alive(child), "the background child {child} survived the timeout");
 }
 
 #[test]
@@ -166,29 +139,16 @@ fn background_jobs_do_not_outlive_a_command_that_exits() {
     let dir = scratch("leftover");
     let b = only_bash(&dir);
     let started = Instant::now();
-    let r = bash(
-        &b,
-        json!({"command": "sleep 1000 & echo $! > child.pid; echo started"}),
-    );
+    let r = bash(&b, json!({"command": "sleep 1000 & echo $! > child.pid; echo started"}));
     assert!(!r.is_error, "{r:?}");
     assert_eq!(r.output, "started");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "waited for the background job"
-    );
-    let child: u32 = fs::read_to_string(dir.join("root/child.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10), "waited for the background job");
+    let child: u32 = fs::read_to_string(dir.join("root/child.pid")).unwrap().trim().parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while alive(child) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(
-        !alive(child),
-        "the background job {child} outlived its command"
-    );
+    assert!(!alive(child), "the background job {child} outlived its command");
 }
 
 #[test]
@@ -197,9 +157,6 @@ fn the_model_cannot_ask_for_more_than_the_host_maximum() {
     let b = only_bash(&dir).bash_max_timeout(Duration::from_millis(300));
     let started = Instant::now();
     let r = bash(&b, json!({"command": "sleep 30", "timeout": 3_600_000}));
-    assert!(
-        r.is_error && r.output.contains("[timed out after 300 ms"),
-        "{r:?}"
-    );
+    assert!(r.is_error && r.output.contains("[timed out after 300 ms"), "{r:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }

@@ -38,10 +38,7 @@ fn config(fake: &FakeProvider, style: Style, builtins: &Builtins) -> ClientConfi
 fn read_and_grep_in_parallel_then_a_question_that_suspends_and_resumes() {
     for style in Style::ALL {
         let ctx = format!("{style:?}");
-        let dir = std::env::temp_dir().join(format!(
-            "nexus-builtins-e2e-{}-{style:?}",
-            std::process::id()
-        ));
+        let dir = std::env::temp_dir().join(format!("nexus-builtins-e2e-{}-{style:?}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("src")).unwrap();
         fs::write(dir.join("notes.md"), "# Notes\nship it\n").unwrap();
@@ -52,9 +49,7 @@ fn read_and_grep_in_parallel_then_a_question_that_suspends_and_resumes() {
             Scripts::new(KEY).model(
                 "m-builtins",
                 Script::new(vec![
-                    Turn::default()
-                        .call("read", r#"{"path":"notes.md"}"#)
-                        .call("grep", r#"{"pattern":"TODO"}"#),
+                    Turn::default().call("read", r#"{"path":"notes.md"}"#).call("grep", r#"{"pattern":"TODO"}"#),
                     Turn::default().call("question", questions),
                     Turn::text("red it is"),
                 ])
@@ -70,53 +65,31 @@ fn read_and_grep_in_parallel_then_a_question_that_suspends_and_resumes() {
                 }),
             ),
         );
-        let builtins = Builtins::new(&dir)
-            .select(Some("read,grep,question"))
-            .unwrap();
+        let builtins = Builtins::new(&dir).select(Some("read,grep,question")).unwrap();
 
         let first = Client::new(config(&fake, style, &builtins));
-        let r = first
-            .run("what colour?")
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let r = first.run("what colour?").unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(r.status, RunStatus::Pending, "{ctx}");
         assert_eq!(r.pending.len(), 1, "{ctx}");
         let q = &r.pending[0];
         assert_eq!(q.kind, "question", "{ctx}");
         assert_eq!(q.prompt, "Pick a color? (options: red, green)", "{ctx}");
         let expected: serde_json::Value = serde_json::from_str(questions).unwrap();
-        assert_eq!(
-            q.data.as_ref().unwrap()["questions"],
-            expected["questions"],
-            "{ctx}"
-        );
-        let state = r
-            .suspended
-            .clone()
-            .expect("a pending run carries its state")
-            .state;
+        assert_eq!(q.data.as_ref().unwrap()["questions"], expected["questions"], "{ctx}");
+        let state = r.suspended.clone().expect("a pending run carries its state").state;
         drop(first);
 
         // Another client, built afresh (as another process would), resumes the saved state.
         let fresh = Client::new(config(&fake, style, &builtins));
         let answer = Answer::ok(q.id.clone(), json!({"answer": "red"}).as_object().cloned());
-        let done = fresh
-            .resume(&state, vec![answer])
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let done = fresh.resume(&state, vec![answer]).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(done.status, RunStatus::Done, "{ctx}");
         assert_eq!(done.text, "red it is", "{ctx}");
-        let results: Vec<String> = done
-            .messages
-            .iter()
-            .flat_map(Message::tool_results)
-            .map(|b| b.output.clone())
-            .collect();
+        let results: Vec<String> =
+            done.messages.iter().flat_map(Message::tool_results).map(|b| b.output.clone()).collect();
         assert_eq!(
             results,
-            [
-                "     1\t# Notes\n     2\tship it\n",
-                "src/lib.rs:1:// TODO: colors",
-                r#"{"answer":"red"}"#
-            ],
+            ["     1\t# Notes\n     2\tship it\n", "src/lib.rs:1:// TODO: colors", r#"{"answer":"red"}"#],
             "{ctx}"
         );
         assert!(fake.failures().is_empty(), "{ctx}: {:?}", fake.failures());

@@ -45,21 +45,11 @@ fn read_numbers_lines_and_pages_with_offset_and_limit() {
 
     let (out, err) = call(&b, "read", json!({"path": "a.txt"}));
     assert!(!err, "{out}");
-    assert_eq!(
-        out,
-        "     1\talpha\n     2\tbeta\n     3\tgamma\n     4\tdelta\n"
-    );
+    assert_eq!(out, "     1\talpha\n     2\tbeta\n     3\tgamma\n     4\tdelta\n");
 
-    let (out, err) = call(
-        &b,
-        "read",
-        json!({"path": "a.txt", "offset": 2, "limit": 2}),
-    );
+    let (out, err) = call(&b, "read", json!({"path": "a.txt", "offset": 2, "limit": 2}));
     assert!(!err, "{out}");
-    assert_eq!(
-        out,
-        "     2\tbeta\n     3\tgamma\n(more lines follow; read on with offset 4)\n"
-    );
+    assert_eq!(out, "     2\tbeta\n     3\tgamma\n(more lines follow; read on with offset 4)\n");
 
     // The other common spelling of the argument, and a numeric string, are understood.
     let (out, err) = call(&b, "read", json!({"filePath": "a.txt", "offset": "4"}));
@@ -83,16 +73,9 @@ fn read_refuses_an_oversize_file_but_pages_through_it() {
 
     let (out, err) = call(&b, "read", json!({"path": "big.log"}));
     assert!(err, "{out}");
-    assert!(
-        out.contains(&format!("{} bytes, over the 1024-byte read cap", big.len())),
-        "{out}"
-    );
+    assert!(out.contains(&format!("{} bytes, over the 1024-byte read cap", big.len())), "{out}");
 
-    let (out, err) = call(
-        &b,
-        "read",
-        json!({"path": "big.log", "offset": 4999, "limit": 5}),
-    );
+    let (out, err) = call(&b, "read", json!({"path": "big.log", "offset": 4999, "limit": 5}));
     assert!(!err, "{out}");
     assert_eq!(out, "  4999\tline 4999\n  5000\tline 5000\n");
 
@@ -104,9 +87,7 @@ fn read_refuses_an_oversize_file_but_pages_through_it() {
 #[test]
 fn read_output_is_capped_at_whole_lines() {
     let dir = scratch("cap");
-    let text: String = (1..=300)
-        .map(|i| format!("{i:03} {}\n", "x".repeat(60)))
-        .collect();
+    let text: String = (1..=300).map(|i| format!("{i:03} {}\n", "x".repeat(60))).collect();
     fs::write(dir.join("root/wide.txt"), &text).unwrap();
     let b = tools(&dir).output_cap(1000);
     let (out, err) = call(&b, "read", json!({"path": "wide.txt"}));
@@ -114,62 +95,34 @@ fn read_output_is_capped_at_whole_lines() {
     // Each numbered line is 6 + 1 + 64 + 1 = 72 bytes: 13 fit in 1000.
     assert!(out.contains("    13\t013 "), "{out}");
     assert!(!out.contains("    14\t"), "{out}");
-    assert!(
-        out.ends_with("(more lines follow; read on with offset 14)\n"),
-        "{out}"
-    );
+    assert!(out.ends_with("(more lines follow; read on with offset 14)\n"), "{out}");
 }
 
 #[test]
 fn write_creates_parents_and_replaces_atomically() {
     let dir = scratch("write");
     let b = tools(&dir);
-    let (out, err) = call(
-        &b,
-        "write",
-        json!({"path": "deep/er/new.txt", "content": "hello\n"}),
-    );
+    let (out, err) = call(&b, "write", json!({"path": "deep/er/new.txt", "content": "hello\n"}));
     assert!(!err, "{out}");
     assert_eq!(out, "Wrote 6 bytes to deep/er/new.txt");
-    assert_eq!(
-        fs::read_to_string(dir.join("root/deep/er/new.txt")).unwrap(),
-        "hello\n"
-    );
+    assert_eq!(fs::read_to_string(dir.join("root/deep/er/new.txt")).unwrap(), "hello\n");
 
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(
-            dir.join("root/deep/er/new.txt"),
-            fs::Permissions::from_mode(0o751),
-        )
-        .unwrap();
+        fs::set_permissions(dir.join("root/deep/er/new.txt"), fs::Permissions::from_mode(0o751)).unwrap();
     }
-    let (out, err) = call(
-        &b,
-        "write",
-        json!({"path": "deep/er/new.txt", "content": "bye"}),
-    );
+    let (out, err) = call(&b, "write", json!({"path": "deep/er/new.txt", "content": "bye"}));
     assert!(!err, "{out}");
-    assert_eq!(
-        fs::read_to_string(dir.join("root/deep/er/new.txt")).unwrap(),
-        "bye"
-    );
+    assert_eq!(fs::read_to_string(dir.join("root/deep/er/new.txt")).unwrap(), "bye");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = fs::metadata(dir.join("root/deep/er/new.txt"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777;
+        let mode = fs::metadata(dir.join("root/deep/er/new.txt")).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o751, "replacing a file keeps its permissions");
     }
     // Nothing but the file itself is left in its directory (no temporary file).
-    let names: Vec<_> = fs::read_dir(dir.join("root/deep/er"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let names: Vec<_> = fs::read_dir(dir.join("root/deep/er")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, vec!["new.txt"]);
 
     let (out, err) = call(&b, "write", json!({"path": "deep", "content": "x"}));
@@ -182,52 +135,24 @@ fn edit_needs_a_unique_match_unless_replace_all() {
     fs::write(dir.join("root/f.rs"), "let a = 1;\nlet b = 1;\n").unwrap();
     let b = tools(&dir);
 
-    let (out, err) = call(
-        &b,
-        "edit",
-        json!({"path": "f.rs", "oldString": "= 1", "newString": "= 2"}),
-    );
+    let (out, err) = call(&b, "edit", json!({"path": "f.rs", "oldString": "= 1", "newString": "= 2"}));
     assert!(err && out.contains("occurs 2 times"), "{out}");
-    assert_eq!(
-        fs::read_to_string(dir.join("root/f.rs")).unwrap(),
-        "let a = 1;\nlet b = 1;\n"
-    );
+    assert_eq!(fs::read_to_string(dir.join("root/f.rs")).unwrap(), "let a = 1;\nlet b = 1;\n");
 
-    let (out, err) = call(
-        &b,
-        "edit",
-        json!({"path": "f.rs", "oldString": "let b = 1", "newString": "let b = 3"}),
-    );
+    let (out, err) = call(&b, "edit", json!({"path": "f.rs", "oldString": "let b = 1", "newString": "let b = 3"}));
     assert!(!err, "{out}");
     assert_eq!(out, "Edited f.rs (1 replacement)");
-    assert_eq!(
-        fs::read_to_string(dir.join("root/f.rs")).unwrap(),
-        "let a = 1;\nlet b = 3;\n"
-    );
+    assert_eq!(fs::read_to_string(dir.join("root/f.rs")).unwrap(), "let a = 1;\nlet b = 3;\n");
 
-    let (out, err) = call(
-        &b,
-        "edit",
-        json!({"path": "f.rs", "oldString": "let", "newString": "const", "replaceAll": true}),
-    );
+    let (out, err) =
+        call(&b, "edit", json!({"path": "f.rs", "oldString": "let", "newString": "const", "replaceAll": true}));
     assert!(!err, "{out}");
     assert_eq!(out, "Edited f.rs (2 replacements)");
-    assert_eq!(
-        fs::read_to_string(dir.join("root/f.rs")).unwrap(),
-        "const a = 1;\nconst b = 3;\n"
-    );
+    assert_eq!(fs::read_to_string(dir.join("root/f.rs")).unwrap(), "const a = 1;\nconst b = 3;\n");
 
-    let (out, err) = call(
-        &b,
-        "edit",
-        json!({"path": "f.rs", "oldString": "nope", "newString": "x"}),
-    );
+    let (out, err) = call(&b, "edit", json!({"path": "f.rs", "oldString": "nope", "newString": "x"}));
     assert!(err && out.contains("not found"), "{out}");
-    let (out, err) = call(
-        &b,
-        "edit",
-        json!({"path": "f.rs", "oldString": "", "newString": "x"}),
-    );
+    let (out, err) = call(&b, "edit", json!({"path": "f.rs", "oldString": "", "newString": "x"}));
     assert!(err && out.contains("must not be empty"), "{out}");
 }
 
@@ -241,14 +166,8 @@ fn dot_dot_escapes_are_refused_by_every_path_tool() {
         ("read", json!({"path": "../secret.txt"})),
         ("read", json!({"path": "sub/../../secret.txt"})),
         ("write", json!({"path": "../evil.txt", "content": "x"})),
-        (
-            "write",
-            json!({"path": "../newdir/evil.txt", "content": "x"}),
-        ),
-        (
-            "edit",
-            json!({"path": "../secret.txt", "oldString": "top", "newString": "no"}),
-        ),
+        ("write", json!({"path": "../newdir/evil.txt", "content": "x"})),
+        ("edit", json!({"path": "../secret.txt", "oldString": "top", "newString": "no"})),
         ("grep", json!({"pattern": "secret", "path": ".."})),
         ("glob", json!({"pattern": "*", "path": "../"})),
         ("bash", json!({"command": "pwd", "workdir": ".."})),
@@ -256,16 +175,10 @@ fn dot_dot_escapes_are_refused_by_every_path_tool() {
     for (tool, args) in cases {
         let (out, err) = call(&b, tool, args.clone());
         assert!(err, "{tool} {args}: {out}");
-        assert!(
-            out.contains("outside the workspace root"),
-            "{tool} {args}: {out}"
-        );
+        assert!(out.contains("outside the workspace root"), "{tool} {args}: {out}");
         assert!(!out.contains("top secret"), "{tool} leaked the file: {out}");
     }
-    assert_eq!(
-        fs::read_to_string(dir.join("secret.txt")).unwrap(),
-        "top secret\n"
-    );
+    assert_eq!(fs::read_to_string(dir.join("secret.txt")).unwrap(), "top secret\n");
     assert!(!dir.join("evil.txt").exists() && !dir.join("newdir").exists());
 }
 
@@ -280,18 +193,11 @@ fn absolute_paths_outside_the_root_are_refused_and_inside_accepted() {
     assert!(err && out.contains("outside the workspace root"), "{out}");
     let (out, err) = call(&b, "read", json!({"path": "/etc/hostname"}));
     assert!(err && out.contains("outside the workspace root"), "{out}");
-    let (out, err) = call(
-        &b,
-        "write",
-        json!({"path": dir.join("x.txt").to_string_lossy(), "content": "x"}),
-    );
+    let (out, err) = call(&b, "write", json!({"path": dir.join("x.txt").to_string_lossy(), "content": "x"}));
     assert!(err && out.contains("outside the workspace root"), "{out}");
     assert!(!dir.join("x.txt").exists());
 
-    let inside = fs::canonicalize(dir.join("root/mine.txt"))
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let inside = fs::canonicalize(dir.join("root/mine.txt")).unwrap().to_string_lossy().into_owned();
     let (out, err) = call(&b, "read", json!({"path": inside}));
     assert!(!err, "{out}");
     assert_eq!(out, "     1\tmine\n");
@@ -315,18 +221,12 @@ fn symlinks_that_escape_are_refused_and_inner_ones_followed() {
         ("read", json!({"path": "door/secret.txt"})),
         ("read", json!({"path": "peek.txt"})),
         ("write", json!({"path": "door/new.txt", "content": "x"})),
-        (
-            "edit",
-            json!({"path": "peek.txt", "oldString": "top", "newString": "no"}),
-        ),
+        ("edit", json!({"path": "peek.txt", "oldString": "top", "newString": "no"})),
         ("grep", json!({"pattern": "secret", "path": "door"})),
         ("bash", json!({"command": "pwd", "workdir": "door"})),
     ] {
         let (out, err) = call(&b, tool, args.clone());
-        assert!(
-            err && out.contains("outside the workspace root"),
-            "{tool} {args}: {out}"
-        );
+        assert!(err && out.contains("outside the workspace root"), "{tool} {args}: {out}");
     }
     // A link that points nowhere yet: writing through it would create a file outside.
     let (out, err) = call(&b, "write", json!({"path": "trap.txt", "content": "x"}));
@@ -375,15 +275,8 @@ fn grep_sorts_by_path_then_line_skips_git_and_honours_include_and_limit() {
         "README.md:1:alpha and omega\nnotes.txt:2:alpha at line two\nsrc/deep/mod.rs:1:// alpha here\nsrc/lib.rs:1:pub fn alpha() {}"
     );
 
-    let (out, _) = call(
-        &b,
-        "grep",
-        json!({"pattern": "^(pub )?fn", "include": "*.rs"}),
-    );
-    assert_eq!(
-        out,
-        "src/lib.rs:1:pub fn alpha() {}\nsrc/lib.rs:2:fn beta() {}"
-    );
+    let (out, _) = call(&b, "grep", json!({"pattern": "^(pub )?fn", "include": "*.rs"}));
+    assert_eq!(out, "src/lib.rs:1:pub fn alpha() {}\nsrc/lib.rs:2:fn beta() {}");
 
     // Paths stay relative to the root when the search starts lower, so they feed `read` directly.
     let (out, _) = call(&b, "grep", json!({"pattern": "alpha", "path": "src/deep"}));
@@ -391,9 +284,7 @@ fn grep_sorts_by_path_then_line_skips_git_and_honours_include_and_limit() {
 
     let (out, _) = call(&b, "grep", json!({"pattern": "alpha", "limit": 2}));
     assert!(
-        out.starts_with(
-            "README.md:1:alpha and omega\nnotes.txt:2:alpha at line two\n(stopped at 2 matches"
-        ),
+        out.starts_with("README.md:1:alpha and omega\nnotes.txt:2:alpha at line two\n(stopped at 2 matches"),
         "{out}"
     );
 

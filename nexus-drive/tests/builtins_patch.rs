@@ -23,11 +23,7 @@ fn scratch(tag: &str) -> PathBuf {
 }
 
 fn apply(b: &Builtins, patch: &str) -> (String, bool) {
-    match b.call(
-        "apply_patch",
-        json!({"patchText": patch}),
-        &ToolContext::new("c1", "apply_patch"),
-    ) {
+    match b.call("apply_patch", json!({"patchText": patch}), &ToolContext::new("c1", "apply_patch")) {
         Ok(ToolOutcome::Done(Value::String(s))) => (s, false),
         Ok(ToolOutcome::Result(r)) => (r.output, r.is_error),
         Err(e) => (e.message().to_string(), true),
@@ -40,11 +36,7 @@ fn snapshot(dir: &Path) -> BTreeMap<String, String> {
     fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
         for entry in fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
-            let rel = path
-                .strip_prefix(base)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
+            let rel = path.strip_prefix(base).unwrap().to_string_lossy().into_owned();
             if path.is_dir() {
                 out.insert(format!("{rel}/"), String::new());
                 walk(base, &path, out);
@@ -61,16 +53,9 @@ fn snapshot(dir: &Path) -> BTreeMap<String, String> {
 fn setup(dir: &Path) -> Builtins {
     let root = dir.join("root");
     fs::create_dir_all(root.join("src")).unwrap();
-    fs::write(
-        root.join("src/main.rs"),
-        "fn main() {\n    println!(\"hi\");\n}\n",
-    )
-    .unwrap();
-    fs::write(
-        root.join("src/util.rs"),
-        "pub fn one() -> u32 {\n    1\n}\n\npub fn two() -> u32 {\n    2\n}\n",
-    )
-    .unwrap();
+    fs::write(root.join("src/main.rs"), "fn main() {\n    println!(\"hi\");\n}\n").unwrap();
+    fs::write(root.join("src/util.rs"), "pub fn one() -> u32 {\n    1\n}\n\npub fn two() -> u32 {\n    2\n}\n")
+        .unwrap();
     fs::write(root.join("old.txt"), "obsolete\n").unwrap();
     Builtins::new(root).only(["apply_patch"]).unwrap()
 }
@@ -99,32 +84,19 @@ fn add_update_move_and_delete_in_one_patch() {
 *** End Patch";
     let (out, err) = apply(&b, patch);
     assert!(!err, "{out}");
-    assert_eq!(
-        out,
-        "Applied the patch:\nA docs/hello.md\nM src/util.rs\nM src/main.rs -> src/bin/app.rs\nD old.txt"
-    );
+    assert_eq!(out, "Applied the patch:\nA docs/hello.md\nM src/util.rs\nM src/main.rs -> src/bin/app.rs\nD old.txt");
     let root = dir.join("root");
-    assert_eq!(
-        fs::read_to_string(root.join("docs/hello.md")).unwrap(),
-        "# Hello\n\nWorld\n"
-    );
+    assert_eq!(fs::read_to_string(root.join("docs/hello.md")).unwrap(), "# Hello\n\nWorld\n");
     assert_eq!(
         fs::read_to_string(root.join("src/util.rs")).unwrap(),
         "pub fn one() -> u32 {\n    1\n}\n\npub fn two() -> u32 {\n    22\n}\n",
         "the @@ line picks which `    N` line the hunk changes"
     );
-    assert_eq!(
-        fs::read_to_string(root.join("src/bin/app.rs")).unwrap(),
-        "fn main() {\n    println!(\"hello\");\n}\n"
-    );
+    assert_eq!(fs::read_to_string(root.join("src/bin/app.rs")).unwrap(), "fn main() {\n    println!(\"hello\");\n}\n");
     assert!(!root.join("src/main.rs").exists());
     assert!(!root.join("old.txt").exists());
     // No temporary or backup file is left behind.
-    assert!(
-        snapshot(&root).keys().all(|k| !k.contains(".nexus-")),
-        "{:?}",
-        snapshot(&root).keys()
-    );
+    assert!(snapshot(&root).keys().all(|k| !k.contains(".nexus-")), "{:?}", snapshot(&root).keys());
 }
 
 #[test]
@@ -148,26 +120,15 @@ fn a_patch_whose_second_hunk_fails_leaves_every_file_untouched() {
 *** End Patch";
     let (out, err) = apply(&b, patch);
     assert!(err, "{out}");
-    assert!(
-        out.contains("hunk 2 of src/util.rs does not match"),
-        "{out}"
-    );
-    assert_eq!(
-        snapshot(&dir),
-        before,
-        "nothing changed, nothing was created"
-    );
+    assert!(out.contains("hunk 2 of src/util.rs does not match"), "{out}");
+    assert_eq!(snapshot(&dir), before, "nothing changed, nothing was created");
 }
 
 #[test]
 fn a_later_file_that_fails_undoes_the_earlier_ones() {
     let dir = scratch("later-file");
     let b = setup(&dir);
-    fs::write(
-        dir.join("root/blocker"),
-        "a file where a directory would go\n",
-    )
-    .unwrap();
+    fs::write(dir.join("root/blocker"), "a file where a directory would go\n").unwrap();
     let before = snapshot(&dir);
     // Every hunk matches; the last file cannot be written because its parent
     // "directory" is a file, so the failure comes while writing.
@@ -185,11 +146,7 @@ fn a_later_file_that_fails_undoes_the_earlier_ones() {
     let (out, err) = apply(&b, patch);
     assert!(err, "{out}");
     assert!(out.contains("no file was changed"), "{out}");
-    assert_eq!(
-        snapshot(&dir),
-        before,
-        "the update, the delete and the new directories were all undone"
-    );
+    assert_eq!(snapshot(&dir), before, "the update, the delete and the new directories were all undone");
 }
 
 #[test]
@@ -206,10 +163,7 @@ fn paths_in_the_patch_are_confined() {
         "*** Begin Patch\n*** Add File: /tmp/nexus-patch-escape.txt\n+x\n*** End Patch",
     ] {
         let (out, err) = apply(&b, patch);
-        assert!(
-            err && out.contains("outside the workspace root"),
-            "{patch}: {out}"
-        );
+        assert!(err && out.contains("outside the workspace root"), "{patch}: {out}");
     }
     assert_eq!(snapshot(&dir), before);
     assert!(!Path::new("/tmp/nexus-patch-escape.txt").exists());
@@ -221,34 +175,13 @@ fn refusals_name_the_problem() {
     let b = setup(&dir);
     let before = snapshot(&dir);
     let cases = [
-        (
-            "*** Begin Patch\n*** Add File: old.txt\n+x\n*** End Patch",
-            "already exists",
-        ),
-        (
-            "*** Begin Patch\n*** Delete File: nothing.txt\n*** End Patch",
-            "nothing.txt",
-        ),
-        (
-            "*** Begin Patch\n*** Update File: nothing.txt\n@@\n-a\n+b\n*** End Patch",
-            "nothing.txt",
-        ),
-        (
-            "*** Begin Patch\n*** Delete File: old.txt\n*** Delete File: ./old.txt\n*** End Patch",
-            "appears twice",
-        ),
-        (
-            "*** Update File: old.txt\n@@\n-obsolete\n+x\n*** End Patch",
-            "Begin Patch",
-        ),
-        (
-            "*** Begin Patch\n*** Update File: old.txt\n@@\n-obsolete\n+x\n",
-            "End Patch",
-        ),
-        (
-            "*** Begin Patch\n*** Update File: old.txt\n@@\n~obsolete\n*** End Patch",
-            "line 4",
-        ),
+        ("*** Begin Patch\n*** Add File: old.txt\n+x\n*** End Patch", "already exists"),
+        ("*** Begin Patch\n*** Delete File: nothing.txt\n*** End Patch", "nothing.txt"),
+        ("*** Begin Patch\n*** Update File: nothing.txt\n@@\n-a\n+b\n*** End Patch", "nothing.txt"),
+        ("*** Begin Patch\n*** Delete File: old.txt\n*** Delete File: ./old.txt\n*** End Patch", "appears twice"),
+        ("*** Update File: old.txt\n@@\n-obsolete\n+x\n*** End Patch", "Begin Patch"),
+        ("*** Begin Patch\n*** Update File: old.txt\n@@\n-obsolete\n+x\n", "End Patch"),
+        ("*** Begin Patch\n*** Update File: old.txt\n@@\n~obsolete\n*** End Patch", "line 4"),
     ];
     for (patch, expected) in cases {
         let (out, err) = apply(&b, patch);

@@ -49,11 +49,7 @@ fn serve(route: impl Fn(&str) -> (String, Vec<u8>) + Send + Sync + 'static) -> S
                     if reader.read_line(&mut request_line).is_err() {
                         return;
                     }
-                    let path = request_line
-                        .split_whitespace()
-                        .nth(1)
-                        .unwrap_or("/")
-                        .to_string();
+                    let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_string();
                     loop {
                         let mut header = String::new();
                         if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
@@ -69,11 +65,7 @@ fn serve(route: impl Fn(&str) -> (String, Vec<u8>) + Send + Sync + 'static) -> S
                         thread::sleep(Duration::from_secs(30));
                         return;
                     }
-                    let _ = write!(
-                        stream,
-                        "{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
+                    let _ = write!(stream, "{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
                     let _ = stream.write_all(&body);
                 });
             }
@@ -83,10 +75,7 @@ fn serve(route: impl Fn(&str) -> (String, Vec<u8>) + Send + Sync + 'static) -> S
 }
 
 fn ok(content_type: &str, body: &str) -> (String, Vec<u8>) {
-    (
-        format!("HTTP/1.1 200 OK\r\nContent-Type: {content_type}"),
-        body.as_bytes().to_vec(),
-    )
+    (format!("HTTP/1.1 200 OK\r\nContent-Type: {content_type}"), body.as_bytes().to_vec())
 }
 
 fn redirect(to: &str) -> (String, Vec<u8>) {
@@ -113,19 +102,14 @@ const PAGE: &str = "<html><head><title>x</title><script>var secret = 1;</script>
 fn loopback_is_refused_by_default_before_any_connection() {
     let server = serve(|_| ok("text/plain", "you should not see this"));
     let b = webfetch();
-    for url in [
-        format!("http://127.0.0.1:{}/", server.addr.port()),
-        format!("http://localhost:{}/", server.addr.port()),
-    ] {
+    for url in
+        [format!("http://127.0.0.1:{}/", server.addr.port()), format!("http://localhost:{}/", server.addr.port())]
+    {
         let r = fetch(&b, json!({"url": url}));
         assert!(r.is_error, "{url}: {r:?}");
         assert!(r.output.contains("loopback address"), "{url}: {}", r.output);
     }
-    assert_eq!(
-        server.hits.load(Ordering::SeqCst),
-        0,
-        "the guard refused before connecting"
-    );
+    assert_eq!(server.hits.load(Ordering::SeqCst), 0, "the guard refused before connecting");
 }
 
 #[test]
@@ -150,23 +134,11 @@ fn a_redirect_to_loopback_is_refused_even_from_an_allowed_server() {
     for start in ["/start", "/by-name"] {
         let r = fetch(&b, json!({"url": format!("{base}{start}")}));
         assert!(r.is_error, "{start}: {r:?}");
-        assert!(
-            r.output.contains(&format!(":{inner_port}/secret")),
-            "{start}: {}",
-            r.output
-        );
-        assert!(
-            r.output.contains("loopback address"),
-            "{start}: {}",
-            r.output
-        );
+        assert!(r.output.contains(&format!(":{inner_port}/secret")), "{start}: {}", r.output);
+        assert!(r.output.contains("loopback address"), "{start}: {}", r.output);
         assert!(!r.output.contains("internal secret"));
     }
-    assert_eq!(
-        inner.hits.load(Ordering::SeqCst),
-        0,
-        "the redirect target never saw a connection"
-    );
+    assert_eq!(inner.hits.load(Ordering::SeqCst), 0, "the redirect target never saw a connection");
 }
 
 #[test]
@@ -178,39 +150,24 @@ fn every_resolved_address_is_checked_and_the_connection_goes_to_the_checked_one(
     let resolver = move |host: &str, _port: u16| -> io::Result<Vec<IpAddr>> {
         match host {
             "docs.example" => Ok(vec!["127.0.0.1".parse().unwrap()]),
-            "mixed.example" => Ok(vec![
-                "93.184.216.34".parse().unwrap(),
-                "10.1.2.3".parse().unwrap(),
-            ]),
+            "mixed.example" => Ok(vec!["93.184.216.34".parse().unwrap(), "10.1.2.3".parse().unwrap()]),
             _ => Err(io::Error::new(io::ErrorKind::NotFound, "no such host")),
         }
     };
-    let b = webfetch()
-        .webfetch_resolver(resolver)
-        .webfetch_allow_address(server.addr);
+    let b = webfetch().webfetch_resolver(resolver).webfetch_allow_address(server.addr);
 
     let r = fetch(&b, json!({"url": format!("http://docs.example:{port}/")}));
     assert!(!r.is_error, "{r:?}");
     assert_eq!(r.output, "pinned");
-    assert_eq!(
-        server.hosts.lock().unwrap().as_slice(),
-        [format!("docs.example:{port}")]
-    );
+    assert_eq!(server.hosts.lock().unwrap().as_slice(), [format!("docs.example:{port}")]);
 
     let r = fetch(&b, json!({"url": "http://mixed.example/"}));
     assert!(r.is_error, "{r:?}");
-    assert!(
-        r.output.contains("mixed.example resolves to 10.1.2.3"),
-        "{}",
-        r.output
-    );
+    assert!(r.output.contains("mixed.example resolves to 10.1.2.3"), "{}", r.output);
     assert!(r.output.contains("private address"), "{}", r.output);
 
     let r = fetch(&b, json!({"url": "http://unknown.example/"}));
-    assert!(
-        r.is_error && r.output.contains("cannot resolve unknown.example"),
-        "{r:?}"
-    );
+    assert!(r.is_error && r.output.contains("cannot resolve unknown.example"), "{r:?}");
 }
 
 #[test]
@@ -236,10 +193,7 @@ fn html_becomes_markdown_or_text_and_html_stays_html() {
         "/plain" => ok("text/plain; charset=utf-8", "<b>not html</b>"),
         "/json" => ok("application/json", "{\"a\":1}"),
         "/image" => ok("image/png", "\u{89}PNG"),
-        "/missing" => (
-            "HTTP/1.1 404 Not Found\r\nContent-Type: text/html".into(),
-            b"<p>no such page</p>".to_vec(),
-        ),
+        "/missing" => ("HTTP/1.1 404 Not Found\r\nContent-Type: text/html".into(), b"<p>no such page</p>".to_vec()),
         _ => ok("text/html; charset=utf-8", PAGE),
     });
     let b = webfetch().webfetch_allow_private(true);
@@ -256,21 +210,12 @@ fn html_becomes_markdown_or_text_and_html_stays_html() {
     assert_eq!(meta["status"], 200);
     assert_eq!(meta["contentType"], "text/html; charset=utf-8");
 
-    assert_eq!(
-        fetch(&b, json!({"url": url("/plain")})).output,
-        "<b>not html</b>"
-    );
+    assert_eq!(fetch(&b, json!({"url": url("/plain")})).output, "<b>not html</b>");
     assert_eq!(fetch(&b, json!({"url": url("/json")})).output, "{\"a\":1}");
     let r = fetch(&b, json!({"url": url("/image")}));
-    assert!(
-        r.is_error && r.output.contains("image/png, not text"),
-        "{r:?}"
-    );
+    assert!(r.is_error && r.output.contains("image/png, not text"), "{r:?}");
     let r = fetch(&b, json!({"url": url("/missing")}));
-    assert!(
-        r.is_error && r.output.starts_with("webfetch: HTTP 404"),
-        "{r:?}"
-    );
+    assert!(r.is_error && r.output.starts_with("webfetch: HTTP 404"), "{r:?}");
     assert!(r.output.contains("no such page"), "{r:?}");
     let r = fetch(&b, json!({"url": url("/"), "format": "pdf"}));
     assert!(r.is_error && r.output.contains("format must be"), "{r:?}");
@@ -285,37 +230,20 @@ fn size_time_and_redirect_caps() {
         "/never" => (String::new(), Vec::new()),
         _ => ok("text/plain", "fine"),
     });
-    let b = webfetch()
-        .webfetch_allow_private(true)
-        .webfetch_max_bytes(100)
-        .webfetch_max_redirects(3);
+    let b = webfetch().webfetch_allow_private(true).webfetch_max_bytes(100).webfetch_max_redirects(3);
     let url = |p: &str| format!("http://{}{p}", server.addr);
 
     let r = fetch(&b, json!({"url": url("/big")}));
     assert!(!r.is_error, "{r:?}");
-    assert_eq!(
-        r.output,
-        format!("{}\n[response cut at 100 bytes]", "x".repeat(100))
-    );
+    assert_eq!(r.output, format!("{}\n[response cut at 100 bytes]", "x".repeat(100)));
 
     let before = server.hits.load(Ordering::SeqCst);
     let r = fetch(&b, json!({"url": url("/loop")}));
-    assert!(
-        r.is_error && r.output.contains("too many redirects (more than 3)"),
-        "{r:?}"
-    );
-    assert_eq!(
-        server.hits.load(Ordering::SeqCst) - before,
-        4,
-        "the first request and three redirects"
-    );
+    assert!(r.is_error && r.output.contains("too many redirects (more than 3)"), "{r:?}");
+    assert_eq!(server.hits.load(Ordering::SeqCst) - before, 4, "the first request and three redirects");
 
     let started = Instant::now();
     let r = fetch(&b, json!({"url": url("/never"), "timeout": 0.5}));
     assert!(r.is_error && r.output.contains("timed out"), "{r:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
 }

@@ -41,16 +41,11 @@ fn captures(style: &str) -> Vec<(PathBuf, bool)> {
 }
 
 fn expected(path: &Path) -> Value {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let stem = name.rsplit_once('.').map_or(name.as_str(), |(s, _)| s);
     let exp = path.with_file_name(format!("{stem}.expected.json"));
-    serde_json::from_slice(
-        &std::fs::read(&exp).unwrap_or_else(|e| panic!("{}: {e}", exp.display())),
-    )
-    .unwrap_or(Value::Null)
+    serde_json::from_slice(&std::fs::read(&exp).unwrap_or_else(|e| panic!("{}: {e}", exp.display())))
+        .unwrap_or(Value::Null)
 }
 
 fn decode(style: &str, stream: bool, file: &Path) -> Out {
@@ -74,26 +69,11 @@ fn every_corpus_capture_decodes_to_its_expectation() {
             let out = decode(style, stream, &path).expect(if provider_error { 1 } else { 0 });
             let got = out.json();
             for key in ["text", "tool_calls", "stop", "usage"] {
-                assert_eq!(
-                    got[key],
-                    want[key],
-                    "{}: {key}\n got: {got}\nwant: {want}",
-                    path.display()
-                );
+                assert_eq!(got[key], want[key], "{}: {key}\n got: {got}\nwant: {want}", path.display());
             }
             if provider_error {
-                assert_eq!(
-                    got["error"]["type"],
-                    want["error"]["type"],
-                    "{}",
-                    path.display()
-                );
-                assert!(
-                    out.stderr
-                        .contains(want["error"]["type"].as_str().unwrap_or("")),
-                    "{}",
-                    out.stderr
-                );
+                assert_eq!(got["error"]["type"], want["error"]["type"], "{}", path.display());
+                assert!(out.stderr.contains(want["error"]["type"].as_str().unwrap_or("")), "{}", out.stderr);
             }
             checked += 1;
         }
@@ -112,23 +92,14 @@ fn garbage_exits_1_without_panicking() {
         ("null".into(), b"null".to_vec()),
         ("array".into(), b"[1,2,3]".to_vec()),
         ("binary".into(), (0u8..=255).rev().collect()),
-        (
-            "half-event".into(),
-            b"data: {\"type\": \"message_start\"".to_vec(),
-        ),
+        ("half-event".into(), b"data: {\"type\": \"message_start\"".to_vec()),
         ("done-only".into(), b"data: [DONE]\n\n".to_vec()),
     ];
     for style in STYLES {
         for (path, _) in captures(style) {
             let bytes = std::fs::read(&path).unwrap_or_default();
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            inputs.push((
-                format!("cut-{style}-{name}"),
-                bytes.get(..bytes.len() / 2).unwrap_or_default().to_vec(),
-            ));
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            inputs.push((format!("cut-{style}-{name}"), bytes.get(..bytes.len() / 2).unwrap_or_default().to_vec()));
         }
     }
     let mut refused = 0;
@@ -147,31 +118,20 @@ fn garbage_exits_1_without_panicking() {
                 assert!(!out.stderr.contains("panicked"), "{name}: {}", out.stderr);
                 if out.code == 1 {
                     refused += 1;
-                    assert_eq!(
-                        out.stderr.trim().lines().count(),
-                        1,
-                        "one line: {}",
-                        out.stderr
-                    );
+                    assert_eq!(out.stderr.trim().lines().count(), 1, "one line: {}", out.stderr);
                     assert!(out.stderr.starts_with("nexus: "), "{}", out.stderr);
                 }
             }
         }
     }
-    assert!(
-        refused > inputs.len(),
-        "most of these are refused ({refused})"
-    );
+    assert!(refused > inputs.len(), "most of these are refused ({refused})");
     let out = decode("openai", false, &dir.join("does-not-exist.json")).expect(1);
     assert!(out.stderr.contains("does-not-exist.json"), "{}", out.stderr);
 }
 
 #[test]
 fn a_stream_given_as_a_body_gets_a_hint() {
-    let (path, _) = captures("openai")
-        .into_iter()
-        .find(|(_, s)| *s)
-        .unwrap_or_else(|| panic!("an openai stream"));
+    let (path, _) = captures("openai").into_iter().find(|(_, s)| *s).unwrap_or_else(|| panic!("an openai stream"));
     let out = decode("openai", false, &path).expect(1);
     assert!(out.stderr.contains("--stream"), "{}", out.stderr);
 }

@@ -38,11 +38,7 @@ fn demo_scripts() -> Scripts {
         Turn::text("Done: the plan is in Sam's inbox (sam@example.com).").usage(830, 19),
     ];
     let expect = ExpectFinal {
-        tool_result_contains: vec![
-            "Paris: 18°C, sunny".into(),
-            "LPZ-2000".into(),
-            "Sent to sam@example.com".into(),
-        ],
+        tool_result_contains: vec!["Paris: 18°C, sunny".into(), "LPZ-2000".into(), "Sent to sam@example.com".into()],
         tool_results: Some(4),
         messages: None,
     };
@@ -95,15 +91,9 @@ fn record(style: &str, dir: &Path) -> String {
     let fake = fake(demo_scripts());
     let path = dir.join(format!("demo-{style}.jsonl"));
     let mut cmd = nexus(dir, Some(style));
-    cmd.args(["demo", "--style", style, "--record"])
-        .arg(&path)
-        .args(["--base-url", &fake.base_url(fake_style(style))]);
+    cmd.args(["demo", "--style", style, "--record"]).arg(&path).args(["--base-url", &fake.base_url(fake_style(style))]);
     run(&mut cmd).expect(0);
-    assert!(
-        fake.failures().is_empty(),
-        "the fake's final checks: {:?}",
-        fake.failures()
-    );
+    assert!(fake.failures().is_empty(), "the fake's final checks: {:?}", fake.failures());
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -126,10 +116,7 @@ macro_rules! per_style {
     )*};
 }
 
-per_style!(
-    the_committed_demo_is_a_fresh_recording,
-    the_demo_shows_the_whole_loop
-);
+per_style!(the_committed_demo_is_a_fresh_recording, the_demo_shows_the_whole_loop);
 
 fn the_committed_demo_is_a_fresh_recording(style: &str) {
     let dir = scratch("demo-record");
@@ -137,8 +124,7 @@ fn the_committed_demo_is_a_fresh_recording(style: &str) {
     assert!(!fresh.contains(KEY), "the key is redacted");
     let committed_path = cassette_path(style);
     if std::env::var_os("NEXUS_REGENERATE").is_some() {
-        std::fs::write(&committed_path, &fresh)
-            .unwrap_or_else(|e| panic!("{}: {e}", committed_path.display()));
+        std::fs::write(&committed_path, &fresh).unwrap_or_else(|e| panic!("{}: {e}", committed_path.display()));
         return;
     }
     let committed = std::fs::read_to_string(&committed_path).unwrap_or_default();
@@ -152,12 +138,7 @@ fn the_committed_demo_is_a_fresh_recording(style: &str) {
             i + 1
         );
     }
-    assert_eq!(
-        a.lines().count(),
-        b.lines().count(),
-        "{}: line count",
-        committed_path.display()
-    );
+    assert_eq!(a.lines().count(), b.lines().count(), "{}: line count", committed_path.display());
 }
 
 fn the_demo_shows_the_whole_loop(style: &str) {
@@ -197,11 +178,7 @@ fn the_default_demo_needs_no_key_and_no_network() {
     let dir = scratch("demo-default");
     let out = run(nexus(&dir, None).arg("demo")).expect(0);
     assert!(out.stdout.contains("anthropic"), "{}", out.stdout);
-    assert!(
-        out.stdout.contains("the session ends done"),
-        "{}",
-        out.stdout
-    );
+    assert!(out.stdout.contains("the session ends done"), "{}", out.stdout);
 }
 
 #[test]
@@ -214,12 +191,7 @@ fn every_example_cassette_replays() {
             continue;
         }
         let out = run(nexus(&dir, None).arg("replay").arg(&path)).expect(0);
-        assert!(
-            out.stdout.contains("replay matches the recording"),
-            "{}: {}",
-            path.display(),
-            out.stdout
-        );
+        assert!(out.stdout.contains("replay matches the recording"), "{}: {}", path.display(), out.stdout);
         n += 1;
     }
     assert!(n >= 3, "the demo cassettes at least ({n})");
@@ -230,10 +202,7 @@ fn normalize_hides_only_clocks_ports_and_created() {
     let a = r#"{"at":1796228093964,"url":"http://127.0.0.1:36453/v1","text":"{\"created\": 1796228093, \"id\": \"x\"}","lastNow":5}"#;
     let b = r#"{"at":1,"url":"http://127.0.0.1:80/v1","text":"{\"created\": 2, \"id\": \"x\"}","lastNow":77}"#;
     assert_eq!(normalize(a), normalize(b));
-    let (t1, t2) = (
-        r#"{"type":"tool","callId":"1"}"#,
-        r#"{"type":"tool","callId":"2"}"#,
-    );
+    let (t1, t2) = (r#"{"type":"tool","callId":"1"}"#, r#"{"type":"tool","callId":"2"}"#);
     assert_eq!(
         normalize(&format!("x\n{t1}\n{t2}\ny")),
         normalize(&format!("x\n{t2}\n{t1}\ny")),

@@ -26,15 +26,9 @@ fn schema() -> Value {
 fn anthropic_shape() {
     let with_builtins = tools(&["--style", "anthropic", "--builtins=question"]);
     assert_eq!(with_builtins[0]["name"], "question");
-    assert_eq!(
-        with_builtins[0]["input_schema"]["additionalProperties"], false,
-        "built-in schemas are closed"
-    );
+    assert_eq!(with_builtins[0]["input_schema"]["additionalProperties"], false, "built-in schemas are closed");
     let v = tools(&["--style", "anthropic"]);
-    assert_eq!(
-        v,
-        json!([{"name": "lookup", "description": "Looks up a word.", "input_schema": schema()}])
-    );
+    assert_eq!(v, json!([{"name": "lookup", "description": "Looks up a word.", "input_schema": schema()}]));
 }
 
 #[test]
@@ -51,20 +45,10 @@ fn gemini_wraps_every_declaration_in_one_element() {
     let v = tools(&["--style", "gemini", "--builtins=question,todowrite"]);
     let list = v.as_array().cloned().unwrap_or_default();
     assert_eq!(list.len(), 1, "one tools element: {v}");
-    let decls = list[0]["functionDeclarations"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let decls = list[0]["functionDeclarations"].as_array().cloned().unwrap_or_default();
     let names: Vec<&str> = decls.iter().filter_map(|d| d["name"].as_str()).collect();
-    assert_eq!(
-        names,
-        ["question", "todowrite", "lookup"],
-        "built-ins first, then relay tools"
-    );
-    assert_eq!(
-        decls[2],
-        json!({"name": "lookup", "description": "Looks up a word.", "parameters": schema()})
-    );
+    assert_eq!(names, ["question", "todowrite", "lookup"], "built-ins first, then relay tools");
+    assert_eq!(decls[2], json!({"name": "lookup", "description": "Looks up a word.", "parameters": schema()}));
 }
 
 #[test]

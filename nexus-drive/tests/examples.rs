@@ -11,6 +11,9 @@
 //! for those calls, and from SPEC.md (relay request ids, `declined:`
 //! results, raw relay arguments).
 
+// The examples need both drivers.
+#![cfg(all(feature = "blocking", feature = "async"))]
+
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -22,14 +25,8 @@ use serde_json::Value;
 const STYLES: [&str; 3] = ["openai", "anthropic", "gemini"];
 
 /// The examples this file runs (overhead has a harness of its own: BENCHMARKS.md).
-const TESTED: [&str; 6] = [
-    "quickstart",
-    "quickstart_async",
-    "approval",
-    "durable_web_handler",
-    "relay_proxy",
-    "streaming",
-];
+const TESTED: [&str; 6] =
+    ["quickstart", "quickstart_async", "approval", "durable_web_handler", "relay_proxy", "streaming"];
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -41,18 +38,10 @@ fn target_dir() -> Option<PathBuf> {
     Some(exe.parent()?.parent()?.parent()?.to_path_buf())
 }
 
-/// The features this test was built with, to build the examples the same way.
+/// The features this test was built with beyond the defaults, so the
+/// examples are built the same way (and the build is a no-op).
 fn features() -> Vec<&'static str> {
     let mut on = Vec::new();
-    if cfg!(feature = "blocking") {
-        on.push("blocking");
-    }
-    if cfg!(feature = "async") {
-        on.push("async");
-    }
-    if cfg!(feature = "builtins") {
-        on.push("builtins");
-    }
     if cfg!(feature = "schemars") {
         on.push("schemars");
     }
@@ -70,18 +59,16 @@ fn examples() -> &'static HashMap<String, PathBuf> {
     static BUILT: OnceLock<HashMap<String, PathBuf>> = OnceLock::new();
     BUILT.get_or_init(|| {
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.args([
-            "build",
-            "--examples",
-            "--message-format=json",
-            "--manifest-path",
-        ])
-        .arg(manifest_dir().join("Cargo.toml"))
-        .args(["--no-default-features", "--features"])
-        .arg(features().join(","));
-        if !cfg!(debug_assertions) {
-            cmd.arg("--release");
+        cmd.args(["build", "--message-format=json", "--manifest-path"])
+            .arg(manifest_dir().join("Cargo.toml"))
+            .arg("--features")
+            .arg(features().join(","));
+        for name in TESTED {
+            cmd.args(["--example", name]);
         }
+        // `cargo test` builds the examples with the test profile: the same
+        // profile finds them fresh.
+        cmd.args(["--profile", if cfg!(debug_assertions) { "test" } else { "release" }]);
         if let Some(dir) = target_dir() {
             cmd.arg("--target-dir").arg(dir);
         }
@@ -92,14 +79,10 @@ fn examples() -> &'static HashMap<String, PathBuf> {
             let Ok(msg) = serde_json::from_str::<Value>(line) else {
                 continue;
             };
-            let is_example = msg["target"]["kind"]
-                .as_array()
-                .is_some_and(|k| k.iter().any(|k| k == "example"));
-            if let (true, Some(name), Some(exe)) = (
-                is_example,
-                msg["target"]["name"].as_str(),
-                msg["executable"].as_str(),
-            ) {
+            let is_example = msg["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "example"));
+            if let (true, Some(name), Some(exe)) =
+                (is_example, msg["target"]["name"].as_str(), msg["executable"].as_str())
+            {
                 exes.insert(name.to_string(), PathBuf::from(exe));
             }
         }
@@ -109,9 +92,7 @@ fn examples() -> &'static HashMap<String, PathBuf> {
 
 /// Runs an example offline, whatever keys the environment holds.
 fn run_example(name: &str, style: &str, args: &[&str], stdin: &[u8]) -> Output {
-    let exe = examples()
-        .get(name)
-        .unwrap_or_else(|| panic!("example {name} was not built"));
+    let exe = examples().get(name).unwrap_or_else(|| panic!("example {name} was not built"));
     run(Command::new(exe).args(args), style, stdin)
 }
 
@@ -148,10 +129,7 @@ fn ok(out: Output, what: &str) -> String {
 }
 
 fn assert_has(text: &str, needle: &str, what: &str) {
-    assert!(
-        text.contains(needle),
-        "{what}: expected {needle:?} in:\n{text}"
-    );
+    assert!(text.contains(needle), "{what}: expected {needle:?} in:\n{text}");
 }
 
 #[test]
@@ -217,21 +195,10 @@ fn quickstart_async() {
 
 #[test]
 fn approval_approved_runs_the_tool_once() {
-    let text = ok(
-        run_example("approval", "openai", &[], b"y\n"),
-        "approval (y)",
-    );
+    let text = ok(run_example("approval", "openai", &[], b"y\n"), "approval (y)");
     assert_has(&text, "Send $40 to Sam? [y/N] approved", "approval (y)");
-    assert_eq!(
-        text.matches("[tool] transfer executed: $40 to Sam").count(),
-        1,
-        "{text}"
-    );
-    assert_has(
-        &text,
-        "result of transfer (ok): sent $40 to Sam",
-        "approval (y)",
-    );
+    assert_eq!(text.matches("[tool] transfer executed: $40 to Sam").count(), 1, "{text}");
+    assert_has(&text, "result of transfer (ok): sent $40 to Sam", "approval (y)");
     assert_has(&text, "status: Done, turns: 2", "approval (y)");
 }
 
@@ -244,11 +211,7 @@ fn approval_declined_never_runs_the_tool() {
         assert_has(&text, "Send $40 to Sam? [y/N] declined", &what);
         assert!(!text.contains("transfer executed"), "{what}: {text}");
         // SPEC §4: a declined request becomes the error result `declined: <prompt>`.
-        assert_has(
-            &text,
-            "result of transfer (error): declined: Send $40 to Sam?",
-            &what,
-        );
+        assert_has(&text, "result of transfer (error): declined: Send $40 to Sam?", &what);
         assert_has(&text, "status: Done, turns: 2", &what);
     }
 }
@@ -267,82 +230,46 @@ fn response(text: &str, status: u16) -> Value {
 fn durable_web_handler_resumes_in_a_second_process() {
     for style in STYLES {
         let what = format!("durable_web_handler ({style})");
-        let dir = std::env::temp_dir().join(format!(
-            "nexus-examples-test-{}-{style}",
-            std::process::id()
-        ));
+        let dir = std::env::temp_dir().join(format!("nexus-examples-test-{}-{style}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let d = dir.to_str().expect("UTF-8 temp dir");
 
         // Request 1 suspends and stores the run.
         let prompt = "Book a table for two at Le Petit Zinc, 20:00.";
-        let text = ok(
-            run_example("durable_web_handler", style, &["chat", d, prompt], b""),
-            &what,
-        );
+        let text = ok(run_example("durable_web_handler", style, &["chat", d, prompt], b""), &what);
         assert!(!text.contains("[tool] booking"), "{what}: booked early");
         let pending = response(&text, 202);
         assert_eq!(pending["status"], "pending", "{what}");
         let run_id = pending["runId"].as_str().expect("runId").to_string();
         let request = &pending["pending"][0];
         assert_eq!(request["kind"], "approval", "{what}");
-        assert_eq!(
-            request["prompt"], "Book Le Petit Zinc at 20:00 for 2?",
-            "{what}"
-        );
-        let stored = std::fs::read_dir(&dir)
-            .expect("the store dir exists")
-            .count();
+        assert_eq!(request["prompt"], "Book Le Petit Zinc at 20:00 for 2?", "{what}");
+        let stored = std::fs::read_dir(&dir).expect("the store dir exists").count();
         assert!(stored > 0, "{what}: nothing stored");
 
         // An answer to no outstanding request is refused; the run stays stored.
         let wrong = r#"{"id":"pnd_nothing","ok":true}"#;
-        let out = run_example(
-            "durable_web_handler",
-            style,
-            &["answer", d, &run_id, wrong],
-            b"",
-        );
+        let out = run_example("durable_web_handler", style, &["answer", d, &run_id, wrong], b"");
         assert!(!out.status.success(), "{what}: a wrong answer was accepted");
-        assert_eq!(response(&stdout(&out), 400)["error"].is_string(), true);
+        assert!(response(&stdout(&out), 400)["error"].is_string(), "{what}");
 
         // Request 2, in a new process: approve; the tool runs once, the run ends.
         let answer = serde_json::json!({"id": request["id"], "ok": true}).to_string();
-        let text = ok(
-            run_example(
-                "durable_web_handler",
-                style,
-                &["answer", d, &run_id, &answer],
-                b"",
-            ),
-            &what,
-        );
-        assert_eq!(
-            text.matches("[tool] booking Le Petit Zinc at 20:00 for 2")
-                .count(),
-            1,
-            "{text}"
-        );
+        let text = ok(run_example("durable_web_handler", style, &["answer", d, &run_id, &answer], b""), &what);
+        assert_eq!(text.matches("[tool] booking Le Petit Zinc at 20:00 for 2").count(), 1, "{text}");
         let done = response(&text, 200);
         assert_eq!(done["status"], "done", "{what}");
         assert_eq!(
-            done["text"],
-            "Your table for two at Le Petit Zinc is booked for 20:00 (confirmation LPZ-2000).",
+            done["text"], "Your table for two at Le Petit Zinc is booked for 20:00 (confirmation LPZ-2000).",
             "{what}"
         );
         assert_eq!(
-            done["toolCalls"][0]["output"],
-            "booked Le Petit Zinc at 20:00 for 2: confirmation LPZ-2000",
+            done["toolCalls"][0]["output"], "booked Le Petit Zinc at 20:00 for 2: confirmation LPZ-2000",
             "{what}"
         );
 
         // The finished run left the store: the same answer again finds nothing.
-        let out = run_example(
-            "durable_web_handler",
-            style,
-            &["answer", d, &run_id, &answer],
-            b"",
-        );
+        let out = run_example("durable_web_handler", style, &["answer", d, &run_id, &answer], b"");
         assert!(!out.status.success(), "{what}: answered twice");
         let again = stdout(&out);
         assert!(response(&again, 404)["error"].is_string(), "{what}");
@@ -353,10 +280,7 @@ fn durable_web_handler_resumes_in_a_second_process() {
 
 #[test]
 fn durable_web_handler_plays_both_requests_by_itself() {
-    let text = ok(
-        run_example("durable_web_handler", "openai", &[], b""),
-        "durable_web_handler",
-    );
+    let text = ok(run_example("durable_web_handler", "openai", &[], b""), "durable_web_handler");
     assert_eq!(response(&text, 202)["status"], "pending");
     assert_eq!(response(&text, 200)["status"], "done");
     assert_eq!(text.matches("[tool] booking").count(), 1, "{text}");
@@ -384,24 +308,13 @@ fn relay_proxy_surfaces_every_parallel_call() {
             assert_eq!(call["name"], name, "{what}");
             assert_eq!(call["arguments"], arguments, "{what}");
             assert_eq!(call["input"]["city"], city, "{what}");
-            assert!(
-                call["id"].as_str().is_some_and(|id| !id.is_empty()),
-                "{what}"
-            );
+            assert!(call["id"].as_str().is_some_and(|id| !id.is_empty()), "{what}");
         }
         // One request for the whole turn, named after its first call (SPEC §4).
         let first_id = calls[0]["id"].as_str().unwrap_or_default();
-        assert_has(
-            &text,
-            &format!("relay request relay_{first_id} (3 calls)"),
-            &what,
-        );
+        assert_has(&text, &format!("relay request relay_{first_id} (3 calls)"), &what);
         assert_has(&text, "status: Done, turns: 2, relayed calls: 3", &what);
-        assert_has(
-            &text,
-            "answer: Paris: 18°C and sunny. Tokyo: 24°C and humid, where it is 03:00.",
-            &what,
-        );
+        assert_has(&text, "answer: Paris: 18°C and sunny. Tokyo: 24°C and humid, where it is 03:00.", &what);
     }
 }
 
@@ -434,10 +347,7 @@ fn streaming_prints_the_text_as_it_comes() {
 fn tokio_driver_drives_the_machine_by_hand() {
     let project = manifest_dir().join("../examples/tokio-driver");
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.arg("run")
-        .arg("--quiet")
-        .arg("--manifest-path")
-        .arg(project.join("Cargo.toml"));
+    cmd.args(["run", "--quiet", "--locked", "--manifest-path"]).arg(project.join("Cargo.toml"));
     // A directory of its own: another workspace, another lock file.
     if let Some(dir) = target_dir() {
         cmd.arg("--target-dir").arg(dir.join("tokio-driver"));

@@ -53,10 +53,7 @@ fn listing() {
 
 #[test]
 fn async_resume_and_a_client_without_checkpoints() {
-    with_db(
-        "async",
-        scenarios::async_resume_and_a_client_without_checkpoints,
-    );
+    with_db("async", scenarios::async_resume_and_a_client_without_checkpoints);
 }
 
 #[test]
@@ -82,9 +79,7 @@ fn schema_is_migrated_once_and_a_newer_one_refused() {
         let handles: Vec<_> = (0..4)
             .map(|_| {
                 let (url, schema) = (db.location.clone(), schema.clone());
-                std::thread::spawn(move || {
-                    PostgresStore::connect_in_schema(&url, &schema).map(|_| ())
-                })
+                std::thread::spawn(move || PostgresStore::connect_in_schema(&url, &schema).map(|_| ()))
             })
             .collect();
         for h in handles {
@@ -94,17 +89,10 @@ fn schema_is_migrated_once_and_a_newer_one_refused() {
         let q = format!("SELECT version FROM {schema}.schema_version");
         let versions: Vec<i32> = c.query(&q, &[]).unwrap().iter().map(|r| r.get(0)).collect();
         assert_eq!(versions, vec![1]);
-        c.batch_execute(&format!("INSERT INTO {schema}.schema_version VALUES (2)"))
-            .unwrap();
+        c.batch_execute(&format!("INSERT INTO {schema}.schema_version VALUES (2)")).unwrap();
         let err = PostgresStore::connect_in_schema(&db.location, &schema).unwrap_err();
-        assert!(
-            matches!(&err, StoreError::Io(m) if m.contains("newer")),
-            "{err:?}"
-        );
-        assert!(matches!(
-            PostgresStore::connect_in_schema(&db.location, "Bad-Name"),
-            Err(StoreError::Io(_))
-        ));
+        assert!(matches!(&err, StoreError::Io(m) if m.contains("newer")), "{err:?}");
+        assert!(matches!(PostgresStore::connect_in_schema(&db.location, "Bad-Name"), Err(StoreError::Io(_))));
     });
 }
 

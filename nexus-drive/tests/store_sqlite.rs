@@ -51,10 +51,7 @@ fn listing() {
 
 #[test]
 fn async_resume_and_a_client_without_checkpoints() {
-    with_db(
-        "async",
-        scenarios::async_resume_and_a_client_without_checkpoints,
-    );
+    with_db("async", scenarios::async_resume_and_a_client_without_checkpoints);
 }
 
 #[test]
@@ -66,10 +63,7 @@ fn delete_cascade() {
 fn concurrency_four_threads() {
     // The test is about correctness: `synchronous = NORMAL` keeps fsyncs
     // from dominating (a process crash still loses nothing).
-    let db = Db {
-        durable: false,
-        ..Db::sqlite("conc")
-    };
+    let db = Db { durable: false, ..Db::sqlite("conc") };
     workers::concurrency(&db, false);
     db.cleanup();
 }
@@ -84,22 +78,15 @@ fn wal_mode_and_schema_version() {
     let db = Db::sqlite("wal");
     let _store = SqliteStore::open(&db.location).unwrap();
     let conn = rusqlite::Connection::open(&db.location).unwrap();
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-        .unwrap();
+    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
     assert_eq!(mode, "wal");
-    let v: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
+    let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(v, 1);
     // A database written by a newer build is refused, not misread.
     conn.pragma_update(None, "user_version", 2).unwrap();
     drop(conn);
     let err = SqliteStore::open(&db.location).unwrap_err();
-    assert!(
-        matches!(&err, StoreError::Io(m) if m.contains("newer")),
-        "{err:?}"
-    );
+    assert!(matches!(&err, StoreError::Io(m) if m.contains("newer")), "{err:?}");
     db.cleanup();
 }
 
@@ -107,9 +94,7 @@ fn wal_mode_and_schema_version() {
 fn in_memory_store_works_without_wal() {
     let store = SqliteStore::open_in_memory().unwrap();
     assert_eq!(RunStore::save(&store, "r", b"x", None).unwrap(), 1);
-    assert!(store.list_runs(&Default::default(), 0).unwrap()[0]
-        .pending
-        .is_empty());
+    assert!(store.list_runs(&Default::default(), 0).unwrap()[0].pending.is_empty());
 }
 
 /// Not a test: the body of a worker process (see `store_support::workers`).

@@ -17,20 +17,44 @@ fn capture(style: Style, n: usize) -> Vec<u8> {
     match style {
         Style::Anthropic => {
             let mut ev = |name: &str, data: Value| out += &format!("event: {name}\ndata: {data}\n\n");
-            ev("message_start", json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}));
-            ev("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}));
+            ev(
+                "message_start",
+                json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}),
+            );
+            ev(
+                "content_block_start",
+                json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+            );
             for _ in 0..n {
-                ev("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":word}}));
+                ev(
+                    "content_block_delta",
+                    json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":word}}),
+                );
             }
             ev("content_block_stop", json!({"type":"content_block_stop","index":0}));
-            ev("content_block_start", json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"write","input":{}}}));
-            ev("content_block_delta", json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"text\": \""}}));
+            ev(
+                "content_block_start",
+                json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"write","input":{}}}),
+            );
+            ev(
+                "content_block_delta",
+                json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"text\": \""}}),
+            );
             for _ in 0..n / 4 {
-                ev("content_block_delta", json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":word}}));
+                ev(
+                    "content_block_delta",
+                    json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":word}}),
+                );
             }
-            ev("content_block_delta", json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"\"}"}}));
+            ev(
+                "content_block_delta",
+                json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"\"}"}}),
+            );
             ev("content_block_stop", json!({"type":"content_block_stop","index":1}));
-            ev("message_delta", json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":n}}));
+            ev(
+                "message_delta",
+                json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":n}}),
+            );
             ev("message_stop", json!({"type":"message_stop"}));
         }
         Style::OpenAi => {
@@ -39,13 +63,28 @@ fn capture(style: Style, n: usize) -> Vec<u8> {
             for _ in 0..n {
                 out += &format!("data: {}\n\n", chunk(json!({"content":word}), Value::Null));
             }
-            out += &format!("data: {}\n\n", chunk(json!({"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"write","arguments":"{\"text\": \""}}]}), Value::Null));
+            out += &format!(
+                "data: {}\n\n",
+                chunk(
+                    json!({"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"write","arguments":"{\"text\": \""}}]}),
+                    Value::Null
+                )
+            );
             for _ in 0..n / 4 {
-                out += &format!("data: {}\n\n", chunk(json!({"tool_calls":[{"index":0,"function":{"arguments":word}}]}), Value::Null));
+                out += &format!(
+                    "data: {}\n\n",
+                    chunk(json!({"tool_calls":[{"index":0,"function":{"arguments":word}}]}), Value::Null)
+                );
             }
-            out += &format!("data: {}\n\n", chunk(json!({"tool_calls":[{"index":0,"function":{"arguments":"\"}"}}]}), Value::Null));
+            out += &format!(
+                "data: {}\n\n",
+                chunk(json!({"tool_calls":[{"index":0,"function":{"arguments":"\"}"}}]}), Value::Null)
+            );
             out += &format!("data: {}\n\n", chunk(json!({}), json!("tool_calls")));
-            out += &format!("data: {}\n\n", json!({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":n,"total_tokens":n+1}}));
+            out += &format!(
+                "data: {}\n\n",
+                json!({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":n,"total_tokens":n+1}})
+            );
             out += "data: [DONE]\n\n";
         }
         Style::Gemini => {
@@ -66,7 +105,10 @@ fn capture(style: Style, n: usize) -> Vec<u8> {
 fn main() {
     let n = 20_000;
     let s = samples(15);
-    println!("## Stream decoding ({n} text deltas + a tool call in {} argument fragments; fed in 16 KiB chunks)\n", n / 4);
+    println!(
+        "## Stream decoding ({n} text deltas + a tool call in {} argument fragments; fed in 16 KiB chunks)\n",
+        n / 4
+    );
     println!("| provider | capture | nexus median (p95) | MB/s | serde_json::from_slice of the payloads, median | ratio (serde time / nexus time) |");
     println!("|---|---|---|---|---|---|");
     for style in [Style::Anthropic, Style::OpenAi, Style::Gemini] {
@@ -76,8 +118,10 @@ fn main() {
         let mut dec = SseDecoder::new();
         dec.feed(&bytes, &mut events);
         dec.finish(&mut events);
-        let payloads: Vec<&[u8]> = events.iter().map(|e| e.data.as_bytes()).filter(|d| d.first() == Some(&b'{')).collect();
-        let turn = decode_stream_chunks(style, bytes.chunks(16 * 1024), &mut CallIds::new("c")).expect("capture decodes");
+        let payloads: Vec<&[u8]> =
+            events.iter().map(|e| e.data.as_bytes()).filter(|d| d.first() == Some(&b'{')).collect();
+        let turn =
+            decode_stream_chunks(style, bytes.chunks(16 * 1024), &mut CallIds::new("c")).expect("capture decodes");
         assert!(turn.text().len() > n * 10);
         let ours = measure(s, 1, || {
             let t = decode_stream_chunks(style, bytes.chunks(16 * 1024), &mut CallIds::new("c")).unwrap();

@@ -1,9 +1,9 @@
 //! Durable state cost as the transcript grows: snapshot + restore of a
 //! suspended run against a plain serde_json round trip of the transcript alone.
 
+mod harness;
 #[path = "../tests/sim/mod.rs"]
 mod sim;
-mod harness;
 
 use harness::{measure, micros, samples};
 use nexus_proto::{Block, Message, Run, Style, ToolCall, ToolDecl, ToolResultBlock};
@@ -13,7 +13,9 @@ fn transcript(n: usize) -> Vec<Message> {
     let mut msgs = Vec::with_capacity(n);
     for i in 0..n {
         msgs.push(match i % 4 {
-            0 => Message::user(format!("question {i}: what is the weather like in Paris today, and should I bring a coat?")),
+            0 => Message::user(format!(
+                "question {i}: what is the weather like in Paris today, and should I bring a coat?"
+            )),
             1 => Message {
                 role: nexus_proto::Role::Assistant,
                 content: vec![

@@ -1,9 +1,9 @@
 //! Translation throughput: a 50-message OpenAI conversation with tools to
 //! Anthropic and Gemini requests, and provider responses back to OpenAI.
 
+mod harness;
 #[path = "../tests/sim/mod.rs"]
 mod sim;
-mod harness;
 
 use harness::{measure, micros, samples};
 use nexus_proto::translate::{openai_request_to, response_to_openai};
@@ -25,7 +25,8 @@ fn conversation() -> Value {
         messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}_a"), "content": "Sunny, 22C"}));
         messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}_b"), "content": format!("{}", 2 + i)}));
         if i < 9 {
-            messages.push(json!({"role": "assistant", "content": format!("It is sunny and 22C; 2 + {i} = {}.", 2 + i)}));
+            messages
+                .push(json!({"role": "assistant", "content": format!("It is sunny and 22C; 2 + {i} = {}.", 2 + i)}));
         }
     }
     messages.push(json!({"role": "user", "content": "Thanks! And tomorrow?"}));
@@ -53,12 +54,31 @@ fn main() {
         let st = measure(s, 50, || {
             std::hint::black_box(openai_request_to(style, &request).unwrap());
         });
-        println!("| OpenAI request → {} | {:.1} µs ({:.1}) | {:.0} |", style.name(), micros(st.median), micros(st.p95), 1.0 / st.median.as_secs_f64());
-        let body = wire(style, &Turn::calls(&[("toolu_1", "get_weather", "{\"city\":\"Paris\"}"), ("toolu_2", "add", "{\"a\":2,\"b\":2}")]), false);
+        println!(
+            "| OpenAI request → {} | {:.1} µs ({:.1}) | {:.0} |",
+            style.name(),
+            micros(st.median),
+            micros(st.p95),
+            1.0 / st.median.as_secs_f64()
+        );
+        let body = wire(
+            style,
+            &Turn::calls(&[
+                ("toolu_1", "get_weather", "{\"city\":\"Paris\"}"),
+                ("toolu_2", "add", "{\"a\":2,\"b\":2}"),
+            ]),
+            false,
+        );
         response_to_openai(style, &body, "some-model").expect("translates back");
         let st = measure(s, 200, || {
             std::hint::black_box(response_to_openai(style, &body, "some-model").unwrap());
         });
-        println!("| {} response → OpenAI | {:.1} µs ({:.1}) | {:.0} |", style.name(), micros(st.median), micros(st.p95), 1.0 / st.median.as_secs_f64());
+        println!(
+            "| {} response → OpenAI | {:.1} µs ({:.1}) | {:.0} |",
+            style.name(),
+            micros(st.median),
+            micros(st.p95),
+            1.0 / st.median.as_secs_f64()
+        );
     }
 }

@@ -29,23 +29,14 @@ pub fn sse(data: &[u8]) {
     for ev in &whole {
         check_event(ev);
     }
-    assert_eq!(
-        whole,
-        reference_sse(data),
-        "incremental decoder disagrees with the reference"
-    );
+    assert_eq!(whole, reference_sse(data), "incremental decoder disagrees with the reference");
 
     let mut rng = rng_for(data);
     let (a, b) = data.split_at(below(&mut rng, data.len() + 1));
     assert_eq!(decode_sse(&[a, b]), whole, "split at {}", a.len());
 
     let chunks = chunk(data, &mut rng);
-    assert_eq!(
-        decode_sse(&chunks),
-        whole,
-        "chunk sizes {:?}",
-        chunks.iter().map(|c| c.len()).collect::<Vec<_>>()
-    );
+    assert_eq!(decode_sse(&chunks), whole, "chunk sizes {:?}", chunks.iter().map(|c| c.len()).collect::<Vec<_>>());
 
     let bytes: Vec<&[u8]> = data.chunks(1).collect();
     assert_eq!(decode_sse(&bytes), whole, "byte by byte");
@@ -66,22 +57,13 @@ pub fn decode_response(style: Style, data: &[u8]) {
 
     let mut rng = rng_for(data);
     let status = 400 + below(&mut rng, 200) as u16;
-    let retry_after = String::from_utf8_lossy(
-        data.get(..below(&mut rng, 12).min(data.len()))
-            .unwrap_or_default(),
-    );
+    let retry_after = String::from_utf8_lossy(data.get(..below(&mut rng, 12).min(data.len())).unwrap_or_default());
     let err = style.decode_error(Some(status), Some(&retry_after), data);
     assert_eq!(err.status, Some(status));
     // The body is lossy UTF-8 of at most 64 KiB of input: each input byte becomes at most one char.
-    assert!(
-        err.body.chars().count() <= 64 * 1024,
-        "error body not capped"
-    );
+    assert!(err.body.chars().count() <= 64 * 1024, "error body not capped");
     if let Some(ms) = err.retry_after_ms {
-        assert!(
-            ms <= 2_147_483_647_000,
-            "Retry-After beyond delay-seconds range"
-        );
+        assert!(ms <= 2_147_483_647_000, "Retry-After beyond delay-seconds range");
     }
     let streamed = style.decode_error(None, None, data);
     assert_eq!(streamed.status, None);
@@ -103,22 +85,14 @@ pub fn decode_stream(style: Style, data: &[u8]) {
     let mut split_ids = CallIds::new("fz_");
     let split = decode_stream_chunks(style, [a, b], &mut split_ids);
     assert_eq!(split, whole, "split at {} changed the result", a.len());
-    assert_eq!(
-        split_ids,
-        ids,
-        "split at {} changed the generated ids",
-        a.len()
-    );
+    assert_eq!(split_ids, ids, "split at {} changed the generated ids", a.len());
 
     let chunks = chunk(data, &mut rng);
     let mut chunk_ids = CallIds::new("fz_");
     let chunked = decode_stream_chunks(style, chunks.iter().copied(), &mut chunk_ids);
     let sizes: Vec<usize> = chunks.iter().map(|c| c.len()).collect();
     assert_eq!(chunked, whole, "chunk sizes {sizes:?} changed the result");
-    assert_eq!(
-        chunk_ids, ids,
-        "chunk sizes {sizes:?} changed the generated ids"
-    );
+    assert_eq!(chunk_ids, ids, "chunk sizes {sizes:?} changed the generated ids");
 }
 
 /// A plain, whole-buffer SSE decoder written straight from the WHATWG
@@ -127,9 +101,7 @@ pub fn decode_stream(style: Style, data: &[u8]) {
 /// departure [`SseDecoder::finish`] documents: the pending event is
 /// dispatched at end of stream. The oracle the incremental decoder is held to.
 pub fn reference_sse(data: &[u8]) -> Vec<SseEvent> {
-    let body = data
-        .strip_prefix(b"\xEF\xBB\xBF".as_slice())
-        .unwrap_or(data);
+    let body = data.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(data);
     let text = String::from_utf8_lossy(body);
 
     let mut lines: Vec<&str> = Vec::new();
@@ -208,16 +180,10 @@ pub fn decode_sse(chunks: &[&[u8]]) -> Vec<SseEvent> {
 fn check_event(ev: &SseEvent) {
     assert!(!ev.data.contains('\r'), "CR in data: {ev:?}");
     if let Some(name) = &ev.event {
-        assert!(
-            !name.is_empty() && !name.contains(['\r', '\n']),
-            "bad event name: {ev:?}"
-        );
+        assert!(!name.is_empty() && !name.contains(['\r', '\n']), "bad event name: {ev:?}");
     }
     if let Some(id) = &ev.id {
-        assert!(
-            !id.is_empty() && !id.contains(['\r', '\n', '\0']),
-            "bad id: {ev:?}"
-        );
+        assert!(!id.is_empty() && !id.contains(['\r', '\n', '\0']), "bad id: {ev:?}");
     }
 }
 
@@ -228,8 +194,7 @@ fn check_turn(turn: &TurnResponse) {
     let _ = turn.summary();
 
     let json = serde_json::to_vec(turn).unwrap_or_else(|e| panic!("turn does not serialize: {e}"));
-    let back: TurnResponse =
-        serde_json::from_slice(&json).unwrap_or_else(|e| panic!("turn does not deserialize: {e}"));
+    let back: TurnResponse = serde_json::from_slice(&json).unwrap_or_else(|e| panic!("turn does not deserialize: {e}"));
     // Exact, floats included: the crate enables serde_json's `float_roundtrip`,
     // which the byte-identical state format relies on.
     assert_eq!(&back, turn, "turn changed in a JSON round trip");
@@ -246,18 +211,9 @@ fn check_turn(turn: &TurnResponse) {
             })
         })
         .collect();
-    let mut messages = vec![
-        Message::user("hi"),
-        Message {
-            role: Role::Assistant,
-            content: turn.content.clone(),
-        },
-    ];
+    let mut messages = vec![Message::user("hi"), Message { role: Role::Assistant, content: turn.content.clone() }];
     if !results.is_empty() {
-        messages.push(Message {
-            role: Role::User,
-            content: results,
-        });
+        messages.push(Message { role: Role::User, content: results });
     }
     let params = Map::new();
     for style in [Style::Anthropic, Style::OpenAi, Style::Gemini] {

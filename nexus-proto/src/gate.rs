@@ -60,7 +60,10 @@ pub fn check(style: Style, messages: &[Message]) -> Result<(), GateError> {
                             return Err(GateError(format!("messages[{i}]: tool call {:?} has an empty name", call.id)));
                         }
                         if call.id.is_empty() || !seen_ids.insert(call.id.as_str()) {
-                            return Err(GateError(format!("messages[{i}]: tool call id {:?} is empty or repeated within the turn", call.id)));
+                            return Err(GateError(format!(
+                                "messages[{i}]: tool call id {:?} is empty or repeated within the turn",
+                                call.id
+                            )));
                         }
                         open.push((call.id.as_str(), call.name.as_str()));
                         saw_call = true;

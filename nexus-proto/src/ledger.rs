@@ -246,11 +246,14 @@ impl Batch {
         for e in self.calls.iter_mut().filter(|e| matches!(e.state, CallState::Relay)) {
             let result = if !answer.ok {
                 declined(answer, &prompt)
-            } else if let Some(r) = results.and_then(|rs| {
-                rs.iter().find(|r| r.get("id").and_then(Value::as_str) == Some(e.call.id.as_str()))
-            }) {
+            } else if let Some(r) = results
+                .and_then(|rs| rs.iter().find(|r| r.get("id").and_then(Value::as_str) == Some(e.call.id.as_str())))
+            {
                 result_from(r.as_object())
-            } else if results.is_none() && relay_count == 1 && answer.data.as_ref().is_some_and(|d| d.contains_key("output")) {
+            } else if results.is_none()
+                && relay_count == 1
+                && answer.data.as_ref().is_some_and(|d| d.contains_key("output"))
+            {
                 result_from(answer.data.as_ref())
             } else {
                 ToolResult::error(format!("no result supplied for relay call {} ({})", e.call.name, e.call.id))

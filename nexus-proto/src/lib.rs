@@ -9,19 +9,54 @@
 //! and draws no randomness of its own: the driver passes `now` with every
 //! input and seeds the config. That makes every run reproducible and lets
 //! the same machine sit under a blocking driver, an async one, or yours.
+//! Ready-made drivers (blocking on ureq, async on smol, with typed tools and
+//! stores) are in the `nexus-drive` crate; this one is for writing your own.
 //!
-//! ## Driving a run
+//! ## The driving loop
 //!
-//! Feed inputs with [`Run::handle_input`]; after each one, call
-//! [`Run::poll_output`] until it returns [`Output::Wait`] or [`Output::Done`].
-//! A complete driver over any HTTP client fits in a screen:
+//! A [`Run`] is driven with two calls, in the style of
+//! [str0m](https://docs.rs/str0m):
 //!
-//! ```no_run
+//! * [`Run::handle_input`]`(now, input)` hands it something that happened:
+//!   a response head, a piece of a body, its end, a transport failure, a
+//!   tool's reply, an answer to a suspension, a timer firing, a cancel. An
+//!   input it refuses ([`InputError`]: a response for an exchange it
+//!   abandoned, an answer to nothing, time going backwards, …) changes
+//!   nothing, so a driver may log it and go on.
+//! * [`Run::poll_output`] says what to do next. After each input, poll until
+//!   it returns [`Output::Wait`] or [`Output::Done`]:
+//!
+//! | [`Output`] | the driver |
+//! |---|---|
+//! | `Send(HttpRequest)` | sends it and feeds the response back under its [`ExchangeId`], chunk by chunk as it arrives |
+//! | `RunTools(ToolBatch)` | runs every call (concurrently if it likes) and feeds each reply back, in any order |
+//! | `Event(StreamEvent)` | shows it: text and reasoning deltas, tool calls, results, retries |
+//! | `Suspended(Vec<Request>)` | answers the requests now, or stores [`Run::snapshot`] and stops |
+//! | `Wait { until }` | waits for the next input; if `until` passes first, feeds [`Input::Timeout`] |
+//! | `Done(Outcome)` | stops: done, incomplete (a limit) or failed |
+//!
+//! Retries and their backoff, turn limits, the deadline, transcript balance
+//! and the tool-call ledger are the machine's business; the driver moves
+//! bytes, runs tools and keeps time. `now` is milliseconds since the Unix
+//! epoch and must never go backwards.
+//!
+//! A complete driver over any HTTP client fits in a screen (this one runs
+//! as a test, against canned OpenAI responses):
+//!
+//! ```
 //! use nexus_proto::*;
 //!
-//! # fn http_post(_r: &HttpRequest) -> (u16, Vec<(String, String)>, Vec<u8>) { unimplemented!() }
-//! # fn now() -> Timestamp { Timestamp(0) }
-//! # fn ask_the_human(_r: &Request) -> Answer { unimplemented!() }
+//! # fn http_post(req: &HttpRequest) -> (u16, Vec<(String, String)>, Vec<u8>) {
+//! #     let body = String::from_utf8_lossy(&req.body);
+//! #     let json = if body.contains(r#""role":"tool""#) {
+//! #         r#"{"id":"chatcmpl-2","object":"chat.completion","created":0,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"2 + 2 = 4."},"finish_reason":"stop"}],"usage":{"prompt_tokens":30,"completion_tokens":8,"total_tokens":38}}"#
+//! #     } else {
+//! #         r#"{"id":"chatcmpl-1","object":"chat.completion","created":0,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"add","arguments":"{\"a\":2,\"b\":2}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":20,"completion_tokens":10,"total_tokens":30}}"#
+//! #     };
+//! #     (200, vec![("content-type".into(), "application/json".into())], json.as_bytes().to_vec())
+//! # }
+//! # fn now() -> Timestamp { Timestamp(1_700_000_000_000) }
+//! # fn ask_the_human(r: &Request) -> Answer { Answer::ok(r.id.clone(), None) }
 //! let config = RunConfig::new(Style::OpenAi, "gpt-4o-mini");
 //! let tools = vec![ToolDecl::new("add", "Adds a and b", serde_json::json!({
 //!     "type": "object",
@@ -64,7 +99,40 @@
 //!     }
 //! };
 //! println!("\n{outcome:?}: {}", run.final_text());
+//! # assert_eq!(outcome, Outcome::Done);
+//! # assert_eq!(run.final_text(), "2 + 2 = 4.");
+//! # assert_eq!(run.tool_calls()[0].output, "4");
 //! # Ok::<(), InputError>(())
+//! ```
+//!
+//! This driver does one thing at a time. A concurrent one keeps the same
+//! loop but runs each exchange and each tool call as a task of its own,
+//! returns to the loop on `Wait`, and feeds the inputs as the tasks report
+//! them; a late report from an exchange the machine abandoned (after a retry
+//! or a cancel) is refused by its [`ExchangeId`] and changes nothing.
+//! `examples/tokio-driver` in the repository is such a driver on tokio and
+//! reqwest, in one file.
+//!
+//! ## Durable runs
+//!
+//! [`Run::snapshot`] is the whole run as versioned JSON, API key and secret
+//! headers left out; [`Run::restore`] brings it back in any process, and the
+//! run continues exactly as the uninterrupted one would have. Snapshot a
+//! suspended run, store it, answer it a week later:
+//!
+//! ```
+//! # use nexus_proto::*;
+//! # fn suspended_run() -> Run { Run::new(RunConfig::new(Style::OpenAi, "m"), vec![], vec![Message::user("hi")]).unwrap() }
+//! # let run = suspended_run();
+//! let state: Vec<u8> = run.snapshot(); // no secrets in it
+//! // … store it; later, anywhere:
+//! let mut run = Run::restore(&state)?;
+//! run.set_api_key("sk-…");
+//! for request in run.outstanding() {
+//!     run.handle_input(Timestamp(1_700_000_000_000), Input::Answer(Answer::ok(request.id, None)))?;
+//! }
+//! // …and drive it as above.
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
 //! ## Guarantees
@@ -77,20 +145,31 @@
 //!   kept and never re-run.
 //! - **Exactly-once ledger**: a call running when a snapshot was taken comes
 //!   back *in doubt* instead of being silently re-run or dropped.
-//! - **Durable state**: [`Run::snapshot`] / [`Run::restore`], versioned JSON,
-//!   no secrets.
+//! - **Durable state**: [`Run::snapshot`] / [`Run::restore`], versioned JSON
+//!   ([`FORMAT_VERSION`]), byte-identical round trips, no secrets.
+//! - **No panics on remote bytes**: every malformed response becomes a typed
+//!   error ([`DecodeError`], [`ProviderError`]) and a failed run, never a panic.
 //!
-//! See `SPEC.md` in the repository for the full contract.
+//! ## Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `fuzzing` | no | `arbitrary::Arbitrary` on the inputs and the fuzz targets' helpers (not a stable API) |
+//!
+//! Dependencies: serde, serde_json and thiserror, nothing else.
+//!
+//! See `SPEC.md` in the repository for the full contract: wire shapes, loop
+//! rules, the suspension protocol and the state format.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod config;
 pub mod error;
 pub mod event;
-mod gate;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod gate;
 pub mod http;
 mod ledger;
 pub mod message;
@@ -104,17 +183,19 @@ pub mod time;
 pub mod tool;
 pub mod translate;
 
-pub use error::{DecodeError, GateError, InputError, ProviderError, RemoteError, RunError, StateError, TransportErrorKind};
+pub use config::{RetryPolicy, RunConfig};
+pub use error::{
+    DecodeError, GateError, InputError, ProviderError, RemoteError, RunError, StateError, TransportErrorKind,
+};
 pub use event::StreamEvent;
+pub use gate::check as check_transcript;
 pub use http::{ExchangeId, HttpRequest};
+pub use ledger::{ToolBatch, ToolInvocation};
 pub use message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock, Usage};
 pub use provider::{CallIds, ModelCall, Stop, StopReason, Style, TurnResponse};
+pub use run::{Input, Outcome, Output, Run, Status, ToolCallRecord};
 pub use sse::{SseDecoder, SseEvent};
+pub use state::FORMAT_VERSION;
 pub use suspend::{Answer, RelayCall, Request, ToolReply, ToolResult};
 pub use time::Timestamp;
 pub use tool::{ToolDecl, ToolKind};
-pub use config::{RetryPolicy, RunConfig};
-pub use gate::check as check_transcript;
-pub use ledger::{ToolBatch, ToolInvocation};
-pub use run::{Input, Outcome, Output, Run, Status, ToolCallRecord};
-pub use state::FORMAT_VERSION;

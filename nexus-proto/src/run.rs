@@ -465,7 +465,9 @@ impl Run {
             return Err(InputError::UnknownExchange(exchange.0));
         };
         match input {
-            Input::ResponseHead { .. } if inflight.status.is_some() => Err(InputError::OutOfOrder("a second response head")),
+            Input::ResponseHead { .. } if inflight.status.is_some() => {
+                Err(InputError::OutOfOrder("a second response head"))
+            }
             Input::ResponseBody { .. } | Input::ResponseEnd { .. } if inflight.status.is_none() => {
                 Err(InputError::OutOfOrder("body before the response head"))
             }
@@ -649,11 +651,7 @@ impl Run {
     /// A stream that already produced visible output is never retried (the
     /// host has shown it; a retry could say something else).
     fn fail_exchange(&mut self, now: Timestamp, error: RunError, retryable: bool, retry_after_ms: Option<u64>) {
-        let emitted = self
-            .inflight
-            .take()
-            .and_then(|f| f.stream)
-            .is_some_and(|(_, a)| a.emitted_anything());
+        let emitted = self.inflight.take().and_then(|f| f.stream).is_some_and(|(_, a)| a.emitted_anything());
         let attempt = match self.state.phase {
             Phase::Awaiting { attempt, .. } => attempt,
             _ => return,
@@ -664,7 +662,11 @@ impl Run {
                 let exp = policy.base_delay_ms.saturating_mul(1u64 << attempt.min(20));
                 exp.saturating_add(self.state.rng.below(exp / 2 + 1)).min(policy.max_delay_ms.max(policy.base_delay_ms))
             });
-            self.events.push_back(StreamEvent::Retrying { attempt: attempt + 1, delay_ms: delay, reason: error.to_string() });
+            self.events.push_back(StreamEvent::Retrying {
+                attempt: attempt + 1,
+                delay_ms: delay,
+                reason: error.to_string(),
+            });
             self.state.phase = Phase::Backoff { until: now.plus_ms(delay), attempt: attempt + 1 };
         } else {
             self.finish(Outcome::Failed { error });
@@ -782,18 +784,22 @@ fn arguments_valid(raw: &str) -> bool {
 fn push_whole_deltas(turn: &TurnResponse, events: &mut VecDeque<StreamEvent>) {
     for block in &turn.content {
         match block {
-            Block::Text { text, .. } if !text.is_empty() => events.push_back(StreamEvent::TextDelta { text: text.clone() }),
+            Block::Text { text, .. } if !text.is_empty() => {
+                events.push_back(StreamEvent::TextDelta { text: text.clone() })
+            }
             Block::Reasoning { text, .. } if !text.is_empty() => {
                 events.push_back(StreamEvent::ReasoningDelta { text: text.clone() })
             }
             Block::ToolCall(call) => {
                 events.push_back(StreamEvent::ToolCallStarted { id: call.id.clone(), name: call.name.clone() });
                 if !call.arguments.is_empty() {
-                    events.push_back(StreamEvent::ToolCallDelta { id: call.id.clone(), arguments: call.arguments.clone() });
+                    events.push_back(StreamEvent::ToolCallDelta {
+                        id: call.id.clone(),
+                        arguments: call.arguments.clone(),
+                    });
                 }
             }
             _ => {}
         }
     }
 }
-

@@ -136,9 +136,7 @@ impl SseDecoder {
                 self.has_data = true;
             }
             // WHATWG ignores an id holding NUL; an empty one resets the last event ID.
-            "id" if !value.contains('\0') => {
-                self.id = (!value.is_empty()).then(|| value.to_string())
-            }
+            "id" if !value.contains('\0') => self.id = (!value.is_empty()).then(|| value.to_string()),
             _ => {} // comments, `retry` (reconnection is the driver's business) and unknown fields
         }
         drop(text);

@@ -89,14 +89,22 @@ pub fn gemini_tools(tools: &[ToolDecl]) -> Value {
 
 /// Every character outside `[a-zA-Z0-9_-]` becomes `_` (what all three providers accept).
 pub fn sanitize_name(name: &str) -> String {
-    name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
-        .collect()
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
 }
 
 /// JSON Schema keywords Gemini's OpenAPI-subset `parameters` does not take.
-const NON_OPENAPI_KEYWORDS: &[&str] =
-    &["additionalProperties", "$schema", "$ref", "$defs", "definitions", "const", "oneOf", "allOf", "not", "patternProperties"];
+const NON_OPENAPI_KEYWORDS: &[&str] = &[
+    "additionalProperties",
+    "$schema",
+    "$ref",
+    "$defs",
+    "definitions",
+    "const",
+    "oneOf",
+    "allOf",
+    "not",
+    "patternProperties",
+];
 
 fn uses_keywords_outside_openapi(schema: &Value) -> bool {
     match schema {
@@ -136,7 +144,8 @@ mod tests {
         assert_eq!(g.as_array().unwrap().len(), 1);
         assert_eq!(g[0]["functionDeclarations"].as_array().unwrap().len(), 2);
         assert!(g[0]["functionDeclarations"][0].get("parameters").is_some());
-        let strict = ToolDecl::new("s", "strict", json!({"type":"object","properties":{},"additionalProperties":false}));
+        let strict =
+            ToolDecl::new("s", "strict", json!({"type":"object","properties":{},"additionalProperties":false}));
         assert!(strict.to_gemini().get("parametersJsonSchema").is_some());
         assert!(strict.to_gemini().get("parameters").is_none());
     }

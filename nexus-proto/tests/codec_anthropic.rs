@@ -12,8 +12,8 @@ use std::process::Command;
 use nexus_proto::provider::{anthropic, decode_stream_chunks, ModelCall, Style, TurnResponse};
 use nexus_proto::sse::SseEvent;
 use nexus_proto::{
-    Block, CallIds, DecodeError, ImageSource, Message, ProviderError, RemoteError, Role,
-    StopReason, StreamEvent, ToolCall, ToolDecl, ToolResultBlock,
+    Block, CallIds, DecodeError, ImageSource, Message, ProviderError, RemoteError, Role, StopReason, StreamEvent,
+    ToolCall, ToolDecl, ToolResultBlock,
 };
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -45,26 +45,15 @@ fn tool_call(id: &str, name: &str, arguments: &str) -> Block {
 }
 
 fn result(id: &str, name: &str, output: &str, is_error: bool) -> Block {
-    Block::ToolResult(ToolResultBlock {
-        call_id: id.into(),
-        name: name.into(),
-        output: output.into(),
-        is_error,
-    })
+    Block::ToolResult(ToolResultBlock { call_id: id.into(), name: name.into(), output: output.into(), is_error })
 }
 
 fn user(content: Vec<Block>) -> Message {
-    Message {
-        role: Role::User,
-        content,
-    }
+    Message { role: Role::User, content }
 }
 
 fn assistant(content: Vec<Block>) -> Message {
-    Message {
-        role: Role::Assistant,
-        content,
-    }
+    Message { role: Role::Assistant, content }
 }
 
 fn decode_body(body: &str) -> Result<TurnResponse, RemoteError> {
@@ -75,11 +64,7 @@ fn decode_body(body: &str) -> Result<TurnResponse, RemoteError> {
 fn sse(events: &[Value]) -> Vec<u8> {
     let mut out = String::new();
     for ev in events {
-        out.push_str(&format!(
-            "event: {}\ndata: {}\n\n",
-            ev["type"].as_str().unwrap_or("message"),
-            ev
-        ));
+        out.push_str(&format!("event: {}\ndata: {}\n\n", ev["type"].as_str().unwrap_or("message"), ev));
     }
     out.into_bytes()
 }
@@ -101,25 +86,13 @@ fn run_events(events: &[SseEvent]) -> Ran {
     let mut asm = STYLE.assembler();
     let mut ids = CallIds::new("call_");
     let mut deltas = Vec::new();
-    let pushes = events
-        .iter()
-        .map(|e| asm.push(e, &mut ids, &mut deltas))
-        .collect();
+    let pushes = events.iter().map(|e| asm.push(e, &mut ids, &mut deltas)).collect();
     let emitted = asm.emitted_anything();
-    Ran {
-        deltas,
-        pushes,
-        finished: asm.finish(),
-        emitted,
-    }
+    Ran { deltas, pushes, finished: asm.finish(), emitted }
 }
 
 fn data_event(v: Value) -> SseEvent {
-    SseEvent {
-        event: v["type"].as_str().map(str::to_string),
-        data: v.to_string(),
-        id: None,
-    }
+    SseEvent { event: v["type"].as_str().map(str::to_string), data: v.to_string(), id: None }
 }
 
 fn message_start() -> Value {
@@ -145,10 +118,7 @@ fn reasoning(text: &str, signature: Option<&str>, redacted: Option<&str>) -> Blo
 }
 
 fn image(media_type: &str, source: ImageSource) -> Block {
-    Block::Image {
-        media_type: media_type.into(),
-        source,
-    }
+    Block::Image { media_type: media_type.into(), source }
 }
 
 /// A conversation with every block kind: images, signed, redacted and
@@ -158,18 +128,8 @@ fn sample_transcript() -> [Message; 3] {
     [
         user(vec![
             Block::text("Weather in Paris and Rome? Map attached."),
-            image(
-                "image/png",
-                ImageSource::Base64 {
-                    data: "iVBORw0KGgo=".into(),
-                },
-            ),
-            image(
-                "image/jpeg",
-                ImageSource::Url {
-                    url: "https://example.com/map.jpg".into(),
-                },
-            ),
+            image("image/png", ImageSource::Base64 { data: "iVBORw0KGgo=".into() }),
+            image("image/jpeg", ImageSource::Url { url: "https://example.com/map.jpg".into() }),
         ]),
         assistant(vec![
             reasoning("Two cities.", Some("sig-1"), None),
@@ -178,11 +138,7 @@ fn sample_transcript() -> [Message; 3] {
             reasoning("unsigned", None, None),
             Block::text("Checking both."),
             tool_call("toolu_1", "get_weather", r#"{"city":"Paris"}"#),
-            tool_call(
-                "toolu_2",
-                "get_weather",
-                r#"{"city": "Rome", "units": ["C"]}"#,
-            ),
+            tool_call("toolu_2", "get_weather", r#"{"city": "Rome", "units": ["C"]}"#),
             tool_call("toolu_3", "get_time", ""),
         ]),
         user(vec![
@@ -195,12 +151,8 @@ fn sample_transcript() -> [Message; 3] {
 }
 
 fn sample_tools() -> [ToolDecl; 2] {
-    let schema =
-        json!({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]});
-    [
-        ToolDecl::new("get_weather", "Weather for a city", schema),
-        ToolDecl::relay("get.time", "The time", Value::Null),
-    ]
+    let schema = json!({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]});
+    [ToolDecl::new("get_weather", "Weather for a city", schema), ToolDecl::relay("get.time", "The time", Value::Null)]
 }
 
 /// A transcript with every block kind encodes to the Messages format as the
@@ -249,17 +201,8 @@ fn transcript_encodes_to_the_documented_shape() {
 fn optional_keys_appear_only_when_set() {
     let messages = [Message::user("hi")];
     let plain = call("m", &messages, &[], false);
-    let keys: Vec<&str> = plain
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    assert_eq!(
-        keys,
-        ["max_tokens", "messages", "model"],
-        "no tools, no stream, no system"
-    );
+    let keys: Vec<&str> = plain.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["max_tokens", "messages", "model"], "no tools, no stream, no system");
     assert_eq!(plain["max_tokens"], 4096);
 
     let params = Map::new();
@@ -281,11 +224,7 @@ fn optional_keys_appear_only_when_set() {
 /// The API rejects empty text blocks and messages without content; neither is sent.
 #[test]
 fn empty_text_and_empty_turns_are_not_sent() {
-    let messages = [
-        Message::user("q"),
-        Message::assistant(""),
-        Message::user("again"),
-    ];
+    let messages = [Message::user("q"), Message::assistant(""), Message::user("again")];
     let body = call("m", &messages, &[], false);
     assert_eq!(
         body["messages"],
@@ -300,9 +239,7 @@ fn empty_text_and_empty_turns_are_not_sent() {
 fn data_url_images_are_sent_inline() {
     let messages = [user(vec![Block::Image {
         media_type: "image/png".into(),
-        source: ImageSource::Url {
-            url: "data:image/webp;base64,UklGRg==".into(),
-        },
+        source: ImageSource::Url { url: "data:image/webp;base64,UklGRg==".into() },
     }])];
     let body = call("m", &messages, &[], false);
     assert_eq!(
@@ -317,11 +254,7 @@ fn data_url_images_are_sent_inline() {
 fn tool_use_input_is_always_an_object() {
     let cases = [
         (r#"{"a":1}"#, json!({"b":2}), json!({"a":1})),
-        (
-            r#"{"a": "cut"#,
-            json!({"partial":true}),
-            json!({"partial":true}),
-        ),
+        (r#"{"a": "cut"#, json!({"partial":true}), json!({"partial":true})),
         ("[1,2]", json!([1, 2]), json!({})),
         ("", json!({}), json!({})),
         ("null", Value::Null, json!({})),
@@ -334,16 +267,8 @@ fn tool_use_input_is_always_an_object() {
             arguments: arguments.into(),
             provider_data: None,
         });
-        let body = call(
-            "m",
-            &[Message::user("q"), assistant(vec![block])],
-            &[],
-            false,
-        );
-        assert_eq!(
-            body["messages"][1]["content"][0]["input"], want,
-            "arguments {arguments:?}"
-        );
+        let body = call("m", &[Message::user("q"), assistant(vec![block])], &[], false);
+        assert_eq!(body["messages"][1]["content"][0]["input"], want, "arguments {arguments:?}");
     }
 }
 
@@ -364,16 +289,9 @@ fn provider_data_round_trips_through_the_transcript() {
     let body = json!({"type":"message","model":"m","content":content,"stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":2}});
     let turn = decode_body(&body.to_string()).unwrap();
     assert_eq!(turn.text(), "Searching.", "server blocks add no text");
-    assert_eq!(
-        turn.tool_calls().count(),
-        1,
-        "server tool use is not a client call"
-    );
+    assert_eq!(turn.tool_calls().count(), 1, "server tool use is not a client call");
     let call_block = turn.tool_calls().next().unwrap();
-    assert_eq!(
-        call_block.provider_data,
-        Some(json!({"anthropic": {"caller": {"type": "direct"}}}))
-    );
+    assert_eq!(call_block.provider_data, Some(json!({"anthropic": {"caller": {"type": "direct"}}})));
 
     let messages = [Message::user("q"), assistant(turn.content)];
     let encoded = call("m", &messages, &[], false);
@@ -395,9 +313,7 @@ fn other_providers_data_is_not_sent() {
             name: "f".into(),
             input: json!({}),
             arguments: "{}".into(),
-            provider_data: Some(
-                json!({"gemini": {"thoughtSignature": "abc"}, "anthropic": {"toolset_name": "set"}}),
-            ),
+            provider_data: Some(json!({"gemini": {"thoughtSignature": "abc"}, "anthropic": {"toolset_name": "set"}})),
         }),
     ];
     let encoded = call("m", &[Message::user("q"), assistant(blocks)], &[], false);
@@ -433,17 +349,11 @@ fn body_of(blocks: &[B], stop: &str) -> String {
             B::Text(t) => json!({"type":"text","text":t}).to_string(),
             B::Thinking(t, s) => json!({"type":"thinking","thinking":t,"signature":s}).to_string(),
             B::Redacted(d) => json!({"type":"redacted_thinking","data":d}).to_string(),
-            B::Tool(id, name, raw) => format!(
-                r#"{{"type":"tool_use","id":{},"name":{},"input":{raw}}}"#,
-                json!(id),
-                json!(name)
-            ),
+            B::Tool(id, name, raw) => {
+                format!(r#"{{"type":"tool_use","id":{},"name":{},"input":{raw}}}"#, json!(id), json!(name))
+            }
             B::Server(id, name, raw) => {
-                format!(
-                    r#"{{"type":"server_tool_use","id":{},"name":{},"input":{raw}}}"#,
-                    json!(id),
-                    json!(name)
-                )
+                format!(r#"{{"type":"server_tool_use","id":{},"name":{},"input":{raw}}}"#, json!(id), json!(name))
             }
             B::Whole(v) => v.to_string(),
         })
@@ -456,10 +366,7 @@ fn body_of(blocks: &[B], stop: &str) -> String {
 
 fn pieces(text: &str, size: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
-    chars
-        .chunks(size.max(1))
-        .map(|c| c.iter().collect())
-        .collect()
+    chars.chunks(size.max(1)).map(|c| c.iter().collect()).collect()
 }
 
 /// The same message as a stream, each delta `size` characters long.
@@ -469,33 +376,22 @@ fn stream_of(blocks: &[B], stop: &str, size: usize) -> Vec<u8> {
         let (start, deltas): (Value, Vec<Value>) = match b {
             B::Text(t) => (
                 json!({"type":"text","text":""}),
-                pieces(t, size)
-                    .into_iter()
-                    .map(|p| json!({"type":"text_delta","text":p}))
-                    .collect(),
+                pieces(t, size).into_iter().map(|p| json!({"type":"text_delta","text":p})).collect(),
             ),
             B::Thinking(t, s) => {
-                let mut d: Vec<Value> = pieces(t, size)
-                    .into_iter()
-                    .map(|p| json!({"type":"thinking_delta","thinking":p}))
-                    .collect();
+                let mut d: Vec<Value> =
+                    pieces(t, size).into_iter().map(|p| json!({"type":"thinking_delta","thinking":p})).collect();
                 d.push(json!({"type":"signature_delta","signature":s}));
                 (json!({"type":"thinking","thinking":"","signature":""}), d)
             }
             B::Redacted(d) => (json!({"type":"redacted_thinking","data":d}), vec![]),
             B::Tool(id, name, raw) | B::Server(id, name, raw) => {
-                let kind = if matches!(b, B::Tool(..)) {
-                    "tool_use"
-                } else {
-                    "server_tool_use"
-                };
+                let kind = if matches!(b, B::Tool(..)) { "tool_use" } else { "server_tool_use" };
                 // As the API does: an empty first piece, then the text; none at all for `{}`.
                 let mut d = vec![json!({"type":"input_json_delta","partial_json":""})];
                 if *raw != "{}" {
                     d.extend(
-                        pieces(raw, size)
-                            .into_iter()
-                            .map(|p| json!({"type":"input_json_delta","partial_json":p})),
+                        pieces(raw, size).into_iter().map(|p| json!({"type":"input_json_delta","partial_json":p})),
                     );
                 }
                 (json!({"type":kind,"id":id,"name":name,"input":{}}), d)
@@ -529,11 +425,7 @@ fn streams_equal_whole_bodies() {
             B::Thinking("Let me think about \"this\".\n", "EqQBCkYIBxgC"),
             B::Redacted("EmwKAhgBEgy3"),
             B::Text("I'll call both."),
-            B::Tool(
-                "toolu_a",
-                "get_weather",
-                r#"{"city": "Paris", "days": [1, 2]}"#,
-            ),
+            B::Tool("toolu_a", "get_weather", r#"{"city": "Paris", "days": [1, 2]}"#),
             B::Tool("toolu_b", "get_weather", r#"{"city":"Rome"}"#),
             B::Tool("toolu_c", "list", "{}"),
         ],
@@ -542,9 +434,7 @@ fn streams_equal_whole_bodies() {
     assert_stream_equals_body(
         &[
             B::Server("srvtoolu_1", "web_search", r#"{"query": "nexus"}"#),
-            B::Whole(
-                json!({"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[]}),
-            ),
+            B::Whole(json!({"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[]})),
             B::Text("Found it."),
         ],
         "end_turn",
@@ -570,11 +460,7 @@ fn every_documented_stop_reason_is_mapped() {
     ];
     for (raw, want) in table {
         let whole = decode_body(&body_of(&[B::Text("x")], raw)).unwrap();
-        assert_eq!(
-            (whole.stop.reason, whole.stop.raw.as_deref()),
-            (want, Some(raw)),
-            "body {raw}"
-        );
+        assert_eq!((whole.stop.reason, whole.stop.raw.as_deref()), (want, Some(raw)), "body {raw}");
         let streamed = decode_stream(&stream_of(&[B::Text("x")], raw, 5)).unwrap();
         assert_eq!(streamed.stop, whole.stop, "stream {raw}");
     }
@@ -595,14 +481,7 @@ fn stream_usage_is_counted_once_newest_wins() {
     ];
     let turn = decode_stream(&sse(&events)).unwrap();
     assert!(turn.usage_reported);
-    assert_eq!(
-        (
-            turn.usage.prompt_tokens,
-            turn.usage.completion_tokens,
-            turn.usage.total_tokens
-        ),
-        (92, 189, 281)
-    );
+    assert_eq!((turn.usage.prompt_tokens, turn.usage.completion_tokens, turn.usage.total_tokens), (92, 189, 281));
 
     let events = [
         json!({"type":"message_start","message":{"model":"m","content":[],"usage":{"input_tokens":43,"output_tokens":1}}}),
@@ -610,15 +489,9 @@ fn stream_usage_is_counted_once_newest_wins() {
         json!({"type":"message_stop"}),
     ];
     let turn = decode_stream(&sse(&events)).unwrap();
-    assert_eq!(
-        (turn.usage.prompt_tokens, turn.usage.completion_tokens),
-        (61, 2)
-    );
+    assert_eq!((turn.usage.prompt_tokens, turn.usage.completion_tokens), (61, 2));
 
-    let events = [
-        json!({"type":"message_start","message":{"content":[]}}),
-        json!({"type":"message_stop"}),
-    ];
+    let events = [json!({"type":"message_start","message":{"content":[]}}), json!({"type":"message_stop"})];
     let turn = decode_stream(&sse(&events)).unwrap();
     assert!(!turn.usage_reported);
     let body = decode_body(r#"{"type":"message","content":[],"stop_reason":"end_turn"}"#).unwrap();
@@ -641,10 +514,7 @@ fn error_bodies_keep_type_message_status_and_body() {
 
     let body = br#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.1.content.0.tool_result: content cannot be empty if `is_error` is true"}}"#;
     let err = STYLE.decode_error(Some(400), None, body);
-    assert_eq!(
-        (err.kind.as_str(), err.retryable),
-        ("invalid_request_error", false)
-    );
+    assert_eq!((err.kind.as_str(), err.retryable), ("invalid_request_error", false));
     assert!(err.message.starts_with("messages.1.content.0.tool_result"));
 
     // Gateway shapes in front of the API.
@@ -697,12 +567,7 @@ fn in_stream_error_is_a_provider_error() {
     .into_iter()
     .map(data_event)
     .collect();
-    let Ran {
-        deltas,
-        pushes,
-        finished,
-        emitted,
-    } = run_events(&events);
+    let Ran { deltas, pushes, finished, emitted } = run_events(&events);
     let want = ProviderError {
         status: None,
         kind: "overloaded_error".into(),
@@ -718,29 +583,15 @@ fn in_stream_error_is_a_provider_error() {
     assert!(emitted);
 
     // Before any delta, and a type that is not transient.
-    let events = [data_event(
-        json!({"type":"error","error":{"type":"invalid_request_error","message":"bad"}}),
-    )];
-    let Ran {
-        deltas,
-        pushes,
-        emitted,
-        ..
-    } = run_events(&events);
+    let events = [data_event(json!({"type":"error","error":{"type":"invalid_request_error","message":"bad"}}))];
+    let Ran { deltas, pushes, emitted, .. } = run_events(&events);
     assert!(deltas.is_empty() && !emitted);
     match &pushes[0] {
-        Err(RemoteError::Provider(p)) => assert_eq!(
-            (p.kind.as_str(), p.retryable),
-            ("invalid_request_error", false)
-        ),
+        Err(RemoteError::Provider(p)) => assert_eq!((p.kind.as_str(), p.retryable), ("invalid_request_error", false)),
         other => panic!("{other:?}"),
     }
     // The `event: error` line alone is enough, whatever the data says.
-    let events = [SseEvent {
-        event: Some("error".into()),
-        data: "upstream reset".into(),
-        id: None,
-    }];
+    let events = [SseEvent { event: Some("error".into()), data: "upstream reset".into(), id: None }];
     let Ran { pushes, .. } = run_events(&events);
     assert!(matches!(&pushes[0], Err(RemoteError::Provider(p)) if p.body == "upstream reset"));
 }
@@ -751,23 +602,15 @@ fn in_stream_error_is_a_provider_error() {
 fn streams_without_their_end_marker_are_truncated() {
     let path = common::shared_dir().join("wire-corpus/anthropic/sdk_tool_use_stream.sse");
     let bytes = std::fs::read(&path).unwrap();
-    let end = String::from_utf8_lossy(&bytes)
-        .find("event: message_stop")
-        .unwrap();
+    let end = String::from_utf8_lossy(&bytes).find("event: message_stop").unwrap();
     let mut boundaries = 0;
     for cut in 0..end {
         let got = decode_stream(&bytes[..cut]);
         if bytes[..cut].ends_with(b"\n\n") {
             boundaries += 1;
-            assert!(
-                matches!(got, Err(RemoteError::Decode(DecodeError::Truncated(_)))),
-                "cut at {cut}: {got:?}"
-            );
+            assert!(matches!(got, Err(RemoteError::Decode(DecodeError::Truncated(_)))), "cut at {cut}: {got:?}");
         } else {
-            assert!(
-                matches!(got, Err(RemoteError::Decode(_))),
-                "cut at {cut}: {got:?}"
-            );
+            assert!(matches!(got, Err(RemoteError::Decode(_))), "cut at {cut}: {got:?}");
         }
     }
     assert!(boundaries > 10);
@@ -818,10 +661,7 @@ fn malformed_bodies_are_typed_errors() {
         (r#"{"content":[5]}"#, "shape"),
         (r#"{"content":[{"text":"no type"}]}"#, "shape"),
         (r#"{"content":[{"type":"text","text":5}]}"#, "shape"),
-        (
-            r#"{"content":[{"type":"tool_use","id":"t","name":"f","input":{}}],"usage":{"input_tokens":-1}}"#,
-            "shape",
-        ),
+        (r#"{"content":[{"type":"tool_use","id":"t","name":"f","input":{}}],"usage":{"input_tokens":-1}}"#, "shape"),
         (r#"{"content":[],"model":7}"#, "shape"),
         // serde would read these by position; neither is an object.
         (r#"["message", null, "m", [], "end_turn"]"#, "shape"),
@@ -830,15 +670,10 @@ fn malformed_bodies_are_typed_errors() {
     for (body, want) in cases {
         assert_eq!(decode_error_kind(decode_body(body)), want, "{body}");
     }
-    assert_eq!(
-        decode_error_kind(STYLE.decode_response(b"{\"content\":[\xff]}", &mut CallIds::new("c"))),
-        "json"
-    );
+    assert_eq!(decode_error_kind(STYLE.decode_response(b"{\"content\":[\xff]}", &mut CallIds::new("c"))), "json");
     // An unknown block type may use known field names with other types: kept, not an error.
-    let turn = decode_body(
-        r#"{"content":[{"type":"future_block","text":{"rich":true}}],"stop_reason":"end_turn"}"#,
-    )
-    .unwrap();
+    let turn =
+        decode_body(r#"{"content":[{"type":"future_block","text":{"rich":true}}],"stop_reason":"end_turn"}"#).unwrap();
     assert_eq!(turn.content.len(), 1);
     assert_eq!(turn.text(), "");
 }
@@ -847,11 +682,7 @@ fn malformed_bodies_are_typed_errors() {
 fn malformed_stream_events_are_typed_errors() {
     let start = message_start();
     let cases = [
-        (
-            vec![start.clone()],
-            r#"{"type":"content_block_delta""#,
-            "json",
-        ),
+        (vec![start.clone()], r#"{"type":"content_block_delta""#, "json"),
         (vec![start.clone()], "[]", "shape"),
         // The oracle's own bad stream: an index that is a string.
         (
@@ -859,21 +690,13 @@ fn malformed_stream_events_are_typed_errors() {
             r#"{"type":"content_block_start","index":"0","content_block":{"type":"text","text":""}}"#,
             "shape",
         ),
-        (
-            vec![start.clone()],
-            r#"{"type":"content_block_start","index":0}"#,
-            "shape",
-        ),
+        (vec![start.clone()], r#"{"type":"content_block_start","index":0}"#, "shape"),
         (
             vec![start.clone()],
             r#"{"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"x"}}"#,
             "shape",
         ),
-        (
-            vec![start.clone()],
-            r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}"#,
-            "shape",
-        ),
+        (vec![start.clone()], r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}"#, "shape"),
         (
             vec![
                 start.clone(),
@@ -890,27 +713,14 @@ fn malformed_stream_events_are_typed_errors() {
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":7}}"#,
             "shape",
         ),
-        (
-            vec![start.clone()],
-            r#"{"type":"message_delta","delta":{"stop_reason":1}}"#,
-            "shape",
-        ),
+        (vec![start.clone()], r#"{"type":"message_delta","delta":{"stop_reason":1}}"#, "shape"),
     ];
     for (before, bad, want) in cases {
         let mut events: Vec<SseEvent> = before.into_iter().map(data_event).collect();
-        events.push(SseEvent {
-            event: None,
-            data: bad.into(),
-            id: None,
-        });
+        events.push(SseEvent { event: None, data: bad.into(), id: None });
         events.push(data_event(json!({"type":"message_stop"})));
-        let Ran {
-            pushes, finished, ..
-        } = run_events(&events);
-        let failed = pushes
-            .iter()
-            .find_map(|p| p.clone().err())
-            .unwrap_or_else(|| panic!("{bad}: no error"));
+        let Ran { pushes, finished, .. } = run_events(&events);
+        let failed = pushes.iter().find_map(|p| p.clone().err()).unwrap_or_else(|| panic!("{bad}: no error"));
         assert_eq!(decode_error_kind(Err(failed.clone())), want, "{bad}");
         assert_eq!(finished, Err(failed), "finish repeats the failure");
     }
@@ -926,9 +736,7 @@ fn malformed_stream_events_are_typed_errors() {
     .into_iter()
     .map(data_event)
     .collect();
-    let Ran {
-        pushes, finished, ..
-    } = run_events(&events);
+    let Ran { pushes, finished, .. } = run_events(&events);
     assert!(pushes.iter().all(Result::is_ok), "{pushes:?}");
     assert_eq!(finished.unwrap().text(), "ok");
 }
@@ -936,19 +744,11 @@ fn malformed_stream_events_are_typed_errors() {
 /// Feeds arbitrary bytes through the SSE decoder into the assembler.
 fn stream_bytes(bytes: &[u8], split: usize) -> Result<TurnResponse, RemoteError> {
     let split = split.min(bytes.len());
-    decode_stream_chunks(
-        STYLE,
-        [&bytes[..split], &bytes[split..]],
-        &mut CallIds::new("c"),
-    )
+    decode_stream_chunks(STYLE, [&bytes[..split], &bytes[split..]], &mut CallIds::new("c"))
 }
 
 fn corpus_streams() -> Vec<Vec<u8>> {
-    common::captures(STYLE)
-        .into_iter()
-        .filter(|(_, s)| *s)
-        .map(|(p, _)| std::fs::read(p).unwrap())
-        .collect()
+    common::captures(STYLE).into_iter().filter(|(_, s)| *s).map(|(p, _)| std::fs::read(p).unwrap()).collect()
 }
 
 proptest! {
@@ -1023,8 +823,7 @@ fn json_text() -> impl Strategy<Value = String> {
 // ------------------------------------------------------------------ oracle
 
 fn oracle_python() -> Option<PathBuf> {
-    let py =
-        std::env::var("NEXUS_ORACLE_PY").unwrap_or_else(|_| "/tmp/oracle-venv/bin/python".into());
+    let py = std::env::var("NEXUS_ORACLE_PY").unwrap_or_else(|_| "/tmp/oracle-venv/bin/python".into());
     let py = PathBuf::from(py);
     py.exists().then_some(py)
 }
@@ -1038,9 +837,7 @@ fn encoded_requests_pass_the_sdk_oracle() {
         println!("skipped: oracle interpreter not found (set NEXUS_ORACLE_PY)");
         return;
     };
-    let script = common::shared_dir()
-        .join("oracles")
-        .join("validate_request.py");
+    let script = common::shared_dir().join("oracles").join("validate_request.py");
     let dir = std::env::temp_dir().join(format!("nexus-anthropic-oracle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
 
@@ -1062,22 +859,10 @@ fn encoded_requests_pass_the_sdk_oracle() {
     ];
 
     let bodies = [
-        (
-            "plain_stream",
-            call("claude-sonnet-4-5", &[Message::user("Hello")], &[], true),
-        ),
-        (
-            "tool_round",
-            call("claude-sonnet-4-5", &round, &tools, false),
-        ),
-        (
-            "tool_round_stream",
-            call("claude-sonnet-4-5", &round, &tools, true),
-        ),
-        (
-            "server_blocks_echoed",
-            call("claude-sonnet-4-5", &echoed, &tools, true),
-        ),
+        ("plain_stream", call("claude-sonnet-4-5", &[Message::user("Hello")], &[], true)),
+        ("tool_round", call("claude-sonnet-4-5", &round, &tools, false)),
+        ("tool_round_stream", call("claude-sonnet-4-5", &round, &tools, true)),
+        ("server_blocks_echoed", call("claude-sonnet-4-5", &echoed, &tools, true)),
         (
             "system_and_cap",
             STYLE.encode_body(&ModelCall {
@@ -1128,9 +913,7 @@ fn the_oracle_rejects_a_misordered_tool_result_turn() {
         println!("skipped: oracle interpreter not found (set NEXUS_ORACLE_PY)");
         return;
     };
-    let script = common::shared_dir()
-        .join("oracles")
-        .join("validate_request.py");
+    let script = common::shared_dir().join("oracles").join("validate_request.py");
     let mut body = call(
         "claude-sonnet-4-5",
         &[
@@ -1144,22 +927,9 @@ fn the_oracle_rejects_a_misordered_tool_result_turn() {
     // Undo the encoder's reordering: text first, as a naive encoder would send it.
     let content = body["messages"][2]["content"].as_array_mut().unwrap();
     content.reverse();
-    let file = std::env::temp_dir().join(format!(
-        "nexus-anthropic-misordered-{}.json",
-        std::process::id()
-    ));
+    let file = std::env::temp_dir().join(format!("nexus-anthropic-misordered-{}.json", std::process::id()));
     std::fs::write(&file, body.to_string()).unwrap();
-    let out = Command::new(&py)
-        .arg(&script)
-        .arg("anthropic")
-        .arg(&file)
-        .output()
-        .expect("run the oracle");
+    let out = Command::new(&py).arg(&script).arg("anthropic").arg(&file).output().expect("run the oracle");
     let _ = std::fs::remove_file(&file);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "stdout: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_eq!(out.status.code(), Some(1), "stdout: {}", String::from_utf8_lossy(&out.stdout));
 }

@@ -9,8 +9,8 @@ use std::process::Command;
 
 use nexus_proto::provider::{decode_stream_chunks, ModelCall, Style, TurnResponse};
 use nexus_proto::{
-    Block, CallIds, DecodeError, ImageSource, Message, RemoteError, Role, SseDecoder, SseEvent,
-    StopReason, StreamEvent, ToolCall, ToolDecl, ToolResultBlock,
+    Block, CallIds, DecodeError, ImageSource, Message, RemoteError, Role, SseDecoder, SseEvent, StopReason,
+    StreamEvent, ToolCall, ToolDecl, ToolResultBlock,
 };
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -30,22 +30,11 @@ fn generated() -> Option<Value> {
 }
 
 fn call(id: &str, name: &str, input: Value, provider_data: Option<Value>) -> Block {
-    Block::ToolCall(ToolCall {
-        id: id.into(),
-        name: name.into(),
-        arguments: input.to_string(),
-        input,
-        provider_data,
-    })
+    Block::ToolCall(ToolCall { id: id.into(), name: name.into(), arguments: input.to_string(), input, provider_data })
 }
 
 fn result(call_id: &str, name: &str, output: &str, is_error: bool) -> Block {
-    Block::ToolResult(ToolResultBlock {
-        call_id: call_id.into(),
-        name: name.into(),
-        output: output.into(),
-        is_error,
-    })
+    Block::ToolResult(ToolResultBlock { call_id: call_id.into(), name: name.into(), output: output.into(), is_error })
 }
 
 fn tools() -> Vec<ToolDecl> {
@@ -73,21 +62,14 @@ fn full_transcript() -> Vec<Message> {
             role: Role::User,
             content: vec![
                 Block::text("Weather in Paris and Rome, and 2+2? Also look at these."),
-                Block::Image {
-                    media_type: "image/png".into(),
-                    source: ImageSource::Base64 { data: PNG.into() },
-                },
+                Block::Image { media_type: "image/png".into(), source: ImageSource::Base64 { data: PNG.into() } },
                 Block::Image {
                     media_type: "image/jpeg".into(),
-                    source: ImageSource::Url {
-                        url: "https://example.com/cat.jpg".into(),
-                    },
+                    source: ImageSource::Url { url: "https://example.com/cat.jpg".into() },
                 },
                 Block::Image {
                     media_type: "image/png".into(),
-                    source: ImageSource::Url {
-                        url: format!("data:image/png;base64,{PNG}"),
-                    },
+                    source: ImageSource::Url { url: format!("data:image/png;base64,{PNG}") },
                 },
             ],
         },
@@ -98,9 +80,7 @@ fn full_transcript() -> Vec<Message> {
                     text: "Two cities, one sum.".into(),
                     signature: Some("anthropic-signature".into()),
                     redacted: None,
-                    provider_data: Some(
-                        json!({"gemini": {"thoughtSignature": SIG_R}, "anthropic": {"x": 1}}),
-                    ),
+                    provider_data: Some(json!({"gemini": {"thoughtSignature": SIG_R}, "anthropic": {"x": 1}})),
                 },
                 // Anthropic redacted reasoning: nothing Gemini can take.
                 Block::Reasoning {
@@ -109,22 +89,9 @@ fn full_transcript() -> Vec<Message> {
                     redacted: Some("opaque".into()),
                     provider_data: None,
                 },
-                Block::Text {
-                    text: "Checking.".into(),
-                    provider_data: Some(json!({"anthropic": {"y": 2}})),
-                },
-                call(
-                    "fc_paris",
-                    "get_weather",
-                    json!({"city": "Paris"}),
-                    gemini_data(SIG_A),
-                ),
-                call(
-                    "call_0",
-                    "get_weather",
-                    json!({"city": "Rome"}),
-                    generated(),
-                ),
+                Block::Text { text: "Checking.".into(), provider_data: Some(json!({"anthropic": {"y": 2}})) },
+                call("fc_paris", "get_weather", json!({"city": "Paris"}), gemini_data(SIG_A)),
+                call("call_0", "get_weather", json!({"city": "Rome"}), generated()),
                 call("call_1", "add", json!({"a": 2, "b": 2}), generated()),
             ],
         },
@@ -136,24 +103,15 @@ fn full_transcript() -> Vec<Message> {
             ],
         },
         // A second user turn holding the last result: merged with the one above.
-        Message {
-            role: Role::User,
-            content: vec![result("call_1", "add", "", false)],
-        },
+        Message { role: Role::User, content: vec![result("call_1", "add", "", false)] },
         Message {
             role: Role::Assistant,
             content: vec![
                 Block::text("Paris 18C; Rome unknown; 2+2=4."),
-                Block::Text {
-                    text: String::new(),
-                    provider_data: gemini_data(SIG_END),
-                },
+                Block::Text { text: String::new(), provider_data: gemini_data(SIG_END) },
             ],
         },
-        Message {
-            role: Role::User,
-            content: vec![],
-        },
+        Message { role: Role::User, content: vec![] },
         Message::user("Thanks."),
     ]
 }
@@ -166,27 +124,13 @@ fn encode(
     stream: bool,
 ) -> Value {
     let params = Map::new();
-    let call = ModelCall {
-        model: "gemini-2.5-flash",
-        system,
-        messages,
-        tools,
-        max_tokens,
-        stream,
-        params: &params,
-    };
+    let call = ModelCall { model: "gemini-2.5-flash", system, messages, tools, max_tokens, stream, params: &params };
     Style::Gemini.encode_body(&call)
 }
 
 #[test]
 fn full_transcript_encodes_to_the_documented_body() {
-    let body = encode(
-        &full_transcript(),
-        Some("Be brief."),
-        &tools(),
-        Some(256),
-        false,
-    );
+    let body = encode(&full_transcript(), Some("Be brief."), &tools(), Some(256), false);
     // Written from the REST reference: Content{role, parts[]}, Part with one
     // data field (+ thought, thoughtSignature), FunctionCall{name, args, id?},
     // FunctionResponse{name, response, id?}, Blob{mimeType, data},
@@ -234,29 +178,19 @@ fn optional_sections_are_left_out() {
     let messages = vec![Message::user("hi")];
     for system in [None, Some("")] {
         let body = encode(&messages, system, &[], None, true);
-        assert_eq!(
-            body,
-            json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
-            "system {system:?}"
-        );
+        assert_eq!(body, json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}), "system {system:?}");
     }
     let body = encode(&messages, None, &tools(), None, false);
     assert!(body.get("model").is_none(), "the model belongs in the URL");
-    assert_eq!(
-        body["tools"].as_array().map(Vec::len),
-        Some(1),
-        "one Tool wraps every declaration"
-    );
+    assert_eq!(body["tools"].as_array().map(Vec::len), Some(1), "one Tool wraps every declaration");
 }
 
 #[test]
 fn caller_params_merge_but_cannot_replace_the_conversation() {
     let messages = vec![Message::user("hi")];
     let mut params = Map::new();
-    params.insert(
-        "safetySettings".into(),
-        json!([{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}]),
-    );
+    params
+        .insert("safetySettings".into(), json!([{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}]));
     params.insert("contents".into(), json!([]));
     let call = ModelCall {
         model: "m",
@@ -288,9 +222,7 @@ fn endpoint_puts_model_and_stream_mode_in_the_url() {
 // ----- decode → encode -----
 
 fn decode(body: &Value) -> TurnResponse {
-    Style::Gemini
-        .decode_response(body.to_string().as_bytes(), &mut CallIds::new("call_"))
-        .expect("decodes")
+    Style::Gemini.decode_response(body.to_string().as_bytes(), &mut CallIds::new("call_")).expect("decodes")
 }
 
 #[test]
@@ -304,19 +236,12 @@ fn provider_data_round_trips_to_the_same_parts() {
         {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}, "id": "given-7"}},
         {"text": "", "thoughtSignature": SIG_END},
     ]);
-    let turn = decode(
-        &json!({"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}]}),
-    );
+    let turn = decode(&json!({"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}]}));
     assert_eq!(turn.stop.reason, StopReason::ToolUse);
     assert_eq!(turn.stop.raw.as_deref(), Some("STOP"));
 
     match &turn.content[0] {
-        Block::Reasoning {
-            text,
-            signature,
-            provider_data,
-            ..
-        } => {
+        Block::Reasoning { text, signature, provider_data, .. } => {
             assert_eq!(text, "Plan the calls.");
             assert_eq!(signature, &None, "the Anthropic field stays empty");
             assert_eq!(provider_data, &gemini_data(SIG_R));
@@ -331,33 +256,17 @@ fn provider_data_round_trips_to_the_same_parts() {
     );
     assert_eq!(calls[1].id, "given-7");
     assert_eq!(calls[1].provider_data, None);
-    assert_eq!(
-        turn.content.len(),
-        5,
-        "the bare signature is a block of its own"
-    );
+    assert_eq!(turn.content.len(), 5, "the bare signature is a block of its own");
 
-    let messages = vec![
-        Message::user("go"),
-        Message {
-            role: Role::Assistant,
-            content: turn.content.clone(),
-        },
-    ];
+    let messages = vec![Message::user("go"), Message { role: Role::Assistant, content: turn.content.clone() }];
     let body = encode(&messages, None, &tools(), None, false);
-    assert_eq!(
-        body["contents"][1],
-        json!({"role": "model", "parts": parts})
-    );
+    assert_eq!(body["contents"][1], json!({"role": "model", "parts": parts}));
 
     // The results: no id for the generated one, the provider's id echoed.
     let mut messages = messages;
     messages.push(Message {
         role: Role::User,
-        content: vec![
-            result("call_0", "get_weather", "18C", false),
-            result("given-7", "get_weather", "21C", false),
-        ],
+        content: vec![result("call_0", "get_weather", "18C", false), result("given-7", "get_weather", "21C", false)],
     });
     let body = encode(&messages, None, &tools(), None, false);
     assert_eq!(
@@ -373,20 +282,11 @@ fn provider_data_round_trips_to_the_same_parts() {
 fn a_result_without_a_name_takes_its_calls_name() {
     let messages = vec![
         Message::user("go"),
-        Message {
-            role: Role::Assistant,
-            content: vec![call("c1", "add", json!({}), None)],
-        },
-        Message {
-            role: Role::User,
-            content: vec![result("c1", "", "4", false)],
-        },
+        Message { role: Role::Assistant, content: vec![call("c1", "add", json!({}), None)] },
+        Message { role: Role::User, content: vec![result("c1", "", "4", false)] },
     ];
     let body = encode(&messages, None, &[], None, false);
-    assert_eq!(
-        body["contents"][2]["parts"][0]["functionResponse"]["name"],
-        "add"
-    );
+    assert_eq!(body["contents"][2]["parts"][0]["functionResponse"]["name"], "add");
 }
 
 #[test]
@@ -405,22 +305,10 @@ fn calls_whose_arguments_never_parsed_send_an_object() {
         arguments: "{\"a\": 2}".into(),
         provider_data: None,
     });
-    let messages = vec![
-        Message::user("go"),
-        Message {
-            role: Role::Assistant,
-            content: vec![bad, from_text],
-        },
-    ];
+    let messages = vec![Message::user("go"), Message { role: Role::Assistant, content: vec![bad, from_text] }];
     let body = encode(&messages, None, &[], None, false);
-    assert_eq!(
-        body["contents"][1]["parts"][0]["functionCall"]["args"],
-        json!({})
-    );
-    assert_eq!(
-        body["contents"][1]["parts"][1]["functionCall"]["args"],
-        json!({"a": 2})
-    );
+    assert_eq!(body["contents"][1]["parts"][0]["functionCall"]["args"], json!({}));
+    assert_eq!(body["contents"][1]["parts"][1]["functionCall"]["args"], json!({"a": 2}));
 }
 
 #[test]
@@ -430,9 +318,7 @@ fn decoded_arguments_keep_the_raw_bytes() {
         {"functionCall":{"name":"b"}},
         {"functionCall":{"name":"c","args":null}}
     ]},"finishReason":"STOP"}]}"#;
-    let turn = Style::Gemini
-        .decode_response(body, &mut CallIds::new("g"))
-        .expect("decodes");
+    let turn = Style::Gemini.decode_response(body, &mut CallIds::new("g")).expect("decodes");
     let calls: Vec<&ToolCall> = turn.tool_calls().collect();
     assert_eq!(calls[0].arguments, r#"{ "x" : 1.50, "y":[ ] }"#);
     assert_eq!(calls[0].input, json!({"x": 1.5, "y": []}));
@@ -440,10 +326,7 @@ fn decoded_arguments_keep_the_raw_bytes() {
         assert_eq!(c.arguments, "", "no args sent");
         assert_eq!(c.input, json!({}), "missing args read as an empty object");
     }
-    assert_eq!(
-        calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
-        ["g0", "g1", "g2"]
-    );
+    assert_eq!(calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["g0", "g1", "g2"]);
 }
 
 // ----- finish reasons -----
@@ -478,22 +361,15 @@ const FINISH_TABLE: &[(&str, StopReason)] = &[
 ];
 
 fn stream_of(payloads: &[Value]) -> Result<TurnResponse, RemoteError> {
-    let sse: String = payloads
-        .iter()
-        .map(|p| format!("data: {p}\r\n\r\n"))
-        .collect();
+    let sse: String = payloads.iter().map(|p| format!("data: {p}\r\n\r\n")).collect();
     decode_stream_chunks(Style::Gemini, [sse.as_bytes()], &mut CallIds::new("call_"))
 }
 
 #[test]
 fn every_finish_reason_maps_and_keeps_its_raw_value() {
     for (raw, want) in FINISH_TABLE {
-        let body =
-            json!({"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": raw}]});
-        for turn in [
-            decode(&body),
-            stream_of(std::slice::from_ref(&body)).expect("stream decodes"),
-        ] {
+        let body = json!({"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": raw}]});
+        for turn in [decode(&body), stream_of(std::slice::from_ref(&body)).expect("stream decodes")] {
             assert_eq!(turn.stop.reason, *want, "{raw}");
             assert_eq!(turn.stop.raw.as_deref(), Some(*raw));
         }
@@ -504,23 +380,14 @@ fn every_finish_reason_maps_and_keeps_its_raw_value() {
 fn stop_with_calls_is_tool_use_but_other_reasons_stay() {
     let with_call = |reason: &str| json!({"candidates": [{"content": {"parts": [{"functionCall": {"name": "f", "args": {}}}]}, "finishReason": reason}]});
     assert_eq!(decode(&with_call("STOP")).stop.reason, StopReason::ToolUse);
-    assert_eq!(
-        decode(&with_call("MAX_TOKENS")).stop.reason,
-        StopReason::MaxTokens
-    );
-    assert_eq!(
-        decode(&with_call("MALFORMED_FUNCTION_CALL")).stop.reason,
-        StopReason::Other
-    );
+    assert_eq!(decode(&with_call("MAX_TOKENS")).stop.reason, StopReason::MaxTokens);
+    assert_eq!(decode(&with_call("MALFORMED_FUNCTION_CALL")).stop.reason, StopReason::Other);
 }
 
 #[test]
 fn a_blocked_prompt_is_a_content_filter_stop() {
     let body = json!({"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"}, "usageMetadata": {"promptTokenCount": 4, "totalTokenCount": 4}});
-    for turn in [
-        decode(&body),
-        stream_of(std::slice::from_ref(&body)).expect("stream decodes"),
-    ] {
+    for turn in [decode(&body), stream_of(std::slice::from_ref(&body)).expect("stream decodes")] {
         assert_eq!(turn.stop.reason, StopReason::ContentFilter);
         assert_eq!(turn.stop.raw.as_deref(), Some("PROHIBITED_CONTENT"));
         assert!(turn.content.is_empty());
@@ -537,26 +404,14 @@ fn usage_reads_prompt_candidates_and_total() {
     let turn = decode(&body);
     assert!(turn.usage_reported);
     // Thought tokens stay out of completion; the provider's total is kept.
-    assert_eq!(
-        (
-            turn.usage.prompt_tokens,
-            turn.usage.completion_tokens,
-            turn.usage.total_tokens
-        ),
-        (10, 5, 515)
-    );
+    assert_eq!((turn.usage.prompt_tokens, turn.usage.completion_tokens, turn.usage.total_tokens), (10, 5, 515));
     assert_eq!(turn.model.as_deref(), Some("gemini-2.5-pro"));
 
     let body = json!({"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": "STOP"}],
         "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 4}});
-    assert_eq!(
-        decode(&body).usage.total_tokens,
-        7,
-        "no total: prompt + completion"
-    );
+    assert_eq!(decode(&body).usage.total_tokens, 7, "no total: prompt + completion");
 
-    let body =
-        json!({"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": "STOP"}]});
+    let body = json!({"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": "STOP"}]});
     let turn = decode(&body);
     assert!(!turn.usage_reported);
     assert_eq!(turn.usage, Default::default());
@@ -567,8 +422,7 @@ fn usage_reads_prompt_candidates_and_total() {
 #[test]
 fn error_bodies_keep_status_and_message() {
     let bytes =
-        std::fs::read(common::shared_dir().join("wire-corpus/gemini/fb_error_api_key.json"))
-            .expect("corpus file");
+        std::fs::read(common::shared_dir().join("wire-corpus/gemini/fb_error_api_key.json")).expect("corpus file");
     let wrapped = format!("[{}]", String::from_utf8_lossy(&bytes));
     for body in [bytes.clone(), wrapped.into_bytes()] {
         match Style::Gemini.decode_response(&body, &mut CallIds::default()) {
@@ -582,25 +436,14 @@ fn error_bodies_keep_status_and_message() {
             other => panic!("{other:?}"),
         }
     }
-    let quota =
-        br#"{"error":{"code":429,"message":"Quota exceeded","status":"RESOURCE_EXHAUSTED"}}"#;
+    let quota = br#"{"error":{"code":429,"message":"Quota exceeded","status":"RESOURCE_EXHAUSTED"}}"#;
     let e = Style::Gemini.decode_error(Some(429), Some("7"), quota);
-    assert_eq!(
-        (e.status, e.kind.as_str(), e.message.as_str()),
-        (Some(429), "RESOURCE_EXHAUSTED", "Quota exceeded")
-    );
+    assert_eq!((e.status, e.kind.as_str(), e.message.as_str()), (Some(429), "RESOURCE_EXHAUSTED", "Quota exceeded"));
     assert!(e.retryable);
     assert_eq!(e.retry_after_ms, Some(7000));
     // No status string: the numeric code names the error.
-    let e = Style::Gemini.decode_error(
-        Some(404),
-        None,
-        br#"{"error":{"code":404,"message":"no such model"}}"#,
-    );
-    assert_eq!(
-        (e.kind.as_str(), e.message.as_str()),
-        ("404", "no such model")
-    );
+    let e = Style::Gemini.decode_error(Some(404), None, br#"{"error":{"code":404,"message":"no such model"}}"#);
+    assert_eq!((e.kind.as_str(), e.message.as_str()), ("404", "no such model"));
     // Not JSON at all (a proxy's HTML page): the status names it.
     let e = Style::Gemini.decode_error(Some(502), None, b"<html>Bad Gateway</html>");
     assert_eq!(e.kind, "http_502");
@@ -612,10 +455,7 @@ fn an_error_after_successful_array_elements_is_found() {
     let body = br#"[{"candidates":[{"content":{"parts":[{"text":"a"}]}}]},{"error":{"code":503,"message":"busy","status":"UNAVAILABLE"}}]"#;
     match Style::Gemini.decode_response(body, &mut CallIds::default()) {
         Err(RemoteError::Provider(e)) => {
-            assert_eq!(
-                (e.kind.as_str(), e.message.as_str()),
-                ("UNAVAILABLE", "busy")
-            );
+            assert_eq!((e.kind.as_str(), e.message.as_str()), ("UNAVAILABLE", "busy"));
             assert!(e.retryable, "UNAVAILABLE is transient");
         }
         other => panic!("{other:?}"),
@@ -633,22 +473,12 @@ fn an_array_body_is_one_turn() {
     assert_eq!(turn.usage.completion_tokens, 2);
 }
 
-fn push_all(
-    payloads: &[&str],
-) -> (
-    nexus_proto::provider::Assembler,
-    Vec<StreamEvent>,
-    Result<(), RemoteError>,
-) {
+fn push_all(payloads: &[&str]) -> (nexus_proto::provider::Assembler, Vec<StreamEvent>, Result<(), RemoteError>) {
     let mut asm = Style::Gemini.assembler();
     let mut ids = CallIds::new("call_");
     let mut out = Vec::new();
     for p in payloads {
-        let ev = SseEvent {
-            event: None,
-            data: (*p).to_string(),
-            id: None,
-        };
+        let ev = SseEvent { event: None, data: (*p).to_string(), id: None };
         if let Err(e) = asm.push(&ev, &mut ids, &mut out) {
             return (asm, out, Err(e));
         }
@@ -662,45 +492,23 @@ fn a_stream_without_finish_reason_is_truncated() {
         r#"{"candidates":[{"content":{"parts":[{"text":"Hello"}],"role":"model"}}],"usageMetadata":{"promptTokenCount":3}}"#,
     ]);
     assert!(pushed.is_ok());
-    assert_eq!(
-        out,
-        vec![StreamEvent::TextDelta {
-            text: "Hello".into()
-        }]
-    );
-    assert!(matches!(
-        asm.finish(),
-        Err(RemoteError::Decode(DecodeError::Truncated(_)))
-    ));
+    assert_eq!(out, vec![StreamEvent::TextDelta { text: "Hello".into() }]);
+    assert!(matches!(asm.finish(), Err(RemoteError::Decode(DecodeError::Truncated(_)))));
     let (mut empty, _, _) = push_all(&[]);
-    assert!(matches!(
-        empty.finish(),
-        Err(RemoteError::Decode(DecodeError::Truncated(_)))
-    ));
+    assert!(matches!(empty.finish(), Err(RemoteError::Decode(DecodeError::Truncated(_)))));
 }
 
 #[test]
 fn an_in_stream_error_is_a_provider_error() {
-    for (status, retryable) in [
-        ("UNAVAILABLE", true),
-        ("INTERNAL", true),
-        ("INVALID_ARGUMENT", false),
-    ] {
-        let error =
-            format!(r#"{{"error":{{"code":500,"message":"went wrong","status":"{status}"}}}}"#);
-        let (mut asm, out, pushed) = push_all(&[
-            r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}]}}]}"#,
-            &error,
-        ]);
+    for (status, retryable) in [("UNAVAILABLE", true), ("INTERNAL", true), ("INVALID_ARGUMENT", false)] {
+        let error = format!(r#"{{"error":{{"code":500,"message":"went wrong","status":"{status}"}}}}"#);
+        let (mut asm, out, pushed) = push_all(&[r#"{"candidates":[{"content":{"parts":[{"text":"Hi"}]}}]}"#, &error]);
         assert!(asm.emitted_anything());
         assert_eq!(out.len(), 1);
         match pushed {
             Err(RemoteError::Provider(e)) => {
                 assert_eq!(e.status, None);
-                assert_eq!(
-                    (e.kind.as_str(), e.message.as_str()),
-                    (status, "went wrong")
-                );
+                assert_eq!((e.kind.as_str(), e.message.as_str()), (status, "went wrong"));
                 assert_eq!(e.retryable, retryable, "{status}");
                 assert_eq!(e.body, error);
                 // The failure sticks: finishing reports it, not a turn.
@@ -713,20 +521,11 @@ fn an_in_stream_error_is_a_provider_error() {
 
 #[test]
 fn malformed_bodies_are_typed_errors() {
-    let json_errors: &[&[u8]] = &[
-        b"",
-        b"{",
-        b"not json",
-        b"{\"candidates\": [}",
-        b"\xff\xfe{}",
-        b"{\"candidates\":[]} trailing",
-    ];
+    let json_errors: &[&[u8]] =
+        &[b"", b"{", b"not json", b"{\"candidates\": [}", b"\xff\xfe{}", b"{\"candidates\":[]} trailing"];
     for body in json_errors {
         let got = Style::Gemini.decode_response(body, &mut CallIds::default());
-        assert!(
-            matches!(got, Err(RemoteError::Decode(DecodeError::Json(_)))),
-            "{body:?}: {got:?}"
-        );
+        assert!(matches!(got, Err(RemoteError::Decode(DecodeError::Json(_)))), "{body:?}: {got:?}");
     }
     let shape_errors: &[&str] = &[
         "5",
@@ -742,30 +541,18 @@ fn malformed_bodies_are_typed_errors() {
     ];
     for body in shape_errors {
         let got = Style::Gemini.decode_response(body.as_bytes(), &mut CallIds::default());
-        assert!(
-            matches!(got, Err(RemoteError::Decode(DecodeError::Shape(_)))),
-            "{body}: {got:?}"
-        );
+        assert!(matches!(got, Err(RemoteError::Decode(DecodeError::Shape(_)))), "{body}: {got:?}");
     }
     let (_, _, pushed) = push_all(&["{\"candidates\": ["]);
-    assert!(matches!(
-        pushed,
-        Err(RemoteError::Decode(DecodeError::Json(_)))
-    ));
+    assert!(matches!(pushed, Err(RemoteError::Decode(DecodeError::Json(_)))));
     let (_, _, pushed) = push_all(&["[5]"]);
-    assert!(matches!(
-        pushed,
-        Err(RemoteError::Decode(DecodeError::Shape(_)))
-    ));
+    assert!(matches!(pushed, Err(RemoteError::Decode(DecodeError::Shape(_)))));
 }
 
 #[test]
 fn a_whole_body_without_finish_reason_is_a_natural_end() {
     let turn = decode(&json!({"candidates": [{"content": {"parts": [{"text": "ok"}]}}]}));
-    assert_eq!(
-        (turn.stop.reason, turn.stop.raw),
-        (StopReason::EndTurn, None)
-    );
+    assert_eq!((turn.stop.reason, turn.stop.raw), (StopReason::EndTurn, None));
 }
 
 // ----- streaming deltas -----
@@ -783,41 +570,22 @@ fn stream_deltas_follow_the_parts() {
     let mut asm = Style::Gemini.assembler();
     let mut ids = CallIds::new("call_");
     let mut out = Vec::new();
-    let ev = |data: &str| SseEvent {
-        event: None,
-        data: data.into(),
-        id: None,
-    };
-    asm.push(&ev(payloads[0]), &mut ids, &mut out)
-        .expect("usage-only event");
+    let ev = |data: &str| SseEvent { event: None, data: data.into(), id: None };
+    asm.push(&ev(payloads[0]), &mut ids, &mut out).expect("usage-only event");
     assert!(!asm.emitted_anything(), "usage is not a delta");
     for p in &payloads[1..] {
         asm.push(&ev(p), &mut ids, &mut out).expect("push");
     }
     assert!(asm.emitted_anything());
-    let started = |id: &str, name: &str| StreamEvent::ToolCallStarted {
-        id: id.into(),
-        name: name.into(),
-    };
-    let delta = |id: &str, a: &str| StreamEvent::ToolCallDelta {
-        id: id.into(),
-        arguments: a.into(),
-    };
+    let started = |id: &str, name: &str| StreamEvent::ToolCallStarted { id: id.into(), name: name.into() };
+    let delta = |id: &str, a: &str| StreamEvent::ToolCallDelta { id: id.into(), arguments: a.into() };
     assert_eq!(
         out,
         vec![
-            StreamEvent::ReasoningDelta {
-                text: "Think".into()
-            },
-            StreamEvent::ReasoningDelta {
-                text: "ing.".into()
-            },
-            StreamEvent::TextDelta {
-                text: "Calling ".into()
-            },
-            StreamEvent::TextDelta {
-                text: "two.".into()
-            },
+            StreamEvent::ReasoningDelta { text: "Think".into() },
+            StreamEvent::ReasoningDelta { text: "ing.".into() },
+            StreamEvent::TextDelta { text: "Calling ".into() },
+            StreamEvent::TextDelta { text: "two.".into() },
             started("call_0", "f"),
             delta("call_0", r#"{"q": 1}"#),
             started("call_1", "f"),
@@ -833,9 +601,7 @@ fn stream_deltas_follow_the_parts() {
         let joined: String = out
             .iter()
             .filter_map(|e| match e {
-                StreamEvent::ToolCallDelta { id, arguments } if *id == call.id => {
-                    Some(arguments.as_str())
-                }
+                StreamEvent::ToolCallDelta { id, arguments } if *id == call.id => Some(arguments.as_str()),
                 _ => None,
             })
             .collect();
@@ -861,14 +627,8 @@ fn a_signature_that_differs_starts_a_new_block() {
     assert_eq!(
         turn.content,
         vec![
-            Block::Text {
-                text: "abc".into(),
-                provider_data: gemini_data(SIG_A)
-            },
-            Block::Text {
-                text: "de".into(),
-                provider_data: gemini_data(SIG_END)
-            },
+            Block::Text { text: "abc".into(), provider_data: gemini_data(SIG_A) },
+            Block::Text { text: "de".into(), provider_data: gemini_data(SIG_END) },
         ],
         "the empty thought part carries nothing and separates nothing"
     );
@@ -898,16 +658,8 @@ fn response_images_become_image_blocks() {
         turn.content,
         vec![
             Block::text("Here:"),
-            Block::Image {
-                media_type: "image/png".into(),
-                source: ImageSource::Base64 { data: PNG.into() }
-            },
-            Block::Image {
-                media_type: "image/jpeg".into(),
-                source: ImageSource::Url {
-                    url: "gs://b/x.jpg".into()
-                }
-            },
+            Block::Image { media_type: "image/png".into(), source: ImageSource::Base64 { data: PNG.into() } },
+            Block::Image { media_type: "image/jpeg".into(), source: ImageSource::Url { url: "gs://b/x.jpg".into() } },
         ]
     );
 }
@@ -921,19 +673,9 @@ enum GenPart {
 }
 
 fn gen_part() -> impl Strategy<Value = GenPart> {
-    let text = ("[a-z ]{0,6}", any::<bool>(), prop::option::of(0u8..3))
-        .prop_map(|(t, th, s)| GenPart::Text(t, th, s));
-    let args = prop::sample::select(vec![
-        "{}",
-        "{\"a\": 1}",
-        "{ \"b\" : [1, 2] }",
-        "{\"s\":\"x,y\"}",
-    ]);
-    let call = (
-        prop::sample::select(vec!["f", "g"]),
-        prop::option::of("[a-z0-9]{1,4}"),
-        args,
-    )
+    let text = ("[a-z ]{0,6}", any::<bool>(), prop::option::of(0u8..3)).prop_map(|(t, th, s)| GenPart::Text(t, th, s));
+    let args = prop::sample::select(vec!["{}", "{\"a\": 1}", "{ \"b\" : [1, 2] }", "{\"s\":\"x,y\"}"]);
+    let call = (prop::sample::select(vec!["f", "g"]), prop::option::of("[a-z0-9]{1,4}"), args)
         .prop_map(|(n, id, a)| GenPart::Call(n.to_string(), id, a.to_string()));
     prop_oneof![3 => text, 1 => call]
 }
@@ -952,10 +694,7 @@ fn part_json(p: &GenPart) -> String {
             s
         }
         GenPart::Call(name, id, args) => {
-            let id = id
-                .as_ref()
-                .map(|i| format!(",\"id\":\"{i}\""))
-                .unwrap_or_default();
+            let id = id.as_ref().map(|i| format!(",\"id\":\"{i}\"")).unwrap_or_default();
             format!("{{\"functionCall\":{{\"name\":\"{name}\",\"args\":{args}{id}}}}}")
         }
     }
@@ -1050,15 +789,13 @@ fn json_value() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(|n| json!(n)),
-        prop::sample::select(vec!["STOP", "MAX_TOKENS", "", "image/png", "U0lH", "x"])
-            .prop_map(|s| json!(s)),
+        prop::sample::select(vec!["STOP", "MAX_TOKENS", "", "image/png", "U0lH", "x"]).prop_map(|s| json!(s)),
     ];
     leaf.prop_recursive(5, 64, 6, move |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::vec((keys.clone(), inner), 0..5).prop_map(|kv| Value::Object(
-                kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
-            )),
+            prop::collection::vec((keys.clone(), inner), 0..5)
+                .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
         ]
     })
 }
@@ -1066,9 +803,7 @@ fn json_value() -> impl Strategy<Value = Value> {
 // ----- the official SDK's request validator -----
 
 fn oracle_python() -> Option<PathBuf> {
-    let py = PathBuf::from(
-        std::env::var("NEXUS_ORACLE_PY").unwrap_or_else(|_| "/tmp/oracle-venv/bin/python".into()),
-    );
+    let py = PathBuf::from(std::env::var("NEXUS_ORACLE_PY").unwrap_or_else(|_| "/tmp/oracle-venv/bin/python".into()));
     py.exists().then_some(py)
 }
 
@@ -1082,22 +817,13 @@ fn encoded_bodies_pass_the_sdk_request_validator() {
     // A decoded Gemini 3 call from the corpus, answered: its signature and
     // generated id must come back in a form the API accepts.
     let recorded =
-        std::fs::read(common::shared_dir().join("wire-corpus/gemini/vai_tool_call_gemini3.json"))
-            .expect("corpus");
-    let turn = Style::Gemini
-        .decode_response(&recorded, &mut CallIds::new("call_"))
-        .expect("decodes");
+        std::fs::read(common::shared_dir().join("wire-corpus/gemini/vai_tool_call_gemini3.json")).expect("corpus");
+    let turn = Style::Gemini.decode_response(&recorded, &mut CallIds::new("call_")).expect("decodes");
     let call_id = turn.tool_calls().next().expect("a call").id.clone();
     let after_corpus = vec![
         Message::user("Weather in SF?"),
-        Message {
-            role: Role::Assistant,
-            content: turn.content.clone(),
-        },
-        Message {
-            role: Role::User,
-            content: vec![result(&call_id, "weather", "{\"temp\": 14}", false)],
-        },
+        Message { role: Role::Assistant, content: turn.content.clone() },
+        Message { role: Role::User, content: vec![result(&call_id, "weather", "{\"temp\": 14}", false)] },
     ];
     let weather = vec![ToolDecl::new(
         "weather",
@@ -1105,51 +831,18 @@ fn encoded_bodies_pass_the_sdk_request_validator() {
         json!({"type": "object", "properties": {"location": {"type": "string"}}}),
     )];
     let bodies = [
-        (
-            "text",
-            encode(&[Message::user("Hello")], None, &[], None, false),
-        ),
-        (
-            "system_tools_max",
-            encode(
-                &[Message::user("Hello")],
-                Some("Be brief."),
-                &tools(),
-                Some(100),
-                false,
-            ),
-        ),
-        (
-            "full_round_stream",
-            encode(
-                &full_transcript(),
-                Some("Be brief."),
-                &tools(),
-                Some(256),
-                true,
-            ),
-        ),
-        (
-            "full_round",
-            encode(&full_transcript(), None, &tools(), None, false),
-        ),
-        (
-            "corpus_call_answered",
-            encode(&after_corpus, None, &weather, None, true),
-        ),
+        ("text", encode(&[Message::user("Hello")], None, &[], None, false)),
+        ("system_tools_max", encode(&[Message::user("Hello")], Some("Be brief."), &tools(), Some(100), false)),
+        ("full_round_stream", encode(&full_transcript(), Some("Be brief."), &tools(), Some(256), true)),
+        ("full_round", encode(&full_transcript(), None, &tools(), None, false)),
+        ("corpus_call_answered", encode(&after_corpus, None, &weather, None, true)),
     ];
     let dir = std::env::temp_dir().join(format!("nexus-gemini-oracle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     for (name, body) in bodies {
         let file = dir.join(format!("{name}.json"));
-        std::fs::write(&file, serde_json::to_vec_pretty(&body).expect("serializes"))
-            .expect("write");
-        let run = Command::new(&py)
-            .arg(&script)
-            .arg("gemini")
-            .arg(&file)
-            .output()
-            .expect("run the validator");
+        std::fs::write(&file, serde_json::to_vec_pretty(&body).expect("serializes")).expect("write");
+        let run = Command::new(&py).arg(&script).arg("gemini").arg(&file).output().expect("run the validator");
         assert!(
             run.status.success(),
             "{name}: validator exit {:?}\n{}\n{}\nbody: {body}",

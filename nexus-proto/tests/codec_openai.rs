@@ -11,8 +11,8 @@ mod common;
 
 use nexus_proto::provider::{openai, Assembler, ModelCall, Style};
 use nexus_proto::{
-    Block, CallIds, DecodeError, ImageSource, Message, RemoteError, Role, SseDecoder, StopReason,
-    StreamEvent, ToolCall, ToolDecl, ToolResultBlock, TurnResponse,
+    Block, CallIds, DecodeError, ImageSource, Message, RemoteError, Role, SseDecoder, StopReason, StreamEvent,
+    ToolCall, ToolDecl, ToolResultBlock, TurnResponse,
 };
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -29,15 +29,7 @@ fn call<'a>(
     max_tokens: Option<u32>,
     params: &'a Map<String, Value>,
 ) -> ModelCall<'a> {
-    ModelCall {
-        model: "gpt-4o",
-        system,
-        messages,
-        tools,
-        max_tokens,
-        stream,
-        params,
-    }
+    ModelCall { model: "gpt-4o", system, messages, tools, max_tokens, stream, params }
 }
 
 fn tool_call(id: &str, name: &str, arguments: &str) -> Block {
@@ -51,12 +43,7 @@ fn tool_call(id: &str, name: &str, arguments: &str) -> Block {
 }
 
 fn tool_result(call_id: &str, name: &str, output: &str, is_error: bool) -> Block {
-    Block::ToolResult(ToolResultBlock {
-        call_id: call_id.into(),
-        name: name.into(),
-        output: output.into(),
-        is_error,
-    })
+    Block::ToolResult(ToolResultBlock { call_id: call_id.into(), name: name.into(), output: output.into(), is_error })
 }
 
 fn weather_tool() -> ToolDecl {
@@ -116,17 +103,11 @@ fn assert_deltas_consistent(turn: &TurnResponse, deltas: &[StreamEvent]) {
             .iter()
             .filter(|d| matches!(d, StreamEvent::ToolCallStarted { id, name } if *id == c.id && *name == c.name))
             .count();
-        assert_eq!(
-            started, 1,
-            "call {} announced {started} times: {deltas:?}",
-            c.id
-        );
+        assert_eq!(started, 1, "call {} announced {started} times: {deltas:?}", c.id);
         let joined: String = deltas
             .iter()
             .filter_map(|d| match d {
-                StreamEvent::ToolCallDelta { id, arguments } if *id == c.id => {
-                    Some(arguments.as_str())
-                }
+                StreamEvent::ToolCallDelta { id, arguments } if *id == c.id => Some(arguments.as_str()),
                 _ => None,
             })
             .collect();
@@ -169,29 +150,18 @@ fn full_transcript_encodes_to_the_documented_shape() {
                 Block::text("Also, what is in these pictures?"),
                 Block::Image {
                     media_type: "image/png".into(),
-                    source: ImageSource::Base64 {
-                        data: "iVBORw0KGgo=".into(),
-                    },
+                    source: ImageSource::Base64 { data: "iVBORw0KGgo=".into() },
                 },
                 Block::Image {
                     media_type: "image/jpeg".into(),
-                    source: ImageSource::Url {
-                        url: "https://example.com/cat.jpg".into(),
-                    },
+                    source: ImageSource::Url { url: "https://example.com/cat.jpg".into() },
                 },
             ],
         },
     ];
     let tools = [weather_tool()];
     let params = Map::new();
-    let body = STYLE.encode_body(&call(
-        Some("Be brief."),
-        &messages,
-        &tools,
-        true,
-        Some(512),
-        &params,
-    ));
+    let body = STYLE.encode_body(&call(Some("Be brief."), &messages, &tools, true, Some(512), &params));
     let want = json!({
         "model": "gpt-4o",
         "messages": [
@@ -228,10 +198,7 @@ fn optional_keys_are_omitted_when_unused() {
     let messages = vec![Message::user("hi")];
     let params = Map::new();
     let body = STYLE.encode_body(&call(None, &messages, &[], false, None, &params));
-    assert_eq!(
-        body,
-        json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
-    );
+    assert_eq!(body, json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}));
 }
 
 #[test]
@@ -252,37 +219,19 @@ fn caller_params_are_merged_but_cannot_replace_the_conversation() {
 fn assistant_content_is_null_only_beside_tool_calls() {
     let messages = vec![
         Message::user("go"),
+        Message { role: Role::Assistant, content: vec![tool_call("c1", "get_weather", "{}")] },
+        Message { role: Role::User, content: vec![tool_result("c1", "get_weather", "ok", false)] },
         Message {
             role: Role::Assistant,
-            content: vec![tool_call("c1", "get_weather", "{}")],
-        },
-        Message {
-            role: Role::User,
-            content: vec![tool_result("c1", "get_weather", "ok", false)],
-        },
-        Message {
-            role: Role::Assistant,
-            content: vec![Block::Reasoning {
-                text: "hm".into(),
-                signature: None,
-                redacted: None,
-                provider_data: None,
-            }],
+            content: vec![Block::Reasoning { text: "hm".into(), signature: None, redacted: None, provider_data: None }],
         },
     ];
     let params = Map::new();
     let body = STYLE.encode_body(&call(None, &messages, &[], false, None, &params));
     let m = body["messages"].as_array().unwrap();
-    assert_eq!(
-        m.len(),
-        4,
-        "a results-only user turn adds no user message: {body}"
-    );
+    assert_eq!(m.len(), 4, "a results-only user turn adds no user message: {body}");
     assert_eq!(m[1]["content"], Value::Null);
-    assert_eq!(
-        m[2],
-        json!({"role": "tool", "tool_call_id": "c1", "content": "ok"})
-    );
+    assert_eq!(m[2], json!({"role": "tool", "tool_call_id": "c1", "content": "ok"}));
     // Without text or calls the API still wants a content string.
     assert_eq!(m[3], json!({"role": "assistant", "content": ""}));
 }
@@ -292,14 +241,8 @@ fn other_providers_data_is_never_sent() {
     let messages = vec![Message {
         role: Role::Assistant,
         content: vec![
-            Block::Text {
-                text: "a".into(),
-                provider_data: Some(json!({"anthropic": {"refusal": true}})),
-            },
-            Block::Text {
-                text: "b".into(),
-                provider_data: Some(json!({"gemini": {"thoughtSignature": "xyz"}})),
-            },
+            Block::Text { text: "a".into(), provider_data: Some(json!({"anthropic": {"refusal": true}})) },
+            Block::Text { text: "b".into(), provider_data: Some(json!({"gemini": {"thoughtSignature": "xyz"}})) },
             Block::ToolCall(ToolCall {
                 id: "c".into(),
                 name: "f".into(),
@@ -337,13 +280,7 @@ fn decoded_turn_encodes_back_to_the_same_assistant_message() {
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     });
     let turn = decode(&response).unwrap();
-    let messages = vec![
-        Message::user("go"),
-        Message {
-            role: Role::Assistant,
-            content: turn.content.clone(),
-        },
-    ];
+    let messages = vec![Message::user("go"), Message { role: Role::Assistant, content: turn.content.clone() }];
     let params = Map::new();
     let body = STYLE.encode_body(&call(None, &messages, &[], false, None, &params));
     let mut want = response["choices"][0]["message"].clone();
@@ -368,13 +305,7 @@ fn refusal_round_trips_through_provider_data() {
             provider_data: Some(json!({"openai": {"refusal": true}}))
         }]
     );
-    let messages = vec![
-        Message::user("x"),
-        Message {
-            role: Role::Assistant,
-            content: turn.content,
-        },
-    ];
+    let messages = vec![Message::user("x"), Message { role: Role::Assistant, content: turn.content }];
     let params = Map::new();
     let body = STYLE.encode_body(&call(None, &messages, &[], false, None, &params));
     assert_eq!(
@@ -396,13 +327,10 @@ fn stop_reasons_map_and_keep_the_raw_string() {
         ("something_new", StopReason::Other),
     ];
     for (raw, want) in table {
-        let body = json!({"choices": [{"index": 0, "finish_reason": raw, "message": {"role": "assistant", "content": "x"}}]});
+        let body =
+            json!({"choices": [{"index": 0, "finish_reason": raw, "message": {"role": "assistant", "content": "x"}}]});
         let turn = decode(&body).unwrap();
-        assert_eq!(
-            (turn.stop.reason, turn.stop.raw.as_deref()),
-            (want, Some(raw)),
-            "body {raw}"
-        );
+        assert_eq!((turn.stop.reason, turn.stop.raw.as_deref()), (want, Some(raw)), "body {raw}");
         let (streamed, _) = run_stream(&sse(&[chunk(json!({"content": "x"}), Some(raw))], true));
         assert_eq!(streamed.unwrap().stop, turn.stop, "stream {raw}");
     }
@@ -426,19 +354,8 @@ fn arguments_are_kept_raw_whatever_they_are() {
         {"id": "d", "type": "function", "function": {"name": "f"}},
     ]}}]});
     let turn = decode(&body).unwrap();
-    let got: Vec<_> = turn
-        .tool_calls()
-        .map(|c| (c.arguments.as_str(), c.input.clone()))
-        .collect();
-    assert_eq!(
-        got,
-        [
-            (cut, json!({"x": 1})),
-            (broken, Value::Null),
-            ("", json!({})),
-            ("", json!({}))
-        ]
-    );
+    let got: Vec<_> = turn.tool_calls().map(|c| (c.arguments.as_str(), c.input.clone())).collect();
+    assert_eq!(got, [(cut, json!({"x": 1})), (broken, Value::Null), ("", json!({})), ("", json!({}))]);
 }
 
 #[test]
@@ -461,57 +378,32 @@ fn reasoning_text_and_usage_decode() {
     assert_eq!(
         turn.content,
         vec![
-            Block::Reasoning {
-                text: "think".into(),
-                signature: None,
-                redacted: None,
-                provider_data: None
-            },
+            Block::Reasoning { text: "think".into(), signature: None, redacted: None, provider_data: None },
             Block::text("42"),
         ]
     );
-    assert_eq!(
-        (
-            turn.usage.prompt_tokens,
-            turn.usage.completion_tokens,
-            turn.usage.total_tokens
-        ),
-        (3, 4, 7)
-    );
+    assert_eq!((turn.usage.prompt_tokens, turn.usage.completion_tokens, turn.usage.total_tokens), (3, 4, 7));
     assert!(turn.usage_reported);
     assert_eq!(turn.model.as_deref(), Some("deepseek-reasoner"));
     // OpenRouter / newer vLLM spell it `reasoning`.
     let body = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "a", "reasoning": "r"}}]});
     assert_eq!(
         decode(&body).unwrap().content[0],
-        Block::Reasoning {
-            text: "r".into(),
-            signature: None,
-            redacted: None,
-            provider_data: None
-        }
+        Block::Reasoning { text: "r".into(), signature: None, redacted: None, provider_data: None }
     );
 }
 
 #[test]
 fn zero_choices_is_an_empty_turn_and_only_the_first_choice_counts() {
-    let turn =
-        decode(&json!({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 0}}))
-            .unwrap();
+    let turn = decode(&json!({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 0}})).unwrap();
     assert!(turn.content.is_empty());
-    assert_eq!(
-        turn.usage.total_tokens, 1,
-        "no total given: prompt + completion"
-    );
+    assert_eq!(turn.usage.total_tokens, 1, "no total given: prompt + completion");
     let body = json!({"choices": [
         {"index": 1, "finish_reason": "length", "message": {"role": "assistant", "content": "second"}},
         {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "first"}},
     ]});
     let turn = decode(&body).unwrap();
-    assert_eq!(
-        (turn.text().as_str(), turn.stop.raw.as_deref()),
-        ("first", Some("stop"))
-    );
+    assert_eq!((turn.text().as_str(), turn.stop.raw.as_deref()), ("first", Some("stop")));
     assert!(!turn.usage_reported);
 }
 
@@ -522,51 +414,31 @@ fn missing_ids_are_generated_and_marked() {
     let turn = decode(&body).unwrap();
     let ids: Vec<_> = turn.tool_calls().map(|c| c.id.clone()).collect();
     assert_eq!(ids, ["gen_0", "gen_1"]);
-    assert_eq!(
-        turn.summary()["tool_calls"][0]["id"],
-        Value::Null,
-        "a generated id is not the provider's"
-    );
+    assert_eq!(turn.summary()["tool_calls"][0]["id"], Value::Null, "a generated id is not the provider's");
 }
 
 // ---------------------------------------------------------------- errors
 
 #[test]
 fn error_bodies_keep_type_message_and_status() {
-    let body = br#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+    let body =
+        br#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
     let e = STYLE.decode_error(Some(429), Some("3"), body);
-    assert_eq!(
-        (e.status, e.kind.as_str(), e.message.as_str()),
-        (Some(429), "requests", "Rate limit reached")
-    );
+    assert_eq!((e.status, e.kind.as_str(), e.message.as_str()), (Some(429), "requests", "Rate limit reached"));
     assert!(e.retryable);
     assert_eq!(e.retry_after_ms, Some(3000));
     assert_eq!(e.body.as_bytes(), body);
 
     // `type` null: `code` names the error.
-    let body =
-        br#"{"error":{"message":"bad key","type":null,"param":null,"code":"invalid_api_key"}}"#;
-    assert_eq!(
-        openai::error_details(body),
-        Some(("invalid_api_key".into(), "bad key".into()))
-    );
+    let body = br#"{"error":{"message":"bad key","type":null,"param":null,"code":"invalid_api_key"}}"#;
+    assert_eq!(openai::error_details(body), Some(("invalid_api_key".into(), "bad key".into())));
     // Gemini's compatible endpoint: an array, with `status`.
-    let body =
-        br#"[{"error":{"code":400,"message":"API key not valid","status":"INVALID_ARGUMENT"}}]"#;
-    assert_eq!(
-        openai::error_details(body),
-        Some(("INVALID_ARGUMENT".into(), "API key not valid".into()))
-    );
+    let body = br#"[{"error":{"code":400,"message":"API key not valid","status":"INVALID_ARGUMENT"}}]"#;
+    assert_eq!(openai::error_details(body), Some(("INVALID_ARGUMENT".into(), "API key not valid".into())));
     // vLLM: the error object at the top level.
     let body = br#"{"object":"error","message":"model not found","type":"NotFoundError","param":null,"code":404}"#;
-    assert_eq!(
-        openai::error_details(body),
-        Some(("NotFoundError".into(), "model not found".into()))
-    );
-    assert_eq!(
-        openai::error_details(br#"{"error":"overloaded"}"#),
-        Some(("error".into(), "overloaded".into()))
-    );
+    assert_eq!(openai::error_details(body), Some(("NotFoundError".into(), "model not found".into())));
+    assert_eq!(openai::error_details(br#"{"error":"overloaded"}"#), Some(("error".into(), "overloaded".into())));
     assert_eq!(openai::error_details(br#"{"choices":[]}"#), None);
     assert_eq!(openai::error_details(b"<html>502</html>"), None);
 }
@@ -585,10 +457,7 @@ fn an_error_body_with_a_success_status_is_a_provider_error() {
         other => panic!("{other:?}"),
     }
     let vllm = br#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#;
-    assert!(matches!(
-        openai::decode_response(vllm, &mut CallIds::default()),
-        Err(RemoteError::Provider(_))
-    ));
+    assert!(matches!(openai::decode_response(vllm, &mut CallIds::default()), Err(RemoteError::Provider(_))));
     let wrapped = br#"[{"error":{"code":503,"message":"busy","status":"UNAVAILABLE"}}]"#;
     assert!(
         matches!(openai::decode_response(wrapped, &mut CallIds::default()), Err(RemoteError::Provider(p)) if p.kind == "UNAVAILABLE" && p.retryable)
@@ -598,31 +467,21 @@ fn an_error_body_with_a_success_status_is_a_provider_error() {
 #[test]
 fn malformed_bodies_are_typed_errors() {
     let json_err = |b: &[u8]| {
-        matches!(
-            openai::decode_response(b, &mut CallIds::default()),
-            Err(RemoteError::Decode(DecodeError::Json(_)))
-        )
+        matches!(openai::decode_response(b, &mut CallIds::default()), Err(RemoteError::Decode(DecodeError::Json(_))))
     };
     let shape_err = |b: &[u8]| {
-        matches!(
-            openai::decode_response(b, &mut CallIds::default()),
-            Err(RemoteError::Decode(DecodeError::Shape(_)))
-        )
+        matches!(openai::decode_response(b, &mut CallIds::default()), Err(RemoteError::Decode(DecodeError::Shape(_))))
     };
     assert!(json_err(b""));
     assert!(json_err(b"{\"choices\": ["));
     assert!(json_err(b"\xff\xfe"));
-    assert!(json_err(
-        b"{\"choices\":[{\"message\":{\"content\":\"\xff\"}}]}"
-    ));
+    assert!(json_err(b"{\"choices\":[{\"message\":{\"content\":\"\xff\"}}]}"));
     assert!(shape_err(b"[1, 2]"));
     assert!(shape_err(b"{}"), "no choices: not a chat completion");
     assert!(shape_err(b"\"text\""));
     assert!(shape_err(br#"{"choices": "x"}"#));
     assert!(shape_err(br#"{"choices": [{"message": {"content": 5}}]}"#));
-    assert!(shape_err(
-        br#"{"choices": [{"message": {"tool_calls": {"id": "a"}}}]}"#
-    ));
+    assert!(shape_err(br#"{"choices": [{"message": {"tool_calls": {"id": "a"}}}]}"#));
 }
 
 // ---------------------------------------------------------------- streams
@@ -639,22 +498,13 @@ fn a_stream_equals_the_same_turn_as_one_body() {
             json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
             None,
         ),
-        chunk(
-            json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": "}}]}),
-            None,
-        ),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": "}}]}), None),
         chunk(
             json!({"tool_calls": [{"index": 1, "id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
             None,
         ),
-        chunk(
-            json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}),
-            None,
-        ),
-        chunk(
-            json!({"tool_calls": [{"index": 1, "function": {"arguments": "{\"city\":\"Rome\"}"}}]}),
-            None,
-        ),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}), None),
+        chunk(json!({"tool_calls": [{"index": 1, "function": {"arguments": "{\"city\":\"Rome\"}"}}]}), None),
         chunk(json!({}), Some("tool_calls")),
         usage_chunk(20, 9),
     ];
@@ -677,9 +527,7 @@ fn a_stream_equals_the_same_turn_as_one_body() {
     assert_eq!(text, "Calling tools.");
     assert!(!deltas.iter().any(|d| matches!(
         d,
-        StreamEvent::ToolCallFinished { .. }
-            | StreamEvent::Usage { .. }
-            | StreamEvent::TurnFinished { .. }
+        StreamEvent::ToolCallFinished { .. } | StreamEvent::Usage { .. } | StreamEvent::TurnFinished { .. }
     )));
 }
 
@@ -697,11 +545,7 @@ fn repeated_ids_and_names_do_not_duplicate_a_call() {
     let calls: Vec<_> = turn.tool_calls().collect();
     assert_eq!(calls.len(), 1);
     assert_eq!(
-        (
-            calls[0].id.as_str(),
-            calls[0].name.as_str(),
-            calls[0].arguments.as_str()
-        ),
+        (calls[0].id.as_str(), calls[0].name.as_str(), calls[0].arguments.as_str()),
         ("call_x", "f", "{\"a\":1}")
     );
     assert_deltas_consistent(&turn, &deltas);
@@ -715,26 +559,17 @@ fn a_new_id_at_a_reused_index_starts_a_new_call() {
             json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "{\"n\":"}}]}),
             None,
         ),
-        chunk(
-            json!({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
-            None,
-        ),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}), None),
         chunk(
             json!({"tool_calls": [{"index": 0, "id": "b", "function": {"name": "f", "arguments": "{\"n\":"}}]}),
             None,
         ),
-        chunk(
-            json!({"tool_calls": [{"index": 0, "function": {"arguments": "2}"}}]}),
-            None,
-        ),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "2}"}}]}), None),
         chunk(json!({}), Some("tool_calls")),
     ];
     let (turn, deltas) = run_stream(&sse(&chunks, true));
     let turn = turn.unwrap();
-    let got: Vec<_> = turn
-        .tool_calls()
-        .map(|c| (c.id.as_str(), c.arguments.as_str()))
-        .collect();
+    let got: Vec<_> = turn.tool_calls().map(|c| (c.id.as_str(), c.arguments.as_str())).collect();
     assert_eq!(got, [("a", "{\"n\":1}"), ("b", "{\"n\":2}")]);
     assert_deltas_consistent(&turn, &deltas);
 }
@@ -743,63 +578,30 @@ fn a_new_id_at_a_reused_index_starts_a_new_call() {
 fn pieces_without_index_route_by_id_then_to_the_call_last_addressed() {
     // One call after the other, continuation pieces carrying neither id nor index.
     let chunks = [
-        chunk(
-            json!({"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{"}}]}),
-            None,
-        ),
-        chunk(
-            json!({"tool_calls": [{"function": {"arguments": "}"}}]}),
-            None,
-        ),
-        chunk(
-            json!({"tool_calls": [{"id": "b", "function": {"name": "g", "arguments": "["}}]}),
-            None,
-        ),
-        chunk(
-            json!({"tool_calls": [{"function": {"arguments": "]"}}]}),
-            None,
-        ),
+        chunk(json!({"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{"}}]}), None),
+        chunk(json!({"tool_calls": [{"function": {"arguments": "}"}}]}), None),
+        chunk(json!({"tool_calls": [{"id": "b", "function": {"name": "g", "arguments": "["}}]}), None),
+        chunk(json!({"tool_calls": [{"function": {"arguments": "]"}}]}), None),
         chunk(json!({}), Some("tool_calls")),
     ];
     let (turn, deltas) = run_stream(&sse(&chunks, true));
     let turn = turn.unwrap();
-    let got: Vec<_> = turn
-        .tool_calls()
-        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str()))
-        .collect();
+    let got: Vec<_> = turn.tool_calls().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str())).collect();
     assert_eq!(got, [("a", "f", "{}"), ("b", "g", "[]")]);
     assert_deltas_consistent(&turn, &deltas);
 
     // A piece that names an earlier call by id takes the id-less pieces after it.
     let chunks = [
-        chunk(
-            json!({"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{\"x\":"}}]}),
-            None,
-        ),
-        chunk(
-            json!({"tool_calls": [{"id": "b", "function": {"name": "g", "arguments": "["}}]}),
-            None,
-        ),
-        chunk(
-            json!({"tool_calls": [{"id": "a", "function": {"arguments": "1"}}]}),
-            None,
-        ),
-        chunk(
-            json!({"tool_calls": [{"function": {"arguments": "}"}}]}),
-            None,
-        ),
-        chunk(
-            json!({"tool_calls": [{"id": "b", "function": {"arguments": "]"}}]}),
-            None,
-        ),
+        chunk(json!({"tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{\"x\":"}}]}), None),
+        chunk(json!({"tool_calls": [{"id": "b", "function": {"name": "g", "arguments": "["}}]}), None),
+        chunk(json!({"tool_calls": [{"id": "a", "function": {"arguments": "1"}}]}), None),
+        chunk(json!({"tool_calls": [{"function": {"arguments": "}"}}]}), None),
+        chunk(json!({"tool_calls": [{"id": "b", "function": {"arguments": "]"}}]}), None),
         chunk(json!({}), Some("tool_calls")),
     ];
     let (turn, deltas) = run_stream(&sse(&chunks, true));
     let turn = turn.unwrap();
-    let got: Vec<_> = turn
-        .tool_calls()
-        .map(|c| (c.id.as_str(), c.input.clone()))
-        .collect();
+    let got: Vec<_> = turn.tool_calls().map(|c| (c.id.as_str(), c.input.clone())).collect();
     assert_eq!(got, [("a", json!({"x": 1})), ("b", json!([]))]);
     assert_deltas_consistent(&turn, &deltas);
 }
@@ -825,10 +627,7 @@ fn interleaved_same_name_calls_stay_apart() {
     ];
     let (turn, deltas) = run_stream(&sse(&chunks, true));
     let turn = turn.unwrap();
-    let got: Vec<_> = turn
-        .tool_calls()
-        .map(|c| (c.id.as_str(), c.input.clone()))
-        .collect();
+    let got: Vec<_> = turn.tool_calls().map(|c| (c.id.as_str(), c.input.clone())).collect();
     assert_eq!(got, [("a", json!({"k": 0})), ("b", json!({"k": 1}))]);
     assert_deltas_consistent(&turn, &deltas);
 }
@@ -836,14 +635,8 @@ fn interleaved_same_name_calls_stay_apart() {
 #[test]
 fn a_server_without_ids_gets_generated_ones_as_for_a_body() {
     let chunks = [
-        chunk(
-            json!({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "{}"}}]}),
-            None,
-        ),
-        chunk(
-            json!({"tool_calls": [{"index": 1, "function": {"name": "g"}}]}),
-            None,
-        ),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "{}"}}]}), None),
+        chunk(json!({"tool_calls": [{"index": 1, "function": {"name": "g"}}]}), None),
         chunk(json!({}), Some("tool_calls")),
     ];
     let (turn, deltas) = run_stream(&sse(&chunks, true));
@@ -857,68 +650,37 @@ fn a_server_without_ids_gets_generated_ones_as_for_a_body() {
 #[test]
 fn an_id_after_the_name_joins_its_call() {
     let chunks = [
-        chunk(
-            json!({"tool_calls": [{"index": 0, "function": {"name": "f"}}]}),
-            None,
-        ),
-        chunk(
-            json!({"tool_calls": [{"index": 0, "id": "late", "function": {"arguments": "{}"}}]}),
-            None,
-        ),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"name": "f"}}]}), None),
+        chunk(json!({"tool_calls": [{"index": 0, "id": "late", "function": {"arguments": "{}"}}]}), None),
         chunk(json!({}), Some("tool_calls")),
     ];
     let (turn, deltas) = run_stream(&sse(&chunks, true));
     let turn = turn.unwrap();
-    let got: Vec<_> = turn
-        .tool_calls()
-        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str()))
-        .collect();
+    let got: Vec<_> = turn.tool_calls().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str())).collect();
     assert_eq!(got, [("late", "f", "{}")]);
     assert_deltas_consistent(&turn, &deltas);
 }
 
 #[test]
 fn a_stream_without_done_is_truncated() {
-    let chunks = [
-        chunk(json!({"content": "partial"}), None),
-        chunk(json!({}), Some("stop")),
-        usage_chunk(1, 1),
-    ];
+    let chunks = [chunk(json!({"content": "partial"}), None), chunk(json!({}), Some("stop")), usage_chunk(1, 1)];
     let (turn, deltas) = run_stream(&sse(&chunks, false));
-    assert!(
-        matches!(turn, Err(RemoteError::Decode(DecodeError::Truncated(_)))),
-        "{turn:?}"
-    );
-    assert_eq!(
-        deltas,
-        [StreamEvent::TextDelta {
-            text: "partial".into()
-        }]
-    );
+    assert!(matches!(turn, Err(RemoteError::Decode(DecodeError::Truncated(_)))), "{turn:?}");
+    assert_eq!(deltas, [StreamEvent::TextDelta { text: "partial".into() }]);
     let (turn, _) = run_stream(b"");
-    assert!(matches!(
-        turn,
-        Err(RemoteError::Decode(DecodeError::Truncated(_)))
-    ));
+    assert!(matches!(turn, Err(RemoteError::Decode(DecodeError::Truncated(_)))));
 }
 
 #[test]
 fn an_error_event_mid_stream_is_a_provider_error() {
     let error = json!({"error": {"message": "The server had an error while processing your request.", "type": "server_error", "param": null, "code": null}});
-    let chunks = [
-        chunk(json!({"content": "Hel"}), None),
-        error.clone(),
-        chunk(json!({"content": "lo"}), None),
-    ];
+    let chunks = [chunk(json!({"content": "Hel"}), None), error.clone(), chunk(json!({"content": "lo"}), None)];
     let (turn, deltas) = run_stream(&sse(&chunks, true));
     match turn {
         Err(RemoteError::Provider(p)) => {
             assert_eq!(p.status, None);
             assert_eq!(p.kind, "server_error");
-            assert_eq!(
-                p.message,
-                "The server had an error while processing your request."
-            );
+            assert_eq!(p.message, "The server had an error while processing your request.");
             assert_eq!(p.body, error.to_string());
             assert!(p.retryable);
         }
@@ -928,20 +690,18 @@ fn an_error_event_mid_stream_is_a_provider_error() {
 
     let bad_request = json!({"error": {"message": "bad", "type": "invalid_request_error"}});
     let (turn, _) = run_stream(&sse(&[bad_request], false));
-    assert!(
-        matches!(turn, Err(RemoteError::Provider(p)) if p.kind == "invalid_request_error" && !p.retryable)
-    );
+    assert!(matches!(turn, Err(RemoteError::Provider(p)) if p.kind == "invalid_request_error" && !p.retryable));
 
-    let (turn, _) = run_stream(
-        b"event: error\ndata: {\"message\":\"overloaded\",\"type\":\"overloaded_error\"}\n\n",
-    );
+    let (turn, _) = run_stream(b"event: error\ndata: {\"message\":\"overloaded\",\"type\":\"overloaded_error\"}\n\n");
     assert!(matches!(turn, Err(RemoteError::Provider(_))), "{turn:?}");
 }
 
 #[test]
 fn events_after_done_are_ignored() {
     let mut bytes = sse(&[chunk(json!({"content": "ok"}), Some("stop"))], true);
-    bytes.extend_from_slice(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"late\"}}]}\n\ndata: not json\n\n");
+    bytes.extend_from_slice(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"late\"}}]}\n\ndata: not json\n\n",
+    );
     let (turn, deltas) = run_stream(&bytes);
     assert_eq!(turn.unwrap().text(), "ok");
     assert_eq!(deltas.len(), 1);
@@ -957,10 +717,7 @@ fn other_choices_and_unknown_fields_are_ignored() {
     ];
     let (turn, _) = run_stream(&sse(&chunks, true));
     let turn = turn.unwrap();
-    assert_eq!(
-        (turn.text().as_str(), turn.stop.raw.as_deref()),
-        ("mine", Some("stop"))
-    );
+    assert_eq!((turn.text().as_str(), turn.stop.raw.as_deref()), ("mine", Some("stop")));
     assert!(!turn.usage_reported);
 }
 
@@ -969,49 +726,25 @@ fn emitted_anything_counts_visible_deltas_only() {
     let mut a = Assembler::OpenAi(openai::Assembler::default());
     let mut ids = CallIds::default();
     let mut out = Vec::new();
-    let ev = |data: Value| nexus_proto::SseEvent {
-        event: None,
-        data: data.to_string(),
-        id: None,
-    };
-    a.push(
-        &ev(chunk(json!({"role": "assistant", "content": ""}), None)),
-        &mut ids,
-        &mut out,
-    )
-    .unwrap();
+    let ev = |data: Value| nexus_proto::SseEvent { event: None, data: data.to_string(), id: None };
+    a.push(&ev(chunk(json!({"role": "assistant", "content": ""}), None)), &mut ids, &mut out).unwrap();
     assert!(!a.emitted_anything() && out.is_empty());
-    a.push(
-        &ev(chunk(json!({"content": "x"}), None)),
-        &mut ids,
-        &mut out,
-    )
-    .unwrap();
+    a.push(&ev(chunk(json!({"content": "x"}), None)), &mut ids, &mut out).unwrap();
     assert!(a.emitted_anything());
 }
 
 #[test]
 fn malformed_stream_payloads_are_typed_errors() {
     let (turn, _) = run_stream(b"data: {\"choices\": [\n\n");
-    assert!(
-        matches!(turn, Err(RemoteError::Decode(DecodeError::Json(_)))),
-        "{turn:?}"
-    );
+    assert!(matches!(turn, Err(RemoteError::Decode(DecodeError::Json(_)))), "{turn:?}");
     let (turn, _) = run_stream(b"data: {\"choices\": 7}\n\n");
-    assert!(
-        matches!(turn, Err(RemoteError::Decode(DecodeError::Shape(_)))),
-        "{turn:?}"
-    );
+    assert!(matches!(turn, Err(RemoteError::Decode(DecodeError::Shape(_)))), "{turn:?}");
 }
 
 // ---------------------------------------------------------------- robustness
 
 fn corpus_stream_bytes() -> Vec<Vec<u8>> {
-    common::captures(STYLE)
-        .into_iter()
-        .filter(|(_, s)| *s)
-        .map(|(p, _)| std::fs::read(p).unwrap())
-        .collect()
+    common::captures(STYLE).into_iter().filter(|(_, s)| *s).map(|(p, _)| std::fs::read(p).unwrap()).collect()
 }
 
 proptest! {

@@ -24,10 +24,7 @@ fn read(path: &Path) -> Vec<u8> {
 }
 
 fn corpus_file(name: &str) -> PathBuf {
-    common::shared_dir()
-        .join("wire-corpus")
-        .join("anthropic")
-        .join(name)
+    common::shared_dir().join("wire-corpus").join("anthropic").join(name)
 }
 
 /// The `.sse` captures with their bytes and one-chunk decode, loaded once.
@@ -39,8 +36,7 @@ fn streams() -> &'static Vec<(PathBuf, Vec<u8>, TurnResponse)> {
             .filter(|(_, stream)| *stream)
             .map(|(path, _)| {
                 let bytes = read(&path);
-                let turn = decode_capture(STYLE, &bytes, true)
-                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let turn = decode_capture(STYLE, &bytes, true).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 (path, bytes, turn)
             })
             .collect();
@@ -68,20 +64,9 @@ fn every_capture_decodes_to_its_expectation() {
     let dir = common::shared_dir().join("wire-corpus").join("anthropic");
     let expectations = std::fs::read_dir(&dir)
         .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".expected.json")
-        })
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".expected.json"))
         .count();
-    assert_eq!(
-        captures.len(),
-        expectations,
-        "captures in {}",
-        dir.display()
-    );
+    assert_eq!(captures.len(), expectations, "captures in {}", dir.display());
     for (path, stream) in captures {
         let got = common::summarize(STYLE, &read(&path), stream);
         common::assert_matches(&path, &got, &common::expected(&path));
@@ -101,8 +86,7 @@ fn every_stream_survives_a_split_at_every_byte() {
 #[test]
 fn every_stream_survives_one_byte_at_a_time() {
     for (path, bytes, whole) in streams() {
-        let got = decode_stream_chunks(STYLE, bytes.chunks(1), &mut CallIds::new("call_"))
-            .expect("byte-wise decode");
+        let got = decode_stream_chunks(STYLE, bytes.chunks(1), &mut CallIds::new("call_")).expect("byte-wise decode");
         assert_eq!(&got, whole, "{} fed one byte at a time", path.display());
     }
 }
@@ -152,19 +136,11 @@ fn stream_deltas_add_up_to_the_turn() {
                 StreamEvent::TextDelta { text: t } => text.push_str(t),
                 StreamEvent::ReasoningDelta { text: t } => reasoning.push_str(t),
                 StreamEvent::ToolCallStarted { id, name } => {
-                    assert!(
-                        !started.iter().any(|(i, _)| i == id),
-                        "{}: {id} announced twice",
-                        path.display()
-                    );
+                    assert!(!started.iter().any(|(i, _)| i == id), "{}: {id} announced twice", path.display());
                     started.push((id.clone(), name.clone()));
                 }
                 StreamEvent::ToolCallDelta { id, arguments } => {
-                    assert!(
-                        started.iter().any(|(i, _)| i == id),
-                        "{}: delta before start for {id}",
-                        path.display()
-                    );
+                    assert!(started.iter().any(|(i, _)| i == id), "{}: delta before start for {id}", path.display());
                     args.entry(id.clone()).or_default().push_str(arguments);
                 }
                 other => panic!("{}: the assembler must not emit {other:?}", path.display()),
@@ -183,20 +159,12 @@ fn stream_deltas_add_up_to_the_turn() {
         let calls: Vec<_> = turn.tool_calls().collect();
         assert_eq!(
             started,
-            calls
-                .iter()
-                .map(|c| (c.id.clone(), c.name.clone()))
-                .collect::<Vec<_>>(),
+            calls.iter().map(|c| (c.id.clone(), c.name.clone())).collect::<Vec<_>>(),
             "{}",
             path.display()
         );
         for call in calls {
-            assert_eq!(
-                args.get(&call.id).map(String::as_str),
-                Some(call.arguments.as_str()),
-                "{}",
-                path.display()
-            );
+            assert_eq!(args.get(&call.id).map(String::as_str), Some(call.arguments.as_str()), "{}", path.display());
         }
     }
 }
@@ -216,30 +184,17 @@ fn streamed_arguments_are_the_exact_concatenated_pieces() {
             let v: Value = serde_json::from_str(data).unwrap();
             let index = v["index"].as_u64();
             if v["type"] == "content_block_start" && v["content_block"]["type"] == "tool_use" {
-                tool_index.insert(
-                    index.unwrap(),
-                    v["content_block"]["id"].as_str().unwrap().to_string(),
-                );
+                tool_index.insert(index.unwrap(), v["content_block"]["id"].as_str().unwrap().to_string());
             }
             if v["delta"]["type"] == "input_json_delta" {
-                pieces
-                    .entry(index.unwrap())
-                    .or_default()
-                    .push_str(v["delta"]["partial_json"].as_str().unwrap());
+                pieces.entry(index.unwrap()).or_default().push_str(v["delta"]["partial_json"].as_str().unwrap());
             }
         }
         for (index, id) in tool_index {
-            let call = turn
-                .tool_calls()
-                .find(|c| c.id == id)
-                .expect("call decoded");
+            let call = turn.tool_calls().find(|c| c.id == id).expect("call decoded");
             let raw = pieces.get(&index).cloned().unwrap_or_default();
             // No piece at all: the start event's `{}` stands for the arguments.
-            let want = if raw.is_empty() {
-                "{}".to_string()
-            } else {
-                raw
-            };
+            let want = if raw.is_empty() { "{}".to_string() } else { raw };
             assert_eq!(call.arguments, want, "{}: {id}", path.display());
         }
     }
@@ -254,15 +209,8 @@ fn arguments_cut_by_max_tokens_keep_raw_text_and_partial_input() {
     let turn = decode_capture(STYLE, &read(&path), true).unwrap();
     let call = turn.tool_calls().next().unwrap();
     assert!(serde_json::from_str::<Value>(&call.arguments).is_err());
-    assert!(
-        call.arguments.ends_with("\n\"Filing taxes"),
-        "raw arguments kept: {:?}",
-        call.arguments
-    );
-    assert_eq!(
-        call.input,
-        common::expected(&path)["tool_calls"][0]["input"]
-    );
+    assert!(call.arguments.ends_with("\n\"Filing taxes"), "raw arguments kept: {:?}", call.arguments);
+    assert_eq!(call.input, common::expected(&path)["tool_calls"][0]["input"]);
     assert_eq!(turn.stop.reason, nexus_proto::StopReason::MaxTokens);
 }
 
@@ -272,15 +220,7 @@ fn body_arguments_are_the_exact_input_bytes() {
     let path = corpus_file("pai_parallel_tool_calls_4.json");
     let turn = decode_capture(STYLE, &read(&path), false).unwrap();
     let args: Vec<&str> = turn.tool_calls().map(|c| c.arguments.as_str()).collect();
-    assert_eq!(
-        args,
-        [
-            r#"{"name":"Alice"}"#,
-            r#"{"name":"Bob"}"#,
-            r#"{"name":"Charlie"}"#,
-            r#"{"name":"Daisy"}"#
-        ]
-    );
+    assert_eq!(args, [r#"{"name":"Alice"}"#, r#"{"name":"Bob"}"#, r#"{"name":"Charlie"}"#, r#"{"name":"Daisy"}"#]);
     let path = corpus_file("vai_tool_no_args.json");
     let turn = decode_capture(STYLE, &read(&path), false).unwrap();
     assert_eq!(turn.tool_calls().next().unwrap().arguments, "{}");
@@ -294,15 +234,7 @@ fn encode(
     params: &Map<String, Value>,
     model: &str,
 ) -> Value {
-    STYLE.encode_body(&ModelCall {
-        model,
-        system,
-        messages,
-        tools,
-        max_tokens: None,
-        stream,
-        params,
-    })
+    STYLE.encode_body(&ModelCall { model, system, messages, tools, max_tokens: None, stream, params })
 }
 
 /// Every whole body decodes to blocks that encode back to its own `content`
@@ -316,26 +248,13 @@ fn decoded_bodies_encode_back_to_their_content() {
         let bytes = read(&path);
         let body: Value = serde_json::from_slice(&bytes).unwrap();
         let turn = decode_capture(STYLE, &bytes, false).unwrap();
-        let messages = [
-            Message::user("q"),
-            Message {
-                role: Role::Assistant,
-                content: turn.content,
-            },
-        ];
+        let messages = [Message::user("q"), Message { role: Role::Assistant, content: turn.content }];
         let encoded = encode(&messages, &[], None, false, &Map::new(), "m");
         let want = &body["content"];
-        let got = encoded["messages"]
-            .get(1)
-            .map_or(json!([]), |m| m["content"].clone());
+        let got = encoded["messages"].get(1).map_or(json!([]), |m| m["content"].clone());
         if want.as_array().is_some_and(Vec::is_empty) {
             // Nothing to echo: the empty assistant turn is left out.
-            assert_eq!(
-                encoded["messages"].as_array().unwrap().len(),
-                1,
-                "{}",
-                path.display()
-            );
+            assert_eq!(encoded["messages"].as_array().unwrap().len(), 1, "{}", path.display());
         } else {
             assert_eq!(&got, want, "{}", path.display());
         }
@@ -374,24 +293,16 @@ fn request(name: &str) -> Value {
 
 /// Caller params as the recorded request set them (the keys the transcript does not own).
 fn params_of(recorded: &Value, keys: &[&str]) -> Map<String, Value> {
-    keys.iter()
-        .filter_map(|k| recorded.get(*k).map(|v| (k.to_string(), v.clone())))
-        .collect()
+    keys.iter().filter_map(|k| recorded.get(*k).map(|v| (k.to_string(), v.clone()))).collect()
 }
 
 fn decoded_turn(name: &str) -> Message {
     let turn = decode_capture(STYLE, &read(&corpus_file(name)), false).unwrap();
-    Message {
-        role: Role::Assistant,
-        content: turn.content,
-    }
+    Message { role: Role::Assistant, content: turn.content }
 }
 
 fn text_of(recorded: &Value, message: usize) -> String {
-    recorded["messages"][message]["content"][0]["text"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    recorded["messages"][message]["content"][0]["text"].as_str().unwrap().to_string()
 }
 
 #[test]
@@ -399,14 +310,7 @@ fn encoder_rebuilds_the_recorded_streaming_thinking_request() {
     let recorded = request("pai_test_anthropic_test_anthropic_model_thinking_part_stream_0");
     let messages = [Message::user(text_of(&recorded, 0))];
     let params = params_of(&recorded, &["thinking"]);
-    let got = encode(
-        &messages,
-        &[],
-        None,
-        true,
-        &params,
-        recorded["model"].as_str().unwrap(),
-    );
+    let got = encode(&messages, &[], None, true, &params, recorded["model"].as_str().unwrap());
     assert_eq!(got, without_defaults(recorded));
 }
 
@@ -429,20 +333,9 @@ fn encoder_rebuilds_the_recorded_thinking_tool_round() {
         },
     ];
     let decl = &recorded["tools"][0];
-    let tools = [ToolDecl::new(
-        decl["name"].as_str().unwrap(),
-        "",
-        decl["input_schema"].clone(),
-    )];
+    let tools = [ToolDecl::new(decl["name"].as_str().unwrap(), "", decl["input_schema"].clone())];
     let params = params_of(&recorded, &["thinking", "tool_choice"]);
-    let got = encode(
-        &messages,
-        &tools,
-        None,
-        false,
-        &params,
-        recorded["model"].as_str().unwrap(),
-    );
+    let got = encode(&messages, &tools, None, false, &params, recorded["model"].as_str().unwrap());
     assert_eq!(got, without_defaults(recorded));
 }
 
@@ -468,14 +361,7 @@ fn encoder_rebuilds_the_recorded_parallel_tool_results() {
             })
         })
         .collect();
-    let messages = [
-        Message::user(text_of(&recorded, 0)),
-        assistant,
-        Message {
-            role: Role::User,
-            content: results,
-        },
-    ];
+    let messages = [Message::user(text_of(&recorded, 0)), assistant, Message { role: Role::User, content: results }];
     let decl = &recorded["tools"][0];
     let tools = [ToolDecl::new(
         decl["name"].as_str().unwrap(),
@@ -484,14 +370,7 @@ fn encoder_rebuilds_the_recorded_parallel_tool_results() {
     )];
     let params = params_of(&recorded, &["tool_choice"]);
     let system = recorded["system"].as_str();
-    let got = encode(
-        &messages,
-        &tools,
-        system,
-        false,
-        &params,
-        recorded["model"].as_str().unwrap(),
-    );
+    let got = encode(&messages, &tools, system, false, &params, recorded["model"].as_str().unwrap());
     assert_eq!(got, without_defaults(recorded));
 }
 
@@ -515,11 +394,7 @@ fn message_end(stop: &str) -> [Value; 2] {
 fn sse(events: &[Value]) -> Vec<u8> {
     let mut out = String::new();
     for ev in events {
-        out.push_str(&format!(
-            "event: {}\ndata: {}\n\n",
-            ev["type"].as_str().unwrap_or("message"),
-            ev
-        ));
+        out.push_str(&format!("event: {}\ndata: {}\n\n", ev["type"].as_str().unwrap_or("message"), ev));
     }
     out.into_bytes()
 }
@@ -529,7 +404,8 @@ fn decode_stream(bytes: &[u8]) -> Result<TurnResponse, nexus_proto::RemoteError>
 }
 
 fn tool_start(index: Option<u64>, id: &str, name: &str) -> Value {
-    let mut v = json!({"type":"content_block_start","content_block":{"type":"tool_use","id":id,"name":name,"input":{}}});
+    let mut v =
+        json!({"type":"content_block_start","content_block":{"type":"tool_use","id":id,"name":name,"input":{}}});
     if let Some(i) = index {
         v["index"] = json!(i);
     }
@@ -553,9 +429,7 @@ fn calls_of(events: Vec<Value>) -> Vec<(String, String, String)> {
     all.extend(events);
     all.extend(message_end("tool_use"));
     let turn = decode_stream(&sse(&all)).expect("decodes");
-    turn.tool_calls()
-        .map(|c| (c.id.clone(), c.name.clone(), c.arguments.clone()))
-        .collect()
+    turn.tool_calls().map(|c| (c.id.clone(), c.name.clone(), c.arguments.clone())).collect()
 }
 
 fn triple(id: &str, name: &str, args: &str) -> (String, String, String) {
@@ -596,13 +470,7 @@ fn a_reused_index_starts_a_new_call() {
         args_delta(Some(0), r#"{"n":2}"#),
         stop_block(0),
     ]);
-    assert_eq!(
-        got,
-        [
-            triple("toolu_a", "f", r#"{"n":1}"#),
-            triple("toolu_b", "f", r#"{"n":2}"#)
-        ]
-    );
+    assert_eq!(got, [triple("toolu_a", "f", r#"{"n":1}"#), triple("toolu_b", "f", r#"{"n":2}"#)]);
 }
 
 /// Without indexes, pieces belong to the block that started last.
@@ -615,13 +483,7 @@ fn omitted_indexes_route_to_the_latest_block() {
         tool_start(None, "toolu_b", "g"),
         args_delta(None, r#"{"m":2}"#),
     ]);
-    assert_eq!(
-        got,
-        [
-            triple("toolu_a", "f", r#"{"n":1}"#),
-            triple("toolu_b", "g", r#"{"m":2}"#)
-        ]
-    );
+    assert_eq!(got, [triple("toolu_a", "f", r#"{"n":1}"#), triple("toolu_b", "g", r#"{"m":2}"#)]);
 }
 
 /// A repeated start for a known call id continues that call: announced once, not duplicated.
@@ -640,10 +502,7 @@ fn a_repeated_start_continues_the_same_call() {
     let calls: Vec<_> = turn.tool_calls().collect();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].arguments, r#"{"n":1}"#);
-    let started = deltas
-        .iter()
-        .filter(|d| matches!(d, StreamEvent::ToolCallStarted { .. }))
-        .count();
+    let started = deltas.iter().filter(|d| matches!(d, StreamEvent::ToolCallStarted { .. })).count();
     assert_eq!(started, 1);
 }
 
@@ -651,25 +510,15 @@ fn a_repeated_start_continues_the_same_call() {
 /// whole-body form) as its one delta, so the deltas still add up.
 #[test]
 fn calls_without_arguments_get_the_empty_object() {
-    let mut events = vec![
-        message_start(),
-        tool_start(Some(0), "toolu_a", "ping"),
-        args_delta(Some(0), ""),
-        stop_block(0),
-    ];
+    let mut events =
+        vec![message_start(), tool_start(Some(0), "toolu_a", "ping"), args_delta(Some(0), ""), stop_block(0)];
     events.extend(message_end("tool_use"));
     let (deltas, turn) = deltas_of(&sse(&events));
     assert_eq!(
         deltas,
         [
-            StreamEvent::ToolCallStarted {
-                id: "toolu_a".into(),
-                name: "ping".into()
-            },
-            StreamEvent::ToolCallDelta {
-                id: "toolu_a".into(),
-                arguments: "{}".into()
-            },
+            StreamEvent::ToolCallStarted { id: "toolu_a".into(), name: "ping".into() },
+            StreamEvent::ToolCallDelta { id: "toolu_a".into(), arguments: "{}".into() },
         ]
     );
     let call = turn.tool_calls().next().unwrap();
@@ -680,32 +529,20 @@ fn calls_without_arguments_get_the_empty_object() {
 /// that can be recovered, or null; the decode itself succeeds.
 #[test]
 fn unparseable_arguments_do_not_fail_the_decode() {
-    let got = calls_of(vec![
-        tool_start(Some(0), "toolu_a", "f"),
-        args_delta(Some(0), r#"{"a": 1, "b": "unterminated"#),
-    ]);
+    let got =
+        calls_of(vec![tool_start(Some(0), "toolu_a", "f"), args_delta(Some(0), r#"{"a": 1, "b": "unterminated"#)]);
     assert_eq!(got[0].2, r#"{"a": 1, "b": "unterminated"#);
-    let mut all = vec![
-        message_start(),
-        tool_start(Some(0), "toolu_a", "f"),
-        args_delta(Some(0), r#"{"a": 1, "b": "cut"#),
-    ];
+    let mut all =
+        vec![message_start(), tool_start(Some(0), "toolu_a", "f"), args_delta(Some(0), r#"{"a": 1, "b": "cut"#)];
     all.extend(message_end("max_tokens"));
     let turn = decode_stream(&sse(&all)).unwrap();
     assert_eq!(turn.tool_calls().next().unwrap().input, json!({"a": 1}));
 
-    let mut all = vec![
-        message_start(),
-        tool_start(Some(0), "toolu_a", "f"),
-        args_delta(Some(0), "not json at all"),
-    ];
+    let mut all = vec![message_start(), tool_start(Some(0), "toolu_a", "f"), args_delta(Some(0), "not json at all")];
     all.extend(message_end("tool_use"));
     let turn = decode_stream(&sse(&all)).unwrap();
     let call = turn.tool_calls().next().unwrap();
-    assert_eq!(
-        (call.arguments.as_str(), &call.input),
-        ("not json at all", &Value::Null)
-    );
+    assert_eq!((call.arguments.as_str(), &call.input), ("not json at all", &Value::Null));
 }
 
 /// A tool_use without an id gets a generated one, marked as such, the same
@@ -713,15 +550,10 @@ fn unparseable_arguments_do_not_fail_the_decode() {
 #[test]
 fn missing_call_ids_are_generated() {
     let body = r#"{"type":"message","content":[{"type":"tool_use","name":"f","input":{}}],"stop_reason":"tool_use"}"#;
-    let whole = STYLE
-        .decode_response(body.as_bytes(), &mut CallIds::new("call_"))
-        .unwrap();
+    let whole = STYLE.decode_response(body.as_bytes(), &mut CallIds::new("call_")).unwrap();
     let call = whole.tool_calls().next().unwrap();
     assert_eq!(call.id, "call_0");
-    assert_eq!(
-        call.provider_data,
-        Some(json!({"nexus": {"generatedId": true}}))
-    );
+    assert_eq!(call.provider_data, Some(json!({"nexus": {"generatedId": true}})));
     let events = [
         json!({"type":"message_start","message":{"content":[]}}),
         json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","name":"f","input":{}}}),

@@ -29,8 +29,8 @@ fn streams() -> &'static Vec<(PathBuf, Vec<u8>, TurnResponse)> {
             .filter(|(_, stream)| *stream)
             .map(|(path, _)| {
                 let bytes = read(&path);
-                let turn = decode_capture(Style::Gemini, &bytes, true)
-                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let turn =
+                    decode_capture(Style::Gemini, &bytes, true).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 (path, bytes, turn)
             })
             .collect()
@@ -80,8 +80,7 @@ fn every_two_chunk_split_gives_the_same_turn() {
 fn one_byte_at_a_time_gives_the_same_turn() {
     for (path, bytes, whole) in streams() {
         let chunks = bytes.chunks(1);
-        let got = decode_stream_chunks(Style::Gemini, chunks, &mut CallIds::new("call_"))
-            .expect("bytewise decode");
+        let got = decode_stream_chunks(Style::Gemini, chunks, &mut CallIds::new("call_")).expect("bytewise decode");
         assert_eq!(&got, whole, "{}", path.display());
     }
 }
@@ -137,21 +136,13 @@ fn as_one_body(sse: &[u8]) -> String {
     for ev in events {
         let ev: Event = serde_json::from_str(&ev.data).expect("corpus payload");
         if let Some(c) = ev.candidates.into_iter().next() {
-            parts.extend(
-                c.content
-                    .into_iter()
-                    .flat_map(|c| c.parts)
-                    .map(|p| p.get().to_string()),
-            );
+            parts.extend(c.content.into_iter().flat_map(|c| c.parts).map(|p| p.get().to_string()));
             finish = c.finish_reason.or(finish);
         }
         usage = ev.usage_metadata.map(|u| u.get().to_string()).or(usage);
         model = ev.model_version.or(model);
     }
-    let mut candidate = format!(
-        r#"{{"content":{{"role":"model","parts":[{}]}}"#,
-        parts.join(",")
-    );
+    let mut candidate = format!(r#"{{"content":{{"role":"model","parts":[{}]}}"#, parts.join(","));
     if let Some(f) = finish {
         candidate.push_str(&format!(r#","finishReason":{}"#, Value::String(f)));
     }
@@ -181,10 +172,8 @@ fn every_stream_equals_its_content_as_one_body() {
 fn streamed_tool_call_arguments_are_the_recorded_bytes() {
     // The recording sends `"args": {"country": "France"}` with a space after
     // the colon; the transcript must keep those bytes, not a re-encoding.
-    let (_, _, turn) = streams()
-        .iter()
-        .find(|(p, _, _)| p.ends_with("pai_function_call_stream.sse"))
-        .expect("capture present");
+    let (_, _, turn) =
+        streams().iter().find(|(p, _, _)| p.ends_with("pai_function_call_stream.sse")).expect("capture present");
     let call = turn.tool_calls().next().expect("one call");
     assert_eq!(call.arguments, r#"{"country": "France"}"#);
     assert_eq!(call.input, serde_json::json!({"country": "France"}));
@@ -204,11 +193,7 @@ struct Recorded {
 fn read_request(body: &Value) -> Recorded {
     let mut messages = Vec::new();
     for content in body["contents"].as_array().expect("contents") {
-        let role = if content["role"] == "model" {
-            Role::Assistant
-        } else {
-            Role::User
-        };
+        let role = if content["role"] == "model" { Role::Assistant } else { Role::User };
         let mut blocks = Vec::new();
         for part in content["parts"].as_array().expect("parts") {
             if let Some(text) = part["text"].as_str() {
@@ -232,27 +217,16 @@ fn read_request(body: &Value) -> Recorded {
                 panic!("unexpected part {part}");
             }
         }
-        messages.push(Message {
-            role,
-            content: blocks,
-        });
+        messages.push(Message { role, content: blocks });
     }
-    let system = body["systemInstruction"]["parts"].as_array().map(|parts| {
-        parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<String>()
-    });
+    let system = body["systemInstruction"]["parts"]
+        .as_array()
+        .map(|parts| parts.iter().filter_map(|p| p["text"].as_str()).collect::<String>());
     let tools = body["tools"]
         .as_array()
         .into_iter()
         .flatten()
-        .flat_map(|t| {
-            t["functionDeclarations"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
+        .flat_map(|t| t["functionDeclarations"].as_array().cloned().unwrap_or_default())
         .map(|d| {
             ToolDecl::new(
                 d["name"].as_str().expect("name"),
@@ -267,30 +241,19 @@ fn read_request(body: &Value) -> Recorded {
             params.insert(key.to_string(), v.clone());
         }
     }
-    Recorded {
-        system,
-        messages,
-        tools,
-        params,
-    }
+    Recorded { system, messages, tools, params }
 }
 
 /// Drops what the two bodies may legitimately differ in: the tool result's
 /// payload convention (`return_value` there, `output` here) and the optional
 /// `role` on the system instruction.
 fn normalize(mut body: Value) -> Value {
-    if let Some(si) = body
-        .get_mut("systemInstruction")
-        .and_then(Value::as_object_mut)
-    {
+    if let Some(si) = body.get_mut("systemInstruction").and_then(Value::as_object_mut) {
         si.remove("role");
     }
     for content in body["contents"].as_array_mut().into_iter().flatten() {
         for part in content["parts"].as_array_mut().into_iter().flatten() {
-            if let Some(fr) = part
-                .get_mut("functionResponse")
-                .and_then(Value::as_object_mut)
-            {
+            if let Some(fr) = part.get_mut("functionResponse").and_then(Value::as_object_mut) {
                 fr.insert("response".into(), Value::Null);
             }
         }
@@ -305,10 +268,7 @@ pub fn recorded_requests() -> Vec<PathBuf> {
         .map(|e| e.expect("dir entry").path())
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         // Only requests the oracle marked valid are real, accepted requests.
-        .filter(|p| {
-            std::fs::read_to_string(p.with_extension("expected.txt"))
-                .is_ok_and(|s| s.trim() == "valid")
-        })
+        .filter(|p| std::fs::read_to_string(p.with_extension("expected.txt")).is_ok_and(|s| s.trim() == "valid"))
         .collect();
     out.sort();
     out
@@ -331,21 +291,12 @@ fn encoder_reproduces_every_recorded_request() {
             params: &r.params,
         };
         let ours = Style::Gemini.encode_body(&call);
-        assert_eq!(
-            normalize(ours.clone()),
-            normalize(recorded.clone()),
-            "{}",
-            path.display()
-        );
+        assert_eq!(normalize(ours.clone()), normalize(recorded.clone()), "{}", path.display());
         // The results themselves follow the documented output convention.
         for content in ours["contents"].as_array().expect("contents") {
             for part in content["parts"].as_array().expect("parts") {
                 if let Some(fr) = part.get("functionResponse") {
-                    assert!(
-                        fr["response"]["output"].is_string(),
-                        "{}: {fr}",
-                        path.display()
-                    );
+                    assert!(fr["response"]["output"].is_string(), "{}: {fr}", path.display());
                 }
             }
         }

@@ -8,9 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use nexus_proto::provider::{decode_capture, decode_stream_chunks, ModelCall, Style};
-use nexus_proto::{
-    Block, CallIds, ImageSource, Message, Role, ToolCall, ToolDecl, ToolResultBlock, TurnResponse,
-};
+use nexus_proto::{Block, CallIds, ImageSource, Message, Role, ToolCall, ToolDecl, ToolResultBlock, TurnResponse};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -21,11 +19,7 @@ fn read(path: &Path) -> Vec<u8> {
 }
 
 fn streams() -> Vec<(PathBuf, Vec<u8>)> {
-    common::captures(STYLE)
-        .into_iter()
-        .filter(|(_, s)| *s)
-        .map(|(p, _)| (p.clone(), read(&p)))
-        .collect()
+    common::captures(STYLE).into_iter().filter(|(_, s)| *s).map(|(p, _)| (p.clone(), read(&p))).collect()
 }
 
 /// The turn a stream gives when it arrives in one piece.
@@ -48,11 +42,7 @@ fn chunked(bytes: &[u8], cuts: &[usize]) -> TurnResponse {
 #[test]
 fn every_capture_matches_its_expectation() {
     let captures = common::captures(STYLE);
-    assert!(
-        captures.len() >= 12,
-        "expected the whole openai corpus, found {}",
-        captures.len()
-    );
+    assert!(captures.len() >= 12, "expected the whole openai corpus, found {}", captures.len());
     for (path, stream) in captures {
         let bytes = read(&path);
         let got = common::summarize(STYLE, &bytes, stream);
@@ -80,10 +70,7 @@ const WHOLE_SPLIT_LIMIT: usize = 16 * 1024;
 
 #[test]
 fn two_chunks_split_at_every_byte_boundary_give_the_same_turn() {
-    for (path, bytes) in streams()
-        .into_iter()
-        .filter(|(_, b)| b.len() <= WHOLE_SPLIT_LIMIT)
-    {
+    for (path, bytes) in streams().into_iter().filter(|(_, b)| b.len() <= WHOLE_SPLIT_LIMIT) {
         let want = whole(&path, &bytes);
         for cut in 0..=bytes.len() {
             let got = chunked(&bytes, &[cut]);
@@ -115,51 +102,33 @@ fn every_byte_boundary_yields_the_same_events_and_deltas() {
         for (i, window) in bounds.windows(2).enumerate() {
             let (start, end) = (window[0], window[1]);
             let last = i + 2 == bounds.len();
-            let feed = |d: &mut SseDecoder,
-                        a: &mut nexus_proto::provider::Assembler,
-                        ids: &mut CallIds,
-                        pieces: &[&[u8]]| {
-                let mut events = Vec::new();
-                for piece in pieces {
-                    d.feed(piece, &mut events);
-                }
-                if last {
-                    d.finish(&mut events);
-                }
-                let mut deltas = Vec::new();
-                for ev in &events {
-                    a.push(ev, ids, &mut deltas)
-                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                }
-                (events, deltas, format!("{d:?}"))
-            };
-            let (mut d_ref, mut a_ref, mut ids_ref) =
-                (decoder.clone(), assembler.clone(), ids.clone());
+            let feed =
+                |d: &mut SseDecoder, a: &mut nexus_proto::provider::Assembler, ids: &mut CallIds, pieces: &[&[u8]]| {
+                    let mut events = Vec::new();
+                    for piece in pieces {
+                        d.feed(piece, &mut events);
+                    }
+                    if last {
+                        d.finish(&mut events);
+                    }
+                    let mut deltas = Vec::new();
+                    for ev in &events {
+                        a.push(ev, ids, &mut deltas).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    }
+                    (events, deltas, format!("{d:?}"))
+                };
+            let (mut d_ref, mut a_ref, mut ids_ref) = (decoder.clone(), assembler.clone(), ids.clone());
             let want = feed(&mut d_ref, &mut a_ref, &mut ids_ref, &[&bytes[start..end]]);
             for cut in start..=end {
                 let (mut d, mut a, mut ids2) = (decoder.clone(), assembler.clone(), ids.clone());
-                let got = feed(
-                    &mut d,
-                    &mut a,
-                    &mut ids2,
-                    &[&bytes[start..cut], &bytes[cut..end]],
-                );
-                assert!(
-                    got == want,
-                    "{}: split at byte {cut} changed what the event yields",
-                    path.display()
-                );
+                let got = feed(&mut d, &mut a, &mut ids2, &[&bytes[start..cut], &bytes[cut..end]]);
+                assert!(got == want, "{}: split at byte {cut} changed what the event yields", path.display());
                 assert_eq!(ids2, ids_ref);
             }
             (decoder, assembler, ids) = (d_ref, a_ref, ids_ref);
         }
         let want = whole(&path, &bytes);
-        assert_eq!(
-            assembler.finish().unwrap(),
-            want,
-            "{}: event-by-event feeding changed the turn",
-            path.display()
-        );
+        assert_eq!(assembler.finish().unwrap(), want, "{}: event-by-event feeding changed the turn", path.display());
     }
 }
 
@@ -223,8 +192,7 @@ fn encoder_reproduces_the_recorded_requests() {
         if path.extension().and_then(|e| e.to_str()) != Some("json") {
             continue;
         }
-        let verdict =
-            std::fs::read_to_string(path.with_extension("expected.txt")).unwrap_or_default();
+        let verdict = std::fs::read_to_string(path.with_extension("expected.txt")).unwrap_or_default();
         if verdict.trim() != "valid" {
             continue;
         }
@@ -244,19 +212,9 @@ fn encoder_reproduces_the_recorded_requests() {
         let body = STYLE.encode_body(&call);
         let got = body["messages"].as_array().unwrap();
         let want = recorded["messages"].as_array().unwrap();
-        assert_eq!(
-            got.len(),
-            want.len(),
-            "{}: message count\n got: {body}",
-            path.display()
-        );
+        assert_eq!(got.len(), want.len(), "{}: message count\n got: {body}", path.display());
         for (g, w) in got.iter().zip(want) {
-            assert_eq!(
-                normalize(g),
-                normalize(w),
-                "{}: message differs",
-                path.display()
-            );
+            assert_eq!(normalize(g), normalize(w), "{}: message differs", path.display());
         }
         // Tool declarations: the recorded ones may add `strict`, which our
         // declarations do not carry; everything else must be identical.
@@ -268,30 +226,11 @@ fn encoder_reproduces_the_recorded_requests() {
             w["function"].as_object_mut().unwrap().remove("strict");
             assert_eq!(g, &w, "{}: tool declaration differs", path.display());
         }
-        assert_eq!(
-            body.get("stream_options"),
-            recorded.get("stream_options"),
-            "{}",
-            path.display()
-        );
-        assert_eq!(
-            body.get("tool_choice"),
-            recorded.get("tool_choice"),
-            "{}",
-            path.display()
-        );
-        assert_eq!(
-            body.get("stream").cloned().unwrap_or(Value::Bool(false)),
-            recorded["stream"],
-            "{}",
-            path.display()
-        );
+        assert_eq!(body.get("stream_options"), recorded.get("stream_options"), "{}", path.display());
+        assert_eq!(body.get("tool_choice"), recorded.get("tool_choice"), "{}", path.display());
+        assert_eq!(body.get("stream").cloned().unwrap_or(Value::Bool(false)), recorded["stream"], "{}", path.display());
     }
-    assert!(
-        seen >= 2,
-        "expected the recorded requests in {}",
-        dir.display()
-    );
+    assert!(seen >= 2, "expected the recorded requests in {}", dir.display());
 }
 
 /// `content: null` and an absent `content` mean the same on the wire.
@@ -305,12 +244,7 @@ fn normalize(message: &Value) -> Value {
     m
 }
 
-type Transcript = (
-    Option<String>,
-    Vec<Message>,
-    Vec<ToolDecl>,
-    Map<String, Value>,
-);
+type Transcript = (Option<String>, Vec<Message>, Vec<ToolDecl>, Map<String, Value>);
 
 /// What a caller holds for a recorded request: the system prompt, the turns
 /// (consecutive `tool` messages are one user turn of results), the tools and
@@ -334,18 +268,9 @@ fn transcript_of(request: &Value) -> Transcript {
                     let arguments = c["function"]["arguments"].as_str().unwrap().to_string();
                     names.insert(id.clone(), name.clone());
                     let input = serde_json::from_str(&arguments).unwrap();
-                    content.push(Block::ToolCall(ToolCall {
-                        id,
-                        name,
-                        input,
-                        arguments,
-                        provider_data: None,
-                    }));
+                    content.push(Block::ToolCall(ToolCall { id, name, input, arguments, provider_data: None }));
                 }
-                messages.push(Message {
-                    role: Role::Assistant,
-                    content,
-                });
+                messages.push(Message { role: Role::Assistant, content });
             }
             "tool" => {
                 let call_id = m["tool_call_id"].as_str().unwrap().to_string();
@@ -359,10 +284,7 @@ fn transcript_of(request: &Value) -> Transcript {
                     Some(last) if last.role == Role::User && last.tool_results().count() > 0 => {
                         last.content.push(block)
                     }
-                    _ => messages.push(Message {
-                        role: Role::User,
-                        content: vec![block],
-                    }),
+                    _ => messages.push(Message { role: Role::User, content: vec![block] }),
                 }
             }
             other => panic!("unexpected role {other}"),
@@ -374,19 +296,12 @@ fn transcript_of(request: &Value) -> Transcript {
         .flatten()
         .map(|t| {
             let f = &t["function"];
-            ToolDecl::new(
-                f["name"].as_str().unwrap(),
-                f["description"].as_str().unwrap(),
-                f["parameters"].clone(),
-            )
+            ToolDecl::new(f["name"].as_str().unwrap(), f["description"].as_str().unwrap(), f["parameters"].clone())
         })
         .collect();
     let mut params = Map::new();
     for (k, v) in request.as_object().unwrap() {
-        if !matches!(
-            k.as_str(),
-            "messages" | "tools" | "model" | "stream" | "stream_options"
-        ) {
+        if !matches!(k.as_str(), "messages" | "tools" | "model" | "stream" | "stream_options") {
             params.insert(k.clone(), v.clone());
         }
     }
@@ -403,15 +318,7 @@ fn oracle_call<'a>(
     max_tokens: Option<u32>,
     params: &'a Map<String, Value>,
 ) -> ModelCall<'a> {
-    ModelCall {
-        model: "gpt-4o",
-        system,
-        messages,
-        tools,
-        max_tokens,
-        stream,
-        params,
-    }
+    ModelCall { model: "gpt-4o", system, messages, tools, max_tokens, stream, params }
 }
 
 fn tool_call(id: &str, name: &str, arguments: &str) -> Block {
@@ -426,12 +333,7 @@ fn tool_call(id: &str, name: &str, arguments: &str) -> Block {
 }
 
 fn tool_result(call_id: &str, name: &str, output: &str, is_error: bool) -> Block {
-    Block::ToolResult(ToolResultBlock {
-        call_id: call_id.into(),
-        name: name.into(),
-        output: output.into(),
-        is_error,
-    })
+    Block::ToolResult(ToolResultBlock { call_id: call_id.into(), name: name.into(), output: output.into(), is_error })
 }
 
 fn weather_tool() -> ToolDecl {
@@ -469,10 +371,7 @@ fn oracle_bodies() -> Vec<(&'static str, Value)> {
         },
         Message {
             role: Role::User,
-            content: vec![
-                tool_result("call_w", "get_weather", "sunny", false),
-                tool_result("call_a", "add", "", true),
-            ],
+            content: vec![tool_result("call_w", "get_weather", "sunny", false), tool_result("call_a", "add", "", true)],
         },
         Message::assistant("Sunny; and 4."),
         Message {
@@ -481,15 +380,11 @@ fn oracle_bodies() -> Vec<(&'static str, Value)> {
                 Block::text("And this?"),
                 Block::Image {
                     media_type: "image/png".into(),
-                    source: ImageSource::Base64 {
-                        data: "iVBORw0KGgo=".into(),
-                    },
+                    source: ImageSource::Base64 { data: "iVBORw0KGgo=".into() },
                 },
                 Block::Image {
                     media_type: "image/jpeg".into(),
-                    source: ImageSource::Url {
-                        url: "https://example.com/a.jpg".into(),
-                    },
+                    source: ImageSource::Url { url: "https://example.com/a.jpg".into() },
                 },
             ],
         },
@@ -507,43 +402,16 @@ fn oracle_bodies() -> Vec<(&'static str, Value)> {
     let mut choice = Map::new();
     choice.insert("tool_choice".into(), json!("auto"));
     vec![
-        (
-            "simple",
-            STYLE.encode_body(&oracle_call(None, &simple, &[], false, None, &params)),
-        ),
-        (
-            "tools_stream",
-            STYLE.encode_body(&oracle_call(
-                Some("Be brief."),
-                &simple,
-                &tools,
-                true,
-                Some(256),
-                &choice,
-            )),
-        ),
-        (
-            "round",
-            STYLE.encode_body(&oracle_call(
-                Some("Use tools."),
-                &round,
-                &tools,
-                false,
-                Some(1024),
-                &params,
-            )),
-        ),
-        (
-            "round_stream",
-            STYLE.encode_body(&oracle_call(None, &round, &tools, true, None, &choice)),
-        ),
+        ("simple", STYLE.encode_body(&oracle_call(None, &simple, &[], false, None, &params))),
+        ("tools_stream", STYLE.encode_body(&oracle_call(Some("Be brief."), &simple, &tools, true, Some(256), &choice))),
+        ("round", STYLE.encode_body(&oracle_call(Some("Use tools."), &round, &tools, false, Some(1024), &params))),
+        ("round_stream", STYLE.encode_body(&oracle_call(None, &round, &tools, true, None, &choice))),
     ]
 }
 
 #[test]
 fn oracle_accepts_encoded_bodies() {
-    let python =
-        std::env::var("NEXUS_ORACLE_PY").unwrap_or_else(|_| "/tmp/oracle-venv/bin/python".into());
+    let python = std::env::var("NEXUS_ORACLE_PY").unwrap_or_else(|_| "/tmp/oracle-venv/bin/python".into());
     if !std::path::Path::new(&python).exists() {
         println!("skipped: oracle interpreter {python} not found (set NEXUS_ORACLE_PY)");
         return;
@@ -554,12 +422,7 @@ fn oracle_accepts_encoded_bodies() {
     for (name, body) in oracle_bodies() {
         let file = dir.join(format!("{name}.json"));
         std::fs::write(&file, serde_json::to_vec_pretty(&body).unwrap()).unwrap();
-        let out = std::process::Command::new(&python)
-            .arg(&script)
-            .arg("openai")
-            .arg(&file)
-            .output()
-            .unwrap();
+        let out = std::process::Command::new(&python).arg(&script).arg("openai").arg(&file).output().unwrap();
         assert!(
             out.status.success(),
             "{name}: oracle rejected the body\n{}\n{}\nbody: {body:#}",

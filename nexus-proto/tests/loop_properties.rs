@@ -117,9 +117,12 @@ fn assert_balanced_on_wire(style: Style, body: &Value) {
             let msgs = body["messages"].as_array().unwrap();
             for (i, m) in msgs.iter().enumerate() {
                 let ids = |m: &Value, ty: &str, key: &str| -> Vec<String> {
-                    m["content"].as_array().map(|c| {
-                        c.iter().filter(|b| b["type"] == ty).map(|b| b[key].as_str().unwrap().to_string()).collect()
-                    }).unwrap_or_default()
+                    m["content"]
+                        .as_array()
+                        .map(|c| {
+                            c.iter().filter(|b| b["type"] == ty).map(|b| b[key].as_str().unwrap().to_string()).collect()
+                        })
+                        .unwrap_or_default()
                 };
                 let mut uses = ids(m, "tool_use", "id");
                 if !uses.is_empty() {
@@ -136,7 +139,9 @@ fn assert_balanced_on_wire(style: Style, body: &Value) {
         Style::Gemini => {
             let contents = body["contents"].as_array().unwrap();
             for (i, c) in contents.iter().enumerate() {
-                let count = |c: &Value, key: &str| c["parts"].as_array().map(|p| p.iter().filter(|p| p.get(key).is_some()).count()).unwrap_or(0);
+                let count = |c: &Value, key: &str| {
+                    c["parts"].as_array().map(|p| p.iter().filter(|p| p.get(key).is_some()).count()).unwrap_or(0)
+                };
                 let calls = count(c, "functionCall");
                 if calls > 0 {
                     assert_eq!(calls, count(&contents[i + 1], "functionResponse"), "unbalanced at contents[{i}]");

@@ -3,9 +3,7 @@
 
 mod sim;
 
-use nexus_proto::{
-    Answer, Block, Input, Outcome, Output, Request, RunError, Style, ToolDecl, ToolReply, ToolResult,
-};
+use nexus_proto::{Answer, Block, Input, Outcome, Output, Request, RunError, Style, ToolDecl, ToolReply, ToolResult};
 use serde_json::{json, Map, Value};
 use sim::{echo, Sim, Stop, Turn};
 
@@ -53,7 +51,10 @@ fn results_of(sim: &Sim) -> Vec<(String, String, bool)> {
 fn pending_login(inv: &nexus_proto::ToolInvocation) -> ToolReply {
     match &inv.answer {
         None => ToolReply::Pending(Request::new("authorization", "log in first")),
-        Some(a) => ToolReply::Done(ToolResult::ok(format!("logged in with {}", Value::Object(a.data.clone().unwrap_or_default())))),
+        Some(a) => ToolReply::Done(ToolResult::ok(format!(
+            "logged in with {}",
+            Value::Object(a.data.clone().unwrap_or_default())
+        ))),
     }
 }
 
@@ -72,7 +73,10 @@ fn parallel_calls_run_in_one_batch_and_results_keep_call_order() {
             style,
             stream,
             tools(),
-            script(vec![vec![call("c1", "get_weather", r#"{"city":"Paris"}"#), call("c2", "add", r#"{"a":2,"b":2}"#)]], "The weather in Paris is Sunny."),
+            script(
+                vec![vec![call("c1", "get_weather", r#"{"city":"Paris"}"#), call("c2", "add", r#"{"a":2,"b":2}"#)]],
+                "The weather in Paris is Sunny.",
+            ),
         );
         let stop = sim.drive(&mut tool);
         assert_eq!(stop, Stop::Done(Outcome::Done), "{style:?} stream={stream}");
@@ -131,7 +135,10 @@ fn two_suspensions_surface_at_once_and_completed_results_are_kept() {
             style,
             stream,
             tools(),
-            script(vec![vec![call("c1", "login", "{}"), call("c2", "add", "{}"), call("c3", "login", "{\"x\":1}")]], "ok"),
+            script(
+                vec![vec![call("c1", "login", "{}"), call("c2", "add", "{}"), call("c3", "login", "{\"x\":1}")]],
+                "ok",
+            ),
         );
         let Stop::Suspended(reqs) = sim.drive(&mut tool) else { panic!() };
         assert_eq!(reqs.len(), 2, "{style:?}: every suspension surfaces");
@@ -149,7 +156,11 @@ fn two_suspensions_surface_at_once_and_completed_results_are_kept() {
         assert!(res[1].1.starts_with("add:"));
         assert!(res[2].1.starts_with("logged in"));
         // `add` ran exactly once, across two restores
-        let adds = sim.executed.iter().filter(|(id, _)| sim.run.tool_calls().iter().any(|c| &c.id == id && c.name == "add")).count();
+        let adds = sim
+            .executed
+            .iter()
+            .filter(|(id, _)| sim.run.tool_calls().iter().any(|c| &c.id == id && c.name == "add"))
+            .count();
         assert_eq!(adds, 1);
     });
 }
@@ -162,7 +173,12 @@ fn relay_answer(req: &Request, outputs: &[(&str, &str, bool)]) -> Answer {
 }
 
 fn relay_ids(req: &Request) -> Vec<String> {
-    req.data.as_ref().unwrap()["calls"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap().to_string()).collect()
+    req.data.as_ref().unwrap()["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
@@ -173,7 +189,14 @@ fn three_relay_calls_ride_one_request_in_order_and_resume_fills_every_slot() {
             style,
             stream,
             tools(),
-            script(vec![vec![call("r1", "lookup", raw), call("r2", "lookup", r#"{"q":"b"}"#), call("r3", "lookup", r#"{"q":"c"}"#)]], "fin"),
+            script(
+                vec![vec![
+                    call("r1", "lookup", raw),
+                    call("r2", "lookup", r#"{"q":"b"}"#),
+                    call("r3", "lookup", r#"{"q":"c"}"#),
+                ]],
+                "fin",
+            ),
         );
         let Stop::Suspended(reqs) = sim.drive(&mut tool) else { panic!() };
         assert_eq!(reqs.len(), 1);
@@ -189,7 +212,8 @@ fn three_relay_calls_ride_one_request_in_order_and_resume_fills_every_slot() {
         assert!(sim.executed.is_empty(), "nothing runs locally for relay tools");
         let ids = relay_ids(&reqs[0]);
         sim.reload();
-        sim.answer(relay_answer(&reqs[0], &[(&ids[2], "C", false), (&ids[0], "A", false), (&ids[1], "B", true)])).unwrap();
+        sim.answer(relay_answer(&reqs[0], &[(&ids[2], "C", false), (&ids[0], "A", false), (&ids[1], "B", true)]))
+            .unwrap();
         assert_eq!(sim.drive(&mut tool), Stop::Done(Outcome::Done));
         let res = results_of(&sim);
         assert_eq!(res.iter().map(|r| r.1.as_str()).collect::<Vec<_>>(), vec!["A", "B", "C"]);
@@ -208,7 +232,12 @@ fn single_call_shorthand_and_missing_relay_results() {
         assert_eq!(sim.drive(&mut tool), Stop::Done(Outcome::Done));
         assert_eq!(results_of(&sim)[0].1, "short");
 
-        let mut sim = Sim::new(style, stream, tools(), script(vec![vec![call("r1", "lookup", "{}"), call("r2", "lookup", "{}")]], "fin"));
+        let mut sim = Sim::new(
+            style,
+            stream,
+            tools(),
+            script(vec![vec![call("r1", "lookup", "{}"), call("r2", "lookup", "{}")]], "fin"),
+        );
         let Stop::Suspended(reqs) = sim.drive(&mut tool) else { panic!() };
         let ids = relay_ids(&reqs[0]);
         sim.answer(relay_answer(&reqs[0], &[(&ids[0], "only one", false)])).unwrap();
@@ -238,7 +267,10 @@ fn declined_relay_continues_and_real_tool_beside_it_runs_once() {
             style,
             stream,
             tools(),
-            script(vec![vec![call("c1", "add", "{}"), call("r1", "lookup", "{}")], vec![call("r2", "lookup", "{}")]], "fin"),
+            script(
+                vec![vec![call("c1", "add", "{}"), call("r1", "lookup", "{}")], vec![call("r2", "lookup", "{}")]],
+                "fin",
+            ),
         );
         let Stop::Suspended(reqs) = sim.drive(&mut tool) else { panic!() };
         assert_eq!(sim.executed.len(), 1, "the executed tool ran beside the relay call");
@@ -279,8 +311,21 @@ fn retries_honour_retry_after_then_give_up() {
         let mut sim = Sim::new(style, stream, tools(), vec![Turn::text("hi")]);
         let Output::Send(req) = sim.run.poll_output() else { panic!() };
         let ex = req.exchange;
-        sim.run.handle_input(sim.now, Input::ResponseHead { exchange: ex, status: 429, headers: vec![("Retry-After".into(), "3".into())] }).unwrap();
-        sim.run.handle_input(sim.now, Input::ResponseBody { exchange: ex, chunk: br#"{"error":{"message":"slow down","type":"rate_limit_error"}}"# }).unwrap();
+        sim.run
+            .handle_input(
+                sim.now,
+                Input::ResponseHead { exchange: ex, status: 429, headers: vec![("Retry-After".into(), "3".into())] },
+            )
+            .unwrap();
+        sim.run
+            .handle_input(
+                sim.now,
+                Input::ResponseBody {
+                    exchange: ex,
+                    chunk: br#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#,
+                },
+            )
+            .unwrap();
         sim.run.handle_input(sim.now, Input::ResponseEnd { exchange: ex }).unwrap();
         let waited = loop {
             match sim.run.poll_output() {
@@ -308,7 +353,9 @@ fn non_retryable_errors_keep_the_provider_message() {
         let Output::Send(req) = sim.run.poll_output() else { panic!() };
         let body = match style {
             Style::Anthropic => r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad thing"}}"#,
-            Style::OpenAi => r#"{"error":{"message":"bad thing","type":"invalid_request_error","param":null,"code":null}}"#,
+            Style::OpenAi => {
+                r#"{"error":{"message":"bad thing","type":"invalid_request_error","param":null,"code":null}}"#
+            }
             Style::Gemini => r#"{"error":{"code":400,"message":"bad thing","status":"INVALID_ARGUMENT"}}"#,
         };
         sim.feed_response(req.exchange, 400, "application/json", body.as_bytes());
@@ -388,14 +435,23 @@ fn no_secret_enters_the_state() {
 #[test]
 fn streamed_and_whole_runs_end_with_the_same_transcript() {
     for style in STYLES {
-        let s = script(vec![vec![call("c1", "get_weather", r#"{"city":"Paris"}"#), call("c2", "add", "{}")]], "final words here");
+        let s = script(
+            vec![vec![call("c1", "get_weather", r#"{"city":"Paris"}"#), call("c2", "add", "{}")]],
+            "final words here",
+        );
         let mut a = Sim::new(style, false, tools(), s.clone());
         let mut b = Sim::new(style, true, tools(), s);
         b.chunk = 1;
         assert_eq!(a.drive(&mut tool), b.drive(&mut tool));
         assert_eq!(a.run.transcript(), b.run.transcript(), "{style:?}");
         let text = |sim: &Sim| -> String {
-            sim.events.iter().filter_map(|e| match e { nexus_proto::StreamEvent::TextDelta { text } => Some(text.clone()), _ => None }).collect()
+            sim.events
+                .iter()
+                .filter_map(|e| match e {
+                    nexus_proto::StreamEvent::TextDelta { text } => Some(text.clone()),
+                    _ => None,
+                })
+                .collect()
         };
         assert_eq!(text(&a), text(&b));
         let _ = Block::text("");

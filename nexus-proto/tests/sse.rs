@@ -33,67 +33,35 @@ fn fed_only(bytes: &[u8]) -> Vec<SseEvent> {
 
 /// A default-type event without id.
 fn msg(data: &str) -> SseEvent {
-    SseEvent {
-        event: None,
-        data: data.to_string(),
-        id: None,
-    }
+    SseEvent { event: None, data: data.to_string(), id: None }
 }
 
 fn named(event: &str, data: &str) -> SseEvent {
-    SseEvent {
-        event: Some(event.to_string()),
-        data: data.to_string(),
-        id: None,
-    }
+    SseEvent { event: Some(event.to_string()), data: data.to_string(), id: None }
 }
 
 fn with_id(data: &str, id: &str) -> SseEvent {
-    SseEvent {
-        event: None,
-        data: data.to_string(),
-        id: Some(id.to_string()),
-    }
+    SseEvent { event: None, data: data.to_string(), id: Some(id.to_string()) }
 }
 
 /// Decodes `bytes` whole, under every two-way split, every three-way split
 /// (when short), and one byte at a time, asserting they all give `want`.
 fn assert_all_chunkings(bytes: &[u8], want: &[SseEvent]) {
-    assert_eq!(
-        decode(bytes),
-        want,
-        "whole: {:?}",
-        String::from_utf8_lossy(bytes)
-    );
+    assert_eq!(decode(bytes), want, "whole: {:?}", String::from_utf8_lossy(bytes));
     for i in 0..=bytes.len() {
         let (a, b) = bytes.split_at(i);
-        assert_eq!(
-            decode_chunks(&[a, b]),
-            want,
-            "split at {i}: {:?}",
-            String::from_utf8_lossy(bytes)
-        );
+        assert_eq!(decode_chunks(&[a, b]), want, "split at {i}: {:?}", String::from_utf8_lossy(bytes));
     }
     if bytes.len() <= 64 {
         for i in 0..=bytes.len() {
             for j in i..=bytes.len() {
                 let chunks = [&bytes[..i], &bytes[i..j], &bytes[j..]];
-                assert_eq!(
-                    decode_chunks(&chunks),
-                    want,
-                    "split at {i},{j}: {:?}",
-                    String::from_utf8_lossy(bytes)
-                );
+                assert_eq!(decode_chunks(&chunks), want, "split at {i},{j}: {:?}", String::from_utf8_lossy(bytes));
             }
         }
     }
     let bytes_one: Vec<&[u8]> = bytes.chunks(1).collect();
-    assert_eq!(
-        decode_chunks(&bytes_one),
-        want,
-        "byte by byte: {:?}",
-        String::from_utf8_lossy(bytes)
-    );
+    assert_eq!(decode_chunks(&bytes_one), want, "byte by byte: {:?}", String::from_utf8_lossy(bytes));
 }
 
 // ----- line ends ---------------------------------------------------------------
@@ -138,10 +106,7 @@ fn lf_cr_is_two_line_ends() {
 
 #[test]
 fn comment_lines_are_ignored() {
-    assert_all_chunkings(
-        b": keep-alive\n\ndata: x\n: between data lines\ndata: y\n\n:\n\n",
-        &[msg("x\ny")],
-    );
+    assert_all_chunkings(b": keep-alive\n\ndata: x\n: between data lines\ndata: y\n\n:\n\n", &[msg("x\ny")]);
 }
 
 #[test]
@@ -161,21 +126,9 @@ fn multi_line_data_is_joined_with_lf() {
 fn one_space_after_the_colon_is_dropped() {
     assert_eq!(decode(b"data:x\n\n"), vec![msg("x")]);
     assert_eq!(decode(b"data: x\n\n"), vec![msg("x")]);
-    assert_eq!(
-        decode(b"data:  x\n\n"),
-        vec![msg(" x")],
-        "only one space is removed"
-    );
-    assert_eq!(
-        decode(b"data:\tx\n\n"),
-        vec![msg("\tx")],
-        "a tab is not the space"
-    );
-    assert_eq!(
-        decode(b"data: x \n\n"),
-        vec![msg("x ")],
-        "trailing spaces stay"
-    );
+    assert_eq!(decode(b"data:  x\n\n"), vec![msg(" x")], "only one space is removed");
+    assert_eq!(decode(b"data:\tx\n\n"), vec![msg("\tx")], "a tab is not the space");
+    assert_eq!(decode(b"data: x \n\n"), vec![msg("x ")], "trailing spaces stay");
 }
 
 #[test]
@@ -253,10 +206,7 @@ fn an_empty_id_resets_the_last_event_id() {
 
 #[test]
 fn an_id_holding_nul_is_ignored() {
-    assert_eq!(
-        decode(b"id: 1\ndata: a\n\nid: 2\x003\ndata: b\n\n"),
-        vec![with_id("a", "1"), with_id("b", "1")]
-    );
+    assert_eq!(decode(b"id: 1\ndata: a\n\nid: 2\x003\ndata: b\n\n"), vec![with_id("a", "1"), with_id("b", "1")]);
 }
 
 #[test]
@@ -277,33 +227,21 @@ fn a_leading_bom_is_skipped() {
 fn a_leading_bom_split_across_chunks_is_skipped() {
     let want = vec![msg("x")];
     assert_eq!(decode_chunks(&[b"\xEF", b"\xBB", b"\xBFdata: x\n\n"]), want);
-    assert_eq!(
-        decode_chunks(&[b"\xEF", b"", b"\xBB\xBF", b"data: x\n\n"]),
-        want
-    );
-    assert_eq!(
-        decode_chunks(&[b"", b"\xEF\xBB", b"\xBF", b"data", b": x\n\n"]),
-        want
-    );
+    assert_eq!(decode_chunks(&[b"\xEF", b"", b"\xBB\xBF", b"data: x\n\n"]), want);
+    assert_eq!(decode_chunks(&[b"", b"\xEF\xBB", b"\xBF", b"data", b": x\n\n"]), want);
 }
 
 #[test]
 fn only_one_bom_is_skipped() {
     // The second BOM decodes to U+FEFF, which makes the field name "\u{FEFF}data": unknown.
-    assert_all_chunkings(
-        b"\xEF\xBB\xBF\xEF\xBB\xBFdata: x\n\ndata: y\n\n",
-        &[msg("y")],
-    );
+    assert_all_chunkings(b"\xEF\xBB\xBF\xEF\xBB\xBFdata: x\n\ndata: y\n\n", &[msg("y")]);
 }
 
 #[test]
 fn a_bom_later_in_the_stream_is_data() {
     assert_all_chunkings("data: \u{FEFF}x\n\n".as_bytes(), &[msg("\u{FEFF}x")]);
     // At the start of a later line it is part of the field name, so that line is ignored.
-    assert_all_chunkings(
-        b"data: a\n\n\xEF\xBB\xBFdata: b\n\ndata: c\n\n",
-        &[msg("a"), msg("c")],
-    );
+    assert_all_chunkings(b"data: a\n\n\xEF\xBB\xBFdata: b\n\ndata: c\n\n", &[msg("a"), msg("c")]);
 }
 
 #[test]
@@ -312,10 +250,7 @@ fn a_partial_bom_is_not_a_bom() {
     assert_all_chunkings(b"\xEF\xBB\ndata: x\n\n", &[msg("x")]);
     // EF BB then a non-BF byte: the bytes are part of the first line's field name.
     assert_all_chunkings(b"\xEF\xBBdata: x\n\ndata: y\n\n", &[msg("y")]);
-    assert_eq!(
-        decode_chunks(&[b"\xEF", b"\xBB", b"x\n\ndata: y\n\n"]),
-        vec![msg("y")]
-    );
+    assert_eq!(decode_chunks(&[b"\xEF", b"\xBB", b"x\n\ndata: y\n\n"]), vec![msg("y")]);
     // A stream that is nothing but a BOM prefix.
     assert_eq!(decode(b"\xEF\xBB"), vec![]);
     assert_eq!(decode(b"\xEF\xBB\xBF"), vec![]);
@@ -331,11 +266,7 @@ fn finish_dispatches_a_final_event_without_its_blank_line() {
     }
     assert_all_chunkings(
         b"event: e\nid: 1\ndata: x\ndata: y",
-        &[SseEvent {
-            event: Some("e".into()),
-            data: "x\ny".into(),
-            id: Some("1".into()),
-        }],
+        &[SseEvent { event: Some("e".into()), data: "x\ny".into(), id: Some("1".into()) }],
     );
 }
 
@@ -343,10 +274,7 @@ fn finish_dispatches_a_final_event_without_its_blank_line() {
 fn finish_dispatches_nothing_when_no_data_is_pending() {
     assert_eq!(decode(b"data: x\n\n"), vec![msg("x")]);
     assert_eq!(decode(b"data: x\n\nevent: tail"), vec![msg("x")]);
-    assert_eq!(
-        decode(b"data: x\n\n: comment without line end"),
-        vec![msg("x")]
-    );
+    assert_eq!(decode(b"data: x\n\n: comment without line end"), vec![msg("x")]);
 }
 
 #[test]
@@ -370,14 +298,7 @@ fn finish_leaves_the_decoder_at_the_start_of_a_new_stream() {
     let mut out = Vec::new();
     decoder.feed(b"id: 1\nevent: e\ndata: a", &mut out);
     decoder.finish(&mut out);
-    assert_eq!(
-        out,
-        vec![SseEvent {
-            event: Some("e".into()),
-            data: "a".into(),
-            id: Some("1".into())
-        }]
-    );
+    assert_eq!(out, vec![SseEvent { event: Some("e".into()), data: "a".into(), id: Some("1".into()) }]);
     out.clear();
     decoder.finish(&mut out);
     assert_eq!(out, vec![], "a second finish dispatches nothing again");
@@ -394,10 +315,7 @@ fn a_crlf_split_between_cr_and_lf_is_one_line_end() {
     let want = vec![msg("a\nb")];
     assert_eq!(decode_chunks(&[b"data: a\r", b"\ndata: b\r\n\r\n"]), want);
     // Empty chunks between the CR and the LF do not break the pair.
-    assert_eq!(
-        decode_chunks(&[b"data: a\r", b"", b"", b"\ndata: b\r\n\r\n"]),
-        want
-    );
+    assert_eq!(decode_chunks(&[b"data: a\r", b"", b"", b"\ndata: b\r\n\r\n"]), want);
     // CR at the end of a chunk followed by a non-LF byte is a line end on its own.
     assert_eq!(decode_chunks(&[b"data: a\r", b"data: b\r", b"\r"]), want);
 }
@@ -409,11 +327,7 @@ fn a_chunk_may_end_mid_utf8_character() {
     let name = "event: ✓\ndata: ü\nid: ☃\n\n";
     assert_all_chunkings(
         name.as_bytes(),
-        &[SseEvent {
-            event: Some("✓".into()),
-            data: "ü".into(),
-            id: Some("☃".into()),
-        }],
+        &[SseEvent { event: Some("✓".into()), data: "ü".into(), id: Some("☃".into()) }],
     );
 }
 
@@ -467,30 +381,15 @@ fn corpus_streams_decode_the_same_under_any_chunking() {
                 // Anthropic names every event after its payload's `type`.
                 for ev in &events {
                     let v: serde_json::Value = serde_json::from_str(&ev.data).unwrap();
-                    assert_eq!(
-                        ev.event.as_deref(),
-                        v["type"].as_str(),
-                        "{}",
-                        path.display()
-                    );
+                    assert_eq!(ev.event.as_deref(), v["type"].as_str(), "{}", path.display());
                 }
             }
             for i in split_points(&bytes) {
                 let (a, b) = bytes.split_at(i);
-                assert_eq!(
-                    decode_chunks(&[a, b]),
-                    events,
-                    "{}: split at {i}",
-                    path.display()
-                );
+                assert_eq!(decode_chunks(&[a, b]), events, "{}: split at {i}", path.display());
             }
             let one: Vec<&[u8]> = bytes.chunks(1).collect();
-            assert_eq!(
-                decode_chunks(&one),
-                events,
-                "{}: byte by byte",
-                path.display()
-            );
+            assert_eq!(decode_chunks(&one), events, "{}: byte by byte", path.display());
         }
     }
 }
@@ -501,12 +400,7 @@ fn corpus_streams_decode_the_same_under_any_chunking() {
 #[derive(Debug, Clone)]
 enum Item {
     /// An event with at least one data line.
-    Event {
-        name: Option<String>,
-        id: Option<String>,
-        data: Vec<String>,
-        comment: Option<String>,
-    },
+    Event { name: Option<String>, id: Option<String>, data: Vec<String>, comment: Option<String> },
     /// An `id:` with no data: sets the last event ID, dispatches nothing.
     IdOnly(String),
     /// An `event:` with no data: dispatches nothing.
@@ -544,13 +438,7 @@ fn item() -> impl Strategy<Value = Item> {
 
 /// Writes one line. `field: value`, with the optional space only where
 /// leaving it out keeps the value (a value starting with a space needs it).
-fn push_line(
-    out: &mut Vec<u8>,
-    prev_cr: &mut bool,
-    field: &str,
-    value: Option<&str>,
-    style: LineStyle,
-) {
+fn push_line(out: &mut Vec<u8>, prev_cr: &mut bool, field: &str, value: Option<&str>, style: LineStyle) {
     let start = out.len();
     match value {
         Some(v) => {
@@ -565,11 +453,7 @@ fn push_line(
     }
     let empty = out.len() == start;
     // After a CR, an empty line ended by LF would read as the second half of a CRLF.
-    let line_end = if *prev_cr && empty && style.line_end == 0 {
-        1
-    } else {
-        style.line_end
-    };
+    let line_end = if *prev_cr && empty && style.line_end == 0 { 1 } else { style.line_end };
     match line_end {
         0 => out.push(b'\n'),
         1 => out.push(b'\r'),
@@ -581,12 +465,7 @@ fn push_line(
 /// Serializes the items with the given line styles (cycled), an optional BOM,
 /// and optionally without the blank line after the last item. Returns the
 /// bytes and the events the WHATWG rules say they carry.
-fn serialize(
-    items: &[Item],
-    styles: &[LineStyle],
-    bom: bool,
-    final_blank: bool,
-) -> (Vec<u8>, Vec<SseEvent>) {
+fn serialize(items: &[Item], styles: &[LineStyle], bom: bool, final_blank: bool) -> (Vec<u8>, Vec<SseEvent>) {
     let mut out = Vec::new();
     if bom {
         out.extend_from_slice(b"\xEF\xBB\xBF");
@@ -601,12 +480,7 @@ fn serialize(
     };
     for (i, item) in items.iter().enumerate() {
         match item {
-            Item::Event {
-                name,
-                id,
-                data,
-                comment,
-            } => {
+            Item::Event { name, id, data, comment } => {
                 if let Some(c) = comment {
                     push_line(&mut out, &mut prev_cr, "", Some(c), next_style());
                 }
@@ -620,19 +494,13 @@ fn serialize(
                 for d in data {
                     push_line(&mut out, &mut prev_cr, "data", Some(d), next_style());
                 }
-                want.push(SseEvent {
-                    event: name.clone(),
-                    data: data.join("\n"),
-                    id: last_id.clone(),
-                });
+                want.push(SseEvent { event: name.clone(), data: data.join("\n"), id: last_id.clone() });
             }
             Item::IdOnly(id) => {
                 push_line(&mut out, &mut prev_cr, "id", Some(id), next_style());
                 last_id = Some(id.clone());
             }
-            Item::NameOnly(name) => {
-                push_line(&mut out, &mut prev_cr, "event", Some(name), next_style())
-            }
+            Item::NameOnly(name) => push_line(&mut out, &mut prev_cr, "event", Some(name), next_style()),
             Item::Comment(c) => push_line(&mut out, &mut prev_cr, "", Some(c), next_style()),
         }
         if final_blank || i + 1 < items.len() {
@@ -643,19 +511,11 @@ fn serialize(
 }
 
 fn line_styles() -> impl Strategy<Value = Vec<LineStyle>> {
-    proptest::collection::vec(
-        (0u8..3, any::<bool>()).prop_map(|(line_end, space)| LineStyle { line_end, space }),
-        1..6,
-    )
+    proptest::collection::vec((0u8..3, any::<bool>()).prop_map(|(line_end, space)| LineStyle { line_end, space }), 1..6)
 }
 
 fn stream() -> impl Strategy<Value = (Vec<u8>, Vec<SseEvent>)> {
-    (
-        proptest::collection::vec(item(), 0..6),
-        line_styles(),
-        any::<bool>(),
-        any::<bool>(),
-    )
+    (proptest::collection::vec(item(), 0..6), line_styles(), any::<bool>(), any::<bool>())
         .prop_map(|(items, styles, bom, final_blank)| serialize(&items, &styles, bom, final_blank))
 }
 
@@ -757,18 +617,12 @@ mod fuzz_bodies {
     #[test]
     fn reference_agrees_with_the_rules() {
         // The oracle itself, on cases whose answers the tests above state.
-        assert_eq!(
-            fuzzing::reference_sse(b"data: a\r\ndata: b\r\n\r\n"),
-            vec![msg("a\nb")]
-        );
+        assert_eq!(fuzzing::reference_sse(b"data: a\r\ndata: b\r\n\r\n"), vec![msg("a\nb")]);
         assert_eq!(
             fuzzing::reference_sse(b"\xEF\xBB\xBFid: 1\ndata\n\ndata:x"),
             vec![with_id("", "1"), with_id("x", "1")]
         );
-        assert_eq!(
-            fuzzing::reference_sse(b"event: e\n\ndata: y\n\n"),
-            vec![msg("y")]
-        );
+        assert_eq!(fuzzing::reference_sse(b"event: e\n\ndata: y\n\n"), vec![msg("y")]);
     }
 
     #[test]

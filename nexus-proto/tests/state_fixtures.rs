@@ -9,12 +9,19 @@ use serde_json::{json, Map};
 use sim::{Sim, Stop, Turn};
 
 fn tools() -> Vec<ToolDecl> {
-    vec![ToolDecl::new("approve", "suspends", json!({"type":"object"})), ToolDecl::relay("lookup", "relayed", json!({"type":"object"}))]
+    vec![
+        ToolDecl::new("approve", "suspends", json!({"type":"object"})),
+        ToolDecl::relay("lookup", "relayed", json!({"type":"object"})),
+    ]
 }
 
 fn script() -> Vec<Turn> {
     vec![
-        Turn::calls(&[("call_a", "approve", r#"{"x":1}"#), ("call_b", "lookup", r#"{"q": "b"}"#), ("call_c", "lookup", "{}")]),
+        Turn::calls(&[
+            ("call_a", "approve", r#"{"x":1}"#),
+            ("call_b", "lookup", r#"{"q": "b"}"#),
+            ("call_c", "lookup", "{}"),
+        ]),
         Turn::text("finished"),
     ]
 }
@@ -37,7 +44,8 @@ fn write_current_fixture_when_asked() {
     }
     let mut sim = Sim::new(Style::OpenAi, false, tools(), script());
     let Stop::Suspended(_) = sim.drive(&mut tool) else { panic!() };
-    std::fs::write(dir().join(format!("v{FORMAT_VERSION}-openai-approval-and-relay.json")), sim.run.snapshot()).unwrap();
+    std::fs::write(dir().join(format!("v{FORMAT_VERSION}-openai-approval-and-relay.json")), sim.run.snapshot())
+        .unwrap();
 }
 
 #[test]
@@ -68,7 +76,10 @@ fn every_released_state_version_loads_and_finishes() {
 
 #[test]
 fn unknown_versions_and_garbage_are_typed_errors() {
-    assert!(matches!(Run::restore(b"{\"format_version\":999}"), Err(nexus_proto::StateError::UnsupportedVersion { found: 999, .. })));
+    assert!(matches!(
+        Run::restore(b"{\"format_version\":999}"),
+        Err(nexus_proto::StateError::UnsupportedVersion { found: 999, .. })
+    ));
     assert!(matches!(Run::restore(b"not json"), Err(nexus_proto::StateError::Corrupt(_))));
     assert!(matches!(Run::restore(b"{}"), Err(nexus_proto::StateError::Corrupt(_))));
     assert!(matches!(Run::restore(b"{\"format_version\":1}"), Err(nexus_proto::StateError::Corrupt(_))));

@@ -8,9 +8,7 @@
 mod common;
 mod translate_support;
 
-use nexus_proto::translate::{
-    openai_request_bytes_to, openai_request_to, TranslateError, TranslatedRequest,
-};
+use nexus_proto::translate::{openai_request_bytes_to, openai_request_to, TranslateError, TranslatedRequest};
 use nexus_proto::Style;
 use serde_json::{json, Value};
 use translate_support::{oracle_batch, Job};
@@ -25,17 +23,12 @@ fn translate(style: Style, req: &Value) -> TranslatedRequest {
 
 fn refused(style: Style, req: &Value) -> TranslateError {
     match openai_request_to(style, req) {
-        Ok(t) => panic!(
-            "{style:?} accepted {req}\n→ {}",
-            String::from_utf8_lossy(&t.body)
-        ),
+        Ok(t) => panic!("{style:?} accepted {req}\n→ {}", String::from_utf8_lossy(&t.body)),
         Err(e) => {
             assert_eq!(e.status, 400, "{e}");
             let v = e.to_json();
             assert_eq!(v["error"]["type"], "invalid_request_error");
-            assert!(v["error"]["message"]
-                .as_str()
-                .is_some_and(|m| !m.is_empty()));
+            assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
             e
         }
     }
@@ -93,10 +86,7 @@ fn anthropic_golden_request() -> Value {
 fn anthropic_golden_parallel_calls_and_their_results() {
     let t = translate(Style::Anthropic, &anthropic_golden_request());
     assert!(!t.stream);
-    assert_eq!(
-        t.url("https://api.anthropic.com"),
-        "https://api.anthropic.com/v1/messages"
-    );
+    assert_eq!(t.url("https://api.anthropic.com"), "https://api.anthropic.com/v1/messages");
     // The Messages API shapes: tool_use blocks with parsed `input`, ONE user
     // turn holding both tool_result blocks, `required` → `any`, and
     // `parallel_tool_calls: false` → `disable_parallel_tool_use`. An empty
@@ -131,15 +121,13 @@ fn anthropic_golden_parallel_calls_and_their_results() {
 
 #[test]
 fn anthropic_tool_choice_mapping() {
-    let base = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [weather_tool(), add_tool()]});
+    let base =
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [weather_tool(), add_tool()]});
     let cases = [
         (json!("auto"), json!({"type": "auto"})),
         (json!("required"), json!({"type": "any"})),
         (json!("none"), json!({"type": "none"})),
-        (
-            json!({"type": "function", "function": {"name": "add"}}),
-            json!({"type": "tool", "name": "add"}),
-        ),
+        (json!({"type": "function", "function": {"name": "add"}}), json!({"type": "tool", "name": "add"})),
     ];
     for (choice, want) in cases {
         let mut req = base.clone();
@@ -148,9 +136,7 @@ fn anthropic_tool_choice_mapping() {
         assert_eq!(body(&t)["tool_choice"], want, "tool_choice {choice}");
     }
     // No choice: the API's default (auto) is left to the API.
-    assert!(body(&translate(Style::Anthropic, &base))
-        .get("tool_choice")
-        .is_none());
+    assert!(body(&translate(Style::Anthropic, &base)).get("tool_choice").is_none());
     // No choice but parallel calls turned off: auto with the switch.
     let mut req = base.clone();
     req["parallel_tool_calls"] = json!(false);
@@ -160,10 +146,7 @@ fn anthropic_tool_choice_mapping() {
     );
     // `none` makes no calls, so there is nothing parallel to turn off.
     req["tool_choice"] = json!("none");
-    assert_eq!(
-        body(&translate(Style::Anthropic, &req))["tool_choice"],
-        json!({"type": "none"})
-    );
+    assert_eq!(body(&translate(Style::Anthropic, &req))["tool_choice"], json!({"type": "none"}));
 }
 
 fn anthropic_settings_request() -> Value {
@@ -196,20 +179,9 @@ fn anthropic_sampling_format_and_identity_settings() {
     assert_eq!(b["metadata"], json!({"user_id": "u-42"}));
     assert_eq!(b["stream"], true);
     assert_eq!(b["output_config"]["format"]["type"], "json_schema");
-    assert_eq!(
-        b["output_config"]["format"]["schema"],
-        req["response_format"]["json_schema"]["schema"]
-    );
+    assert_eq!(b["output_config"]["format"]["schema"], req["response_format"]["json_schema"]["schema"]);
     // Settings that mean "not set" leave no trace.
-    for key in [
-        "n",
-        "logprobs",
-        "store",
-        "presence_penalty",
-        "seed",
-        "stream_options",
-        "response_format",
-    ] {
+    for key in ["n", "logprobs", "store", "presence_penalty", "seed", "stream_options", "response_format"] {
         assert!(b.get(key).is_none(), "{key} leaked into {b}");
     }
 }
@@ -227,10 +199,7 @@ fn strict_tools_are_strict_upstream() {
     assert_eq!(body(&a)["tools"][0]["strict"], true);
     assert!(body(&a)["tools"][1].get("strict").is_none());
     let g = translate(Style::Gemini, &req);
-    assert_eq!(
-        body(&g)["toolConfig"],
-        json!({"functionCallingConfig": {"mode": "VALIDATED"}})
-    );
+    assert_eq!(body(&g)["toolConfig"], json!({"functionCallingConfig": {"mode": "VALIDATED"}}));
 }
 
 // ---------------------------------------------------------------- golden: gemini
@@ -299,11 +268,7 @@ fn gemini_tool_choice_mapping() {
         let mut req = base.clone();
         req["tool_choice"] = choice.clone();
         let t = translate(Style::Gemini, &req);
-        assert_eq!(
-            body(&t)["toolConfig"]["functionCallingConfig"],
-            want,
-            "tool_choice {choice}"
-        );
+        assert_eq!(body(&t)["toolConfig"]["functionCallingConfig"], want, "tool_choice {choice}");
     }
 }
 
@@ -365,11 +330,7 @@ fn gemini_id_and_name_map() {
         .iter()
         .map(|p| {
             let fr = &p["functionResponse"];
-            (
-                fr["id"].as_str().unwrap(),
-                fr["name"].as_str().unwrap(),
-                fr["response"]["output"].as_str().unwrap(),
-            )
+            (fr["id"].as_str().unwrap(), fr["name"].as_str().unwrap(), fr["response"]["output"].as_str().unwrap())
         })
         .collect();
     assert_eq!(
@@ -418,17 +379,11 @@ fn gemini_generation_settings() {
             "responseJsonSchema": {"type": "object", "properties": {"x": {"type": "string"}}},
         })
     );
-    assert!(
-        b.get("stream").is_none(),
-        "Gemini streams by endpoint, not by a body key"
-    );
+    assert!(b.get("stream").is_none(), "Gemini streams by endpoint, not by a body key");
     let mut json_mode = req.clone();
     json_mode["response_format"] = json!({"type": "json_object"});
     let b = body(&translate(Style::Gemini, &json_mode));
-    assert_eq!(
-        b["generationConfig"]["responseMimeType"],
-        "application/json"
-    );
+    assert_eq!(b["generationConfig"]["responseMimeType"], "application/json");
     assert!(b["generationConfig"].get("responseJsonSchema").is_none());
 }
 
@@ -518,58 +473,22 @@ fn what_a_target_cannot_express_is_a_400_naming_it() {
             json!({"tool_choice": {"type": "function", "function": {"name": "nope"}}}),
             "tool_choice.function.name",
         ),
-        (
-            both.to_vec(),
-            json!({"tool_choice": {"type": "custom", "custom": {"name": "x"}}}),
-            "tool_choice.type",
-        ),
-        (
-            both.to_vec(),
-            json!({"tools": [{"type": "custom", "custom": {"name": "x"}}]}),
-            "tools[0].type",
-        ),
+        (both.to_vec(), json!({"tool_choice": {"type": "custom", "custom": {"name": "x"}}}), "tool_choice.type"),
+        (both.to_vec(), json!({"tools": [{"type": "custom", "custom": {"name": "x"}}]}), "tools[0].type"),
         (
             both.to_vec(),
             json!({"tools": [{"type": "function", "function": {"name": "bad name"}}]}),
             "tools[0].function.name",
         ),
-        (
-            both.to_vec(),
-            json!({"reasoning_effort": "none"}),
-            "reasoning_effort",
-        ),
-        (
-            vec![Style::Anthropic],
-            json!({"response_format": {"type": "json_object"}}),
-            "response_format",
-        ),
-        (
-            vec![Style::Anthropic],
-            json!({"temperature": 1.5}),
-            "temperature",
-        ),
+        (both.to_vec(), json!({"reasoning_effort": "none"}), "reasoning_effort"),
+        (vec![Style::Anthropic], json!({"response_format": {"type": "json_object"}}), "response_format"),
+        (vec![Style::Anthropic], json!({"temperature": 1.5}), "temperature"),
         (vec![Style::Anthropic], json!({"seed": 1}), "seed"),
-        (
-            vec![Style::Anthropic],
-            json!({"frequency_penalty": 0.2}),
-            "frequency_penalty",
-        ),
-        (
-            vec![Style::Gemini],
-            json!({"parallel_tool_calls": false}),
-            "parallel_tool_calls",
-        ),
+        (vec![Style::Anthropic], json!({"frequency_penalty": 0.2}), "frequency_penalty"),
+        (vec![Style::Gemini], json!({"parallel_tool_calls": false}), "parallel_tool_calls"),
         (vec![Style::Gemini], json!({"user": "u"}), "user"),
-        (
-            vec![Style::Gemini],
-            json!({"safety_identifier": "u"}),
-            "safety_identifier",
-        ),
-        (
-            vec![Style::Anthropic],
-            json!({"user": "u", "safety_identifier": "v"}),
-            "user",
-        ),
+        (vec![Style::Gemini], json!({"safety_identifier": "u"}), "safety_identifier"),
+        (vec![Style::Anthropic], json!({"user": "u", "safety_identifier": "v"}), "user"),
         (
             vec![Style::Gemini],
             json!({"tools": [{"type": "function", "function": {"name": "9lives"}}]}),
@@ -591,18 +510,9 @@ fn malformed_conversations_are_refused_with_their_place() {
     let call = json!({"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]});
     let cases: Vec<(Vec<Value>, &str)> = vec![
         (vec![], "messages"),
-        (
-            vec![json!({"role": "system", "content": "only a system prompt"})],
-            "messages",
-        ),
-        (
-            vec![json!({"role": "function", "name": "f", "content": "x"})],
-            "messages[0].role",
-        ),
-        (
-            vec![json!({"role": "user", "content": "hi", "name": "bob"})],
-            "messages[0].name",
-        ),
+        (vec![json!({"role": "system", "content": "only a system prompt"})], "messages"),
+        (vec![json!({"role": "function", "name": "f", "content": "x"})], "messages[0].role"),
+        (vec![json!({"role": "user", "content": "hi", "name": "bob"})], "messages[0].name"),
         (
             vec![
                 json!({"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}),
@@ -610,22 +520,11 @@ fn malformed_conversations_are_refused_with_their_place() {
             "messages[0].content[0]",
         ),
         (
-            vec![
-                json!({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "ftp://x/y.png"}}]}),
-            ],
+            vec![json!({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "ftp://x/y.png"}}]})],
             "messages[0].content[0].image_url.url",
         ),
-        (
-            vec![json!({"role": "user", "content": ""})],
-            "messages[0].content",
-        ),
-        (
-            vec![
-                user.clone(),
-                json!({"role": "tool", "tool_call_id": "zz", "content": "x"}),
-            ],
-            "messages[1].tool_call_id",
-        ),
+        (vec![json!({"role": "user", "content": ""})], "messages[0].content"),
+        (vec![user.clone(), json!({"role": "tool", "tool_call_id": "zz", "content": "x"})], "messages[1].tool_call_id"),
         (vec![user.clone(), call.clone()], "messages"),
         (
             vec![
@@ -649,13 +548,7 @@ fn malformed_conversations_are_refused_with_their_place() {
             ],
             "messages[1].tool_calls[0].function.arguments",
         ),
-        (
-            vec![
-                user.clone(),
-                json!({"role": "assistant", "content": "prefill"}),
-            ],
-            "messages",
-        ),
+        (vec![user.clone(), json!({"role": "assistant", "content": "prefill"})], "messages"),
     ];
     for (messages, param) in cases {
         for style in [Style::Anthropic, Style::Gemini] {
@@ -669,10 +562,7 @@ fn malformed_conversations_are_refused_with_their_place() {
 #[test]
 fn the_model_is_required() {
     for style in [Style::Anthropic, Style::Gemini, Style::OpenAi] {
-        let e = refused(
-            style,
-            &json!({"messages": [{"role": "user", "content": "hi"}]}),
-        );
+        let e = refused(style, &json!({"messages": [{"role": "user", "content": "hi"}]}));
         assert_eq!(e.param.as_deref(), Some("model"));
     }
 }
@@ -694,19 +584,12 @@ fn malformed_json_is_a_400_without_a_param() {
 #[test]
 fn openai_to_openai_forwards_the_exact_bytes() {
     // Odd spacing, key order and number forms: nothing may change.
-    let raw =
-        br#"{ "stream":true, "model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],
+    let raw = br#"{ "stream":true, "model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],
         "temperature":0.70, "frobnicate":{"z":1,"a":2}, "stream_options":{"include_usage":true} }"#;
     let t = openai_request_bytes_to(Style::OpenAi, raw).unwrap();
     assert_eq!(t.body, raw.to_vec());
-    assert_eq!(
-        (t.model.as_str(), t.stream, t.include_usage),
-        ("gpt-4o-mini", true, true)
-    );
-    assert_eq!(
-        t.url("https://api.openai.com/v1"),
-        "https://api.openai.com/v1/chat/completions"
-    );
+    assert_eq!((t.model.as_str(), t.stream, t.include_usage), ("gpt-4o-mini", true, true));
+    assert_eq!(t.url("https://api.openai.com/v1"), "https://api.openai.com/v1/chat/completions");
     // The corpus's recorded OpenAI requests pass through and stay valid.
     let dir = common::shared_dir().join("wire-corpus/openai/requests");
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -724,17 +607,14 @@ fn openai_to_openai_forwards_the_exact_bytes() {
 
 #[test]
 fn headers_carry_the_upstream_key_only_when_given() {
-    let req =
-        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true});
+    let req = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true});
     let t = translate(Style::Anthropic, &req);
     let h = t.headers(Some("sk-ant"));
     assert!(h.contains(&("x-api-key".to_string(), "sk-ant".to_string())));
     assert!(h.contains(&("anthropic-version".to_string(), "2023-06-01".to_string())));
     assert!(!t.headers(None).iter().any(|(k, _)| k == "x-api-key"));
     let g = translate(Style::Gemini, &req);
-    assert!(g
-        .headers(Some("k"))
-        .contains(&("x-goog-api-key".to_string(), "k".to_string())));
+    assert!(g.headers(Some("k")).contains(&("x-goog-api-key".to_string(), "k".to_string())));
 }
 
 // ---------------------------------------------------------------- oracles
@@ -757,13 +637,11 @@ fn every_translated_request_passes_the_sdk_validators() {
     let mut id_map = id_name_map_request();
     id_map["model"] = json!("claude-sonnet-4-5");
     cases.push((Style::Anthropic, id_map));
-    let base = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [weather_tool(), add_tool()]});
-    for choice in [
-        json!("auto"),
-        json!("required"),
-        json!("none"),
-        json!({"type": "function", "function": {"name": "add"}}),
-    ] {
+    let base =
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [weather_tool(), add_tool()]});
+    for choice in
+        [json!("auto"), json!("required"), json!("none"), json!({"type": "function", "function": {"name": "add"}})]
+    {
         let mut req = base.clone();
         req["tool_choice"] = choice;
         cases.extend(both(req.clone()));
@@ -775,17 +653,8 @@ fn every_translated_request_passes_the_sdk_validators() {
         let t = translate(*style, req);
         // The SDK's request type no longer lists temperature/top_p (older
         // models still take them); everything else is checked strictly.
-        let args = if *style == Style::Anthropic {
-            vec!["--allow-top-level", "temperature,top_p"]
-        } else {
-            vec![]
-        };
-        jobs.push(Job {
-            script: "validate_request.py",
-            style: style.name(),
-            bytes: t.body,
-            args,
-        });
+        let args = if *style == Style::Anthropic { vec!["--allow-top-level", "temperature,top_p"] } else { vec![] };
+        jobs.push(Job { script: "validate_request.py", style: style.name(), bytes: t.body, args });
     }
     let dir = common::shared_dir().join("wire-corpus/openai/requests");
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -794,12 +663,7 @@ fn every_translated_request_passes_the_sdk_validators() {
             && !path.to_string_lossy().ends_with(".expected.json")
         {
             let t = openai_request_bytes_to(Style::OpenAi, &std::fs::read(&path).unwrap()).unwrap();
-            jobs.push(Job {
-                script: "validate_request.py",
-                style: "openai",
-                bytes: t.body,
-                args: vec![],
-            });
+            jobs.push(Job { script: "validate_request.py", style: "openai", bytes: t.body, args: vec![] });
         }
     }
     let Some(verdicts) = oracle_batch(&jobs) else {

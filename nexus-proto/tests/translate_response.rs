@@ -12,9 +12,7 @@ mod translate_support;
 use std::path::{Path, PathBuf};
 
 use nexus_proto::provider::{decode_stream_chunks, CallIds};
-use nexus_proto::translate::{
-    error_to_openai, response_to_openai, turn_to_openai, CompletionMeta, StreamTranslator,
-};
+use nexus_proto::translate::{error_to_openai, response_to_openai, turn_to_openai, CompletionMeta, StreamTranslator};
 use nexus_proto::{SseDecoder, SseEvent, Style};
 use serde_json::{json, Value};
 use translate_support::{assemble, oracle, oracle_batch, Assembled, Job};
@@ -28,9 +26,7 @@ fn expected_finish(raw_stop: Option<&str>, has_calls: bool) -> &'static str {
     }
     match raw_stop {
         Some("max_tokens" | "MAX_TOKENS") => "length",
-        Some("refusal" | "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII") => {
-            "content_filter"
-        }
+        Some("refusal" | "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII") => "content_filter",
         _ => "stop",
     }
 }
@@ -56,12 +52,7 @@ fn is_error_capture(want: &Value) -> bool {
 }
 
 /// Translates a captured stream, feeding the SSE decoder `piece`-byte chunks.
-fn translate_stream(
-    style: Style,
-    bytes: &[u8],
-    piece: usize,
-    meta: Option<CompletionMeta>,
-) -> Vec<String> {
+fn translate_stream(style: Style, bytes: &[u8], piece: usize, meta: Option<CompletionMeta>) -> Vec<String> {
     let mut t = match meta {
         Some(meta) => StreamTranslator::with_meta(style, meta, true),
         None => StreamTranslator::new(style, "gpt-compat", true),
@@ -89,11 +80,7 @@ fn check_against_expectation(path: &Path, got: &Assembled, want: &Value) {
     let name = path.display();
     assert_eq!(got.text, want["text"].as_str().unwrap(), "{name}: text");
     let want_calls = want["tool_calls"].as_array().unwrap();
-    assert_eq!(
-        got.calls.len(),
-        want_calls.len(),
-        "{name}: every tool call, none dropped"
-    );
+    assert_eq!(got.calls.len(), want_calls.len(), "{name}: every tool call, none dropped");
     let bad_arguments = want["error"]["type"] == "invalid_tool_arguments";
     for (i, ((id, call_name, arguments), w)) in got.calls.iter().zip(want_calls).enumerate() {
         match w["id"].as_str() {
@@ -101,51 +88,26 @@ fn check_against_expectation(path: &Path, got: &Assembled, want: &Value) {
             // The provider sent none: a generated id, unique within the turn.
             None => {
                 assert!(id.starts_with("call_"), "{name}: generated id {id:?}");
-                assert_eq!(
-                    got.calls.iter().filter(|c| &c.0 == id).count(),
-                    1,
-                    "{name}: id {id} repeats"
-                );
+                assert_eq!(got.calls.iter().filter(|c| &c.0 == id).count(), 1, "{name}: id {id} repeats");
             }
         }
-        assert_eq!(
-            call_name,
-            w["name"].as_str().unwrap(),
-            "{name}: call {i} name"
-        );
+        assert_eq!(call_name, w["name"].as_str().unwrap(), "{name}: call {i} name");
         if bad_arguments {
             // Cut short by the output cap: the raw text as the provider sent
             // it, which is not JSON (the SDK's partial parse is the expectation).
-            assert!(
-                serde_json::from_str::<Value>(arguments).is_err(),
-                "{name}: {arguments}"
-            );
+            assert!(serde_json::from_str::<Value>(arguments).is_err(), "{name}: {arguments}");
         } else {
-            let input: Value = serde_json::from_str(arguments)
-                .unwrap_or_else(|e| panic!("{name}: arguments {arguments:?}: {e}"));
+            let input: Value =
+                serde_json::from_str(arguments).unwrap_or_else(|e| panic!("{name}: arguments {arguments:?}: {e}"));
             assert_eq!(input, w["input"], "{name}: call {i} input");
         }
     }
     let want_finish = expected_finish(want["stop"].as_str(), !want_calls.is_empty());
-    assert_eq!(
-        got.finish.as_deref(),
-        Some(want_finish),
-        "{name}: finish_reason for stop {}",
-        want["stop"]
-    );
+    assert_eq!(got.finish.as_deref(), Some(want_finish), "{name}: finish_reason for stop {}", want["stop"]);
     if want["usage"]["input"].is_u64() {
-        let usage = got
-            .usage
-            .as_ref()
-            .unwrap_or_else(|| panic!("{name}: usage missing"));
-        assert_eq!(
-            usage["prompt_tokens"], want["usage"]["input"],
-            "{name}: prompt tokens"
-        );
-        assert_eq!(
-            usage["completion_tokens"], want["usage"]["output"],
-            "{name}: completion tokens"
-        );
+        let usage = got.usage.as_ref().unwrap_or_else(|| panic!("{name}: usage missing"));
+        assert_eq!(usage["prompt_tokens"], want["usage"]["input"], "{name}: prompt tokens");
+        assert_eq!(usage["completion_tokens"], want["usage"]["output"], "{name}: completion tokens");
     }
     match want["thinking"].as_str() {
         Some(thinking) if !thinking.is_empty() => {
@@ -161,10 +123,7 @@ fn completion_as_assembled(v: &Value) -> Assembled {
     let message = &choice["message"];
     Assembled {
         text: message["content"].as_str().unwrap_or_default().to_string(),
-        reasoning: message["reasoning_content"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
+        reasoning: message["reasoning_content"].as_str().unwrap_or_default().to_string(),
         calls: message["tool_calls"]
             .as_array()
             .into_iter()
@@ -174,10 +133,7 @@ fn completion_as_assembled(v: &Value) -> Assembled {
                 (
                     c["id"].as_str().unwrap().to_string(),
                     c["function"]["name"].as_str().unwrap().to_string(),
-                    c["function"]["arguments"]
-                        .as_str()
-                        .expect("arguments is a JSON string")
-                        .to_string(),
+                    c["function"]["arguments"].as_str().expect("arguments is a JSON string").to_string(),
                 )
             })
             .collect(),
@@ -195,15 +151,8 @@ fn completion_as_assembled(v: &Value) -> Assembled {
 fn check_oracle_summary(path: &Path, summary: &Value, want: &Value) {
     let name = path.display();
     assert_eq!(summary["text"], want["text"], "{name}: oracle text");
-    let (got_calls, want_calls) = (
-        summary["tool_calls"].as_array().unwrap(),
-        want["tool_calls"].as_array().unwrap(),
-    );
-    assert_eq!(
-        got_calls.len(),
-        want_calls.len(),
-        "{name}: oracle tool calls"
-    );
+    let (got_calls, want_calls) = (summary["tool_calls"].as_array().unwrap(), want["tool_calls"].as_array().unwrap());
+    assert_eq!(got_calls.len(), want_calls.len(), "{name}: oracle tool calls");
     for (g, w) in got_calls.iter().zip(want_calls) {
         assert_eq!(g["name"], w["name"], "{name}");
         if w["id"].is_string() {
@@ -214,10 +163,7 @@ fn check_oracle_summary(path: &Path, summary: &Value, want: &Value) {
         }
     }
     if want["error"]["type"] == "invalid_tool_arguments" {
-        assert_eq!(
-            summary["error"]["type"], "invalid_tool_arguments",
-            "{name}: the SDK sees the cut arguments too"
-        );
+        assert_eq!(summary["error"]["type"], "invalid_tool_arguments", "{name}: the SDK sees the cut arguments too");
     }
     let finish = expected_finish(want["stop"].as_str(), !want_calls.is_empty());
     assert_eq!(summary["stop"], finish, "{name}: oracle finish_reason");
@@ -246,12 +192,7 @@ fn corpus_bodies_become_completions_that_say_what_the_capture_says() {
                 "{}: the upstream message is kept",
                 path.display()
             );
-            assert_eq!(
-                e.code.as_deref(),
-                want["error"]["type"].as_str(),
-                "{}",
-                path.display()
-            );
+            assert_eq!(e.code.as_deref(), want["error"]["type"].as_str(), "{}", path.display());
             continue;
         }
         let completion = result.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -261,11 +202,7 @@ fn corpus_bodies_become_completions_that_say_what_the_capture_says() {
         let message = &completion["choices"][0]["message"];
         assert_eq!(message["role"], "assistant");
         if message.get("tool_calls").is_some() && want["text"] == "" {
-            assert!(
-                message["content"].is_null(),
-                "{}: content is null beside tool calls",
-                path.display()
-            );
+            assert!(message["content"].is_null(), "{}: content is null beside tool calls", path.display());
         }
         check_against_expectation(&path, &completion_as_assembled(&completion), &want);
         checked += 1;
@@ -275,10 +212,7 @@ fn corpus_bodies_become_completions_that_say_what_the_capture_says() {
 
 #[test]
 fn corpus_completions_pass_the_openai_sdk() {
-    let jobs: Vec<_> = captures()
-        .into_iter()
-        .filter(|(_, _, stream)| !stream)
-        .collect();
+    let jobs: Vec<_> = captures().into_iter().filter(|(_, _, stream)| !stream).collect();
     let runs: Vec<Job<'_>> = jobs
         .iter()
         .map(|(style, path, _)| {
@@ -286,42 +220,22 @@ fn corpus_completions_pass_the_openai_sdk() {
                 Ok(v) => serde_json::to_vec(&v).unwrap(),
                 Err(e) => serde_json::to_vec(&e.to_json()).unwrap(),
             };
-            Job {
-                script: "validate_response.py",
-                style: "openai",
-                bytes,
-                args: vec![],
-            }
+            Job { script: "validate_response.py", style: "openai", bytes, args: vec![] }
         })
         .collect();
     let Some(verdicts) = oracle_batch(&runs) else {
         return;
     };
     for ((_, path, _), v) in jobs.iter().zip(&verdicts) {
-        assert!(
-            v.ok,
-            "{}: the openai SDK refused the translation:\n{}\n{}",
-            path.display(),
-            v.stdout,
-            v.stderr
-        );
+        assert!(v.ok, "{}: the openai SDK refused the translation:\n{}\n{}", path.display(), v.stdout, v.stderr);
         // The one field the SDK's model does not declare is the reasoning text.
         for line in v.stderr.lines().filter(|l| l.contains("unknown field")) {
-            assert!(
-                line.contains("reasoning_content"),
-                "{}: {line}",
-                path.display()
-            );
+            assert!(line.contains("reasoning_content"), "{}: {line}", path.display());
         }
         let want = common::expected(path);
         let summary = v.summary();
         if is_error_capture(&want) {
-            assert_eq!(
-                summary["error"]["message"],
-                want["error"]["message"],
-                "{}",
-                path.display()
-            );
+            assert_eq!(summary["error"]["message"], want["error"]["message"], "{}", path.display());
         } else {
             check_oracle_summary(path, &summary, &want);
         }
@@ -342,18 +256,11 @@ fn corpus_streams_become_chunk_streams_that_say_what_the_capture_says() {
         let whole = translate_stream(style, &bytes, bytes.len(), None);
         // Chunking of the upstream bytes never changes the translation.
         for piece in [1, 7, 64] {
-            assert_eq!(
-                translate_stream(style, &bytes, piece, None),
-                whole,
-                "{}: {piece}-byte pieces",
-                path.display()
-            );
+            assert_eq!(translate_stream(style, &bytes, piece, None), whole, "{}: {piece}-byte pieces", path.display());
         }
         let got = assemble(&whole);
         if is_error_capture(&want) {
-            let err = got
-                .error
-                .unwrap_or_else(|| panic!("{}: no error chunk", path.display()));
+            let err = got.error.unwrap_or_else(|| panic!("{}: no error chunk", path.display()));
             assert_eq!(err["message"], want["error"]["message"]);
             assert!(!got.done, "{}: [DONE] after an error", path.display());
             continue;
@@ -363,13 +270,8 @@ fn corpus_streams_become_chunk_streams_that_say_what_the_capture_says() {
         check_against_expectation(&path, &got, &want);
         // The stream says what the whole-body translation of the same turn says.
         // (`chatcmpl-x` makes generated call ids `call_x_<n>`.)
-        let turn =
-            decode_stream_chunks(style, [bytes.as_slice()], &mut CallIds::new("call_x_")).unwrap();
-        let meta = CompletionMeta {
-            id: "chatcmpl-x".into(),
-            model: "m".into(),
-            created: 1,
-        };
+        let turn = decode_stream_chunks(style, [bytes.as_slice()], &mut CallIds::new("call_x_")).unwrap();
+        let meta = CompletionMeta { id: "chatcmpl-x".into(), model: "m".into(), created: 1 };
         let mut as_body = completion_as_assembled(&turn_to_openai(&turn, &meta));
         let streamed = assemble(&translate_stream(style, &bytes, bytes.len(), Some(meta)));
         as_body.role = streamed.role.clone();
@@ -381,22 +283,12 @@ fn corpus_streams_become_chunk_streams_that_say_what_the_capture_says() {
 
 #[test]
 fn corpus_chunk_streams_pass_the_openai_sdk() {
-    let jobs: Vec<_> = captures()
-        .into_iter()
-        .filter(|(_, _, stream)| *stream)
-        .collect();
+    let jobs: Vec<_> = captures().into_iter().filter(|(_, _, stream)| *stream).collect();
     let runs: Vec<Job<'_>> = jobs
         .iter()
         .map(|(style, path, _)| {
-            let bytes = translate_stream(*style, &read(path), 5, None)
-                .concat()
-                .into_bytes();
-            Job {
-                script: "parse_stream.py",
-                style: "openai",
-                bytes,
-                args: vec![],
-            }
+            let bytes = translate_stream(*style, &read(path), 5, None).concat().into_bytes();
+            Job { script: "parse_stream.py", style: "openai", bytes, args: vec![] }
         })
         .collect();
     let Some(verdicts) = oracle_batch(&runs) else {
@@ -414,12 +306,7 @@ fn corpus_chunk_streams_pass_the_openai_sdk() {
         let want = common::expected(path);
         let summary = v.summary();
         if is_error_capture(&want) {
-            assert_eq!(
-                summary["error"]["message"],
-                want["error"]["message"],
-                "{}",
-                path.display()
-            );
+            assert_eq!(summary["error"]["message"], want["error"]["message"], "{}", path.display());
         } else {
             check_oracle_summary(path, &summary, &want);
         }
@@ -483,8 +370,7 @@ fn usage_is_sent_only_when_asked_for() {
         lines
     };
     let with = run(true);
-    let usage_chunk: Value =
-        serde_json::from_str(with[with.len() - 2].strip_prefix("data: ").unwrap().trim()).unwrap();
+    let usage_chunk: Value = serde_json::from_str(with[with.len() - 2].strip_prefix("data: ").unwrap().trim()).unwrap();
     assert_eq!(usage_chunk["choices"], json!([]));
     assert!(usage_chunk["usage"]["total_tokens"].is_u64());
     assert_eq!(with.last().unwrap(), "data: [DONE]\n\n");
@@ -505,7 +391,8 @@ fn provider_errors_keep_the_upstream_message_and_status() {
         (
             Style::Anthropic,
             400,
-            br#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}"#.to_vec(),
+            br#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}"#
+                .to_vec(),
             400,
             "invalid_request_error",
             "messages: roles must alternate",
@@ -548,18 +435,12 @@ fn provider_errors_keep_the_upstream_message_and_status() {
     let mut runs = Vec::new();
     for (style, status, body, want_status, want_type, want_message) in cases {
         let e = error_to_openai(style, status, &body);
-        assert_eq!(
-            (e.status, e.kind.as_str()),
-            (want_status, want_type),
-            "{style:?} {status}"
-        );
+        assert_eq!((e.status, e.kind.as_str()), (want_status, want_type), "{style:?} {status}");
         if !want_message.is_empty() {
             assert_eq!(e.message, want_message);
         }
         let v = e.to_json();
-        assert!(v["error"]["message"]
-            .as_str()
-            .is_some_and(|m| !m.is_empty()));
+        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
         runs.push(Job {
             script: "validate_response.py",
             style: "openai",
@@ -583,11 +464,7 @@ fn provider_errors_keep_the_upstream_message_and_status() {
 fn undecodable_success_bodies_are_a_bad_gateway() {
     for style in [Style::Anthropic, Style::Gemini] {
         let e = response_to_openai(style, b"{\"content\": 5", "m").unwrap_err();
-        assert_eq!(
-            (e.status, e.kind.as_str()),
-            (502, "server_error"),
-            "{style:?}"
-        );
+        assert_eq!((e.status, e.kind.as_str()), (502, "server_error"), "{style:?}");
     }
 }
 
@@ -610,21 +487,11 @@ fn gemini_generated_ids_differ_between_responses() {
     let b = ids(&response_to_openai(Style::Gemini, body("r2").as_bytes(), "m").unwrap());
     assert_eq!(a.len(), 2);
     assert_ne!(a[0], a[1]);
-    assert!(
-        a.iter().all(|id| !b.contains(id)),
-        "{a:?} vs {b:?}: ids must not repeat within a conversation"
-    );
+    assert!(a.iter().all(|id| !b.contains(id)), "{a:?} vs {b:?}: ids must not repeat within a conversation");
     // Without a response id the body's fingerprint keeps them apart.
-    let strip = |s: String| {
-        s.replace(r#","responseId":"r1""#, "")
-            .replace(r#","responseId":"r2""#, "")
-    };
+    let strip = |s: String| s.replace(r#","responseId":"r1""#, "").replace(r#","responseId":"r2""#, "");
     let c = ids(&response_to_openai(Style::Gemini, strip(body("r1")).as_bytes(), "m").unwrap());
-    let d = ids(&response_to_openai(
-        Style::Gemini,
-        strip(body("r1")).replace("\"f\"", "\"g\"").as_bytes(),
-        "m",
-    )
-    .unwrap());
+    let d =
+        ids(&response_to_openai(Style::Gemini, strip(body("r1")).replace("\"f\"", "\"g\"").as_bytes(), "m").unwrap());
     assert!(c.iter().all(|id| !d.contains(id)), "{c:?} vs {d:?}");
 }

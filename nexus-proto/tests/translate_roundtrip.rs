@@ -30,8 +30,7 @@ fn arb_json() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(3, 20, 4, |inner| {
         prop_oneof![
             vec(inner.clone(), 0..4).prop_map(Value::Array),
-            btree_map("[a-z_é]{1,6}", inner, 0..4)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            btree_map("[a-z_é]{1,6}", inner, 0..4).prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
 }
@@ -39,18 +38,14 @@ fn arb_json() -> impl Strategy<Value = Value> {
 /// Argument text: a JSON object written compactly or pretty-printed, so the
 /// bytes are not what a re-encoding would produce.
 fn arb_arguments() -> impl Strategy<Value = String> {
-    (
-        btree_map("[a-zA-Z_é]{1,8}", arb_json(), 0..4),
-        any::<bool>(),
-    )
-        .prop_map(|(m, pretty)| {
-            let v = Value::Object(m.into_iter().collect::<Map<String, Value>>());
-            if pretty {
-                serde_json::to_string_pretty(&v).unwrap()
-            } else {
-                serde_json::to_string(&v).unwrap()
-            }
-        })
+    (btree_map("[a-zA-Z_é]{1,8}", arb_json(), 0..4), any::<bool>()).prop_map(|(m, pretty)| {
+        let v = Value::Object(m.into_iter().collect::<Map<String, Value>>());
+        if pretty {
+            serde_json::to_string_pretty(&v).unwrap()
+        } else {
+            serde_json::to_string(&v).unwrap()
+        }
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -78,7 +73,10 @@ fn arb_calls() -> impl Strategy<Value = Vec<Call>> {
 }
 
 fn tools() -> Vec<Value> {
-    NAMES.iter().map(|n| json!({"type": "function", "function": {"name": n, "parameters": {"type": "object"}}})).collect()
+    NAMES
+        .iter()
+        .map(|n| json!({"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}))
+        .collect()
 }
 
 /// A follow-up request: the calls (arguments as strings, or as objects for
@@ -88,8 +86,11 @@ fn follow_up(calls: &[Call], outputs: &[String]) -> Value {
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let arguments =
-                if i % 2 == 1 { serde_json::from_str::<Value>(&c.arguments).unwrap() } else { Value::String(c.arguments.clone()) };
+            let arguments = if i % 2 == 1 {
+                serde_json::from_str::<Value>(&c.arguments).unwrap()
+            } else {
+                Value::String(c.arguments.clone())
+            };
             json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments}})
         })
         .collect();
@@ -108,12 +109,7 @@ fn anthropic_body(calls: &[Call]) -> String {
     let blocks: Vec<String> = calls
         .iter()
         .map(|c| {
-            format!(
-                r#"{{"type":"tool_use","id":{},"name":{},"input":{}}}"#,
-                json!(c.id),
-                json!(c.name),
-                c.arguments
-            )
+            format!(r#"{{"type":"tool_use","id":{},"name":{},"input":{}}}"#, json!(c.id), json!(c.name), c.arguments)
         })
         .collect();
     format!(
@@ -126,8 +122,7 @@ fn anthropic_body(calls: &[Call]) -> String {
 /// into `input_json_delta` pieces at the given character positions.
 fn anthropic_sse(calls: &[Call], cuts: &[usize]) -> String {
     let mut s = String::new();
-    let mut event =
-        |kind: &str, data: Value| s.push_str(&format!("event: {kind}\ndata: {data}\n\n"));
+    let mut event = |kind: &str, data: Value| s.push_str(&format!("event: {kind}\ndata: {data}\n\n"));
     event(
         "message_start",
         json!({"type": "message_start", "message": {"id": "msg_rt", "type": "message", "role": "assistant", "model": "claude", "content": [], "usage": {"input_tokens": 5, "output_tokens": 1}}}),
@@ -149,10 +144,7 @@ fn anthropic_sse(calls: &[Call], cuts: &[usize]) -> String {
                 json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": piece}}),
             );
         }
-        event(
-            "content_block_stop",
-            json!({"type": "content_block_stop", "index": i}),
-        );
+        event("content_block_stop", json!({"type": "content_block_stop", "index": i}));
     }
     event(
         "message_delta",
@@ -167,16 +159,8 @@ fn gemini_payload(calls: &[Call], with_ids: bool) -> String {
     let parts: Vec<String> = calls
         .iter()
         .map(|c| {
-            let id = if with_ids {
-                format!(r#","id":{}"#, json!(c.id))
-            } else {
-                String::new()
-            };
-            format!(
-                r#"{{"functionCall":{{"name":{},"args":{}{id}}}}}"#,
-                json!(c.name),
-                c.arguments
-            )
+            let id = if with_ids { format!(r#","id":{}"#, json!(c.id)) } else { String::new() };
+            format!(r#"{{"functionCall":{{"name":{},"args":{}{id}}}}}"#, json!(c.name), c.arguments)
         })
         .collect();
     format!(
@@ -189,10 +173,7 @@ fn gemini_payload(calls: &[Call], with_ids: bool) -> String {
 /// lines, and each line of a payload is its own `data:` line), CRLF-framed as
 /// Gemini frames its streams.
 fn gemini_sse(payload: &str) -> String {
-    let mut s: String = payload
-        .split('\n')
-        .map(|line| format!("data: {line}\r\n"))
-        .collect();
+    let mut s: String = payload.split('\n').map(|line| format!("data: {line}\r\n")).collect();
     s.push_str("\r\n");
     s
 }
@@ -227,20 +208,12 @@ fn completion_calls(v: &Value) -> Vec<(String, String, String)> {
 }
 
 fn expected_calls(calls: &[Call]) -> Vec<(String, String, String)> {
-    calls
-        .iter()
-        .map(|c| (c.id.clone(), c.name.clone(), c.arguments.clone()))
-        .collect()
+    calls.iter().map(|c| (c.id.clone(), c.name.clone(), c.arguments.clone())).collect()
 }
 
 /// The translated request keeps every call (id, name, arguments as parsed)
 /// and every result (id, output), in one user turn.
-fn check_request(
-    style: Style,
-    req: &Value,
-    calls: &[Call],
-    outputs: &[String],
-) -> Result<(), TestCaseError> {
+fn check_request(style: Style, req: &Value, calls: &[Call], outputs: &[String]) -> Result<(), TestCaseError> {
     let t = openai_request_to(style, req).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let body: Value = serde_json::from_slice(&t.body).unwrap();
     let (turns, call_key, result_key) = match style {
@@ -254,53 +227,29 @@ fn check_request(
         .unwrap()
         .iter()
         .map(|b| match style {
-            Style::Anthropic => (
-                b["id"].as_str().unwrap().into(),
-                b["name"].as_str().unwrap().into(),
-                b["input"].clone(),
-            ),
+            Style::Anthropic => {
+                (b["id"].as_str().unwrap().into(), b["name"].as_str().unwrap().into(), b["input"].clone())
+            }
             _ => {
                 let fc = &b["functionCall"];
-                (
-                    fc["id"].as_str().unwrap().into(),
-                    fc["name"].as_str().unwrap().into(),
-                    fc["args"].clone(),
-                )
+                (fc["id"].as_str().unwrap().into(), fc["name"].as_str().unwrap().into(), fc["args"].clone())
             }
         })
         .collect();
-    let want_calls: Vec<(String, String, Value)> = calls
-        .iter()
-        .map(|c| {
-            (
-                c.id.clone(),
-                c.name.clone(),
-                serde_json::from_str(&c.arguments).unwrap(),
-            )
-        })
-        .collect();
+    let want_calls: Vec<(String, String, Value)> =
+        calls.iter().map(|c| (c.id.clone(), c.name.clone(), serde_json::from_str(&c.arguments).unwrap())).collect();
     prop_assert_eq!(got_calls, want_calls);
     let got_results: Vec<(String, String)> = turns[2][result_key]
         .as_array()
         .unwrap()
         .iter()
         .map(|b| match style {
-            Style::Anthropic => (
-                b["tool_use_id"].as_str().unwrap().into(),
-                b["content"].as_str().unwrap().into(),
-            ),
+            Style::Anthropic => (b["tool_use_id"].as_str().unwrap().into(), b["content"].as_str().unwrap().into()),
             _ => {
                 let fr = &b["functionResponse"];
                 let call = calls.iter().find(|c| fr["id"] == c.id.as_str()).unwrap();
-                assert_eq!(
-                    fr["name"],
-                    call.name.as_str(),
-                    "a response is named after its call"
-                );
-                (
-                    fr["id"].as_str().unwrap().into(),
-                    fr["response"]["output"].as_str().unwrap().into(),
-                )
+                assert_eq!(fr["name"], call.name.as_str(), "a response is named after its call");
+                (fr["id"].as_str().unwrap().into(), fr["response"]["output"].as_str().unwrap().into())
             }
         })
         .collect();
@@ -310,11 +259,7 @@ fn check_request(
         .rev()
         .map(|(c, o)| {
             // An empty output reaches Anthropic as its explicit placeholder.
-            let o = if o.is_empty() && style == Style::Anthropic {
-                "(no output)".to_string()
-            } else {
-                o.clone()
-            };
+            let o = if o.is_empty() && style == Style::Anthropic { "(no output)".to_string() } else { o.clone() };
             (c.id.clone(), o)
         })
         .collect();
@@ -381,38 +326,14 @@ proptest! {
 #[test]
 fn parallel_calls_stream_through_the_openai_sdk() {
     let calls = vec![
-        Call {
-            id: "toolu_01A".into(),
-            name: "get_weather".into(),
-            arguments: "{\"city\": \"Paris\"}".into(),
-        },
-        Call {
-            id: "toolu_01B".into(),
-            name: "add".into(),
-            arguments: "{\"a\":2,\"b\":2}".into(),
-        },
+        Call { id: "toolu_01A".into(), name: "get_weather".into(), arguments: "{\"city\": \"Paris\"}".into() },
+        Call { id: "toolu_01B".into(), name: "add".into(), arguments: "{\"a\":2,\"b\":2}".into() },
     ];
-    let anthropic =
-        translate_stream(Style::Anthropic, &anthropic_sse(&calls, &[3, 9]), 11).concat();
-    let gemini = translate_stream(
-        Style::Gemini,
-        &gemini_sse(&gemini_payload(&calls, true)),
-        11,
-    )
-    .concat();
+    let anthropic = translate_stream(Style::Anthropic, &anthropic_sse(&calls, &[3, 9]), 11).concat();
+    let gemini = translate_stream(Style::Gemini, &gemini_sse(&gemini_payload(&calls, true)), 11).concat();
     let runs = vec![
-        Job {
-            script: "parse_stream.py",
-            style: "openai",
-            bytes: anthropic.into_bytes(),
-            args: vec!["--check-splits"],
-        },
-        Job {
-            script: "parse_stream.py",
-            style: "openai",
-            bytes: gemini.into_bytes(),
-            args: vec!["--check-splits"],
-        },
+        Job { script: "parse_stream.py", style: "openai", bytes: anthropic.into_bytes(), args: vec!["--check-splits"] },
+        Job { script: "parse_stream.py", style: "openai", bytes: gemini.into_bytes(), args: vec!["--check-splits"] },
     ];
     let Some(verdicts) = oracle_batch(&runs) else {
         return;

@@ -52,9 +52,7 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 
 fn run(script: &str, style: Style, bytes: &[u8], ext: &str, extra: &[&str]) -> Option<OracleRun> {
     let Some(py) = python() else {
-        println!(
-            "skipped: no oracle interpreter (set NEXUS_ORACLE_PY or run shared/oracles/setup.sh)"
-        );
+        println!("skipped: no oracle interpreter (set NEXUS_ORACLE_PY or run shared/oracles/setup.sh)");
         return None;
     };
     let script_path = shared_dir().join("oracles").join(script);
@@ -76,12 +74,7 @@ fn run(script: &str, style: Style, bytes: &[u8], ext: &str, extra: &[&str]) -> O
         let _ = std::fs::remove_file(&file);
         return Some(run);
     }
-    let out = Command::new(&py)
-        .arg(&script_path)
-        .arg(style.name())
-        .arg(&file)
-        .args(extra)
-        .output();
+    let out = Command::new(&py).arg(&script_path).arg(style.name()).arg(&file).args(extra).output();
     let _ = std::fs::remove_file(&file);
     Some(match out {
         Ok(out) => finish(
@@ -99,16 +92,7 @@ fn run(script: &str, style: Style, bytes: &[u8], ext: &str, extra: &[&str]) -> O
 }
 
 fn finish(ok: bool, stdout: String, stderr: String) -> OracleRun {
-    OracleRun {
-        ok,
-        summary: if ok {
-            serde_json::from_str(&stdout).ok()
-        } else {
-            None
-        },
-        stdout,
-        stderr,
-    }
+    OracleRun { ok, summary: if ok { serde_json::from_str(&stdout).ok() } else { None }, stdout, stderr }
 }
 
 /// The worker: reads one JSON job per line, runs the named script's `main`
@@ -159,20 +143,10 @@ fn start_worker(py: &Path) -> Option<Worker> {
         .ok()?;
     let stdin = child.stdin.take()?;
     let stdout = BufReader::new(child.stdout.take()?);
-    Some(Worker {
-        child,
-        stdin,
-        stdout,
-    })
+    Some(Worker { child, stdin, stdout })
 }
 
-fn via_worker(
-    py: &Path,
-    script: &str,
-    style: Style,
-    file: &Path,
-    extra: &[&str],
-) -> Option<OracleRun> {
+fn via_worker(py: &Path, script: &str, style: Style, file: &Path, extra: &[&str]) -> Option<OracleRun> {
     let cell = WORKER_CELL.get_or_init(|| Mutex::new(start_worker(py)));
     let mut guard = cell.lock().unwrap_or_else(|e| e.into_inner());
     let worker = guard.as_mut()?;
@@ -194,18 +168,8 @@ fn via_worker(
         *guard = None;
         return None;
     };
-    let text = |k: &str| {
-        answer
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
-    Some(finish(
-        answer.get("rc").and_then(Value::as_i64) == Some(0),
-        text("stdout"),
-        text("stderr"),
-    ))
+    let text = |k: &str| answer.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    Some(finish(answer.get("rc").and_then(Value::as_i64) == Some(0), text("stdout"), text("stderr")))
 }
 
 /// `validate_response.py STYLE FILE`: a whole response body (success or error).

@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 use drive_support::*;
 use nexus_drive::hooks::{BeforeTool, HookAbort};
 use nexus_drive::{
-    Answer, CancelToken, DriveError, DynTool, FileRunStore, Hooks, MemoryConversationStore,
-    Request, RetryDecision, RunError, RunStatus, RunStore, StoreError, StreamEvent, ToolContext,
-    ToolError, ToolOutcome, ToolReply, ToolResult,
+    Answer, CancelToken, DriveError, DynTool, FileRunStore, Hooks, MemoryConversationStore, Request, RetryDecision,
+    RunError, RunStatus, RunStore, StoreError, StreamEvent, ToolContext, ToolError, ToolOutcome, ToolReply, ToolResult,
 };
 use nexus_tests::fake::{FakeProvider, Fault, FaultKind, Scripts, Turn};
 use serde_json::{json, Value};
@@ -73,38 +72,32 @@ fn parallel_tools_run_concurrently_and_results_keep_call_order(d: Drv) {
             );
             let gate = Gate::new(3);
             let (g1, g2) = (gate.clone(), gate.clone());
-            let cfg = builder(&fake, style, "m-par", stream)
-                .dyn_tool(ok_tool("slow", move |a, _| {
-                    let together = g1.pass();
-                    // Finishes last, so call order and finish order differ.
-                    std::thread::sleep(Duration::from_millis(60));
-                    if together {
-                        format!("slow {}", a["n"])
-                    } else {
-                        "ran alone".into()
-                    }
-                }))
-                .dyn_tool(ok_tool("quick", move |a, _| {
-                    if g2.pass() {
-                        format!("quick {}", a["n"])
-                    } else {
-                        "ran alone".into()
-                    }
-                }))
-                .build()
-                .unwrap();
-            let r = d
-                .client(cfg)
-                .run("go")
-                .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let cfg =
+                builder(&fake, style, "m-par", stream)
+                    .dyn_tool(ok_tool("slow", move |a, _| {
+                        let together = g1.pass();
+                        // Finishes last, so call order and finish order differ.
+                        std::thread::sleep(Duration::from_millis(60));
+                        if together {
+                            format!("slow {}", a["n"])
+                        } else {
+                            "ran alone".into()
+                        }
+                    }))
+                    .dyn_tool(ok_tool("quick", move |a, _| {
+                        if g2.pass() {
+                            format!("quick {}", a["n"])
+                        } else {
+                            "ran alone".into()
+                        }
+                    }))
+                    .build()
+                    .unwrap();
+            let r = d.client(cfg).run("go").unwrap_or_else(|e| panic!("{ctx}: {e}"));
             assert_eq!(r.status, RunStatus::Done, "{ctx}");
             assert_eq!(r.text, "all done", "{ctx}");
             assert_eq!(outputs(&r), ["slow 1", "quick 2", "quick 3"], "{ctx}");
-            assert_eq!(
-                transcript_results(&r),
-                ["slow 1", "quick 2", "quick 3"],
-                "{ctx}"
-            );
+            assert_eq!(transcript_results(&r), ["slow 1", "quick 2", "quick 3"], "{ctx}");
             assert_eq!(r.turns, 2, "{ctx}");
             assert!(fake.failures().is_empty(), "{ctx}: {:?}", fake.failures());
         }
@@ -118,9 +111,7 @@ fn wait_for_resolves_every_suspension_of_a_turn_concurrently(d: Drv) {
             Scripts::new(KEY).model(
                 "m-wait",
                 script(vec![
-                    Turn::default()
-                        .call("balance", r#"{"account":"a"}"#)
-                        .call("balance", r#"{"account":"b"}"#),
+                    Turn::default().call("balance", r#"{"account":"a"}"#).call("balance", r#"{"account":"b"}"#),
                     Turn::text("balances shown"),
                 ])
                 .expect_final(expect_results(2, &["ann/a: 42", "ann/b: 42"])),
@@ -130,49 +121,36 @@ fn wait_for_resolves_every_suspension_of_a_turn_concurrently(d: Drv) {
         let seen = asked.clone();
         let gate = Gate::new(2);
         let cfg = builder(&fake, style, "m-wait", false)
-            .dyn_tool(DynTool::new(
-                "balance",
-                "reads a balance",
-                json!({"type": "object"}),
-                |args, ctx| {
-                    let account = args["account"].as_str().unwrap_or("?").to_string();
-                    match ctx.answer() {
-                        None => {
-                            let mut r =
-                                Request::new("authorization", format!("log in to read {account}"));
-                            r.url = Some("https://bank.example/login".into());
-                            Ok(ToolOutcome::Pending(r))
-                        }
-                        Some(a) => Ok(ToolOutcome::Done(json!(format!(
-                            "{}/{account}: 42",
-                            a.data.as_ref().unwrap()["user"].as_str().unwrap()
-                        )))),
+            .dyn_tool(DynTool::new("balance", "reads a balance", json!({"type": "object"}), |args, ctx| {
+                let account = args["account"].as_str().unwrap_or("?").to_string();
+                match ctx.answer() {
+                    None => {
+                        let mut r = Request::new("authorization", format!("log in to read {account}"));
+                        r.url = Some("https://bank.example/login".into());
+                        Ok(ToolOutcome::Pending(r))
                     }
-                },
-            ))
+                    Some(a) => Ok(ToolOutcome::Done(json!(format!(
+                        "{}/{account}: 42",
+                        a.data.as_ref().unwrap()["user"].as_str().unwrap()
+                    )))),
+                }
+            }))
             .wait_for(move |req| {
                 seen.lock().unwrap().push(req.clone());
                 // Both requests of the turn are out at once.
                 let together = gate.pass();
-                Answer::ok(
-                    req.id,
-                    data(json!({"user": if together { "ann" } else { "alone" }})),
-                )
+                Answer::ok(req.id, data(json!({"user": if together { "ann" } else { "alone" }})))
             })
             .build()
             .unwrap();
-        let r = d
-            .client(cfg)
-            .run("show balances")
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let r = d.client(cfg).run("show balances").unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(r.status, RunStatus::Done, "{ctx}");
         assert_eq!(outputs(&r), ["ann/a: 42", "ann/b: 42"], "{ctx}");
         let asked = asked.lock().unwrap();
         assert_eq!(asked.len(), 2, "{ctx}");
         assert!(asked
             .iter()
-            .all(|r| r.kind == "authorization"
-                && r.url.as_deref() == Some("https://bank.example/login")));
+            .all(|r| r.kind == "authorization" && r.url.as_deref() == Some("https://bank.example/login")));
         assert_ne!(asked[0].id, asked[1].id, "{ctx}");
     }
 }
@@ -195,83 +173,43 @@ fn durable_suspend_survives_a_file_and_a_fresh_client(d: Drv) {
             ),
         );
         let (transfers, adds) = (counter(), counter());
-        let first = d.client(
-            transfer_tools(builder(&fake, style, "m-durable", false), &transfers, &adds)
-                .build()
-                .unwrap(),
-        );
-        let r = first
-            .run("pay the bills")
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let first =
+            d.client(transfer_tools(builder(&fake, style, "m-durable", false), &transfers, &adds).build().unwrap());
+        let r = first.run("pay the bills").unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(r.status, RunStatus::Pending, "{ctx}");
         // Every outstanding request of the turn surfaces at once.
         assert_eq!(r.pending.len(), 2, "{ctx}: {:?}", r.pending);
         assert!(r.pending.iter().all(|p| p.kind == "approval"), "{ctx}");
         assert_eq!(adds.load(Ordering::SeqCst), 1, "{ctx}");
-        let suspended = r
-            .suspended
-            .clone()
-            .expect("a pending result carries its state");
+        let suspended = r.suspended.clone().expect("a pending result carries its state");
         assert_eq!(suspended.pending, r.pending);
         let state_text = String::from_utf8(suspended.state.clone()).unwrap();
-        assert!(
-            !state_text.contains(KEY),
-            "{ctx}: the API key reached the state"
-        );
-        let path = std::env::temp_dir().join(format!(
-            "nexus-drive-{}-{style:?}-{d:?}.state",
-            std::process::id()
-        ));
+        assert!(!state_text.contains(KEY), "{ctx}: the API key reached the state");
+        let path = std::env::temp_dir().join(format!("nexus-drive-{}-{style:?}-{d:?}.state", std::process::id()));
         std::fs::write(&path, &suspended.state).unwrap();
         drop(first);
 
         let sent_before = fake.requests().len();
-        let fresh = d.client(
-            transfer_tools(builder(&fake, style, "m-durable", false), &transfers, &adds)
-                .build()
-                .unwrap(),
-        );
+        let fresh =
+            d.client(transfer_tools(builder(&fake, style, "m-durable", false), &transfers, &adds).build().unwrap());
         let state = std::fs::read(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         // An answer for no outstanding request: refused, nothing sent.
-        let err = fresh
-            .resume(&state, vec![Answer::ok("no-such-request", None)])
-            .unwrap_err();
+        let err = fresh.resume(&state, vec![Answer::ok("no-such-request", None)]).unwrap_err();
         assert!(matches!(err, DriveError::Input(_)), "{ctx}: {err:?}");
         assert_eq!(fake.requests().len(), sent_before, "{ctx}");
 
         // Answers for some requests: pending on the rest.
         let (a1, a2) = (r.pending[0].id.clone(), r.pending[1].id.clone());
-        let half = fresh
-            .resume(&state, vec![Answer::ok(a1.clone(), None)])
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let half = fresh.resume(&state, vec![Answer::ok(a1.clone(), None)]).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(half.status, RunStatus::Pending, "{ctx}");
-        assert_eq!(
-            half.pending
-                .iter()
-                .map(|p| p.id.as_str())
-                .collect::<Vec<_>>(),
-            [a2.as_str()],
-            "{ctx}"
-        );
-        assert_eq!(
-            fake.requests().len(),
-            sent_before,
-            "{ctx}: nothing is sent while still pending"
-        );
+        assert_eq!(half.pending.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(), [a2.as_str()], "{ctx}");
+        assert_eq!(fake.requests().len(), sent_before, "{ctx}: nothing is sent while still pending");
         let state2 = half.suspended.unwrap().state;
         // The first answer was used up: giving it again is refused.
-        assert!(
-            matches!(
-                fresh.resume(&state2, vec![Answer::ok(a1, None)]),
-                Err(DriveError::Input(_))
-            ),
-            "{ctx}"
-        );
+        assert!(matches!(fresh.resume(&state2, vec![Answer::ok(a1, None)]), Err(DriveError::Input(_))), "{ctx}");
 
-        let done = fresh
-            .resume(&state2, vec![Answer::ok(a2, None)])
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let done = fresh.resume(&state2, vec![Answer::ok(a2, None)]).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(done.status, RunStatus::Done, "{ctx}");
         assert_eq!(done.text, "transfers done", "{ctx}");
         assert_eq!(outputs(&done), ["sent 5", "4", "sent 7"], "{ctx}");
@@ -291,49 +229,26 @@ fn relay_surfaces_all_parallel_calls_in_one_request_with_raw_arguments(d: Drv) {
             let fake = FakeProvider::start(
                 Scripts::new(KEY).model(
                     "m-relay",
-                    script(vec![
-                        Turn::default().call("lookup", RAW_A).call("lookup", RAW_B),
-                        Turn::text("relayed"),
-                    ])
-                    .expect_final(expect_results(2, &["A-result", "B-result"])),
+                    script(vec![Turn::default().call("lookup", RAW_A).call("lookup", RAW_B), Turn::text("relayed")])
+                        .expect_final(expect_results(2, &["A-result", "B-result"])),
                 ),
             );
             let cfg = builder(&fake, style, "m-relay", stream)
-                .relay_tool(
-                    "lookup",
-                    "looks things up on the caller's side",
-                    json!({"type": "object"}),
-                )
+                .relay_tool("lookup", "looks things up on the caller's side", json!({"type": "object"}))
                 .build()
                 .unwrap();
             let client = d.client(cfg);
-            let r = client
-                .run("look up alpha and beta")
-                .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let r = client.run("look up alpha and beta").unwrap_or_else(|e| panic!("{ctx}: {e}"));
             assert_eq!(r.status, RunStatus::Pending, "{ctx}");
-            assert_eq!(
-                r.pending.len(),
-                1,
-                "{ctx}: one request carries all relay calls"
-            );
+            assert_eq!(r.pending.len(), 1, "{ctx}: one request carries all relay calls");
             let req = &r.pending[0];
             assert_eq!(req.kind, "tool_call", "{ctx}");
-            let calls = req.data.as_ref().unwrap()["calls"]
-                .as_array()
-                .unwrap()
-                .clone();
+            let calls = req.data.as_ref().unwrap()["calls"].as_array().unwrap().clone();
             assert_eq!(calls.len(), 2, "{ctx}");
             assert_eq!(calls[0]["name"], "lookup");
-            assert_eq!(
-                calls[0]["arguments"], RAW_A,
-                "{ctx}: raw arguments, not a re-encoding"
-            );
+            assert_eq!(calls[0]["arguments"], RAW_A, "{ctx}: raw arguments, not a re-encoding");
             assert_eq!(calls[1]["arguments"], RAW_B, "{ctx}");
-            assert_eq!(
-                calls[0]["input"],
-                json!({"q": "alpha", "limit": 3}),
-                "{ctx}"
-            );
+            assert_eq!(calls[0]["input"], json!({"q": "alpha", "limit": 3}), "{ctx}");
             assert_ne!(calls[0]["id"], calls[1]["id"], "{ctx}");
             let answer = Answer::ok(
                 req.id.clone(),
@@ -342,9 +257,8 @@ fn relay_surfaces_all_parallel_calls_in_one_request_with_raw_arguments(d: Drv) {
                     {"id": calls[1]["id"], "output": "B-result"},
                 ]})),
             );
-            let done = client
-                .resume(&r.suspended.unwrap().state, vec![answer])
-                .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let done =
+                client.resume(&r.suspended.unwrap().state, vec![answer]).unwrap_or_else(|e| panic!("{ctx}: {e}"));
             assert_eq!(done.status, RunStatus::Done, "{ctx}");
             assert_eq!(done.text, "relayed", "{ctx}");
             assert_eq!(outputs(&done), ["A-result", "B-result"], "{ctx}");
@@ -364,14 +278,8 @@ fn retries_follow_retry_after_and_the_budget(d: Drv) {
                         .fault(Fault::status_retry_after(429, "0"))
                         .fault(Fault::status_retry_after(503, "0"))]),
                 )
-                .model(
-                    "m-down",
-                    script(vec![Turn::text("never").fault(Fault::status(503).times(5))]),
-                )
-                .model(
-                    "m-nope",
-                    script(vec![Turn::text("never").fault(Fault::status(400))]),
-                ),
+                .model("m-down", script(vec![Turn::text("never").fault(Fault::status(503).times(5))]))
+                .model("m-nope", script(vec![Turn::text("never").fault(Fault::status(400))])),
         );
         // Two retryable failures, two retries: the third attempt answers.
         let events: Arc<Mutex<Vec<StreamEvent>>> = Arc::default();
@@ -380,10 +288,7 @@ fn retries_follow_retry_after_and_the_budget(d: Drv) {
             .on_event(move |e| sink.lock().unwrap().push(e.clone()))
             .build()
             .unwrap();
-        let r = d
-            .client(cfg)
-            .run("hello")
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let r = d.client(cfg).run("hello").unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(r.text, "recovered", "{ctx}");
         assert_eq!(fake.attempts("m-flaky", 0), 3, "{ctx}");
         let retries: Vec<u64> = events
@@ -399,10 +304,7 @@ fn retries_follow_retry_after_and_the_budget(d: Drv) {
         assert_eq!(retries, [0, 0], "{ctx}");
 
         // One retry allowed: two attempts, then the provider's error.
-        let cfg = builder(&fake, style, "m-down", false)
-            .retries(1)
-            .build()
-            .unwrap();
+        let cfg = builder(&fake, style, "m-down", false).retries(1).build().unwrap();
         let err = run_error(d.client(cfg).run("hello"));
         assert_eq!(err.status(), Some(503), "{ctx}: {err}");
         assert_eq!(fake.attempts("m-down", 0), 2, "{ctx}");
@@ -411,10 +313,7 @@ fn retries_follow_retry_after_and_the_budget(d: Drv) {
         let cfg = builder(&fake, style, "m-nope", false).build().unwrap();
         let err = run_error(d.client(cfg).run("hello"));
         assert_eq!(err.status(), Some(400), "{ctx}");
-        assert!(
-            matches!(&err, DriveError::Run(RunError::Provider(p)) if !p.message.is_empty()),
-            "{ctx}: {err:?}"
-        );
+        assert!(matches!(&err, DriveError::Run(RunError::Provider(p)) if !p.message.is_empty()), "{ctx}: {err:?}");
         assert_eq!(fake.attempts("m-nope", 0), 1, "{ctx}");
     }
 }
@@ -424,14 +323,8 @@ fn classifier_can_fail_now_but_never_retries_more(d: Drv) {
         let ctx = format!("{d:?} {style:?}");
         let fake = FakeProvider::start(
             Scripts::new(KEY)
-                .model(
-                    "m-429",
-                    script(vec![Turn::text("never").fault(Fault::status(429).times(5))]),
-                )
-                .model(
-                    "m-500",
-                    script(vec![Turn::text("never").fault(Fault::status(500).times(5))]),
-                ),
+                .model("m-429", script(vec![Turn::text("never").fault(Fault::status(429).times(5))]))
+                .model("m-500", script(vec![Turn::text("never").fault(Fault::status(500).times(5))])),
         );
         // (status, attempt, will_retry) of each failure the classifier saw.
         type Seen = Vec<(Option<u16>, u32, bool)>;
@@ -440,9 +333,7 @@ fn classifier_can_fail_now_but_never_retries_more(d: Drv) {
         let cfg = builder(&fake, style, "m-429", false)
             .retries(3)
             .classify_errors(move |f| {
-                log.lock()
-                    .unwrap()
-                    .push((f.status, f.attempt, f.will_retry));
+                log.lock().unwrap().push((f.status, f.attempt, f.will_retry));
                 if f.status == Some(429) {
                     RetryDecision::FailNow
                 } else {
@@ -471,40 +362,25 @@ fn classifier_can_fail_now_but_never_retries_more(d: Drv) {
         let err = run_error(d.client(cfg).run("hello"));
         assert_eq!(err.status(), Some(500), "{ctx}");
         assert_eq!(fake.attempts("m-500", 0), 4, "{ctx}");
-        assert_eq!(
-            *seen2.lock().unwrap(),
-            4,
-            "{ctx}: the classifier sees every failure"
-        );
+        assert_eq!(*seen2.lock().unwrap(), 4, "{ctx}: the classifier sees every failure");
     }
 }
 
 fn deadline_ends_a_stalled_run(d: Drv) {
     for style in STYLES {
         let ctx = format!("{d:?} {style:?}");
-        let fake = FakeProvider::start(Scripts::new(KEY).model(
-            "m-stall",
-            script(vec![
-                Turn::text("too late").fault(Fault::new(FaultKind::Stall { ms: 3_000 })),
-            ]),
-        ));
-        let cfg = builder(&fake, style, "m-stall", false)
-            .timeout(Duration::from_millis(300))
-            .build()
-            .unwrap();
+        let fake =
+            FakeProvider::start(Scripts::new(KEY).model(
+                "m-stall",
+                script(vec![Turn::text("too late").fault(Fault::new(FaultKind::Stall { ms: 3_000 }))]),
+            ));
+        let cfg = builder(&fake, style, "m-stall", false).timeout(Duration::from_millis(300)).build().unwrap();
         let started = Instant::now();
         let err = run_error(d.client(cfg).run("hello"));
-        assert!(
-            matches!(err, DriveError::Run(RunError::DeadlineExceeded)),
-            "{ctx}: {err:?}"
-        );
+        assert!(matches!(err, DriveError::Run(RunError::DeadlineExceeded)), "{ctx}: {err:?}");
         // The stall was cut short, not waited out (a bound, not a measurement).
         assert!(started.elapsed() < Duration::from_millis(2_500), "{ctx}");
-        assert_eq!(
-            fake.attempts("m-stall", 0),
-            1,
-            "{ctx}: a deadline is not retried"
-        );
+        assert_eq!(fake.attempts("m-stall", 0), 1, "{ctx}: a deadline is not retried");
     }
 }
 
@@ -513,24 +389,12 @@ fn cancel_aborts_the_request_in_flight_and_a_backoff(d: Drv) {
         let ctx = format!("{d:?} {style:?}");
         let fake = FakeProvider::start(
             Scripts::new(KEY)
-                .model(
-                    "m-hang",
-                    script(vec![
-                        Turn::text("never").fault(Fault::new(FaultKind::Stall { ms: 5_000 }))
-                    ]),
-                )
-                .model(
-                    "m-later",
-                    script(vec![
-                        Turn::text("never").fault(Fault::status_retry_after(503, "30"))
-                    ]),
-                ),
+                .model("m-hang", script(vec![Turn::text("never").fault(Fault::new(FaultKind::Stall { ms: 5_000 }))]))
+                .model("m-later", script(vec![Turn::text("never").fault(Fault::status_retry_after(503, "30"))])),
         );
         for model in ["m-hang", "m-later"] {
             let token = CancelToken::new();
-            let client = d
-                .client(builder(&fake, style, model, false).build().unwrap())
-                .with_cancel(token.clone());
+            let client = d.client(builder(&fake, style, model, false).build().unwrap()).with_cancel(token.clone());
             let trigger = std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(150));
                 token.cancel();
@@ -539,15 +403,8 @@ fn cancel_aborts_the_request_in_flight_and_a_backoff(d: Drv) {
             let err = run_error(client.run("hello"));
             trigger.join().unwrap();
             assert!(err.is_cancelled(), "{ctx} {model}: {err:?}");
-            assert!(
-                started.elapsed() < Duration::from_millis(4_000),
-                "{ctx} {model}"
-            );
-            assert_eq!(
-                fake.attempts(model, 0),
-                1,
-                "{ctx} {model}: an abort is never retried"
-            );
+            assert!(started.elapsed() < Duration::from_millis(4_000), "{ctx} {model}");
+            assert_eq!(fake.attempts(model, 0), 1, "{ctx} {model}: an abort is never retried");
         }
     }
 }
@@ -570,10 +427,7 @@ fn hooks_short_circuit_rewrite_and_abort(d: Drv) {
                 )
                 .model(
                     "m-abort",
-                    script(vec![
-                        Turn::default().call("echo", r#"{"s":"x"}"#),
-                        Turn::text("unreachable"),
-                    ]),
+                    script(vec![Turn::default().call("echo", r#"{"s":"x"}"#), Turn::text("unreachable")]),
                 ),
         );
         let (dangers, pays) = (counter(), counter());
@@ -583,8 +437,7 @@ fn hooks_short_circuit_rewrite_and_abort(d: Drv) {
         let hooks = Hooks::new()
             .before_model(|req| {
                 // Rewrite the body: the provider must see what the hook wrote.
-                let mut body: Value =
-                    serde_json::from_slice(req.body).map_err(|e| HookAbort(e.to_string()))?;
+                let mut body: Value = serde_json::from_slice(req.body).map_err(|e| HookAbort(e.to_string()))?;
                 body["x_hooked_turn"] = json!(req.turn);
                 *req.body = serde_json::to_vec(&body).map_err(|e| HookAbort(e.to_string()))?;
                 Ok(())
@@ -592,12 +445,8 @@ fn hooks_short_circuit_rewrite_and_abort(d: Drv) {
             .before_tool(|call| match call.name {
                 "danger" => BeforeTool::Reply(ToolReply::Done(ToolResult::ok("blocked by policy"))),
                 // A suspension in the tool's place; on the answer, the real tool runs.
-                "pay" => {
-                    BeforeTool::Reply(ToolReply::Pending(Request::new("approval", "pay bob?")))
-                }
-                "echo" => BeforeTool::Args(
-                    json!({"s": call.input["s"].as_str().unwrap_or("").to_string()}),
-                ),
+                "pay" => BeforeTool::Reply(ToolReply::Pending(Request::new("approval", "pay bob?"))),
+                "echo" => BeforeTool::Args(json!({"s": call.input["s"].as_str().unwrap_or("").to_string()})),
                 _ => BeforeTool::Continue,
             })
             .after_tool(|call, result| {
@@ -611,77 +460,43 @@ fn hooks_short_circuit_rewrite_and_abort(d: Drv) {
                 dc.fetch_add(1, Ordering::SeqCst);
                 "ran anyway".into()
             }))
-            .dyn_tool(DynTool::new(
-                "pay",
-                "pays",
-                json!({"type": "object"}),
-                move |args, ctx| {
-                    pc.fetch_add(1, Ordering::SeqCst);
-                    let approved = ctx.answer().is_some_and(|a| a.ok);
-                    Ok(ToolOutcome::Done(json!(if approved {
-                        format!("paid {}", args["to"].as_str().unwrap_or("?"))
-                    } else {
-                        "unapproved".into()
-                    })))
-                },
-            ))
-            .dyn_tool(ok_tool("echo", |args, _| {
-                args["s"].as_str().unwrap_or("").to_string()
+            .dyn_tool(DynTool::new("pay", "pays", json!({"type": "object"}), move |args, ctx| {
+                pc.fetch_add(1, Ordering::SeqCst);
+                let approved = ctx.answer().is_some_and(|a| a.ok);
+                Ok(ToolOutcome::Done(json!(if approved {
+                    format!("paid {}", args["to"].as_str().unwrap_or("?"))
+                } else {
+                    "unapproved".into()
+                })))
             }))
+            .dyn_tool(ok_tool("echo", |args, _| args["s"].as_str().unwrap_or("").to_string()))
             .wait_for(|req| Answer::ok(req.id, None))
             .on_metric(move |m| msink.lock().unwrap().push(m.clone()))
             .build()
             .unwrap();
-        let r = d
-            .client(cfg)
-            .run("do things")
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let r = d.client(cfg).run("do things").unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(r.status, RunStatus::Done, "{ctx}");
-        assert_eq!(
-            outputs(&r),
-            ["blocked by policy", "paid bob", "HI"],
-            "{ctx}"
-        );
-        assert_eq!(
-            dangers.load(Ordering::SeqCst),
-            0,
-            "{ctx}: a short-circuited tool never runs"
-        );
-        assert_eq!(
-            pays.load(Ordering::SeqCst),
-            1,
-            "{ctx}: the real tool runs once, with the answer"
-        );
+        assert_eq!(outputs(&r), ["blocked by policy", "paid bob", "HI"], "{ctx}");
+        assert_eq!(dangers.load(Ordering::SeqCst), 0, "{ctx}: a short-circuited tool never runs");
+        assert_eq!(pays.load(Ordering::SeqCst), 1, "{ctx}: the real tool runs once, with the answer");
         let sent = fake.requests_for("m-hooks");
         assert_eq!(sent.len(), 2, "{ctx}");
         for (i, req) in sent.iter().enumerate() {
-            assert_eq!(
-                req.json.as_ref().unwrap()["x_hooked_turn"],
-                json!(i + 1),
-                "{ctx}"
-            );
+            assert_eq!(req.json.as_ref().unwrap()["x_hooked_turn"], json!(i + 1), "{ctx}");
         }
         // The suspension counts as pending, not as an error.
         let metrics = metrics.lock().unwrap();
         let pay: Vec<(bool, bool)> = metrics
             .iter()
             .filter_map(|m| match m {
-                nexus_drive::Metric::Tool {
-                    name,
-                    is_error,
-                    pending,
-                    ..
-                } if name == "pay" => Some((*is_error, *pending)),
+                nexus_drive::Metric::Tool { name, is_error, pending, .. } if name == "pay" => {
+                    Some((*is_error, *pending))
+                }
                 _ => None,
             })
             .collect();
         assert_eq!(pay, [(false, true), (false, false)], "{ctx}");
-        assert!(
-            metrics
-                .iter()
-                .any(|m| matches!(m, nexus_drive::Metric::Run { status: "done", .. })),
-            "{ctx}"
-        );
+        assert!(metrics.iter().any(|m| matches!(m, nexus_drive::Metric::Run { status: "done", .. })), "{ctx}");
 
         // An aborting hook ends the run with its reason.
         let cfg = builder(&fake, style, "m-abort", false)
@@ -706,48 +521,28 @@ fn conversation_and_run_stores_round_trip(d: Drv) {
         let ctx = format!("{d:?} {style:?}");
         let fake = FakeProvider::start(
             Scripts::new(KEY)
-                .model(
-                    "m-chat",
-                    script(vec![
-                        Turn::text("first answer"),
-                        Turn::text("second answer"),
-                    ]),
-                )
+                .model("m-chat", script(vec![Turn::text("first answer"), Turn::text("second answer")]))
                 .model(
                     "m-park",
-                    script(vec![
-                        Turn::default().call("transfer", r#"{"amount":9}"#),
-                        Turn::text("parked and done"),
-                    ])
-                    .expect_final(expect_results(1, &["sent 9"])),
+                    script(vec![Turn::default().call("transfer", r#"{"amount":9}"#), Turn::text("parked and done")])
+                        .expect_final(expect_results(1, &["sent 9"])),
                 ),
         );
         let conversations = Arc::new(MemoryConversationStore::new());
-        let cfg = builder(&fake, style, "m-chat", false)
-            .conversation_store(conversations.clone())
-            .build()
-            .unwrap();
+        let cfg = builder(&fake, style, "m-chat", false).conversation_store(conversations.clone()).build().unwrap();
         let client = d.client(cfg);
-        let one = client
-            .ask("conv-1", "hello")
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let one = client.ask("conv-1", "hello").unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(one.text, "first answer", "{ctx}");
         // The second ask sends the first exchange along (the fake picks its
         // turn by the assistant messages it is sent).
-        let two = client
-            .ask("conv-1", "and again")
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let two = client.ask("conv-1", "and again").unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(two.text, "second answer", "{ctx}");
         use nexus_drive::ConversationStore;
         let stored = conversations.get("conv-1").unwrap().unwrap();
         assert_eq!(stored.len(), 4, "{ctx}");
         assert_eq!(stored, two.messages, "{ctx}");
         // Another id is another conversation.
-        assert_eq!(
-            client.ask("conv-2", "hello").unwrap().text,
-            "first answer",
-            "{ctx}"
-        );
+        assert_eq!(client.ask("conv-2", "hello").unwrap().text, "first answer", "{ctx}");
         assert!(conversations.delete("conv-1").unwrap());
 
         // An ask that suspends saves nothing until it is resumed.
@@ -766,38 +561,21 @@ fn conversation_and_run_stores_round_trip(d: Drv) {
         assert_eq!(resumed.text, "parked and done", "{ctx}");
         // user prompt, the call, its result, the answer
         assert_eq!(resumed.messages.len(), 4, "{ctx}");
-        assert_eq!(
-            conversations.get("conv-3").unwrap(),
-            Some(resumed.messages.clone()),
-            "{ctx}"
-        );
+        assert_eq!(conversations.get("conv-3").unwrap(), Some(resumed.messages.clone()), "{ctx}");
 
         // A suspended run parked in a file store and finished by resume_stored.
-        let dir = std::env::temp_dir().join(format!(
-            "nexus-drive-runs-{}-{style:?}-{d:?}",
-            std::process::id()
-        ));
+        let dir = std::env::temp_dir().join(format!("nexus-drive-runs-{}-{style:?}-{d:?}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let runs = FileRunStore::open(&dir).unwrap();
         let (t, a) = (counter(), counter());
-        let client = d.client(
-            transfer_tools(builder(&fake, style, "m-park", false), &t, &a)
-                .build()
-                .unwrap(),
-        );
+        let client = d.client(transfer_tools(builder(&fake, style, "m-park", false), &t, &a).build().unwrap());
         let r = client.run("pay").unwrap();
         let s = r.suspended.unwrap();
         assert_eq!(runs.save(&s.run_id, &s.state, None).unwrap(), 1);
         let answer = Answer::ok(s.pending[0].id.clone(), None);
-        let done = client
-            .resume_stored(&runs, &s.run_id, vec![answer])
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let done = client.resume_stored(&runs, &s.run_id, vec![answer]).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(done.text, "parked and done", "{ctx}");
-        assert_eq!(
-            runs.load(&s.run_id).unwrap(),
-            None,
-            "{ctx}: a finished run leaves the store"
-        );
+        assert_eq!(runs.load(&s.run_id).unwrap(), None, "{ctx}: a finished run leaves the store");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
@@ -805,19 +583,12 @@ fn conversation_and_run_stores_round_trip(d: Drv) {
 fn a_stored_run_is_resumed_once(d: Drv) {
     for style in STYLES {
         let ctx = format!("{d:?} {style:?}");
-        let fake = FakeProvider::start(Scripts::new(KEY).model(
-            "m-once",
-            script(vec![
-                Turn::default().call("transfer", r#"{"amount":1}"#),
-                Turn::text("once"),
-            ]),
-        ));
-        let (t, a) = (counter(), counter());
-        let client = d.client(
-            transfer_tools(builder(&fake, style, "m-once", false), &t, &a)
-                .build()
-                .unwrap(),
+        let fake = FakeProvider::start(
+            Scripts::new(KEY)
+                .model("m-once", script(vec![Turn::default().call("transfer", r#"{"amount":1}"#), Turn::text("once")])),
         );
+        let (t, a) = (counter(), counter());
+        let client = d.client(transfer_tools(builder(&fake, style, "m-once", false), &t, &a).build().unwrap());
         let s = client.run("pay").unwrap().suspended.unwrap();
         let runs = nexus_drive::MemoryRunStore::new();
         runs.save(&s.run_id, &s.state, None).unwrap();
@@ -826,45 +597,25 @@ fn a_stored_run_is_resumed_once(d: Drv) {
         // A worker holds the claim: a second one is refused, nothing is sent.
         let claim = runs.claim(&s.run_id).unwrap();
         let sent = fake.requests().len();
-        let err = client
-            .resume_stored(&runs, &s.run_id, vec![answer.clone()])
-            .unwrap_err();
-        assert_eq!(
-            err,
-            DriveError::Store(StoreError::Claimed(s.run_id.clone())),
-            "{ctx}"
-        );
+        let err = client.resume_stored(&runs, &s.run_id, vec![answer.clone()]).unwrap_err();
+        assert_eq!(err, DriveError::Store(StoreError::Claimed(s.run_id.clone())), "{ctx}");
         assert_eq!(fake.requests().len(), sent, "{ctx}");
         // The holder gives it back unchanged.
-        runs.save(&s.run_id, &claim.state, Some(claim.version))
-            .unwrap();
+        runs.save(&s.run_id, &claim.state, Some(claim.version)).unwrap();
 
         // A wrong answer is refused and releases the claim, the run untouched.
-        let err = client
-            .resume_stored(&runs, &s.run_id, vec![Answer::ok("bogus", None)])
-            .unwrap_err();
+        let err = client.resume_stored(&runs, &s.run_id, vec![Answer::ok("bogus", None)]).unwrap_err();
         assert!(matches!(err, DriveError::Input(_)), "{ctx}: {err:?}");
         let rec = runs.load(&s.run_id).unwrap().unwrap();
         assert!(!rec.claimed && rec.state == s.state, "{ctx}");
 
-        let done = client
-            .resume_stored(&runs, &s.run_id, vec![answer.clone()])
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let done =
+            client.resume_stored(&runs, &s.run_id, vec![answer.clone()]).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(done.text, "once", "{ctx}");
         // Resuming again finds nothing to resume.
-        let again = client
-            .resume_stored(&runs, &s.run_id, vec![answer])
-            .unwrap_err();
-        assert_eq!(
-            again,
-            DriveError::Store(StoreError::NotFound(s.run_id.clone())),
-            "{ctx}"
-        );
-        assert_eq!(
-            t.load(Ordering::SeqCst),
-            2,
-            "{ctx}: suspended once, run once with the answer"
-        );
+        let again = client.resume_stored(&runs, &s.run_id, vec![answer]).unwrap_err();
+        assert_eq!(again, DriveError::Store(StoreError::NotFound(s.run_id.clone())), "{ctx}");
+        assert_eq!(t.load(Ordering::SeqCst), 2, "{ctx}: suspended once, run once with the answer");
     }
 }
 
@@ -904,12 +655,7 @@ fn tool_failures_become_error_results(d: Drv) {
             ),
         );
         let cfg = builder(&fake, style, "m-fail", false)
-            .dyn_tool(DynTool::new(
-                "boom",
-                "panics",
-                json!({"type": "object"}),
-                |_, _| panic!("kaboom"),
-            ))
+            .dyn_tool(DynTool::new("boom", "panics", json!({"type": "object"}), |_, _| panic!("kaboom")))
             .tool(TypedAdd)
             .dyn_tool(
                 DynTool::new("sleepy", "sleeps", json!({"type": "object"}), |_, _| {
@@ -920,42 +666,20 @@ fn tool_failures_become_error_results(d: Drv) {
             )
             .build()
             .unwrap();
-        let r = d
-            .client(cfg)
-            .run("break things")
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let r = d.client(cfg).run("break things").unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(r.status, RunStatus::Done, "{ctx}");
         assert_eq!(r.text, "handled", "{ctx}");
         let calls = &r.tool_calls;
         assert_eq!(calls.len(), 5, "{ctx}");
+        assert!(calls[0].is_error && calls[0].output.contains("kaboom"), "{ctx}: {:?}", calls[0]);
         assert!(
-            calls[0].is_error && calls[0].output.contains("kaboom"),
-            "{ctx}: {:?}",
-            calls[0]
-        );
-        assert!(
-            calls[1].is_error
-                && calls[1]
-                    .output
-                    .starts_with("invalid arguments for typed_add"),
+            calls[1].is_error && calls[1].output.starts_with("invalid arguments for typed_add"),
             "{ctx}: {:?}",
             calls[1]
         );
-        assert!(
-            calls[2].is_error && calls[2].output.contains("timed out"),
-            "{ctx}: {:?}",
-            calls[2]
-        );
-        assert!(
-            calls[3].is_error && calls[3].output == "Unknown tool: nonexistent",
-            "{ctx}: {:?}",
-            calls[3]
-        );
-        assert!(
-            !calls[4].is_error && calls[4].output == "42",
-            "{ctx}: {:?}",
-            calls[4]
-        );
+        assert!(calls[2].is_error && calls[2].output.contains("timed out"), "{ctx}: {:?}", calls[2]);
+        assert!(calls[3].is_error && calls[3].output == "Unknown tool: nonexistent", "{ctx}: {:?}", calls[3]);
+        assert!(!calls[4].is_error && calls[4].output == "42", "{ctx}: {:?}", calls[4]);
     }
 }
 
@@ -978,35 +702,20 @@ fn streaming_and_whole_responses_give_the_same_transcript(d: Drv) {
         let fake_stream = FakeProvider::start(Scripts::new(KEY).model("m-same", turns()));
         let (t, a) = (counter(), counter());
         let whole = d
-            .client(
-                transfer_tools(builder(&fake_whole, style, "m-same", false), &t, &a)
-                    .build()
-                    .unwrap(),
-            )
+            .client(transfer_tools(builder(&fake_whole, style, "m-same", false), &t, &a).build().unwrap())
             .run("add 20 and 22")
             .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-        let streamed_client = d.client(
-            transfer_tools(builder(&fake_stream, style, "m-same", true), &t, &a)
-                .build()
-                .unwrap(),
-        );
+        let streamed_client =
+            d.client(transfer_tools(builder(&fake_stream, style, "m-same", true), &t, &a).build().unwrap());
         let (events, streamed) = streamed_client.stream("add 20 and 22");
         let streamed = streamed.unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(whole.status, RunStatus::Done, "{ctx}");
         assert_eq!(streamed.messages, whole.messages, "{ctx}: same transcript");
         assert_eq!(streamed.text, "The sum is 42. Grüße!", "{ctx}");
-        assert_eq!(
-            (streamed.usage, streamed.turns),
-            (whole.usage, whole.turns),
-            "{ctx}"
-        );
+        assert_eq!((streamed.usage, streamed.turns), (whole.usage, whole.turns), "{ctx}");
         assert_eq!(whole.usage.prompt_tokens, 75, "{ctx}");
         assert_eq!(whole.usage.completion_tokens, 20, "{ctx}");
-        assert_eq!(
-            streamed.stop_reason,
-            Some(nexus_drive::StopReason::EndTurn),
-            "{ctx}"
-        );
+        assert_eq!(streamed.stop_reason, Some(nexus_drive::StopReason::EndTurn), "{ctx}");
         // The events tell the same story: the text pieces join to the turns' text.
         let text: String = events
             .iter()
@@ -1015,10 +724,7 @@ fn streaming_and_whole_responses_give_the_same_transcript(d: Drv) {
                 _ => None,
             })
             .collect();
-        assert_eq!(
-            text, "Let me add that — un instant.The sum is 42. Grüße!",
-            "{ctx}"
-        );
+        assert_eq!(text, "Let me add that — un instant.The sum is 42. Grüße!", "{ctx}");
         let kinds: Vec<&str> = events
             .iter()
             .filter_map(|e| match e {
@@ -1029,11 +735,7 @@ fn streaming_and_whole_responses_give_the_same_transcript(d: Drv) {
                 _ => None,
             })
             .collect();
-        assert_eq!(
-            kinds,
-            ["turn", "call", "finished", "result", "turn", "finished"],
-            "{ctx}"
-        );
+        assert_eq!(kinds, ["turn", "call", "finished", "result", "turn", "finished"], "{ctx}");
     }
 }
 
@@ -1049,22 +751,11 @@ fn connections_are_kept_alive_across_turns(d: Drv) {
             ]),
         ));
         let (t, a) = (counter(), counter());
-        let client = d.client(
-            transfer_tools(builder(&fake, style, "m-keep", false), &t, &a)
-                .build()
-                .unwrap(),
-        );
+        let client = d.client(transfer_tools(builder(&fake, style, "m-keep", false), &t, &a).build().unwrap());
         assert_eq!(client.run("go").unwrap().text, "kept", "{ctx}");
-        let conns: Vec<u64> = fake
-            .requests_for("m-keep")
-            .iter()
-            .map(|r| r.connection)
-            .collect();
+        let conns: Vec<u64> = fake.requests_for("m-keep").iter().map(|r| r.connection).collect();
         assert_eq!(conns.len(), 3, "{ctx}");
-        assert!(
-            conns.iter().all(|c| *c == conns[0]),
-            "{ctx}: one connection for the whole run: {conns:?}"
-        );
+        assert!(conns.iter().all(|c| *c == conns[0]), "{ctx}: one connection for the whole run: {conns:?}");
     }
 }
 
@@ -1111,25 +802,16 @@ fn async_tools_run_in_both_drivers(d: Drv) {
                 json!({"type": "object"}),
                 |args, _ctx| async move {
                     smol::Timer::after(Duration::from_millis(10)).await;
-                    Ok(ToolOutcome::Done(json!(format!(
-                        "later {}",
-                        args["word"].as_str().unwrap_or("?")
-                    ))))
+                    Ok(ToolOutcome::Done(json!(format!("later {}", args["word"].as_str().unwrap_or("?")))))
                 },
             ))
             .build()
             .unwrap();
-        let r = d
-            .client(cfg)
-            .run("add later")
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let r = d.client(cfg).run("add later").unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(r.text, "async done", "{ctx}");
         assert_eq!(outputs(&r)[..2], ["3", "later ok"], "{ctx}");
         assert!(
-            r.tool_calls[2].is_error
-                && r.tool_calls[2]
-                    .output
-                    .starts_with("invalid arguments for async_add"),
+            r.tool_calls[2].is_error && r.tool_calls[2].output.starts_with("invalid arguments for async_add"),
             "{ctx}: {:?}",
             r.tool_calls[2]
         );

@@ -37,17 +37,11 @@ fn status_faults_repeat_then_the_turn_succeeds() {
             let r = call(&fake, style, "m", 0, attempt == 1);
             assert_eq!(r.status, status, "{style:?} attempt {attempt}");
             assert_eq!(r.header("retry-after"), Some("2"));
-            assert_eq!(
-                r.header("content-type"),
-                Some("application/json"),
-                "errors are JSON even for stream requests"
-            );
+            assert_eq!(r.header("content-type"), Some("application/json"), "errors are JSON even for stream requests");
             let v = r.json();
             let got = match style {
                 Style::Anthropic => v["error"]["type"].clone(),
-                Style::OpenAi => v["error"]["code"]
-                    .as_str()
-                    .map_or(v["error"]["type"].clone(), Value::from),
+                Style::OpenAi => v["error"]["code"].as_str().map_or(v["error"]["type"].clone(), Value::from),
                 Style::Gemini => v["error"]["status"].clone(),
             };
             assert_eq!(got, kind, "{style:?} {status}: {v}");
@@ -69,13 +63,11 @@ fn status_faults_repeat_then_the_turn_succeeds() {
 #[test]
 fn status_fault_without_retry_after_and_with_a_custom_body() {
     let custom = r#"{"type":"error","error":{"type":"api_error","message":"custom"}}"#;
-    let fake = fake_with(text_turn().fault(Fault::status(500)).fault(Fault::new(
-        FaultKind::Status {
-            status: 502,
-            retry_after: None,
-            body: Some(custom.to_string()),
-        },
-    )));
+    let fake = fake_with(text_turn().fault(Fault::status(500)).fault(Fault::new(FaultKind::Status {
+        status: 502,
+        retry_after: None,
+        body: Some(custom.to_string()),
+    })));
     let r = call(&fake, Style::Anthropic, "m", 0, false);
     assert_eq!(r.status, 500);
     assert!(r.header("retry-after").is_none());
@@ -92,11 +84,7 @@ fn reset_before_headers_sends_nothing() {
         let r = call(&fake, style, "m", 0, false);
         assert_eq!(r.end, End::EofBeforeHead, "{style:?}");
         assert_eq!(fake.requests()[0].status, None, "recorded as unanswered");
-        assert_eq!(
-            call(&fake, style, "m", 0, false).status,
-            200,
-            "{style:?}: the next attempt is answered"
-        );
+        assert_eq!(call(&fake, style, "m", 0, false).status, 200, "{style:?}: the next attempt is answered");
     }
 }
 
@@ -111,10 +99,7 @@ fn reset_after_headers_sends_only_the_head() {
         if stream {
             assert_eq!(r.header("content-type"), Some("text/event-stream"));
         } else {
-            assert!(
-                r.header("content-length").is_some_and(|n| n != "0"),
-                "a length that never arrives"
-            );
+            assert!(r.header("content-length").is_some_and(|n| n != "0"), "a length that never arrives");
         }
     }
 }
@@ -122,29 +107,18 @@ fn reset_after_headers_sends_only_the_head() {
 #[test]
 fn reset_mid_stream_cuts_after_k_events() {
     for style in Style::ALL {
-        let fake =
-            fake_with(text_turn().fault(fault(FaultKind::ResetMidStream { after_events: 3 })));
+        let fake = fake_with(text_turn().fault(fault(FaultKind::ResetMidStream { after_events: 3 })));
         let r = call(&fake, style, "m", 0, true);
         assert_eq!(r.status, 200);
         assert_eq!(r.end, End::EofInBody, "{style:?}: no terminating chunk");
-        assert_eq!(
-            r.chunks.as_ref().map(Vec::len),
-            Some(3),
-            "{style:?}: exactly three events"
-        );
+        assert_eq!(r.chunks.as_ref().map(Vec::len), Some(3), "{style:?}: exactly three events");
         let whole = call(&fake, style, "m", 0, true);
-        assert!(whole
-            .chunks
-            .as_ref()
-            .is_some_and(|c| c.len() > 3 && c[..3] == r.chunks.as_ref().expect("chunks")[..]));
+        assert!(whole.chunks.as_ref().is_some_and(|c| c.len() > 3 && c[..3] == r.chunks.as_ref().expect("chunks")[..]));
     }
     // Without a stream: half the body, then the close.
     let fake = fake_with(text_turn().fault(fault(FaultKind::ResetMidStream { after_events: 1 })));
     let r = call(&fake, Style::Anthropic, "m", 0, false);
-    let full: usize = r
-        .header("content-length")
-        .and_then(|n| n.parse().ok())
-        .expect("length");
+    let full: usize = r.header("content-length").and_then(|n| n.parse().ok()).expect("length");
     assert_eq!((r.end, r.body.len()), (End::EofInBody, full / 2));
 }
 
@@ -160,11 +134,7 @@ fn truncated_chunked_bodies_lack_only_the_terminator() {
     }
     let fake = fake_with(text_turn().fault(fault(FaultKind::TruncatedChunked)));
     let cut = call(&fake, Style::Gemini, "m", 0, false);
-    assert_eq!(
-        cut.header("transfer-encoding"),
-        Some("chunked"),
-        "a whole body is sent chunked for this fault"
-    );
+    assert_eq!(cut.header("transfer-encoding"), Some("chunked"), "a whole body is sent chunked for this fault");
     assert_eq!(cut.end, End::EofInBody);
     let whole = call(&fake, Style::Gemini, "m", 0, false);
     assert_eq!(cut.body, whole.body, "all of it but the end marker");
@@ -175,18 +145,11 @@ fn stall_delays_the_answer() {
     let fake = fake_with(text_turn().fault(fault(FaultKind::Stall { ms: 400 })));
     let started = Instant::now();
     let r = call(&fake, Style::Gemini, "m", 0, true);
-    assert!(
-        started.elapsed() >= Duration::from_millis(400),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() >= Duration::from_millis(400), "{:?}", started.elapsed());
     assert_eq!((r.status, r.end), (200, End::Complete));
     let started = Instant::now();
     call(&fake, Style::Gemini, "m", 0, true);
-    assert!(
-        started.elapsed() < Duration::from_millis(400),
-        "only the first attempt stalls"
-    );
+    assert!(started.elapsed() < Duration::from_millis(400), "only the first attempt stalls");
 }
 
 #[test]
@@ -196,58 +159,30 @@ fn a_stalled_answer_does_not_delay_shutdown() {
     let client = std::thread::spawn(move || {
         let mut c = fake_support::Client::connect(addr);
         let b = fake_support::body(Style::OpenAi, "m", 0, false).to_string();
-        c.request(
-            "POST",
-            "/v1/chat/completions",
-            &[("Authorization", "Bearer test-key")],
-            b.as_bytes(),
-        )
+        c.request("POST", "/v1/chat/completions", &[("Authorization", "Bearer test-key")], b.as_bytes())
     });
     std::thread::sleep(Duration::from_millis(200));
     let started = Instant::now();
     drop(fake);
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
     let r = client.join().expect("client thread");
-    assert_eq!(
-        r.end,
-        End::EofBeforeHead,
-        "the stalled request is dropped unanswered"
-    );
+    assert_eq!(r.end, End::EofBeforeHead, "the stalled request is dropped unanswered");
 }
 
 #[test]
 fn malformed_json_with_status_200() {
     for style in Style::ALL {
-        let fake = fake_with(
-            text_turn()
-                .fault(fault(FaultKind::MalformedJson))
-                .fault(fault(FaultKind::MalformedJson)),
-        );
+        let fake = fake_with(text_turn().fault(fault(FaultKind::MalformedJson)).fault(fault(FaultKind::MalformedJson)));
         let r = call(&fake, style, "m", 0, false);
         assert_eq!((r.status, r.end), (200, End::Complete));
-        assert!(
-            serde_json::from_slice::<Value>(&r.body).is_err(),
-            "{style:?}: not JSON"
-        );
+        assert!(serde_json::from_slice::<Value>(&r.body).is_err(), "{style:?}: not JSON");
         if let Some(run) = oracle::validate_response(style, &r.body) {
-            assert!(
-                !run.ok && run.stdout.contains("INVALID"),
-                "{style:?}: the SDK refuses it: {}",
-                run.stdout
-            );
+            assert!(!run.ok && run.stdout.contains("INVALID"), "{style:?}: the SDK refuses it: {}", run.stdout);
         }
         let s = call(&fake, style, "m", 0, true);
         assert_eq!((s.status, s.end), (200, End::Complete));
         let events = sse_events(&s.body);
-        assert_eq!(
-            events.len(),
-            2,
-            "{style:?}: one good event, then the broken one"
-        );
+        assert_eq!(events.len(), 2, "{style:?}: one good event, then the broken one");
         assert!(serde_json::from_str::<Value>(&events[0].1).is_ok());
         assert!(serde_json::from_str::<Value>(&events[1].1).is_err());
         if let Some(run) = oracle::parse_stream(style, &s.body, &[]) {
@@ -272,9 +207,7 @@ fn huge_bodies_are_valid_and_that_large() {
         let text = match style {
             Style::Anthropic => v["content"][0]["text"].as_str().map(str::len),
             Style::OpenAi => v["choices"][0]["message"]["content"].as_str().map(str::len),
-            Style::Gemini => v["candidates"][0]["content"]["parts"][0]["text"]
-                .as_str()
-                .map(str::len),
+            Style::Gemini => v["candidates"][0]["content"]["parts"][0]["text"].as_str().map(str::len),
         };
         assert_eq!(text, Some(N), "{style:?}");
     }
@@ -291,18 +224,12 @@ fn huge_bodies_are_valid_and_that_large() {
 
 #[test]
 fn stream_errors_arrive_in_the_stream() {
-    for (style, kind) in [
-        (Style::Anthropic, "overloaded_error"),
-        (Style::OpenAi, "server_error"),
-        (Style::Gemini, "UNAVAILABLE"),
-    ] {
+    for (style, kind) in
+        [(Style::Anthropic, "overloaded_error"), (Style::OpenAi, "server_error"), (Style::Gemini, "UNAVAILABLE")]
+    {
         let fake = fake_with(text_turn().fault(fault(FaultKind::StreamError { after_events: 2 })));
         let r = call(&fake, style, "m", 0, true);
-        assert_eq!(
-            (r.status, r.end),
-            (200, End::Complete),
-            "{style:?}: the stream ends cleanly after the error"
-        );
+        assert_eq!((r.status, r.end), (200, End::Complete), "{style:?}: the stream ends cleanly after the error");
         let events = sse_events(&r.body);
         assert_eq!(events.len(), 3, "{style:?}");
         let last: Value = serde_json::from_str(&events[2].1).expect("JSON error event");
@@ -322,17 +249,9 @@ fn stream_errors_arrive_in_the_stream() {
         }
     }
     // Without a stream the same fault is the overloaded status.
-    for (style, status) in [
-        (Style::Anthropic, 529),
-        (Style::OpenAi, 503),
-        (Style::Gemini, 503),
-    ] {
+    for (style, status) in [(Style::Anthropic, 529), (Style::OpenAi, 503), (Style::Gemini, 503)] {
         let fake = fake_with(text_turn().fault(fault(FaultKind::StreamError { after_events: 0 })));
-        assert_eq!(
-            call(&fake, style, "m", 0, false).status,
-            status,
-            "{style:?}"
-        );
+        assert_eq!(call(&fake, style, "m", 0, false).status, status, "{style:?}");
     }
 }
 
@@ -340,41 +259,17 @@ fn stream_errors_arrive_in_the_stream() {
 fn faults_are_counted_per_model_and_turn() {
     let fake = FakeProvider::start(
         Scripts::new(KEY)
-            .model(
-                "a",
-                Script::new(vec![
-                    text_turn().fault(Fault::status(429)),
-                    text_turn().fault(Fault::status(503)),
-                ]),
-            )
-            .model(
-                "b",
-                Script::new(vec![text_turn().fault(Fault::status(429))]),
-            ),
+            .model("a", Script::new(vec![text_turn().fault(Fault::status(429)), text_turn().fault(Fault::status(503))]))
+            .model("b", Script::new(vec![text_turn().fault(Fault::status(429))])),
     );
     assert_eq!(call(&fake, Style::OpenAi, "a", 0, false).status, 429);
-    assert_eq!(
-        call(&fake, Style::OpenAi, "b", 0, false).status,
-        429,
-        "model b counts its own attempts"
-    );
-    assert_eq!(
-        call(&fake, Style::OpenAi, "a", 1, false).status,
-        503,
-        "turn 1 counts its own attempts"
-    );
+    assert_eq!(call(&fake, Style::OpenAi, "b", 0, false).status, 429, "model b counts its own attempts");
+    assert_eq!(call(&fake, Style::OpenAi, "a", 1, false).status, 503, "turn 1 counts its own attempts");
     assert_eq!(call(&fake, Style::OpenAi, "a", 0, false).status, 200);
     assert_eq!(call(&fake, Style::OpenAi, "a", 1, false).status, 200);
-    assert_eq!(
-        call(&fake, Style::Anthropic, "b", 0, false).status,
-        200,
-        "attempts count across styles"
-    );
+    assert_eq!(call(&fake, Style::Anthropic, "b", 0, false).status, 200, "attempts count across styles");
     let attempts: Vec<Option<u32>> = fake.requests().iter().map(|r| r.attempt).collect();
-    assert_eq!(
-        attempts,
-        vec![Some(0), Some(0), Some(0), Some(1), Some(1), Some(1)]
-    );
+    assert_eq!(attempts, vec![Some(0), Some(0), Some(0), Some(1), Some(1), Some(1)]);
 }
 
 #[test]
@@ -384,11 +279,7 @@ fn stop_reason_overrides_map_neutral_names_and_pass_others() {
             .model("neutral", Script::new(vec![text_turn().stop("max_tokens")]))
             .model("raw", Script::new(vec![text_turn().stop("RECITATION")])),
     );
-    let want = [
-        (Style::Anthropic, "max_tokens"),
-        (Style::OpenAi, "length"),
-        (Style::Gemini, "MAX_TOKENS"),
-    ];
+    let want = [(Style::Anthropic, "max_tokens"), (Style::OpenAi, "length"), (Style::Gemini, "MAX_TOKENS")];
     for (style, stop) in want {
         for stream in [false, true] {
             let r = call(&fake, style, "neutral", 0, stream);
@@ -399,11 +290,7 @@ fn stop_reason_overrides_map_neutral_names_and_pass_others() {
             };
             let Some(run) = run else { return };
             assert!(run.ok, "{style:?}: {}", run.stdout);
-            assert_eq!(
-                run.summary.as_ref().expect("summary")["stop"],
-                stop,
-                "{style:?} stream={stream}"
-            );
+            assert_eq!(run.summary.as_ref().expect("summary")["stop"], stop, "{style:?} stream={stream}");
         }
     }
     let r = call(&fake, Style::Gemini, "raw", 0, false);

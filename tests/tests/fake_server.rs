@@ -6,9 +6,7 @@ mod fake_support;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use fake_support::{
-    auth_headers, body, call, call_target, call_with, sse_events, user, wrap, Client, End, KEY,
-};
+use fake_support::{auth_headers, body, call, call_target, call_with, sse_events, user, wrap, Client, End, KEY};
 use nexus_tests::fake::{ExpectFinal, FakeProvider, Script, Scripts, Style, Turn};
 use nexus_tests::oracle;
 use serde_json::{json, Value};
@@ -30,34 +28,12 @@ fn rich_turn() -> Turn {
 
 fn scripts() -> Scripts {
     Scripts::new(KEY)
-        .model(
-            "m-rich",
-            Script::new(vec![
-                rich_turn(),
-                Turn::text("It is 4°C in Paris. Grüße!").usage(50, 9),
-            ]),
-        )
-        .model(
-            "m-ids",
-            Script::new(vec![Turn::default()
-                .call("lookup", r#"{"q":"x"}"#)
-                .with_ids()]),
-        )
-        .model(
-            "m-three",
-            Script::new(vec![
-                Turn::text("first"),
-                Turn::text("second"),
-                Turn::text("third"),
-            ]),
-        )
+        .model("m-rich", Script::new(vec![rich_turn(), Turn::text("It is 4°C in Paris. Grüße!").usage(50, 9)]))
+        .model("m-ids", Script::new(vec![Turn::default().call("lookup", r#"{"q":"x"}"#).with_ids()]))
+        .model("m-three", Script::new(vec![Turn::text("first"), Turn::text("second"), Turn::text("third")]))
         .model(
             "m-final",
-            Script::new(vec![
-                Turn::default().call("lookup", "{}"),
-                Turn::text("done"),
-            ])
-            .expect_final(ExpectFinal {
+            Script::new(vec![Turn::default().call("lookup", "{}"), Turn::text("done")]).expect_final(ExpectFinal {
                 tool_result_contains: vec!["result 0".to_string()],
                 tool_results: Some(1),
                 messages: None,
@@ -69,11 +45,7 @@ fn scripts() -> Scripts {
 /// and each provider's documented vocabulary.
 fn assert_rich_summary(style: Style, s: &Value) {
     assert_eq!(s["text"], TEXT, "{style:?}: text");
-    assert_eq!(
-        s["usage"],
-        json!({"input": 31, "output": 17}),
-        "{style:?}: usage"
-    );
+    assert_eq!(s["usage"], json!({"input": 31, "output": 17}), "{style:?}: usage");
     let (stop, thinking) = match style {
         Style::Anthropic => ("tool_use", json!(THINKING)),
         // Chat Completions has no reasoning output.
@@ -91,21 +63,11 @@ fn assert_rich_summary(style: Style, s: &Value) {
     assert_eq!(calls[1]["input"], json!({"a": 2, "b": 2}));
     match style {
         Style::Anthropic => {
-            assert!(
-                calls[0]["id"]
-                    .as_str()
-                    .is_some_and(|id| id.starts_with("toolu_") && id.len() > 10),
-                "{calls:?}"
-            );
+            assert!(calls[0]["id"].as_str().is_some_and(|id| id.starts_with("toolu_") && id.len() > 10), "{calls:?}");
             assert_eq!(calls[1]["id"], "call_fixed_1");
         }
         Style::OpenAi => {
-            assert!(
-                calls[0]["id"]
-                    .as_str()
-                    .is_some_and(|id| id.starts_with("call_") && id.len() > 10),
-                "{calls:?}"
-            );
+            assert!(calls[0]["id"].as_str().is_some_and(|id| id.starts_with("call_") && id.len() > 10), "{calls:?}");
             assert_eq!(calls[1]["id"], "call_fixed_1");
         }
         // Gemini sends calls without ids unless the turn says with_ids.
@@ -114,11 +76,7 @@ fn assert_rich_summary(style: Style, s: &Value) {
 }
 
 fn no_unknown_fields(run: &oracle::OracleRun) {
-    assert!(
-        !run.stderr.contains("unknown field"),
-        "fields the SDK does not know: {}",
-        run.stderr
-    );
+    assert!(!run.stderr.contains("unknown field"), "fields the SDK does not know: {}", run.stderr);
 }
 
 #[test]
@@ -127,31 +85,17 @@ fn keep_alive_serves_three_requests_on_one_connection() {
     let mut c = Client::connect(fake.addr());
     for (i, style) in Style::ALL.into_iter().enumerate() {
         let headers = auth_headers(style, Some(KEY));
-        let refs: Vec<(&str, &str)> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
+        let refs: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let b = body(style, "m-three", i, false).to_string();
-        let r = c.request(
-            "POST",
-            &call_target(style, "m-three", false),
-            &refs,
-            b.as_bytes(),
-        );
+        let r = c.request("POST", &call_target(style, "m-three", false), &refs, b.as_bytes());
         assert_eq!(r.status, 200, "{style:?}: {}", r.text());
         assert_eq!(r.end, End::Complete);
         assert_eq!(r.header("content-type"), Some("application/json"));
-        assert!(
-            r.header("connection").is_none(),
-            "keep-alive is the HTTP/1.1 default"
-        );
+        assert!(r.header("connection").is_none(), "keep-alive is the HTTP/1.1 default");
     }
     let conns: Vec<u64> = fake.requests().iter().map(|r| r.connection).collect();
     assert_eq!(conns.len(), 3);
-    assert!(
-        conns.iter().all(|&c| c == conns[0]),
-        "one connection: {conns:?}"
-    );
+    assert!(conns.iter().all(|&c| c == conns[0]), "one connection: {conns:?}");
     let turns: Vec<Option<usize>> = fake.requests().iter().map(|r| r.turn).collect();
     assert_eq!(turns, vec![Some(0), Some(1), Some(2)]);
 }
@@ -164,10 +108,7 @@ fn connection_close_is_honoured() {
     let r = c.request(
         "POST",
         "/v1/chat/completions",
-        &[
-            ("Authorization", "Bearer test-key"),
-            ("Connection", "close"),
-        ],
+        &[("Authorization", "Bearer test-key"), ("Connection", "close")],
         b.as_bytes(),
     );
     assert_eq!(r.status, 200);
@@ -206,17 +147,9 @@ fn chunked_request_body_with_expect_continue() {
     let rec = fake.requests();
     assert_eq!(rec.len(), 1);
     assert!(rec[0].sent_continue);
-    assert_eq!(
-        rec[0].body, bytes,
-        "the de-chunked body is recorded byte for byte"
-    );
+    assert_eq!(rec[0].body, bytes, "the de-chunked body is recorded byte for byte");
     // The connection stays usable after a chunked request.
-    let again = c.request(
-        "POST",
-        "/v1/messages",
-        &[("x-api-key", KEY), ("anthropic-version", "2023-06-01")],
-        bytes,
-    );
+    let again = c.request("POST", "/v1/messages", &[("x-api-key", KEY), ("anthropic-version", "2023-06-01")], bytes);
     assert_eq!(again.status, 200);
 }
 
@@ -229,9 +162,7 @@ fn malformed_http_is_refused_with_400_and_close() {
     assert_eq!(r.status, 400);
     assert!(c.is_closed());
     let mut c = Client::connect(fake.addr());
-    c.send_raw(
-        b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-    );
+    c.send_raw(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
     assert_eq!(c.read_response().status, 400, "bad chunk size");
 }
 
@@ -242,10 +173,7 @@ fn nonstreaming_bodies_pass_the_official_sdks() {
         let r = call(&fake, style, "m-rich", 0, false);
         assert_eq!(r.status, 200, "{style:?}: {}", r.text());
         assert_eq!(r.header("content-type"), Some("application/json"));
-        assert_eq!(
-            r.header("content-length"),
-            Some(r.body.len().to_string().as_str())
-        );
+        assert_eq!(r.header("content-length"), Some(r.body.len().to_string().as_str()));
         let Some(run) = oracle::validate_response(style, &r.body) else {
             return;
         };
@@ -259,17 +187,11 @@ fn nonstreaming_bodies_pass_the_official_sdks() {
             Style::OpenAi => {
                 json!(v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
             }
-            Style::Gemini => {
-                v["candidates"][0]["content"]["parts"][2]["functionCall"]["args"].clone()
-            }
+            Style::Gemini => v["candidates"][0]["content"]["parts"][2]["functionCall"]["args"].clone(),
         };
         match style {
             Style::OpenAi => assert_eq!(args_1, ARGS_1),
-            _ => assert!(
-                r.text().contains(ARGS_1),
-                "{style:?}: raw args in {}",
-                r.text()
-            ),
+            _ => assert!(r.text().contains(ARGS_1), "{style:?}: raw args in {}", r.text()),
         }
         assert!(!args_1.is_null());
     }
@@ -280,23 +202,12 @@ fn nonstreaming_body_key_order_and_fields_follow_the_apis() {
     let fake = FakeProvider::start(scripts());
     let a = call(&fake, Style::Anthropic, "m-rich", 1, false).text();
     assert!(a.starts_with(r#"{"id":"msg_"#), "{a}");
-    assert!(
-        a.contains(
-            r#""type":"message","role":"assistant","model":"m-rich","content":[{"type":"text""#
-        ),
-        "{a}"
-    );
-    assert!(
-        a.contains(r#""stop_reason":"end_turn","stop_sequence":null"#),
-        "{a}"
-    );
+    assert!(a.contains(r#""type":"message","role":"assistant","model":"m-rich","content":[{"type":"text""#), "{a}");
+    assert!(a.contains(r#""stop_reason":"end_turn","stop_sequence":null"#), "{a}");
     let o = call(&fake, Style::OpenAi, "m-rich", 1, false).json();
     assert_eq!(o["object"], "chat.completion");
     assert_eq!(o["choices"][0]["finish_reason"], "stop");
-    assert!(
-        o["choices"][0]["message"].get("tool_calls").is_none(),
-        "no tool_calls key without calls"
-    );
+    assert!(o["choices"][0]["message"].get("tool_calls").is_none(), "no tool_calls key without calls");
     assert_eq!(o["usage"]["total_tokens"], 59);
     let g = call(&fake, Style::Gemini, "m-rich", 1, false).json();
     assert_eq!(g["candidates"][0]["content"]["role"], "model");
@@ -305,11 +216,7 @@ fn nonstreaming_body_key_order_and_fields_follow_the_apis() {
 }
 
 fn assert_one_event_per_chunk(style: Style, chunks: &[Vec<u8>]) {
-    let sep: &[u8] = if style == Style::Gemini {
-        b"\r\n\r\n"
-    } else {
-        b"\n\n"
-    };
+    let sep: &[u8] = if style == Style::Gemini { b"\r\n\r\n" } else { b"\n\n" };
     for chunk in chunks {
         assert!(
             chunk.ends_with(sep),
@@ -317,10 +224,7 @@ fn assert_one_event_per_chunk(style: Style, chunks: &[Vec<u8>]) {
             String::from_utf8_lossy(chunk)
         );
         let inner = &chunk[..chunk.len() - sep.len()];
-        assert!(
-            !inner.windows(sep.len()).any(|w| w == sep),
-            "{style:?}: one event per chunk"
-        );
+        assert!(!inner.windows(sep.len()).any(|w| w == sep), "{style:?}: one event per chunk");
     }
 }
 
@@ -334,11 +238,7 @@ fn streams_pass_the_official_sdks_at_every_split() {
         assert_eq!(r.header("content-type"), Some("text/event-stream"));
         assert_eq!(r.header("transfer-encoding"), Some("chunked"));
         let chunks = r.chunks.as_ref().expect("chunked");
-        assert!(
-            chunks.len() > 8,
-            "{style:?}: streamed in many events, got {}",
-            chunks.len()
-        );
+        assert!(chunks.len() > 8, "{style:?}: streamed in many events, got {}", chunks.len());
         assert_one_event_per_chunk(style, chunks);
         let Some(run) = oracle::parse_stream(style, &r.body, &["--check-splits"]) else {
             return;
@@ -354,19 +254,12 @@ fn anthropic_stream_has_the_real_event_sequence() {
     let fake = FakeProvider::start(scripts());
     let r = call(&fake, Style::Anthropic, "m-rich", 0, true);
     let events = sse_events(&r.body);
-    let names: Vec<&str> = events
-        .iter()
-        .map(|(n, _)| n.as_deref().expect("every event is named"))
-        .collect();
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_deref().expect("every event is named")).collect();
     assert_eq!(names[..3], ["message_start", "content_block_start", "ping"]);
     assert_eq!(names[names.len() - 2..], ["message_delta", "message_stop"]);
     for (name, data) in &events {
         let v: Value = serde_json::from_str(data).expect("JSON data");
-        assert_eq!(
-            v["type"],
-            name.as_deref().unwrap_or(""),
-            "event name matches data.type"
-        );
+        assert_eq!(v["type"], name.as_deref().unwrap_or(""), "event name matches data.type");
         assert!(data.starts_with(r#"{"type":"#), "type comes first: {data}");
     }
     let deltas: Vec<Value> = events
@@ -383,15 +276,8 @@ fn anthropic_stream_has_the_real_event_sequence() {
         .filter(|d| d["type"] == "input_json_delta")
         .map(|d| d["partial_json"].as_str().unwrap_or(""))
         .collect();
-    assert_eq!(
-        fragments.concat(),
-        format!("{ARGS_1}{ARGS_2}"),
-        "argument text split, never re-encoded"
-    );
-    assert!(
-        fragments.iter().filter(|f| !f.is_empty()).count() >= 4,
-        "several fragments per call: {fragments:?}"
-    );
+    assert_eq!(fragments.concat(), format!("{ARGS_1}{ARGS_2}"), "argument text split, never re-encoded");
+    assert!(fragments.iter().filter(|f| !f.is_empty()).count() >= 4, "several fragments per call: {fragments:?}");
 }
 
 #[test]
@@ -404,43 +290,22 @@ fn openai_stream_sends_usage_chunk_only_when_asked() {
         }
         let r = call_with(&fake, Style::OpenAi, "m-rich", &b, true, Some(KEY));
         let events = sse_events(&r.body);
-        assert!(
-            events.iter().all(|(n, _)| n.is_none()),
-            "Chat Completions streams carry no event names"
-        );
+        assert!(events.iter().all(|(n, _)| n.is_none()), "Chat Completions streams carry no event names");
         assert_eq!(events.last().map(|(_, d)| d.as_str()), Some("[DONE]"));
-        let chunks: Vec<Value> = events[..events.len() - 1]
-            .iter()
-            .map(|(_, d)| serde_json::from_str(d).expect("JSON"))
-            .collect();
-        let usage_chunks: Vec<&Value> = chunks
-            .iter()
-            .filter(|c| c["choices"] == json!([]))
-            .collect();
-        assert_eq!(
-            usage_chunks.len(),
-            usize::from(include),
-            "include_usage={include}"
-        );
+        let chunks: Vec<Value> =
+            events[..events.len() - 1].iter().map(|(_, d)| serde_json::from_str(d).expect("JSON")).collect();
+        let usage_chunks: Vec<&Value> = chunks.iter().filter(|c| c["choices"] == json!([])).collect();
+        assert_eq!(usage_chunks.len(), usize::from(include), "include_usage={include}");
         if include {
             assert_eq!(usage_chunks[0]["usage"]["prompt_tokens"], 31);
-            assert!(chunks[..chunks.len() - 1]
-                .iter()
-                .all(|c| c["usage"].is_null()));
+            assert!(chunks[..chunks.len() - 1].iter().all(|c| c["usage"].is_null()));
         } else {
             assert!(chunks.iter().all(|c| c.get("usage").is_none()));
         }
-        let first_call = chunks
-            .iter()
-            .find(|c| c["choices"][0]["delta"]["tool_calls"].is_array())
-            .expect("a call");
+        let first_call = chunks.iter().find(|c| c["choices"][0]["delta"]["tool_calls"].is_array()).expect("a call");
         let tc = &first_call["choices"][0]["delta"]["tool_calls"][0];
         assert_eq!(
-            (
-                tc["index"].clone(),
-                tc["function"]["name"].clone(),
-                tc["function"]["arguments"].clone()
-            ),
+            (tc["index"].clone(), tc["function"]["name"].clone(), tc["function"]["arguments"].clone()),
             (json!(0), json!("get_weather"), json!(""))
         );
     }
@@ -463,11 +328,7 @@ fn gemini_sends_call_ids_only_when_the_turn_says_so() {
         assert!(id.as_str().is_some_and(|s| s.starts_with("call_")), "{id}");
     }
     let r = call(&fake, Style::Gemini, "m-rich", 0, false);
-    assert!(
-        !r.text().contains("\"id\""),
-        "no ids by default: {}",
-        r.text()
-    );
+    assert!(!r.text().contains("\"id\""), "no ids by default: {}", r.text());
 }
 
 #[test]
@@ -475,21 +336,14 @@ fn gemini_without_alt_sse_streams_one_json_array() {
     let fake = FakeProvider::start(scripts());
     let mut c = Client::connect(fake.addr());
     let b = body(Style::Gemini, "m-rich", 1, true).to_string();
-    let r = c.request(
-        "POST",
-        "/v1beta/models/m-rich:streamGenerateContent",
-        &[("x-goog-api-key", KEY)],
-        b.as_bytes(),
-    );
+    let r = c.request("POST", "/v1beta/models/m-rich:streamGenerateContent", &[("x-goog-api-key", KEY)], b.as_bytes());
     assert_eq!(r.status, 200);
     assert_eq!(r.header("content-type"), Some("application/json"));
     let arr = r.json();
     let items = arr.as_array().expect("an array of responses");
     assert!(items.len() > 1);
-    let text: String = items
-        .iter()
-        .filter_map(|i| i["candidates"][0]["content"]["parts"][0]["text"].as_str())
-        .collect();
+    let text: String =
+        items.iter().filter_map(|i| i["candidates"][0]["content"]["parts"][0]["text"].as_str()).collect();
     assert_eq!(text, "It is 4°C in Paris. Grüße!");
 }
 
@@ -505,20 +359,11 @@ fn generated_ids_depend_on_the_request_alone() {
             _ => a["choices"][0]["message"]["tool_calls"][0]["id"].clone(),
         };
         let id = id_a.as_str().expect("id");
-        assert!(
-            b.text().contains(id),
-            "{style:?}: the same id from another server and framing"
-        );
+        assert!(b.text().contains(id), "{style:?}: the same id from another server and framing");
     }
 }
 
-fn assert_error(
-    style: Style,
-    r: &fake_support::RawResponse,
-    status: u16,
-    kind: &str,
-    message_part: &str,
-) {
+fn assert_error(style: Style, r: &fake_support::RawResponse, status: u16, kind: &str, message_part: &str) {
     assert_eq!(r.status, status, "{style:?}: {}", r.text());
     assert_eq!(r.header("content-type"), Some("application/json"));
     let v = r.json();
@@ -537,16 +382,9 @@ fn assert_error(
         assert_eq!(got_kind, kind, "{style:?}: {v}");
     }
     let message = message.as_str().expect("message");
-    assert!(
-        message.contains(message_part),
-        "{style:?}: {message:?} should contain {message_part:?}"
-    );
+    assert!(message.contains(message_part), "{style:?}: {message:?} should contain {message_part:?}");
     if let Some(run) = oracle::validate_response(style, &r.body) {
-        assert!(
-            run.ok,
-            "{style:?}: the SDK reads it as an error body: {}",
-            run.stdout
-        );
+        assert!(run.ok, "{style:?}: the SDK reads it as an error body: {}", run.stdout);
         assert!(run.summary.as_ref().is_some_and(|s| !s["error"].is_null()));
     }
 }
@@ -555,92 +393,20 @@ fn assert_error(
 fn missing_or_wrong_keys_are_refused_like_the_apis() {
     let fake = FakeProvider::start(scripts());
     let b = |s| body(s, "m-rich", 0, false);
-    let r = call_with(
-        &fake,
-        Style::Anthropic,
-        "m-rich",
-        &b(Style::Anthropic),
-        false,
-        None,
-    );
-    assert_error(
-        Style::Anthropic,
-        &r,
-        401,
-        "authentication_error",
-        "x-api-key header is required",
-    );
-    let r = call_with(
-        &fake,
-        Style::Anthropic,
-        "m-rich",
-        &b(Style::Anthropic),
-        false,
-        Some("nope"),
-    );
-    assert_error(
-        Style::Anthropic,
-        &r,
-        401,
-        "authentication_error",
-        "invalid x-api-key",
-    );
-    let r = call_with(
-        &fake,
-        Style::OpenAi,
-        "m-rich",
-        &b(Style::OpenAi),
-        false,
-        None,
-    );
+    let r = call_with(&fake, Style::Anthropic, "m-rich", &b(Style::Anthropic), false, None);
+    assert_error(Style::Anthropic, &r, 401, "authentication_error", "x-api-key header is required");
+    let r = call_with(&fake, Style::Anthropic, "m-rich", &b(Style::Anthropic), false, Some("nope"));
+    assert_error(Style::Anthropic, &r, 401, "authentication_error", "invalid x-api-key");
+    let r = call_with(&fake, Style::OpenAi, "m-rich", &b(Style::OpenAi), false, None);
     assert_error(Style::OpenAi, &r, 401, "", "You didn't provide an API key");
-    let r = call_with(
-        &fake,
-        Style::OpenAi,
-        "m-rich",
-        &b(Style::OpenAi),
-        false,
-        Some("sk-wrong-key-123"),
-    );
-    assert_error(
-        Style::OpenAi,
-        &r,
-        401,
-        "invalid_api_key",
-        "Incorrect API key provided: sk-",
-    );
+    let r = call_with(&fake, Style::OpenAi, "m-rich", &b(Style::OpenAi), false, Some("sk-wrong-key-123"));
+    assert_error(Style::OpenAi, &r, 401, "invalid_api_key", "Incorrect API key provided: sk-");
     assert!(!r.text().contains("sk-wrong-key-123"), "the key is masked");
-    let r = call_with(
-        &fake,
-        Style::Gemini,
-        "m-rich",
-        &b(Style::Gemini),
-        false,
-        Some("nope"),
-    );
-    assert_error(
-        Style::Gemini,
-        &r,
-        400,
-        "INVALID_ARGUMENT",
-        "API key not valid",
-    );
+    let r = call_with(&fake, Style::Gemini, "m-rich", &b(Style::Gemini), false, Some("nope"));
+    assert_error(Style::Gemini, &r, 400, "INVALID_ARGUMENT", "API key not valid");
     assert_eq!(r.json()["error"]["details"][0]["reason"], "API_KEY_INVALID");
-    let r = call_with(
-        &fake,
-        Style::Gemini,
-        "m-rich",
-        &b(Style::Gemini),
-        false,
-        None,
-    );
-    assert_error(
-        Style::Gemini,
-        &r,
-        403,
-        "PERMISSION_DENIED",
-        "unregistered callers",
-    );
+    let r = call_with(&fake, Style::Gemini, "m-rich", &b(Style::Gemini), false, None);
+    assert_error(Style::Gemini, &r, 403, "PERMISSION_DENIED", "unregistered callers");
     // Gemini also takes the key as ?key=.
     let mut c = Client::connect(fake.addr());
     let r = c.request(
@@ -650,41 +416,18 @@ fn missing_or_wrong_keys_are_refused_like_the_apis() {
         b(Style::Gemini).to_string().as_bytes(),
     );
     assert_eq!(r.status, 200, "{}", r.text());
-    assert!(
-        fake.requests()
-            .iter()
-            .all(|r| r.turn.is_none() || r.status == Some(200)),
-        "refused before any turn"
-    );
+    assert!(fake.requests().iter().all(|r| r.turn.is_none() || r.status == Some(200)), "refused before any turn");
 }
 
 #[test]
 fn unknown_models_are_404_with_the_provider_body() {
     let fake = FakeProvider::start(scripts());
     let r = call(&fake, Style::Anthropic, "nope-model", 0, false);
-    assert_error(
-        Style::Anthropic,
-        &r,
-        404,
-        "not_found_error",
-        "model: nope-model",
-    );
+    assert_error(Style::Anthropic, &r, 404, "not_found_error", "model: nope-model");
     let r = call(&fake, Style::OpenAi, "nope-model", 0, false);
-    assert_error(
-        Style::OpenAi,
-        &r,
-        404,
-        "model_not_found",
-        "The model `nope-model` does not exist",
-    );
+    assert_error(Style::OpenAi, &r, 404, "model_not_found", "The model `nope-model` does not exist");
     let r = call(&fake, Style::Gemini, "nope-model", 0, false);
-    assert_error(
-        Style::Gemini,
-        &r,
-        404,
-        "NOT_FOUND",
-        "models/nope-model is not found for API version v1beta",
-    );
+    assert_error(Style::Gemini, &r, 404, "NOT_FOUND", "models/nope-model is not found for API version v1beta");
 }
 
 #[test]
@@ -692,17 +435,9 @@ fn malformed_json_and_missing_fields_are_400() {
     let fake = FakeProvider::start(scripts());
     for style in Style::ALL {
         let headers = auth_headers(style, Some(KEY));
-        let refs: Vec<(&str, &str)> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
+        let refs: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let mut c = Client::connect(fake.addr());
-        let r = c.request(
-            "POST",
-            &call_target(style, "m-rich", false),
-            &refs,
-            b"{\"model\": \"m-rich\", ",
-        );
+        let r = c.request("POST", &call_target(style, "m-rich", false), &refs, b"{\"model\": \"m-rich\", ");
         let part = match style {
             Style::Anthropic => "The request body is not valid JSON",
             Style::OpenAi => "We could not parse the JSON body of your request",
@@ -713,60 +448,21 @@ fn malformed_json_and_missing_fields_are_400() {
     let mut no_max = body(Style::Anthropic, "m-rich", 0, false);
     no_max.as_object_mut().expect("object").remove("max_tokens");
     let r = call_with(&fake, Style::Anthropic, "m-rich", &no_max, false, Some(KEY));
-    assert_error(
-        Style::Anthropic,
-        &r,
-        400,
-        "invalid_request_error",
-        "max_tokens: Field required",
-    );
+    assert_error(Style::Anthropic, &r, 400, "invalid_request_error", "max_tokens: Field required");
     let mut c = Client::connect(fake.addr());
     let r = c.request(
         "POST",
         "/v1/messages",
         &[("x-api-key", KEY)],
-        body(Style::Anthropic, "m-rich", 0, false)
-            .to_string()
-            .as_bytes(),
+        body(Style::Anthropic, "m-rich", 0, false).to_string().as_bytes(),
     );
-    assert_error(
-        Style::Anthropic,
-        &r,
-        400,
-        "invalid_request_error",
-        "anthropic-version",
-    );
-    let r = call_with(
-        &fake,
-        Style::OpenAi,
-        "m-rich",
-        &json!({"model": "m-rich"}),
-        false,
-        Some(KEY),
-    );
-    assert_error(
-        Style::OpenAi,
-        &r,
-        400,
-        "missing_required_parameter",
-        "'messages'",
-    );
-    let r = call_with(
-        &fake,
-        Style::Gemini,
-        "m-rich",
-        &json!({"contents": []}),
-        false,
-        Some(KEY),
-    );
-    assert_error(
-        Style::Gemini,
-        &r,
-        400,
-        "INVALID_ARGUMENT",
-        "contents is not specified",
-    );
-    let bad_opts = json!({"model": "m-rich", "stream_options": {"include_usage": true}, "messages": [user(Style::OpenAi, "x")]});
+    assert_error(Style::Anthropic, &r, 400, "invalid_request_error", "anthropic-version");
+    let r = call_with(&fake, Style::OpenAi, "m-rich", &json!({"model": "m-rich"}), false, Some(KEY));
+    assert_error(Style::OpenAi, &r, 400, "missing_required_parameter", "'messages'");
+    let r = call_with(&fake, Style::Gemini, "m-rich", &json!({"contents": []}), false, Some(KEY));
+    assert_error(Style::Gemini, &r, 400, "INVALID_ARGUMENT", "contents is not specified");
+    let bad_opts =
+        json!({"model": "m-rich", "stream_options": {"include_usage": true}, "messages": [user(Style::OpenAi, "x")]});
     let r = call_with(&fake, Style::OpenAi, "m-rich", &bad_opts, false, Some(KEY));
     assert_error(Style::OpenAi, &r, 400, "", "stream_options");
 }
@@ -799,10 +495,8 @@ fn unbalanced_transcripts_are_refused_like_the_apis() {
     let a = wrap(
         Style::Anthropic,
         "m-rich",
-        vec![
-            json!({"role": "user", "content": [{"type": "text", "text": "hi"},
-                                               {"type": "tool_result", "tool_use_id": "toolu_X", "content": "ok"}]}),
-        ],
+        vec![json!({"role": "user", "content": [{"type": "text", "text": "hi"},
+                                               {"type": "tool_result", "tool_use_id": "toolu_X", "content": "ok"}]})],
         false,
     );
     let r = call_with(&fake, Style::Anthropic, "m-rich", &a, false, Some(KEY));
@@ -838,10 +532,7 @@ fn unbalanced_transcripts_are_refused_like_the_apis() {
     let o = wrap(
         Style::OpenAi,
         "m-rich",
-        vec![
-            user(Style::OpenAi, "hi"),
-            json!({"role": "tool", "tool_call_id": "call_Z", "content": "ok"}),
-        ],
+        vec![user(Style::OpenAi, "hi"), json!({"role": "tool", "tool_call_id": "call_Z", "content": "ok"})],
         false,
     );
     let r = call_with(&fake, Style::OpenAi, "m-rich", &o, false, Some(KEY));
@@ -874,11 +565,7 @@ fn unbalanced_transcripts_are_refused_like_the_apis() {
     );
     // A balanced transcript of the same shape is accepted (each builder's transcripts are).
     for style in Style::ALL {
-        assert_eq!(
-            call(&fake, style, "m-three", 2, false).status,
-            200,
-            "{style:?}"
-        );
+        assert_eq!(call(&fake, style, "m-three", 2, false).status, 200, "{style:?}");
     }
 }
 
@@ -898,20 +585,10 @@ fn the_turn_comes_from_the_transcript_alone() {
             assert_eq!(text, want, "{style:?}: {turns} assistant messages");
         }
         let r = call(&fake, style, "m-three", 3, false);
-        assert_error(
-            style,
-            &r,
-            400,
-            "",
-            "has 3 turn(s); this request asks for turn 3",
-        );
+        assert_error(style, &r, 400, "", "has 3 turn(s); this request asks for turn 3");
     }
     assert_eq!(fake.requests_for("m-three").len(), 15);
-    assert_eq!(
-        fake.attempts("m-three", 1),
-        6,
-        "two requests per style for turn 1"
-    );
+    assert_eq!(fake.attempts("m-three", 1), 6, "two requests per style for turn 1");
 }
 
 #[test]
@@ -919,12 +596,7 @@ fn expect_final_checks_the_last_request() {
     let fake = FakeProvider::start(scripts());
     for style in Style::ALL {
         let r = call(&fake, style, "m-final", 1, false);
-        assert_eq!(
-            r.status,
-            200,
-            "{style:?}: the transcript has the result: {}",
-            r.text()
-        );
+        assert_eq!(r.status, 200, "{style:?}: the transcript has the result: {}", r.text());
     }
     assert!(fake.failures().is_empty());
     // A transcript whose one tool result lacks the expected text.
@@ -945,39 +617,20 @@ fn expect_final_checks_the_last_request() {
 fn models_are_listed_in_each_shape() {
     let fake = FakeProvider::start(scripts());
     let mut c = Client::connect(fake.addr());
-    let r = c.request(
-        "GET",
-        "/v1/models",
-        &[("Authorization", "Bearer test-key")],
-        b"",
-    );
+    let r = c.request("GET", "/v1/models", &[("Authorization", "Bearer test-key")], b"");
     assert_eq!(r.status, 200);
     let v = r.json();
     assert_eq!(v["object"], "list");
-    let ids: Vec<&str> = v["data"]
-        .as_array()
-        .expect("data")
-        .iter()
-        .filter_map(|m| m["id"].as_str())
-        .collect();
+    let ids: Vec<&str> = v["data"].as_array().expect("data").iter().filter_map(|m| m["id"].as_str()).collect();
     assert_eq!(ids, ["m-final", "m-ids", "m-rich", "m-three"]);
-    assert!(v["data"]
-        .as_array()
-        .expect("data")
-        .iter()
-        .all(|m| m["object"] == "model"));
+    assert!(v["data"].as_array().expect("data").iter().all(|m| m["object"] == "model"));
     let r = c.request("GET", "/v1/models", &[("x-api-key", KEY)], b"");
     assert_eq!(r.json()["data"][0]["type"], "model");
     let r = c.request("GET", "/v1/models", &[("Authorization", "Bearer bad")], b"");
     assert_eq!(r.status, 401);
     let r = c.request("GET", "/v1/messages", &[("x-api-key", KEY)], b"");
     assert_eq!((r.status, r.header("allow")), (405, Some("POST")));
-    let r = c.request(
-        "POST",
-        "/v1/models",
-        &[("Authorization", "Bearer test-key")],
-        b"{}",
-    );
+    let r = c.request("POST", "/v1/models", &[("Authorization", "Bearer test-key")], b"{}");
     assert_eq!((r.status, r.header("allow")), (405, Some("GET")));
     let r = c.request("POST", "/v2/nothing", &[], b"{}");
     assert_eq!(r.status, 404);
@@ -993,18 +646,12 @@ fn requests_are_recorded_as_received() {
     assert_eq!(rec.len(), 1);
     let rec = &rec[0];
     assert_eq!(rec.method, "POST");
-    assert_eq!(
-        rec.target,
-        "/v1beta/models/m-three:streamGenerateContent?alt=sse"
-    );
+    assert_eq!(rec.target, "/v1beta/models/m-three:streamGenerateContent?alt=sse");
     assert_eq!(rec.path(), "/v1beta/models/m-three:streamGenerateContent");
     assert_eq!(rec.header("X-GOOG-API-KEY"), Some(KEY));
     assert_eq!(rec.body, b.to_string().into_bytes());
     assert_eq!(rec.json.as_ref(), Some(&b));
-    assert_eq!(
-        (rec.style, rec.turn, rec.attempt, rec.status),
-        (Some(Style::Gemini), Some(0), Some(0), Some(200))
-    );
+    assert_eq!((rec.style, rec.turn, rec.attempt, rec.status), (Some(Style::Gemini), Some(0), Some(0), Some(200)));
     assert!(fake.requests_for("m-rich").is_empty());
     fake.clear_requests();
     assert!(fake.requests().is_empty());
@@ -1027,8 +674,7 @@ fn concurrent_conversations_share_one_server() {
         }
     });
     assert_eq!(fake.requests().len(), 36);
-    let conns: std::collections::BTreeSet<u64> =
-        fake.requests().iter().map(|r| r.connection).collect();
+    let conns: std::collections::BTreeSet<u64> = fake.requests().iter().map(|r| r.connection).collect();
     assert_eq!(conns.len(), 36, "one connection per call");
 }
 
@@ -1040,16 +686,9 @@ fn the_server_stops_when_dropped() {
     assert_eq!(call(&fake, Style::OpenAi, "m-three", 0, false).status, 200);
     let started = Instant::now();
     drop(fake);
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "drop returns promptly: {:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(3), "drop returns promptly: {:?}", started.elapsed());
     assert!(idle.is_closed(), "open keep-alive connections are closed");
-    assert!(
-        TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err(),
-        "nothing listens any more"
-    );
+    assert!(TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err(), "nothing listens any more");
 }
 
 #[test]
@@ -1070,10 +709,7 @@ fn scripts_round_trip_through_json() {
     assert_eq!(turn.faults[0].times, 2);
     assert_eq!(turn.usage.input, 10, "default usage");
     assert_eq!(from_file.models["m"].turns[1].tool_calls[0].arguments, "{}");
-    assert!(
-        Scripts::from_json(r#"{"models": {"m": {"turns": [{"txt": "typo"}]}}}"#).is_err(),
-        "typos fail loudly"
-    );
+    assert!(Scripts::from_json(r#"{"models": {"m": {"turns": [{"txt": "typo"}]}}}"#).is_err(), "typos fail loudly");
 }
 
 #[test]
@@ -1085,36 +721,18 @@ fn the_binary_serves_a_scripts_file() {
     let file = dir.join("scripts.json");
     std::fs::write(&file, serde_json::to_string(&scripts()).expect("json")).expect("write scripts");
     let mut child = Command::new(env!("CARGO_BIN_EXE_fake-provider"))
-        .args([
-            "--scripts",
-            file.to_str().expect("utf-8 path"),
-            "--api-key",
-            "bin-key",
-            "--exit-after",
-            "60",
-        ])
+        .args(["--scripts", file.to_str().expect("utf-8 path"), "--api-key", "bin-key", "--exit-after", "60"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("start fake-provider");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("addr line");
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("addr line");
     let v: Value = serde_json::from_str(&line).expect("JSON addr line");
-    let addr: std::net::SocketAddr = v["addr"]
-        .as_str()
-        .expect("addr")
-        .parse()
-        .expect("socket address");
+    let addr: std::net::SocketAddr = v["addr"].as_str().expect("addr").parse().expect("socket address");
     assert!(addr.ip().is_loopback());
     let mut c = Client::connect(addr);
     let b = body(Style::OpenAi, "m-three", 2, false).to_string();
-    let r = c.request(
-        "POST",
-        "/v1/chat/completions",
-        &[("Authorization", "Bearer bin-key")],
-        b.as_bytes(),
-    );
+    let r = c.request("POST", "/v1/chat/completions", &[("Authorization", "Bearer bin-key")], b.as_bytes());
     let killed = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);

@@ -50,25 +50,16 @@ fn scripts(style: Style) -> Scripts {
     .times(1000);
     let slow = Fault::new(FaultKind::Stall { ms: 1500 }).times(1000);
     Scripts::new(UPSTREAM_KEY)
-        .model(
-            "m-text",
-            Script::new(vec![Turn::text("Hello from the fake").usage(11, 7)]),
-        )
+        .model("m-text", Script::new(vec![Turn::text("Hello from the fake").usage(11, 7)]))
         .model(
             "m-tools",
             Script::new(vec![
-                Turn::default()
-                    .call("get_weather", WEATHER)
-                    .call("add", ADD)
-                    .usage(20, 9),
+                Turn::default().call("get_weather", WEATHER).call("add", ADD).usage(20, 9),
                 Turn::text("Sunny in Paris, and 2 + 2 = 4.").usage(40, 12),
             ]),
         )
         .model("m-busy", Script::new(vec![Turn::text("never").fault(busy)]))
-        .model(
-            "m-slow",
-            Script::new(vec![Turn::text("finally").fault(slow)]),
-        )
+        .model("m-slow", Script::new(vec![Turn::text("finally").fault(slow)]))
 }
 
 fn start(fake: &FakeProvider, style: Style, tune: impl FnOnce(&mut ServeConfig)) -> Server {
@@ -78,12 +69,7 @@ fn start(fake: &FakeProvider, style: Style, tune: impl FnOnce(&mut ServeConfig))
     config.client_token = Some(CLIENT_TOKEN.to_string());
     if style == Style::Gemini {
         // The Gemini fake has no model list; the gateway lists what it is told.
-        config.models = vec![
-            "m-busy".into(),
-            "m-slow".into(),
-            "m-text".into(),
-            "m-tools".into(),
-        ];
+        config.models = vec!["m-busy".into(), "m-slow".into(), "m-text".into(), "m-tools".into()];
     }
     tune(&mut config);
     serve(config).expect("the gateway starts")
@@ -176,22 +162,10 @@ print(json.dumps(out))
 fn run_client(addr: SocketAddr, translated: bool) -> Option<Value> {
     let py = python()?;
     let cfg = json!({"base_url": format!("http://{addr}/v1"), "token": CLIENT_TOKEN, "translated": translated});
-    let out = Command::new(py)
-        .arg("-c")
-        .arg(CLIENT)
-        .arg(cfg.to_string())
-        .output()
-        .expect("run the openai client");
+    let out = Command::new(py).arg("-c").arg(CLIENT).arg(cfg.to_string()).output().expect("run the openai client");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the openai client failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(
-        serde_json::from_str(stdout.trim())
-            .unwrap_or_else(|e| panic!("client output ({e}): {stdout}")),
-    )
+    assert!(out.status.success(), "the openai client failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    Some(serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("client output ({e}): {stdout}")))
 }
 
 fn sdk_scenario(style: Style) {
@@ -209,69 +183,32 @@ fn sdk_scenario(style: Style) {
         json!({"object": "chat.completion", "role": "assistant", "content": "Hello from the fake", "finish": "stop", "usage": [11, 7, 18]}),
         "{name}"
     );
-    assert_eq!(
-        out["text_stream"]["content"], "Hello from the fake",
-        "{name}"
-    );
+    assert_eq!(out["text_stream"]["content"], "Hello from the fake", "{name}");
     assert_eq!(out["text_stream"]["finish"], "stop", "{name}");
     assert_eq!(out["text_stream"]["usage"], json!([11, 7, 18]), "{name}");
-    assert_eq!(
-        out["text_stream"]["ids"], 1,
-        "{name}: one completion id across the chunks"
-    );
+    assert_eq!(out["text_stream"]["ids"], 1, "{name}: one completion id across the chunks");
 
     // Two parallel calls, in order, with their exact argument bytes, whole and streamed.
     for key in ["tools", "tools_stream"] {
-        let calls = out[key]["calls"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{name} {key}: {}", out[key]));
+        let calls = out[key]["calls"].as_array().unwrap_or_else(|| panic!("{name} {key}: {}", out[key]));
         let got: Vec<(&str, &str, &str)> = calls
             .iter()
-            .map(|c| {
-                (
-                    c["type"].as_str().unwrap(),
-                    c["name"].as_str().unwrap(),
-                    c["arguments"].as_str().unwrap(),
-                )
-            })
+            .map(|c| (c["type"].as_str().unwrap(), c["name"].as_str().unwrap(), c["arguments"].as_str().unwrap()))
             .collect();
-        assert_eq!(
-            got,
-            vec![
-                ("function", "get_weather", WEATHER),
-                ("function", "add", ADD)
-            ],
-            "{name} {key}"
-        );
+        assert_eq!(got, vec![("function", "get_weather", WEATHER), ("function", "add", ADD)], "{name} {key}");
         let ids: Vec<&str> = calls.iter().map(|c| c["id"].as_str().unwrap()).collect();
-        assert!(
-            ids.iter().all(|id| !id.is_empty()) && ids[0] != ids[1],
-            "{name} {key}: ids {ids:?}"
-        );
+        assert!(ids.iter().all(|id| !id.is_empty()) && ids[0] != ids[1], "{name} {key}: ids {ids:?}");
         assert_eq!(out[key]["finish"], "tool_calls", "{name} {key}");
     }
-    assert!(
-        out["tools"]["content"].is_null(),
-        "{name}: no text beside the calls"
-    );
+    assert!(out["tools"]["content"].is_null(), "{name}: no text beside the calls");
 
     // The follow-up turn carrying both results gets the final answer.
-    assert_eq!(
-        out["follow_up"]["content"], "Sunny in Paris, and 2 + 2 = 4.",
-        "{name}"
-    );
+    assert_eq!(out["follow_up"]["content"], "Sunny in Paris, and 2 + 2 = 4.", "{name}");
     assert_eq!(out["follow_up"]["finish"], "stop", "{name}");
     assert_eq!(out["follow_up"]["calls"], json!([]), "{name}");
-    assert_eq!(
-        out["follow_up_stream"], "Sunny in Paris, and 2 + 2 = 4.",
-        "{name}"
-    );
-    let ids: Vec<String> = out["tools"]["calls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["id"].as_str().unwrap().to_string())
-        .collect();
+    assert_eq!(out["follow_up_stream"], "Sunny in Paris, and 2 + 2 = 4.", "{name}");
+    let ids: Vec<String> =
+        out["tools"]["calls"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap().to_string()).collect();
     check_follow_up_upstream(&fake, style, &ids);
 
     // The upstream's refusal, with its own message, status and Retry-After.
@@ -279,49 +216,31 @@ fn sdk_scenario(style: Style) {
         let e = &out[key];
         assert_eq!(e["class"], "RateLimitError", "{name} {key}: {e}");
         assert_eq!(e["status"], 429, "{name} {key}");
-        assert!(
-            e["message"].as_str().unwrap().contains(SLOW_DOWN),
-            "{name} {key}: {e}"
-        );
+        assert!(e["message"].as_str().unwrap().contains(SLOW_DOWN), "{name} {key}: {e}");
         assert_eq!(e["retry_after"], "7", "{name} {key}");
     }
     if style != Style::OpenAi {
         let e = &out["bad"];
         assert_eq!(
-            (
-                e["class"].as_str(),
-                e["status"].as_u64(),
-                e["param"].as_str()
-            ),
+            (e["class"].as_str(), e["status"].as_u64(), e["param"].as_str()),
             (Some("BadRequestError"), Some(400), Some("n")),
             "{name}: {e}"
         );
     }
-    assert_eq!(
-        out["models"],
-        json!(["m-busy", "m-slow", "m-text", "m-tools"]),
-        "{name}"
-    );
+    assert_eq!(out["models"], json!(["m-busy", "m-slow", "m-text", "m-tools"]), "{name}");
     assert_eq!(out["wrong_token"]["status"], 401, "{name}");
 
     // The client's token never went upstream; the upstream key always did.
     for r in fake.requests() {
         for (k, v) in &r.headers {
-            assert!(
-                !v.contains(CLIENT_TOKEN),
-                "{name}: the client token reached the upstream in {k}"
-            );
+            assert!(!v.contains(CLIENT_TOKEN), "{name}: the client token reached the upstream in {k}");
         }
         let key = match style {
             Style::Anthropic => r.header("x-api-key").map(str::to_string),
             Style::OpenAi => r.header("authorization").map(str::to_string),
             Style::Gemini => r.header("x-goog-api-key").map(str::to_string),
         };
-        let want = if style == Style::OpenAi {
-            format!("Bearer {UPSTREAM_KEY}")
-        } else {
-            UPSTREAM_KEY.to_string()
-        };
+        let want = if style == Style::OpenAi { format!("Bearer {UPSTREAM_KEY}") } else { UPSTREAM_KEY.to_string() };
         assert_eq!(key.as_deref(), Some(want.as_str()), "{name}: {}", r.target);
     }
     assert!(fake.failures().is_empty(), "{name}: {:?}", fake.failures());
@@ -337,50 +256,29 @@ fn check_follow_up_upstream(fake: &FakeProvider, style: Style, ids: &[String]) {
         .filter_map(|r| r.json)
         .filter(|j| j.to_string().contains("sunny-22C"))
         .collect();
-    assert_eq!(
-        follow_ups.len(),
-        2,
-        "{}: the whole and the streamed follow-up",
-        style.name()
-    );
+    assert_eq!(follow_ups.len(), 2, "{}: the whole and the streamed follow-up", style.name());
     for body in follow_ups {
         let results: Vec<(String, String)> = match style {
             Style::Anthropic => {
                 let turns = body["messages"].as_array().unwrap();
-                assert_eq!(
-                    turns.len(),
-                    3,
-                    "user, assistant, ONE user turn of results: {body}"
-                );
+                assert_eq!(turns.len(), 3, "user, assistant, ONE user turn of results: {body}");
                 turns[2]["content"]
                     .as_array()
                     .unwrap()
                     .iter()
-                    .map(|b| {
-                        (
-                            b["tool_use_id"].as_str().unwrap().into(),
-                            b["content"].as_str().unwrap().into(),
-                        )
-                    })
+                    .map(|b| (b["tool_use_id"].as_str().unwrap().into(), b["content"].as_str().unwrap().into()))
                     .collect()
             }
             Style::Gemini => {
                 let turns = body["contents"].as_array().unwrap();
-                assert_eq!(
-                    turns.len(),
-                    3,
-                    "user, model, ONE user turn of results: {body}"
-                );
+                assert_eq!(turns.len(), 3, "user, model, ONE user turn of results: {body}");
                 turns[2]["parts"]
                     .as_array()
                     .unwrap()
                     .iter()
                     .map(|p| {
                         let fr = &p["functionResponse"];
-                        (
-                            fr["id"].as_str().unwrap().into(),
-                            fr["response"]["output"].as_str().unwrap().into(),
-                        )
+                        (fr["id"].as_str().unwrap().into(), fr["response"]["output"].as_str().unwrap().into())
                     })
                     .collect()
             }
@@ -389,18 +287,10 @@ fn check_follow_up_upstream(fake: &FakeProvider, style: Style, ids: &[String]) {
                 .unwrap()
                 .iter()
                 .filter(|m| m["role"] == "tool")
-                .map(|m| {
-                    (
-                        m["tool_call_id"].as_str().unwrap().into(),
-                        m["content"].as_str().unwrap().into(),
-                    )
-                })
+                .map(|m| (m["tool_call_id"].as_str().unwrap().into(), m["content"].as_str().unwrap().into()))
                 .collect(),
         };
-        let want = vec![
-            (ids[0].clone(), "sunny-22C".to_string()),
-            (ids[1].clone(), "4".to_string()),
-        ];
+        let want = vec![(ids[0].clone(), "sunny-22C".to_string()), (ids[1].clone(), "4".to_string())];
         assert_eq!(results, want, "{}", style.name());
     }
 }
@@ -433,9 +323,7 @@ fn http(
 ) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut s = TcpStream::connect(addr).expect("connect to the gateway");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: gw\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
@@ -448,38 +336,21 @@ fn http(
 }
 
 fn parse_response(raw: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a response head");
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
     let head = String::from_utf8_lossy(&raw[..end]).into_owned();
     let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let status: u16 = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
     let mut body = raw[end + 4..].to_vec();
-    if headers
-        .iter()
-        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
-    {
+    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
         let mut out = Vec::new();
         let mut rest = body.as_slice();
         loop {
-            let i = rest
-                .windows(2)
-                .position(|w| w == b"\r\n")
-                .expect("a chunk size line");
-            let size =
-                usize::from_str_radix(std::str::from_utf8(&rest[..i]).unwrap().trim(), 16).unwrap();
+            let i = rest.windows(2).position(|w| w == b"\r\n").expect("a chunk size line");
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..i]).unwrap().trim(), 16).unwrap();
             rest = &rest[i + 2..];
             if size == 0 {
                 break;
@@ -493,14 +364,9 @@ fn parse_response(raw: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
 }
 
 fn error_of(body: &[u8]) -> Value {
-    let v: Value = serde_json::from_slice(body)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(body)));
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .is_some_and(|m| !m.is_empty()),
-        "{v}"
-    );
+    let v: Value =
+        serde_json::from_slice(body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(body)));
+    assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
     v["error"].clone()
 }
 
@@ -511,29 +377,17 @@ fn malformed_oversized_unauthorized_and_misrouted_requests_get_openai_errors() {
     let addr = server.local_addr();
     let chat = "/v1/chat/completions";
 
-    let (status, _, body) = http(
-        addr,
-        "POST",
-        chat,
-        Some(CLIENT_TOKEN),
-        b"{\"model\": \"m-text\", ",
-    );
+    let (status, _, body) = http(addr, "POST", chat, Some(CLIENT_TOKEN), b"{\"model\": \"m-text\", ");
     assert_eq!(status, 400);
     let e = error_of(&body);
-    assert_eq!(
-        (e["type"].as_str(), e["code"].as_str()),
-        (Some("invalid_request_error"), Some("invalid_json"))
-    );
+    assert_eq!((e["type"].as_str(), e["code"].as_str()), (Some("invalid_request_error"), Some("invalid_json")));
 
-    let big =
-        json!({"model": "m-text", "messages": [{"role": "user", "content": "x".repeat(4096)}]})
-            .to_string();
+    let big = json!({"model": "m-text", "messages": [{"role": "user", "content": "x".repeat(4096)}]}).to_string();
     let (status, _, body) = http(addr, "POST", chat, Some(CLIENT_TOKEN), big.as_bytes());
     assert_eq!(status, 413);
     error_of(&body);
 
-    let ok =
-        json!({"model": "m-text", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let ok = json!({"model": "m-text", "messages": [{"role": "user", "content": "hi"}]}).to_string();
     let (status, _, body) = http(addr, "POST", chat, None, ok.as_bytes());
     assert_eq!(status, 401);
     assert_eq!(error_of(&body)["type"], "authentication_error");
@@ -543,25 +397,12 @@ fn malformed_oversized_unauthorized_and_misrouted_requests_get_openai_errors() {
     assert!(headers.contains(&("allow".to_string(), "POST".to_string())));
     error_of(&body);
 
-    let (status, _, body) = http(
-        addr,
-        "POST",
-        "/v1/embeddings",
-        Some(CLIENT_TOKEN),
-        ok.as_bytes(),
-    );
+    let (status, _, body) = http(addr, "POST", "/v1/embeddings", Some(CLIENT_TOKEN), ok.as_bytes());
     assert_eq!(status, 404);
     error_of(&body);
 
     // None of these reached the upstream.
-    assert!(
-        fake.requests().is_empty(),
-        "{:?}",
-        fake.requests()
-            .iter()
-            .map(|r| &r.target)
-            .collect::<Vec<_>>()
-    );
+    assert!(fake.requests().is_empty(), "{:?}", fake.requests().iter().map(|r| &r.target).collect::<Vec<_>>());
 
     // And the connection still serves a good request afterwards.
     let (status, _, body) = http(addr, "POST", chat, Some(CLIENT_TOKEN), ok.as_bytes());
@@ -574,24 +415,14 @@ fn malformed_oversized_unauthorized_and_misrouted_requests_get_openai_errors() {
 #[test]
 fn an_unreachable_upstream_is_a_bad_gateway() {
     // A port that was free a moment ago: nothing listens there.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let mut config = ServeConfig::new("127.0.0.1:0".parse().unwrap(), ProtoStyle::Gemini)
         .upstream_base_url(format!("http://{dead}/v1beta"))
         .api_key(UPSTREAM_KEY);
     config.upstream_connect_timeout = Duration::from_secs(2);
     let server = serve(config).unwrap();
-    let ok =
-        json!({"model": "m-text", "messages": [{"role": "user", "content": "hi"}]}).to_string();
-    let (status, _, body) = http(
-        server.local_addr(),
-        "POST",
-        "/v1/chat/completions",
-        None,
-        ok.as_bytes(),
-    );
+    let ok = json!({"model": "m-text", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let (status, _, body) = http(server.local_addr(), "POST", "/v1/chat/completions", None, ok.as_bytes());
     assert_eq!(status, 502);
     assert_eq!(error_of(&body)["type"], "server_error");
     server.shutdown();
@@ -617,9 +448,7 @@ fn stream_text(body: &str) -> (String, bool) {
 }
 
 fn stream_request(model: &str) -> Vec<u8> {
-    json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": true})
-        .to_string()
-        .into_bytes()
+    json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": true}).to_string().into_bytes()
 }
 
 #[test]
@@ -630,36 +459,18 @@ fn streams_run_concurrently_and_a_shutdown_lets_them_finish() {
     let started = Instant::now();
     // A stream whose upstream stalls 1.5 s before answering.
     let slow = std::thread::spawn(move || {
-        let (status, _, body) = http(
-            addr,
-            "POST",
-            "/v1/chat/completions",
-            Some(CLIENT_TOKEN),
-            &stream_request("m-slow"),
-        );
+        let (status, _, body) =
+            http(addr, "POST", "/v1/chat/completions", Some(CLIENT_TOKEN), &stream_request("m-slow"));
         (status, String::from_utf8(body).unwrap(), started.elapsed())
     });
     std::thread::sleep(Duration::from_millis(200));
     // Meanwhile a second stream completes without waiting for the first.
-    let (status, _, body) = http(
-        addr,
-        "POST",
-        "/v1/chat/completions",
-        Some(CLIENT_TOKEN),
-        &stream_request("m-text"),
-    );
+    let (status, _, body) = http(addr, "POST", "/v1/chat/completions", Some(CLIENT_TOKEN), &stream_request("m-text"));
     let fast_done = started.elapsed();
     assert_eq!(status, 200);
     let fast = String::from_utf8(body).unwrap();
-    assert_eq!(
-        stream_text(&fast),
-        ("Hello from the fake".to_string(), true),
-        "{fast}"
-    );
-    assert!(
-        fast_done < Duration::from_millis(1300),
-        "the second stream waited for the first ({fast_done:?})"
-    );
+    assert_eq!(stream_text(&fast), ("Hello from the fake".to_string(), true), "{fast}");
+    assert!(fast_done < Duration::from_millis(1300), "the second stream waited for the first ({fast_done:?})");
     assert!(!slow.is_finished(), "the slow stream cannot be done yet");
 
     // Shut down while the slow stream is in flight: it still completes.
@@ -680,8 +491,5 @@ fn streams_run_concurrently_and_a_shutdown_lets_them_finish() {
         "wait() returned before the stream could have finished"
     );
     // The listener is closed: new connections are refused.
-    assert!(
-        TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(),
-        "still accepting after shutdown"
-    );
+    assert!(TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(), "still accepting after shutdown");
 }

@@ -29,9 +29,8 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nexus_proto::{
-    ExchangeId, HttpRequest, Input, InputError, Message, Outcome, Output, Request, Run, RunConfig,
-    StreamEvent, Style, Timestamp, ToolDecl, ToolInvocation, ToolReply, ToolResult,
-    TransportErrorKind,
+    ExchangeId, HttpRequest, Input, InputError, Message, Outcome, Output, Request, Run, RunConfig, StreamEvent, Style,
+    Timestamp, ToolDecl, ToolInvocation, ToolReply, ToolResult, TransportErrorKind,
 };
 use nexus_tests::fake::{FakeProvider, Script, Scripts, Turn};
 use serde_json::{json, Value};
@@ -44,61 +43,25 @@ const STATE_FILE: &str = "nexus-state.json";
 /// What an I/O task reports back. Owned, so it can cross the channel; the
 /// loop borrows it as an [`Input`].
 enum Report {
-    Head {
-        exchange: ExchangeId,
-        status: u16,
-        headers: Vec<(String, String)>,
-    },
-    Chunk {
-        exchange: ExchangeId,
-        bytes: Vec<u8>,
-    },
-    End {
-        exchange: ExchangeId,
-    },
-    Failed {
-        exchange: ExchangeId,
-        kind: TransportErrorKind,
-        message: String,
-    },
-    Tool {
-        call_id: String,
-        reply: ToolReply,
-    },
+    Head { exchange: ExchangeId, status: u16, headers: Vec<(String, String)> },
+    Chunk { exchange: ExchangeId, bytes: Vec<u8> },
+    End { exchange: ExchangeId },
+    Failed { exchange: ExchangeId, kind: TransportErrorKind, message: String },
+    Tool { call_id: String, reply: ToolReply },
 }
 
 impl Report {
     fn as_input(&self) -> Input<'_> {
         match self {
-            Report::Head {
-                exchange,
-                status,
-                headers,
-            } => Input::ResponseHead {
-                exchange: *exchange,
-                status: *status,
-                headers: headers.clone(),
-            },
-            Report::Chunk { exchange, bytes } => Input::ResponseBody {
-                exchange: *exchange,
-                chunk: bytes,
-            },
-            Report::End { exchange } => Input::ResponseEnd {
-                exchange: *exchange,
-            },
-            Report::Failed {
-                exchange,
-                kind,
-                message,
-            } => Input::TransportError {
-                exchange: *exchange,
-                kind: *kind,
-                message: message.clone(),
-            },
-            Report::Tool { call_id, reply } => Input::ToolReply {
-                call_id: call_id.clone(),
-                reply: reply.clone(),
-            },
+            Report::Head { exchange, status, headers } => {
+                Input::ResponseHead { exchange: *exchange, status: *status, headers: headers.clone() }
+            }
+            Report::Chunk { exchange, bytes } => Input::ResponseBody { exchange: *exchange, chunk: bytes },
+            Report::End { exchange } => Input::ResponseEnd { exchange: *exchange },
+            Report::Failed { exchange, kind, message } => {
+                Input::TransportError { exchange: *exchange, kind: *kind, message: message.clone() }
+            }
+            Report::Tool { call_id, reply } => Input::ToolReply { call_id: call_id.clone(), reply: reply.clone() },
         }
     }
 }
@@ -118,10 +81,7 @@ impl Clock {
 }
 
 fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }
 
 /// How a drive ended.
@@ -213,8 +173,7 @@ async fn drive(run: &mut Run) -> Result<Ended, InputError> {
 /// One HTTP exchange: head, then every body chunk as it arrives, then the end.
 async fn send(http: reqwest::Client, req: HttpRequest, tx: mpsc::UnboundedSender<Report>) {
     let exchange = req.exchange;
-    let method =
-        reqwest::Method::from_bytes(req.method.as_bytes()).unwrap_or(reqwest::Method::POST);
+    let method = reqwest::Method::from_bytes(req.method.as_bytes()).unwrap_or(reqwest::Method::POST);
     let mut builder = http.request(method, &req.url).body(req.body);
     for (name, value) in &req.headers {
         builder = builder.header(name, value);
@@ -232,17 +191,10 @@ async fn send(http: reqwest::Client, req: HttpRequest, tx: mpsc::UnboundedSender
         .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
         .collect();
     let status = response.status().as_u16();
-    let _ = tx.send(Report::Head {
-        exchange,
-        status,
-        headers,
-    });
+    let _ = tx.send(Report::Head { exchange, status, headers });
     loop {
         let report = match response.chunk().await {
-            Ok(Some(bytes)) => Report::Chunk {
-                exchange,
-                bytes: bytes.to_vec(),
-            },
+            Ok(Some(bytes)) => Report::Chunk { exchange, bytes: bytes.to_vec() },
             Ok(None) => Report::End { exchange },
             Err(e) => failed(exchange, &e),
         };
@@ -262,11 +214,7 @@ fn failed(exchange: ExchangeId, e: &reqwest::Error) -> Report {
     } else {
         TransportErrorKind::Io
     };
-    Report::Failed {
-        exchange,
-        kind,
-        message: e.to_string(),
-    }
+    Report::Failed { exchange, kind, message: e.to_string() }
 }
 
 /// The tools' declarations, as the model sees them.
@@ -331,11 +279,7 @@ fn show(event: &StreamEvent, mid_line: &mut bool) {
         StreamEvent::ToolResult { name, result, .. } => {
             format!("[tool result {name}: {}]", result.output)
         }
-        StreamEvent::Retrying {
-            attempt,
-            delay_ms,
-            reason,
-        } => format!("[retry {attempt} in {delay_ms} ms: {reason}]"),
+        StreamEvent::Retrying { attempt, delay_ms, reason } => format!("[retry {attempt} in {delay_ms} ms: {reason}]"),
         _ => return,
     };
     if std::mem::take(mid_line) {
@@ -347,9 +291,7 @@ fn show(event: &StreamEvent, mid_line: &mut bool) {
 /// The scripted model (offline): two tools in parallel, then the answer.
 fn script() -> Script {
     Script::new(vec![
-        Turn::text("Checking.")
-            .call("get_weather", r#"{"city": "Paris"}"#)
-            .call("multiply", r#"{"a": 17, "b": 23}"#),
+        Turn::text("Checking.").call("get_weather", r#"{"city": "Paris"}"#).call("multiply", r#"{"a": 17, "b": 23}"#),
         Turn::text("Paris is at 18°C and sunny, and 17 × 23 = 391."),
     ])
 }
@@ -357,20 +299,12 @@ fn script() -> Script {
 /// The run config and key: the real provider when its key is set, else the
 /// scripted one (returned too, so it lives as long as the run).
 fn provider() -> (RunConfig, Option<String>, Option<FakeProvider>) {
-    let forced = std::env::var("NEXUS_STYLE")
-        .ok()
-        .and_then(|s| Style::parse(&s));
+    let forced = std::env::var("NEXUS_STYLE").ok().and_then(|s| Style::parse(&s));
     let offline = std::env::var("NEXUS_OFFLINE").is_ok_and(|v| !v.is_empty() && v != "0");
-    let key_of = |s: Style| {
-        std::env::var(s.api_key_env())
-            .ok()
-            .filter(|k| !k.is_empty())
-    };
+    let key_of = |s: Style| std::env::var(s.api_key_env()).ok().filter(|k| !k.is_empty());
     let online = match forced {
         Some(style) => key_of(style).map(|k| (style, k)),
-        None => [Style::Anthropic, Style::OpenAi, Style::Gemini]
-            .into_iter()
-            .find_map(|s| key_of(s).map(|k| (s, k))),
+        None => [Style::Anthropic, Style::OpenAi, Style::Gemini].into_iter().find_map(|s| key_of(s).map(|k| (s, k))),
     };
     match online.filter(|_| !offline) {
         Some((style, key)) => {
@@ -393,11 +327,7 @@ fn provider() -> (RunConfig, Option<String>, Option<FakeProvider>) {
                 Style::OpenAi => nexus_tests::fake::Style::OpenAi,
                 Style::Gemini => nexus_tests::fake::Style::Gemini,
             };
-            eprintln!(
-                "# offline: a scripted {} provider at {}",
-                style.name(),
-                fake.addr()
-            );
+            eprintln!("# offline: a scripted {} provider at {}", style.name(), fake.addr());
             let mut config = RunConfig::new(style, "scripted-model");
             config.base_url = fake.base_url(fake_style);
             let key = fake.api_key().to_string();
@@ -408,19 +338,15 @@ fn provider() -> (RunConfig, Option<String>, Option<FakeProvider>) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let prompt = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "What's the weather in Paris, and what is 17 * 23?".to_string());
+    let prompt =
+        std::env::args().nth(1).unwrap_or_else(|| "What's the weather in Paris, and what is 17 * 23?".to_string());
     let (mut config, key, _fake) = provider();
     config.stream = true;
     config.system = Some("Be brief. Use the tools.".into());
     // Seeds the run id (and so the tools' idempotency keys) and retry jitter.
-    config.seed = u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() & u128::from(u64::MAX)),
-    )
-    .unwrap_or(0);
+    config.seed =
+        u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() & u128::from(u64::MAX)))
+            .unwrap_or(0);
 
     let mut run = match Run::new(config, tools(), vec![Message::user(prompt)]) {
         Ok(run) => run,
@@ -436,11 +362,7 @@ async fn main() -> ExitCode {
     match drive(&mut run).await {
         Ok(Ended::Finished(outcome)) => {
             let usage = run.usage();
-            println!(
-                "outcome: {outcome:?}, turns: {}, tokens: {}",
-                run.turns(),
-                usage.total_tokens
-            );
+            println!("outcome: {outcome:?}, turns: {}, tokens: {}", run.turns(), usage.total_tokens);
             println!("answer: {}", run.final_text());
             if matches!(outcome, Outcome::Done) {
                 ExitCode::SUCCESS

@@ -44,27 +44,18 @@ impl Provider {
     /// the base URL stored in its state, which offline is the loopback address
     /// of a scripted provider that ended with the process that stored it.
     pub fn pick_at(script: Script, url: Option<&str>) -> Provider {
-        let forced = std::env::var("NEXUS_STYLE")
-            .ok()
-            .and_then(|s| Style::parse(&s));
+        let forced = std::env::var("NEXUS_STYLE").ok().and_then(|s| Style::parse(&s));
         let offline = std::env::var_os("NEXUS_OFFLINE").is_some_and(|v| !v.is_empty() && v != "0");
         let has_key = |s: Style| std::env::var(s.api_key_env()).is_ok_and(|k| !k.is_empty());
         let online = match forced {
             Some(style) => Some(style).filter(|s| has_key(*s)),
-            None => [Style::Anthropic, Style::OpenAi, Style::Gemini]
-                .into_iter()
-                .find(|s| has_key(*s)),
+            None => [Style::Anthropic, Style::OpenAi, Style::Gemini].into_iter().find(|s| has_key(*s)),
         };
         match online.filter(|_| !offline) {
             Some(style) => {
-                let model = std::env::var("NEXUS_MODEL")
-                    .unwrap_or_else(|_| default_model(style).to_string());
+                let model = std::env::var("NEXUS_MODEL").unwrap_or_else(|_| default_model(style).to_string());
                 eprintln!("# online: {} {model}", style.name());
-                Provider {
-                    style,
-                    model,
-                    fake: None,
-                }
+                Provider { style, model, fake: None }
             }
             None => {
                 let style = forced.unwrap_or(Style::OpenAi);
@@ -74,16 +65,8 @@ impl Provider {
                         .unwrap_or_else(|e| panic!("cannot listen on port {port}: {e}")),
                     None => FakeProvider::start(scripts),
                 };
-                eprintln!(
-                    "# offline: a scripted {} provider at {}",
-                    style.name(),
-                    fake.addr()
-                );
-                Provider {
-                    style,
-                    model: SCRIPTED_MODEL.to_string(),
-                    fake: Some(fake),
-                }
+                eprintln!("# offline: a scripted {} provider at {}", style.name(), fake.addr());
+                Provider { style, model: SCRIPTED_MODEL.to_string(), fake: Some(fake) }
             }
         }
     }
@@ -99,9 +82,7 @@ impl Provider {
     pub fn builder(&self) -> ClientBuilder {
         let builder = ClientConfig::builder(self.style, &self.model);
         match &self.fake {
-            Some(fake) => builder
-                .base_url(fake.base_url(fake_style(self.style)))
-                .api_key(fake.api_key()),
+            Some(fake) => builder.base_url(fake.base_url(fake_style(self.style))).api_key(fake.api_key()),
             None => builder,
         }
     }

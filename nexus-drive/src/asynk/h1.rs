@@ -39,17 +39,11 @@ pub(crate) struct Failure {
 }
 
 fn connect_err(message: impl Into<String>) -> Failure {
-    Failure {
-        kind: TransportErrorKind::Connect,
-        message: message.into(),
-    }
+    Failure { kind: TransportErrorKind::Connect, message: message.into() }
 }
 
 fn io_err(message: impl Into<String>) -> Failure {
-    Failure {
-        kind: TransportErrorKind::Io,
-        message: message.into(),
-    }
+    Failure { kind: TransportErrorKind::Io, message: message.into() }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,11 +59,7 @@ enum Conn {
 }
 
 impl AsyncRead for Conn {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Conn::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
@@ -78,11 +68,7 @@ impl AsyncRead for Conn {
 }
 
 impl AsyncWrite for Conn {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Conn::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
@@ -113,11 +99,7 @@ pub(crate) struct Pool {
 
 impl Pool {
     pub(crate) fn new(connect_timeout: Duration) -> Pool {
-        Pool {
-            idle: Mutex::new(Vec::new()),
-            tls: OnceLock::new(),
-            connect_timeout,
-        }
+        Pool { idle: Mutex::new(Vec::new()), tls: OnceLock::new(), connect_timeout }
     }
 
     fn take(&self, key: &Key) -> Option<Conn> {
@@ -135,10 +117,7 @@ impl Pool {
     }
 
     fn tls(&self) -> Result<TlsConnector, Failure> {
-        self.tls
-            .get_or_init(tls_connector)
-            .clone()
-            .map_err(connect_err)
+        self.tls.get_or_init(tls_connector).clone().map_err(connect_err)
     }
 
     async fn connect(&self, key: &Key) -> Result<Conn, Failure> {
@@ -146,10 +125,7 @@ impl Pool {
         let tcp = TcpStream::connect((key.host.as_str(), key.port))
             .or(async {
                 smol::Timer::after(timeout).await;
-                Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("connect timed out after {timeout:?}"),
-                ))
+                Err(io::Error::new(io::ErrorKind::TimedOut, format!("connect timed out after {timeout:?}")))
             })
             .await
             .map_err(|e| connect_err(format!("connect to {}:{}: {e}", key.host, key.port)))?;
@@ -158,22 +134,15 @@ impl Pool {
         if !key.tls {
             return Ok(Conn::Plain(tcp));
         }
-        let name = ServerName::try_from(key.host.clone())
-            .map_err(|e| connect_err(format!("TLS server name: {e}")))?;
-        let tls = self
-            .tls()?
-            .connect(name, tcp)
-            .await
-            .map_err(|e| connect_err(format!("TLS handshake: {e}")))?;
+        let name = ServerName::try_from(key.host.clone()).map_err(|e| connect_err(format!("TLS server name: {e}")))?;
+        let tls = self.tls()?.connect(name, tcp).await.map_err(|e| connect_err(format!("TLS handshake: {e}")))?;
         Ok(Conn::Tls(Box::new(tls)))
     }
 }
 
 fn tls_connector() -> Result<TlsConnector, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
+    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
     let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
@@ -199,27 +168,14 @@ enum Stage {
 
 /// Sends `req` and reads the response head.
 pub(crate) async fn send(pool: &Arc<Pool>, req: &HttpRequest) -> Result<Response, Failure> {
-    let uri: http::Uri = req
-        .url
-        .parse()
-        .map_err(|e| connect_err(format!("bad URL {:?}: {e}", req.url)))?;
+    let uri: http::Uri = req.url.parse().map_err(|e| connect_err(format!("bad URL {:?}: {e}", req.url)))?;
     let tls = match uri.scheme_str() {
         Some("https") => true,
         Some("http") => false,
-        _ => {
-            return Err(connect_err(format!(
-                "unsupported URL scheme in {:?}",
-                req.url
-            )))
-        }
+        _ => return Err(connect_err(format!("unsupported URL scheme in {:?}", req.url))),
     };
-    let host = uri
-        .host()
-        .ok_or_else(|| connect_err(format!("no host in {:?}", req.url)))?;
-    let host = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string();
+    let host = uri.host().ok_or_else(|| connect_err(format!("no host in {:?}", req.url)))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
     let key = Key { tls, host, port };
     for attempt in 0..2 {
@@ -246,8 +202,7 @@ fn build(uri: &http::Uri, req: &HttpRequest) -> Result<http::Request<()>, Failur
     if !req.body.is_empty() && req.header("content-length").is_none() {
         b = b.header("content-length", req.body.len());
     }
-    b.body(())
-        .map_err(|e| connect_err(format!("bad request: {e}")))
+    b.body(()).map_err(|e| connect_err(format!("bad request: {e}")))
 }
 
 async fn exchange(
@@ -258,8 +213,7 @@ async fn exchange(
     pool: Arc<Pool>,
 ) -> Result<Response, Stage> {
     let before = |f: Failure| Stage::BeforeResponse(f);
-    let call = Call::new(build(uri, req).map_err(before)?)
-        .map_err(|e| before(connect_err(e.to_string())))?;
+    let call = Call::new(build(uri, req).map_err(before)?).map_err(|e| before(connect_err(e.to_string())))?;
     let mut call = call.proceed();
     // The request head, then the body as is (it has a content-length).
     let mut out = vec![0u8; 8 * 1024];
@@ -267,9 +221,7 @@ async fn exchange(
     while !call.can_proceed() {
         match call.write(&mut out) {
             Ok(n) => wire.extend_from_slice(out.get(..n).unwrap_or_default()),
-            Err(ureq_proto::Error::OutputOverflow) if out.len() < MAX_HEAD => {
-                out.resize(out.len() * 2, 0)
-            }
+            Err(ureq_proto::Error::OutputOverflow) if out.len() < MAX_HEAD => out.resize(out.len() * 2, 0),
             Err(e) => return Err(before(connect_err(format!("request head: {e}")))),
         }
     }
@@ -278,20 +230,16 @@ async fn exchange(
         Some(SendRequestResult::SendBody(mut c)) => {
             c.consume_direct_write(req.body.len()).map_err(proto)?;
             wire.extend_from_slice(&req.body);
-            c.proceed()
-                .ok_or_else(|| before(connect_err("request body incomplete")))?
+            c.proceed().ok_or_else(|| before(connect_err("request body incomplete")))?
         }
         Some(SendRequestResult::RecvResponse(c)) => c,
-        Some(SendRequestResult::Await100(_)) | None => {
-            return Err(before(connect_err("unexpected request state")))
-        }
+        Some(SendRequestResult::Await100(_)) | None => return Err(before(connect_err("unexpected request state"))),
     };
     let sent = async {
         conn.write_all(&wire).await?;
         conn.flush().await
     };
-    sent.await
-        .map_err(|e| before(io_err(format!("send: {e}"))))?;
+    sent.await.map_err(|e| before(io_err(format!("send: {e}"))))?;
 
     let mut buf = vec![0u8; READ_BUF];
     let (mut start, mut end) = (0usize, 0usize);
@@ -299,9 +247,8 @@ async fn exchange(
     let response = loop {
         if end > start {
             let input = buf.get(start..end).unwrap_or_default();
-            let (used, resp) = call
-                .try_response(input, false)
-                .map_err(|e| Stage::After(io_err(format!("response head: {e}"))))?;
+            let (used, resp) =
+                call.try_response(input, false).map_err(|e| Stage::After(io_err(format!("response head: {e}"))))?;
             start += used;
             if let Some(resp) = resp {
                 break resp;
@@ -330,23 +277,9 @@ async fn exchange(
     let headers = response
         .headers()
         .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_string(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
+        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
         .collect();
-    let mut body = Body {
-        conn: Some(conn),
-        call: None,
-        buf,
-        start,
-        end,
-        close_delimited: false,
-        key,
-        pool,
-    };
+    let mut body = Body { conn: Some(conn), call: None, buf, start, end, close_delimited: false, key, pool };
     match call.proceed() {
         Some(RecvResponseResult::RecvBody(c)) => {
             body.close_delimited = matches!(c.body_mode(), BodyMode::CloseDelimited);
@@ -361,11 +294,7 @@ async fn exchange(
         }
         Some(RecvResponseResult::Redirect(_)) | None => body.conn = None,
     }
-    Ok(Response {
-        status,
-        headers,
-        body,
-    })
+    Ok(Response { status, headers, body })
 }
 
 /// Moves unread bytes to the front of the buffer.
@@ -397,9 +326,7 @@ impl Body {
                 return Ok(0);
             };
             let input = self.buf.get(self.start..self.end).unwrap_or_default();
-            let (used, produced) = call
-                .read(input, out)
-                .map_err(|e| io_err(format!("response body: {e}")))?;
+            let (used, produced) = call.read(input, out).map_err(|e| io_err(format!("response body: {e}")))?;
             self.start += used;
             if produced > 0 {
                 return Ok(produced);
@@ -415,10 +342,7 @@ impl Body {
             if self.end == self.buf.len() {
                 self.buf.resize(self.buf.len() * 2, 0);
             }
-            let conn = self
-                .conn
-                .as_mut()
-                .ok_or_else(|| io_err("the connection is gone"))?;
+            let conn = self.conn.as_mut().ok_or_else(|| io_err("the connection is gone"))?;
             let n = conn
                 .read(self.buf.get_mut(self.end..).unwrap_or_default())
                 .await

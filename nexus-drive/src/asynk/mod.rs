@@ -13,9 +13,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures_lite::{FutureExt, Stream};
-use nexus_proto::{
-    Answer, ExchangeId, HttpRequest, InputError, Message, Request, Timestamp, ToolReply,
-};
+use nexus_proto::{Answer, ExchangeId, HttpRequest, InputError, Message, Request, Timestamp, ToolReply};
 
 use crate::cancel::CancelToken;
 use crate::config::{ClientConfig, WaitFor};
@@ -36,9 +34,7 @@ pub struct AsyncClient {
 
 impl std::fmt::Debug for AsyncClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AsyncClient")
-            .field("config", &self.cfg)
-            .finish_non_exhaustive()
+        f.debug_struct("AsyncClient").field("config", &self.cfg).finish_non_exhaustive()
     }
 }
 
@@ -47,20 +43,12 @@ impl AsyncClient {
     pub fn new(config: ClientConfig) -> AsyncClient {
         let pool = Arc::new(h1::Pool::new(config.connect_timeout));
         let cancel = config.cancel.clone();
-        AsyncClient {
-            cfg: Arc::new(config),
-            pool,
-            cancel,
-        }
+        AsyncClient { cfg: Arc::new(config), pool, cancel }
     }
 
     /// A handle on the same client (and pool) whose runs use `token`.
     pub fn with_cancel(&self, token: CancelToken) -> AsyncClient {
-        AsyncClient {
-            cfg: self.cfg.clone(),
-            pool: self.pool.clone(),
-            cancel: token,
-        }
+        AsyncClient { cfg: self.cfg.clone(), pool: self.pool.clone(), cancel: token }
     }
 
     /// The config.
@@ -91,11 +79,7 @@ impl AsyncClient {
 
     /// Continues a suspended run from its snapshot with the host's answers
     /// (see [`blocking::Client::resume`](crate::blocking::Client::resume) for the rules).
-    pub async fn resume(
-        &self,
-        state: &[u8],
-        answers: Vec<Answer>,
-    ) -> Result<RunResult, DriveError> {
+    pub async fn resume(&self, state: &[u8], answers: Vec<Answer>) -> Result<RunResult, DriveError> {
         let engine = Engine::resume(self.cfg.clone(), self.cancel.clone(), state, answers)?;
         self.drain(engine).await
     }
@@ -115,11 +99,7 @@ impl AsyncClient {
     }
 
     /// Continues a stored conversation (see [`blocking::Client::ask`](crate::blocking::Client::ask)).
-    pub async fn ask(
-        &self,
-        conversation_id: &str,
-        prompt: impl Into<String>,
-    ) -> Result<RunResult, DriveError> {
+    pub async fn ask(&self, conversation_id: &str, prompt: impl Into<String>) -> Result<RunResult, DriveError> {
         let history = engine::load_conversation(&self.cfg, conversation_id)?;
         let result = self.run_with_history(history, prompt).await?;
         engine::save_conversation(&self.cfg, conversation_id, &result)?;
@@ -153,11 +133,7 @@ impl AsyncClient {
         &self,
         messages: Vec<Message>,
     ) -> impl Stream<Item = Result<StreamItem, DriveError>> + Send + 'static {
-        self.stream_of(Engine::start(
-            self.cfg.clone(),
-            self.cancel.clone(),
-            messages,
-        ))
+        self.stream_of(Engine::start(self.cfg.clone(), self.cancel.clone(), messages))
     }
 
     /// [`resume`](Self::resume), as a stream.
@@ -166,12 +142,7 @@ impl AsyncClient {
         state: &[u8],
         answers: Vec<Answer>,
     ) -> impl Stream<Item = Result<StreamItem, DriveError>> + Send + 'static {
-        self.stream_of(Engine::resume(
-            self.cfg.clone(),
-            self.cancel.clone(),
-            state,
-            answers,
-        ))
+        self.stream_of(Engine::resume(self.cfg.clone(), self.cancel.clone(), state, answers))
     }
 
     fn stream_of(
@@ -246,14 +217,7 @@ struct Driver {
 
 impl Driver {
     fn new(pool: Arc<h1::Pool>, engine: Engine) -> Driver {
-        Driver {
-            engine,
-            pool,
-            body: None,
-            work: Vec::new(),
-            buf: Vec::new(),
-            done: false,
-        }
+        Driver { engine, pool, body: None, work: Vec::new(), buf: Vec::new(), done: false }
     }
 
     async fn next(&mut self) -> Option<Result<StreamItem, DriveError>> {
@@ -282,8 +246,7 @@ impl Driver {
                     };
                     for request in requests {
                         let fut = answer_async(wait_for.clone(), request);
-                        self.work
-                            .push(Box::pin(async move { Done::Answer(fut.await) }));
+                        self.work.push(Box::pin(async move { Done::Answer(fut.await) }));
                     }
                 }
                 Step::Wait { until, busy } => {
@@ -296,10 +259,7 @@ impl Driver {
         }
     }
 
-    fn finish(
-        &mut self,
-        item: Result<StreamItem, DriveError>,
-    ) -> Option<Result<StreamItem, DriveError>> {
+    fn finish(&mut self, item: Result<StreamItem, DriveError>) -> Option<Result<StreamItem, DriveError>> {
         self.done = true;
         self.body = None;
         self.work.clear();
@@ -334,10 +294,7 @@ impl Driver {
                     self.body = Some((req.exchange, resp.body));
                 }
             }
-            Sent::Response(Err(f)) => {
-                self.engine
-                    .on_transport_error(req.exchange, f.kind, f.message)
-            }
+            Sent::Response(Err(f)) => self.engine.on_transport_error(req.exchange, f.kind, f.message),
             // `step` feeds the cancel.
             Sent::Cancelled => {}
             Sent::Deadline => self.engine.on_timeout(),
@@ -348,9 +305,7 @@ impl Driver {
     async fn wait(&mut self, until: Option<Timestamp>, busy: bool) -> Result<(), DriveError> {
         let nap = until.map(|t| self.engine.until(t));
         let cancel = self.engine.cancel_token().clone();
-        let Driver {
-            body, work, buf, ..
-        } = self;
+        let Driver { body, work, buf, .. } = self;
         if body.is_none() && work.is_empty() && nap.is_none() {
             return Err(DriveError::Input(InputError::OutOfOrder(if busy {
                 "the run waits on work this driver lost"
@@ -418,13 +373,10 @@ async fn sleep(d: Option<Duration>) {
 /// The first of `work` to finish (removed from it).
 async fn first_done(work: &mut Vec<Work>) -> Done {
     futures_lite::future::poll_fn(|cx| {
-        let ready = work
-            .iter_mut()
-            .enumerate()
-            .find_map(|(i, w)| match w.as_mut().poll(cx) {
-                Poll::Ready(done) => Some((i, done)),
-                Poll::Pending => None,
-            });
+        let ready = work.iter_mut().enumerate().find_map(|(i, w)| match w.as_mut().poll(cx) {
+            Poll::Ready(done) => Some((i, done)),
+            Poll::Pending => None,
+        });
         match ready {
             Some((i, done)) => {
                 drop(work.swap_remove(i));
@@ -440,9 +392,7 @@ async fn first_done(work: &mut Vec<Work>) -> Done {
 async fn answer_async(wait_for: WaitFor, request: Request) -> Answer {
     let id = request.id.clone();
     let answer = match wait_for {
-        WaitFor::Blocking(f) => {
-            smol::unblock(move || catch_unwind(AssertUnwindSafe(|| f(request))).ok()).await
-        }
+        WaitFor::Blocking(f) => smol::unblock(move || catch_unwind(AssertUnwindSafe(|| f(request))).ok()).await,
         WaitFor::Async(f) => AssertUnwindSafe(f(request)).catch_unwind().await.ok(),
     };
     answer.unwrap_or_else(|| Answer::declined(id, "cancelled"))

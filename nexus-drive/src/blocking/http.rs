@@ -45,15 +45,9 @@ impl Drop for Scope {
 /// The agent: status codes are responses (error bodies are read), no global
 /// timeout (streams may run long), connect timeout from the config.
 pub(crate) fn agent(connect_timeout: Duration) -> ureq::Agent {
-    let config = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_connect(Some(connect_timeout))
-        .build();
-    ureq::Agent::with_parts(
-        config,
-        CancelConnector(DefaultConnector::new()),
-        DefaultResolver::default(),
-    )
+    let config =
+        ureq::Agent::config_builder().http_status_as_error(false).timeout_connect(Some(connect_timeout)).build();
+    ureq::Agent::with_parts(config, CancelConnector(DefaultConnector::new()), DefaultResolver::default())
 }
 
 /// A response head and its body reader.
@@ -72,43 +66,25 @@ pub(crate) fn send(
     timeout: Option<Duration>,
 ) -> Result<Response, (TransportErrorKind, String)> {
     let _scope = Scope::enter(cancel);
-    let mut builder = ureq::http::Request::builder()
-        .method(req.method)
-        .uri(req.url.as_str());
+    let mut builder = ureq::http::Request::builder().method(req.method).uri(req.url.as_str());
     for (k, v) in &req.headers {
         builder = builder.header(k.as_str(), v.as_str());
     }
-    let request = builder
-        .body(req.body.as_slice())
-        .map_err(|e| (TransportErrorKind::Connect, e.to_string()))?;
+    let request = builder.body(req.body.as_slice()).map_err(|e| (TransportErrorKind::Connect, e.to_string()))?;
     // A request-level config copies the agent's; only pay for it when a deadline applies.
     let request = match timeout {
-        Some(t) => agent
-            .configure_request(request)
-            .timeout_global(Some(t))
-            .build(),
+        Some(t) => agent.configure_request(request).timeout_global(Some(t)).build(),
         None => request,
     };
-    let response = agent
-        .run(request)
-        .map_err(|e| (kind_of(&e), e.to_string()))?;
+    let response = agent.run(request).map_err(|e| (kind_of(&e), e.to_string()))?;
     let status = response.status().as_u16();
     let headers = response
         .headers()
         .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_string(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
+        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
         .collect();
     let body = response.into_body().into_reader();
-    Ok(Response {
-        status,
-        headers,
-        body,
-    })
+    Ok(Response { status, headers, body })
 }
 
 /// Reads the next piece of a body (0 at its end).
@@ -127,16 +103,10 @@ pub(crate) fn read(
 fn kind_of(e: &ureq::Error) -> TransportErrorKind {
     match e {
         ureq::Error::Timeout(_) => TransportErrorKind::Timeout,
-        ureq::Error::HostNotFound
-        | ureq::Error::ConnectionFailed
-        | ureq::Error::BadUri(_)
-        | ureq::Error::Http(_) => TransportErrorKind::Connect,
-        ureq::Error::Io(io)
-            if matches!(
-                io.kind(),
-                io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
-            ) =>
-        {
+        ureq::Error::HostNotFound | ureq::Error::ConnectionFailed | ureq::Error::BadUri(_) | ureq::Error::Http(_) => {
+            TransportErrorKind::Connect
+        }
+        ureq::Error::Io(io) if matches!(io.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound) => {
             TransportErrorKind::Connect
         }
         _ => TransportErrorKind::Io,
@@ -169,9 +139,7 @@ impl Connector<()> for CancelConnector {
             current_time: details.current_time.clone(),
             run_connector: details.run_connector.clone(),
             register_shutdown: Arc::new(move |handle: Weak<dyn ShutdownHandle>| {
-                sink.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(handle.clone());
+                sink.lock().unwrap_or_else(|e| e.into_inner()).push(handle.clone());
                 register(handle)
             }),
         };
@@ -189,9 +157,7 @@ struct CancelTransport {
 
 impl fmt::Debug for CancelTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CancelTransport")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
+        f.debug_struct("CancelTransport").field("inner", &self.inner).finish_non_exhaustive()
     }
 }
 
@@ -200,10 +166,9 @@ impl CancelTransport {
     fn arm(&self) -> Result<Option<CancelGuard>, ureq::Error> {
         CURRENT.with(|c| match &*c.borrow() {
             None => Ok(None),
-            Some(token) if token.is_cancelled() => Err(ureq::Error::Io(io::Error::new(
-                io::ErrorKind::Interrupted,
-                "the run was cancelled",
-            ))),
+            Some(token) if token.is_cancelled() => {
+                Err(ureq::Error::Io(io::Error::new(io::ErrorKind::Interrupted, "the run was cancelled")))
+            }
             Some(token) => {
                 let handles = self.handles.clone();
                 Ok(Some(token.on_cancel(move || {

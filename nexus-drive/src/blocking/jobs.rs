@@ -50,12 +50,7 @@ impl Jobs {
             // The receiver may be gone already; nothing then waits to be woken.
             let _ = wake.send(Msg::Cancelled);
         });
-        Jobs {
-            tx,
-            rx,
-            waiting: Vec::new(),
-            _cancel: guard,
-        }
+        Jobs { tx, rx, waiting: Vec::new(), _cancel: guard }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -63,13 +58,8 @@ impl Jobs {
     }
 
     pub(crate) fn spawn_tool(&mut self, job: ToolJob) {
-        let limit = job
-            .timeout
-            .map(|d| (Instant::now() + d, d, job.ctx.name().to_string()));
-        self.waiting.push(Waiting {
-            key: job.call_id.clone(),
-            limit,
-        });
+        let limit = job.timeout.map(|d| (Instant::now() + d, d, job.ctx.name().to_string()));
+        self.waiting.push(Waiting { key: job.call_id.clone(), limit });
         let tx = self.tx.clone();
         std::thread::spawn(move || {
             let id = job.call_id.clone();
@@ -79,10 +69,7 @@ impl Jobs {
     }
 
     pub(crate) fn spawn_answer(&mut self, wait_for: WaitFor, request: Request) {
-        self.waiting.push(Waiting {
-            key: request.id.clone(),
-            limit: None,
-        });
+        self.waiting.push(Waiting { key: request.id.clone(), limit: None });
         let tx = self.tx.clone();
         std::thread::spawn(move || {
             let _ = tx.send(Msg::Answer(answer_blocking(&wait_for, request)));
@@ -92,19 +79,13 @@ impl Jobs {
     /// Waits for the next job to finish, a tool timeout, `until`, or a cancel.
     pub(crate) fn next(&mut self, until: Option<Instant>) -> Next {
         loop {
-            let soonest = self
-                .waiting
-                .iter()
-                .filter_map(|w| w.limit.as_ref().map(|l| l.0))
-                .min();
+            let soonest = self.waiting.iter().filter_map(|w| w.limit.as_ref().map(|l| l.0)).min();
             let wake = match (soonest, until) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
             let msg = match wake {
-                Some(at) => self
-                    .rx
-                    .recv_timeout(at.saturating_duration_since(Instant::now())),
+                Some(at) => self.rx.recv_timeout(at.saturating_duration_since(Instant::now())),
                 None => self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
             };
             match msg {
@@ -122,10 +103,7 @@ impl Jobs {
                 Ok(Msg::Cancelled) => return Next::Cancelled,
                 Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
                     let now = Instant::now();
-                    let expired = self
-                        .waiting
-                        .iter()
-                        .position(|w| w.limit.as_ref().is_some_and(|l| l.0 <= now));
+                    let expired = self.waiting.iter().position(|w| w.limit.as_ref().is_some_and(|l| l.0 <= now));
                     if let Some(pos) = expired {
                         let w = self.waiting.swap_remove(pos);
                         if let Some((_, d, name)) = w.limit {

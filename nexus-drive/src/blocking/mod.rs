@@ -29,9 +29,7 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client")
-            .field("config", &self.cfg)
-            .finish_non_exhaustive()
+        f.debug_struct("Client").field("config", &self.cfg).finish_non_exhaustive()
     }
 }
 
@@ -40,20 +38,12 @@ impl Client {
     pub fn new(config: ClientConfig) -> Client {
         let agent = http::agent(config.connect_timeout);
         let cancel = config.cancel.clone();
-        Client {
-            cfg: Arc::new(config),
-            agent,
-            cancel,
-        }
+        Client { cfg: Arc::new(config), agent, cancel }
     }
 
     /// A handle on the same client (and pool) whose runs use `token`.
     pub fn with_cancel(&self, token: CancelToken) -> Client {
-        Client {
-            cfg: self.cfg.clone(),
-            agent: self.agent.clone(),
-            cancel: token,
-        }
+        Client { cfg: self.cfg.clone(), agent: self.agent.clone(), cancel: token }
     }
 
     /// The config.
@@ -106,11 +96,7 @@ impl Client {
 
     /// Continues the conversation `conversation_id` of the config's
     /// conversation store with `prompt`, and saves it unless the run is pending.
-    pub fn ask(
-        &self,
-        conversation_id: &str,
-        prompt: impl Into<String>,
-    ) -> Result<RunResult, DriveError> {
+    pub fn ask(&self, conversation_id: &str, prompt: impl Into<String>) -> Result<RunResult, DriveError> {
         let history = engine::load_conversation(&self.cfg, conversation_id)?;
         let result = self.run_with_history(history, prompt)?;
         engine::save_conversation(&self.cfg, conversation_id, &result)?;
@@ -138,18 +124,12 @@ impl Client {
 
     /// [`stream`](Self::stream) over `messages`.
     pub fn stream_messages(&self, messages: Vec<Message>) -> RunStream<'_> {
-        RunStream::new(
-            self,
-            Engine::start(self.cfg.clone(), self.cancel.clone(), messages),
-        )
+        RunStream::new(self, Engine::start(self.cfg.clone(), self.cancel.clone(), messages))
     }
 
     /// [`resume`](Self::resume), as a stream.
     pub fn stream_resume(&self, state: &[u8], answers: Vec<Answer>) -> RunStream<'_> {
-        RunStream::new(
-            self,
-            Engine::resume(self.cfg.clone(), self.cancel.clone(), state, answers),
-        )
+        RunStream::new(self, Engine::resume(self.cfg.clone(), self.cancel.clone(), state, answers))
     }
 
     fn drain(&self, engine: Engine) -> Result<RunResult, DriveError> {
@@ -179,14 +159,8 @@ pub struct RunStream<'c> {
 impl<'c> RunStream<'c> {
     fn new(client: &'c Client, engine: Result<Engine, DriveError>) -> RunStream<'c> {
         match engine {
-            Ok(e) => RunStream {
-                driver: Some(Driver::new(client, e)),
-                error: None,
-            },
-            Err(e) => RunStream {
-                driver: None,
-                error: Some(e),
-            },
+            Ok(e) => RunStream { driver: Some(Driver::new(client, e)), error: None },
+            Err(e) => RunStream { driver: None, error: Some(e) },
         }
     }
 }
@@ -223,14 +197,7 @@ struct Driver<'c> {
 
 impl<'c> Driver<'c> {
     fn new(client: &'c Client, engine: Engine) -> Driver<'c> {
-        Driver {
-            client,
-            engine,
-            body: None,
-            jobs: None,
-            buf: Vec::new(),
-            done: false,
-        }
+        Driver { client, engine, body: None, jobs: None, buf: Vec::new(), done: false }
     }
 
     fn next(&mut self) -> Option<Result<StreamItem, DriveError>> {
@@ -244,26 +211,17 @@ impl<'c> Driver<'c> {
                     // A new request supersedes a body still open (the machine gave up on it).
                     self.body = None;
                     let timeout = self.engine.deadline().map(|d| self.engine.until(d));
-                    match http::send(
-                        &self.client.agent,
-                        &req,
-                        self.engine.cancel_token(),
-                        timeout,
-                    ) {
+                    match http::send(&self.client.agent, &req, self.engine.cancel_token(), timeout) {
                         Ok(resp) => {
                             if self.engine.on_head(req.exchange, resp.status, resp.headers) {
-                                self.body = Some(Body {
-                                    id: req.exchange,
-                                    reader: resp.body,
-                                });
+                                self.body = Some(Body { id: req.exchange, reader: resp.body });
                             }
                         }
                         Err((kind, message)) => self.transport_error(req.exchange, kind, message),
                     }
                 }
                 Step::RunTools(jobs) => {
-                    let lone =
-                        jobs.len() == 1 && self.idle_jobs() && self.engine.deadline().is_none();
+                    let lone = jobs.len() == 1 && self.idle_jobs() && self.engine.deadline().is_none();
                     for job in jobs {
                         if lone && job.timeout.is_none() {
                             let id = job.call_id.clone();
@@ -278,8 +236,7 @@ impl<'c> Driver<'c> {
                     let Some(wait_for) = self.engine.config().wait_for.clone() else {
                         continue;
                     };
-                    let lone =
-                        requests.len() == 1 && self.idle_jobs() && self.engine.deadline().is_none();
+                    let lone = requests.len() == 1 && self.idle_jobs() && self.engine.deadline().is_none();
                     for request in requests {
                         if lone {
                             let answer = jobs::answer_blocking(&wait_for, request);
@@ -301,10 +258,7 @@ impl<'c> Driver<'c> {
         }
     }
 
-    fn finish(
-        &mut self,
-        item: Result<StreamItem, DriveError>,
-    ) -> Option<Result<StreamItem, DriveError>> {
+    fn finish(&mut self, item: Result<StreamItem, DriveError>) -> Option<Result<StreamItem, DriveError>> {
         self.done = true;
         self.body = None;
         self.jobs = None;
@@ -316,16 +270,11 @@ impl<'c> Driver<'c> {
     }
 
     fn jobs_mut(&mut self) -> &mut Jobs {
-        self.jobs
-            .get_or_insert_with(|| Jobs::new(self.engine.cancel_token()))
+        self.jobs.get_or_insert_with(|| Jobs::new(self.engine.cancel_token()))
     }
 
     /// Makes progress on whatever is in flight, or sleeps until `until`.
-    fn wait(
-        &mut self,
-        until: Option<nexus_proto::Timestamp>,
-        busy: bool,
-    ) -> Result<(), DriveError> {
+    fn wait(&mut self, until: Option<nexus_proto::Timestamp>, busy: bool) -> Result<(), DriveError> {
         if let Some(body) = &mut self.body {
             if self.buf.is_empty() {
                 self.buf = vec![0; 16 * 1024];
@@ -366,12 +315,8 @@ impl<'c> Driver<'c> {
                 }
                 Ok(())
             }
-            None if busy => Err(DriveError::Input(InputError::OutOfOrder(
-                "the run waits on work this driver lost",
-            ))),
-            None => Err(DriveError::Input(InputError::OutOfOrder(
-                "the run waits with nothing in flight",
-            ))),
+            None if busy => Err(DriveError::Input(InputError::OutOfOrder("the run waits on work this driver lost"))),
+            None => Err(DriveError::Input(InputError::OutOfOrder("the run waits with nothing in flight"))),
         }
     }
 

@@ -53,11 +53,7 @@ enum End {
     Cancelled,
 }
 
-pub(crate) fn run(
-    s: &Settings,
-    args: BashArgs,
-    ctx: &ToolContext,
-) -> Result<ToolOutcome<Value>, ToolError> {
+pub(crate) fn run(s: &Settings, args: BashArgs, ctx: &ToolContext) -> Result<ToolOutcome<Value>, ToolError> {
     if args.command.trim().is_empty() {
         return fail("command is required");
     }
@@ -77,15 +73,8 @@ pub(crate) fn run(
 
     let (reader, writer) = io::pipe().or_else(|e| fail(format!("cannot create a pipe: {e}")))?;
     let mut cmd = Command::new(&s.shell);
-    cmd.arg("-c")
-        .arg(&args.command)
-        .current_dir(&dir)
-        .stdin(Stdio::null());
-    cmd.stdout(
-        writer
-            .try_clone()
-            .or_else(|e| fail(format!("cannot create a pipe: {e}")))?,
-    );
+    cmd.arg("-c").arg(&args.command).current_dir(&dir).stdin(Stdio::null());
+    cmd.stdout(writer.try_clone().or_else(|e| fail(format!("cannot create a pipe: {e}")))?);
     cmd.stderr(writer);
     for var in &s.scrub_env {
         cmd.env_remove(var);
@@ -118,10 +107,7 @@ pub(crate) fn run(
         End::TimedOut | End::Cancelled => child.wait().ok(),
     };
     let _ = eof_rx.recv_timeout(DRAIN_GRACE);
-    let (output, truncated) = capture
-        .lock()
-        .map(|c| c.render())
-        .unwrap_or_else(|p| p.into_inner().render());
+    let (output, truncated) = capture.lock().map(|c| c.render()).unwrap_or_else(|p| p.into_inner().render());
 
     let mut meta = json!({"timedOut": matches!(end, End::TimedOut), "truncated": truncated});
     let result = match end {
@@ -136,29 +122,19 @@ pub(crate) fn run(
         End::Exited(status) => match status.code() {
             Some(0) => {
                 meta["exitCode"] = json!(0);
-                ToolResult::ok(if output.is_empty() {
-                    "(no output)".to_string()
-                } else {
-                    output
-                })
+                ToolResult::ok(if output.is_empty() { "(no output)".to_string() } else { output })
             }
             Some(code) => {
                 meta["exitCode"] = json!(code);
                 ToolResult::error(noted(&output, &format!("[exit code {code}]")))
             }
-            None => ToolResult::error(noted(
-                &output,
-                &format!("[killed by {}]", describe_signal(status)),
-            )),
+            None => ToolResult::error(noted(&output, &format!("[killed by {}]", describe_signal(status)))),
         },
     };
     if let (End::TimedOut | End::Cancelled, Some(code)) = (&end, status.and_then(|s| s.code())) {
         meta["exitCode"] = json!(code);
     }
-    Ok(ToolOutcome::Result(ToolResult {
-        metadata: Some(meta),
-        ..result
-    }))
+    Ok(ToolOutcome::Result(ToolResult { metadata: Some(meta), ..result }))
 }
 
 /// The output with a note on its own line after it.
@@ -261,12 +237,7 @@ struct Capture {
 impl Capture {
     fn new(cap: usize) -> Capture {
         let half = (cap / 2).max(1);
-        Capture {
-            half,
-            head: Vec::new(),
-            tail: VecDeque::new(),
-            total: 0,
-        }
+        Capture { half, head: Vec::new(), tail: VecDeque::new(), total: 0 }
     }
 
     fn push(&mut self, mut bytes: &[u8]) {
@@ -294,10 +265,7 @@ impl Capture {
         let tail: Vec<u8> = self.tail.iter().copied().collect();
         let tail = String::from_utf8_lossy(&tail);
         if kept == self.total {
-            return (
-                format!("{head}{tail}").trim_end_matches('\n').to_string(),
-                false,
-            );
+            return (format!("{head}{tail}").trim_end_matches('\n').to_string(), false);
         }
         let cut = self.total - kept;
         let text = format!("{head}\n[output cut: {cut} bytes in the middle not shown]\n{tail}");

@@ -74,13 +74,8 @@ pub(crate) fn read(s: &Settings, args: ReadArgs) -> Result<ToolOutcome<Value>, T
             ),
         );
     }
-    let mut reader =
-        BufReader::new(File::open(&path).or_else(|e| fail("read", format!("{shown}: {e}")))?);
-    if looks_binary(
-        reader
-            .fill_buf()
-            .or_else(|e| fail("read", format!("{shown}: {e}")))?,
-    ) {
+    let mut reader = BufReader::new(File::open(&path).or_else(|e| fail("read", format!("{shown}: {e}")))?);
+    if looks_binary(reader.fill_buf().or_else(|e| fail("read", format!("{shown}: {e}")))?) {
         return fail("read", format!("{shown} looks like a binary file"));
     }
 
@@ -93,9 +88,7 @@ pub(crate) fn read(s: &Settings, args: ReadArgs) -> Result<ToolOutcome<Value>, T
     let mut more = false;
     loop {
         line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .or_else(|e| fail("read", format!("{shown}: {e}")))?;
+        let n = reader.read_until(b'\n', &mut line).or_else(|e| fail("read", format!("{shown}: {e}")))?;
         if n == 0 {
             break;
         }
@@ -127,16 +120,10 @@ pub(crate) fn read(s: &Settings, args: ReadArgs) -> Result<ToolOutcome<Value>, T
         return done(format!("({shown} is empty)"));
     }
     if shown_lines == 0 {
-        return fail(
-            "read",
-            format!("offset {offset} is past the end of {shown} ({number} lines)"),
-        );
+        return fail("read", format!("offset {offset} is past the end of {shown} ({number} lines)"));
     }
     if more {
-        out.push_str(&format!(
-            "(more lines follow; read on with offset {})\n",
-            offset + shown_lines
-        ));
+        out.push_str(&format!("(more lines follow; read on with offset {})\n", offset + shown_lines));
     }
     done(cap_text(out, s.output_cap))
 }
@@ -150,33 +137,24 @@ pub(crate) fn write(s: &Settings, args: WriteArgs) -> Result<ToolOutcome<Value>,
         return fail("write", format!("{shown} is a directory"));
     }
     if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent)
-            .or_else(|e| fail("write", format!("{shown}: creating its directory: {e}")))?;
+        fs::create_dir_all(parent).or_else(|e| fail("write", format!("{shown}: creating its directory: {e}")))?;
     }
-    replace_file(&path, args.content.as_bytes())
-        .or_else(|e| fail("write", format!("{shown}: {e}")))?;
+    replace_file(&path, args.content.as_bytes()).or_else(|e| fail("write", format!("{shown}: {e}")))?;
     done(format!("Wrote {} bytes to {shown}", args.content.len()))
 }
 
 /// Replaces an exact string in a file.
 pub(crate) fn edit(s: &Settings, args: EditArgs) -> Result<ToolOutcome<Value>, ToolError> {
     if args.old_string.is_empty() {
-        return fail(
-            "edit",
-            "oldString must not be empty (use write to create a file)",
-        );
+        return fail("edit", "oldString must not be empty (use write to create a file)");
     }
     if args.old_string == args.new_string {
-        return fail(
-            "edit",
-            "oldString and newString are the same; nothing to change",
-        );
+        return fail("edit", "oldString and newString are the same; nothing to change");
     }
     let jail = Jail::open(&s.root).or_else(|e| fail("edit", e))?;
     let path = jail.resolve(&args.path).or_else(|e| fail("edit", e))?;
     let shown = jail.show(&path);
-    let content =
-        read_text(&path, s.read_cap).or_else(|e| fail("edit", format!("{shown}: {e}")))?;
+    let content = read_text(&path, s.read_cap).or_else(|e| fail("edit", format!("{shown}: {e}")))?;
     let count = content.matches(args.old_string.as_str()).count();
     if count == 0 {
         return fail("edit", format!("oldString was not found in {shown}"));
@@ -204,10 +182,7 @@ pub(crate) fn read_text(path: &Path, cap: u64) -> io::Result<String> {
         return Err(io::Error::other("is a directory"));
     }
     if meta.len() > cap {
-        return Err(io::Error::other(format!(
-            "{} bytes, over the {cap}-byte cap",
-            meta.len()
-        )));
+        return Err(io::Error::other(format!("{} bytes, over the {cap}-byte cap", meta.len())));
     }
     let mut bytes = Vec::new();
     File::open(path)?.take(cap + 1).read_to_end(&mut bytes)?;
@@ -221,18 +196,9 @@ pub(crate) fn read_text(path: &Path, cap: u64) -> io::Result<String> {
 /// renamed over it; the permissions of the file it replaces are kept.
 pub(crate) fn stage(path: &Path, content: &[u8]) -> io::Result<PathBuf> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = path
-        .parent()
-        .ok_or_else(|| io::Error::other("has no parent directory"))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.nexus-{}-{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    let dir = path.parent().ok_or_else(|| io::Error::other("has no parent directory"))?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.nexus-{}-{}.tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
     let result = (|| {
         let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         file.write_all(content)?;

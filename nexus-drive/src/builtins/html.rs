@@ -6,9 +6,7 @@
 //! code. That is what a model needs from a page, without a parser dependency.
 
 /// Elements whose content is dropped with them.
-const HIDDEN: &[&str] = &[
-    "script", "style", "noscript", "template", "svg", "head", "iframe", "object",
-];
+const HIDDEN: &[&str] = &["script", "style", "noscript", "template", "svg", "head", "iframe", "object"];
 /// Elements that start a new line.
 const BLOCKS: &[&str] = &[
     "p",
@@ -59,11 +57,8 @@ pub(crate) fn convert(html: &str, markdown: bool) -> String {
         rest = &rest[gt + 1..];
         let closing = tag.starts_with('/');
         let body = tag.trim_start_matches('/');
-        let name: String = body
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric())
-            .collect::<String>()
-            .to_ascii_lowercase();
+        let name: String =
+            body.chars().take_while(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase();
         if name.is_empty() {
             continue; // <!DOCTYPE …>, <?xml …?>
         }
@@ -174,10 +169,7 @@ fn attribute(tag: &str, name: &str) -> Option<String> {
         let rest = rest.trim_start();
         let value = match rest.chars().next() {
             Some(q @ ('"' | '\'')) => rest[1..].split(q).next().unwrap_or(""),
-            _ => rest
-                .split(|c: char| c.is_ascii_whitespace() || c == '>')
-                .next()
-                .unwrap_or(""),
+            _ => rest.split(|c: char| c.is_ascii_whitespace() || c == '>').next().unwrap_or(""),
         };
         return Some(decode_entities(value));
     }
@@ -194,11 +186,7 @@ pub(crate) fn decode_entities(text: &str) -> String {
     while let Some(amp) = rest.find('&') {
         out.push_str(&rest[..amp]);
         rest = &rest[amp..];
-        let end = rest
-            .char_indices()
-            .take(12)
-            .find(|(_, c)| *c == ';')
-            .map(|(i, _)| i);
+        let end = rest.char_indices().take(12).find(|(_, c)| *c == ';').map(|(i, _)| i);
         let decoded = end.and_then(|end| {
             let entity = &rest[1..end];
             let c = match entity {
@@ -293,13 +281,7 @@ impl Writer {
     }
 
     fn finish(self) -> String {
-        self.out
-            .lines()
-            .map(str::trim_end)
-            .collect::<Vec<_>>()
-            .join("\n")
-            .trim()
-            .to_string()
+        self.out.lines().map(str::trim_end).collect::<Vec<_>>().join("\n").trim().to_string()
     }
 }
 
@@ -324,10 +306,7 @@ mod tests {
     #[test]
     fn text_has_no_markup() {
         let text = convert(PAGE, false);
-        assert_eq!(
-            text,
-            "Title & more\n\nSome bold and a link.\n\n• one\n• two\n\nx<y AB"
-        );
+        assert_eq!(text, "Title & more\n\nSome bold and a link.\n\n• one\n• two\n\nx<y AB");
     }
 
     #[test]
@@ -352,17 +331,7 @@ mod tests {
 
     #[test]
     fn broken_markup_does_not_panic() {
-        for input in [
-            "<",
-            "<a",
-            "<a href=",
-            "&#xZZ;",
-            "&",
-            "<script>never closed",
-            "<p>é<",
-            "<!--",
-            "&#1114112;",
-        ] {
+        for input in ["<", "<a", "<a href=", "&#xZZ;", "&", "<script>never closed", "<p>é<", "<!--", "&#1114112;"] {
             let _ = convert(input, true);
             let _ = convert(input, false);
         }

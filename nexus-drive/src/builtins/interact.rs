@@ -31,21 +31,13 @@ pub(crate) fn question(args: Value, ctx: &ToolContext) -> Result<ToolOutcome<Val
     };
     let questions = match parsed {
         Some(Value::Array(list)) if !list.is_empty() => list,
-        Some(Value::Array(_)) => {
-            return Err(ToolError::msg("question: questions must not be empty"))
-        }
-        _ => {
-            return Err(ToolError::msg(
-                "invalid arguments for question: questions must be an array",
-            ))
-        }
+        Some(Value::Array(_)) => return Err(ToolError::msg("question: questions must not be empty")),
+        _ => return Err(ToolError::msg("invalid arguments for question: questions must be an array")),
     };
     let mut lines = Vec::with_capacity(questions.len());
     for (i, q) in questions.iter().enumerate() {
         let Some(text) = q.get("question").and_then(Value::as_str) else {
-            return Err(ToolError::msg(format!(
-                "question: questions[{i}] has no question text"
-            )));
+            return Err(ToolError::msg(format!("question: questions[{i}] has no question text")));
         };
         let options: Vec<String> = match q.get("options") {
             Some(Value::Array(opts)) => opts

@@ -56,9 +56,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::tool::{
-    DynTool, ToolContext, ToolError, ToolOutcome, Toolbox, ToolboxError, RESERVED_BUILTINS,
-};
+use crate::tool::{DynTool, ToolContext, ToolError, ToolOutcome, Toolbox, ToolboxError, RESERVED_BUILTINS};
 
 mod bash;
 mod files;
@@ -72,13 +70,8 @@ mod web;
 pub use web::{Resolve, SystemResolver};
 
 /// The provider API keys `bash` never passes on to a command.
-pub const SCRUBBED_ENV: &[&str] = &[
-    "ANTHROPIC_API_KEY",
-    "OPENAI_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "OPENROUTER_API_KEY",
-];
+pub const SCRUBBED_ENV: &[&str] =
+    &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENROUTER_API_KEY"];
 
 /// A name that is not one of the built-in tools.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -218,11 +211,7 @@ impl Builtins {
 
     /// The built-ins that are on, in the canonical order.
     pub fn enabled(&self) -> Vec<&'static str> {
-        RESERVED_BUILTINS
-            .iter()
-            .copied()
-            .filter(|n| self.enabled.contains(n))
-            .collect()
+        RESERVED_BUILTINS.iter().copied().filter(|n| self.enabled.contains(n)).collect()
     }
 
     /// Whether `name` is on.
@@ -331,9 +320,7 @@ impl Builtins {
             .into_iter()
             .map(|name| {
                 let s = settings.clone();
-                DynTool::new(name, describe(name), schema(name), move |args, ctx| {
-                    dispatch(&s, name, args, ctx)
-                })
+                DynTool::new(name, describe(name), schema(name), move |args, ctx| dispatch(&s, name, args, ctx))
             })
             .collect()
     }
@@ -348,17 +335,10 @@ impl Builtins {
 
     /// Runs one built-in directly, as a driver would (for hosts with their own
     /// dispatch, and for tests). A tool that is off gives an error result.
-    pub fn call(
-        &self,
-        name: &str,
-        args: Value,
-        ctx: &ToolContext,
-    ) -> Result<ToolOutcome<Value>, ToolError> {
+    pub fn call(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutcome<Value>, ToolError> {
         let known = canonical(name).map_err(|e| ToolError::msg(e.to_string()))?;
         if !self.enabled.contains(known) {
-            return Err(ToolError::msg(format!(
-                "the built-in tool {known} is not enabled"
-            )));
+            return Err(ToolError::msg(format!("the built-in tool {known} is not enabled")));
         }
         dispatch(&self.settings, known, args, ctx)
     }
@@ -366,19 +346,10 @@ impl Builtins {
 
 /// The `&'static` name of a built-in.
 fn canonical(name: &str) -> Result<&'static str, UnknownBuiltin> {
-    RESERVED_BUILTINS
-        .iter()
-        .copied()
-        .find(|n| *n == name)
-        .ok_or_else(|| UnknownBuiltin(name.to_string()))
+    RESERVED_BUILTINS.iter().copied().find(|n| *n == name).ok_or_else(|| UnknownBuiltin(name.to_string()))
 }
 
-fn dispatch(
-    s: &Settings,
-    name: &str,
-    args: Value,
-    ctx: &ToolContext,
-) -> Result<ToolOutcome<Value>, ToolError> {
+fn dispatch(s: &Settings, name: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutcome<Value>, ToolError> {
     match name {
         "bash" => bash::run(s, parse(name, args)?, ctx),
         "read" => files::read(s, parse(name, args)?),
@@ -565,13 +536,8 @@ fn schema(name: &str) -> Value {
 /// The arguments as the tool's type; a mismatch is an error result naming the problem.
 fn parse<A: DeserializeOwned>(name: &str, args: Value) -> Result<A, ToolError> {
     // A model that sends no arguments at all means "no arguments".
-    let args = if args.is_null() {
-        Value::Object(Default::default())
-    } else {
-        args
-    };
-    serde_json::from_value(args)
-        .map_err(|e| ToolError::msg(format!("invalid arguments for {name}: {e}")))
+    let args = if args.is_null() { Value::Object(Default::default()) } else { args };
+    serde_json::from_value(args).map_err(|e| ToolError::msg(format!("invalid arguments for {name}: {e}")))
 }
 
 /// A count or size the model may send as an integer, a float (`10.0`) or a
@@ -599,11 +565,9 @@ pub(crate) fn lenient_f64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>
         None => Ok(None),
         Some(Num::N(n)) => Ok(Some(n)),
         Some(Num::S(s)) if s.trim().is_empty() => Ok(None),
-        Some(Num::S(s)) => s
-            .trim()
-            .parse::<f64>()
-            .map(Some)
-            .map_err(|_| serde::de::Error::custom(format!("{s:?} is not a number"))),
+        Some(Num::S(s)) => {
+            s.trim().parse::<f64>().map(Some).map_err(|_| serde::de::Error::custom(format!("{s:?} is not a number")))
+        }
     }
 }
 

@@ -49,18 +49,9 @@ pub(crate) struct PatchArgs {
 /// One file operation of a patch.
 #[derive(Debug, PartialEq)]
 enum Op {
-    Add {
-        path: String,
-        content: String,
-    },
-    Delete {
-        path: String,
-    },
-    Update {
-        path: String,
-        move_to: Option<String>,
-        chunks: Vec<Chunk>,
-    },
+    Add { path: String, content: String },
+    Delete { path: String },
+    Update { path: String, move_to: Option<String>, chunks: Vec<Chunk> },
 }
 
 /// One `@@` hunk of an update.
@@ -96,10 +87,7 @@ fn is_header(line: &str) -> bool {
 /// The operations of a patch text, or what is wrong with it (with its line number).
 fn parse(text: &str) -> Result<Vec<Op>, String> {
     let lines: Vec<&str> = text.lines().collect();
-    let mut i = lines
-        .iter()
-        .position(|l| !l.trim().is_empty())
-        .unwrap_or(lines.len());
+    let mut i = lines.iter().position(|l| !l.trim().is_empty()).unwrap_or(lines.len());
     if lines.get(i).map(|l| l.trim()) != Some("*** Begin Patch") {
         return Err("the patch must start with '*** Begin Patch'".into());
     }
@@ -137,12 +125,7 @@ fn parse(text: &str) -> Result<Vec<Op>, String> {
         i = end;
 
         let path_of = |prefix: &str| {
-            let path = line
-                .trim_end()
-                .strip_prefix(prefix)
-                .unwrap_or_default()
-                .trim()
-                .to_string();
+            let path = line.trim_end().strip_prefix(prefix).unwrap_or_default().trim().to_string();
             if path.is_empty() {
                 Err(format!("line {number}: a file path is missing"))
             } else {
@@ -169,22 +152,13 @@ fn parse(text: &str) -> Result<Vec<Op>, String> {
         } else if line.starts_with("*** Delete File:") {
             let path = path_of("*** Delete File:")?;
             if let Some(k) = body.iter().position(|l| !l.trim().is_empty()) {
-                return Err(format!(
-                    "line {}: a deleted file takes no lines, found {:?}",
-                    start + k + 1,
-                    body[k]
-                ));
+                return Err(format!("line {}: a deleted file takes no lines, found {:?}", start + k + 1, body[k]));
             }
             ops.push(Op::Delete { path });
         } else {
             let path = path_of("*** Update File:")?;
-            let (move_to, hunks, first) = match body
-                .first()
-                .and_then(|l| l.strip_prefix("*** Move to:"))
-            {
-                Some(dest) if !dest.trim().is_empty() => {
-                    (Some(dest.trim().to_string()), &body[1..], start + 2)
-                }
+            let (move_to, hunks, first) = match body.first().and_then(|l| l.strip_prefix("*** Move to:")) {
+                Some(dest) if !dest.trim().is_empty() => (Some(dest.trim().to_string()), &body[1..], start + 2),
                 Some(_) => return Err(format!("line {}: '*** Move to:' needs a path", start + 1)),
                 None => (None, body, start + 1),
             };
@@ -192,11 +166,7 @@ fn parse(text: &str) -> Result<Vec<Op>, String> {
             if chunks.is_empty() && move_to.is_none() {
                 return Err(format!("line {number}: the update of {path} has no hunks"));
             }
-            ops.push(Op::Update {
-                path,
-                move_to,
-                chunks,
-            });
+            ops.push(Op::Update { path, move_to, chunks });
         }
     }
     if ops.is_empty() {
@@ -215,12 +185,8 @@ fn parse_hunks(lines: &[&str], first: usize, path: &str) -> Result<Vec<Chunk>, S
             chunks.extend(current.take());
             // `@@ -1,3 +1,4 @@` (unified-diff ranges) carries no findable text.
             let context = rest.trim();
-            let context =
-                (!context.is_empty() && !context.starts_with('-')).then(|| context.to_string());
-            current = Some(Chunk {
-                context,
-                ..Chunk::default()
-            });
+            let context = (!context.is_empty() && !context.starts_with('-')).then(|| context.to_string());
+            current = Some(Chunk { context, ..Chunk::default() });
             continue;
         }
         if line.trim() == "*** End of File" {
@@ -252,10 +218,7 @@ fn parse_hunks(lines: &[&str], first: usize, path: &str) -> Result<Vec<Chunk>, S
         }
     }
     chunks.extend(current);
-    if let Some(k) = chunks
-        .iter()
-        .position(|c| c.old.is_empty() && c.new.is_empty())
-    {
+    if let Some(k) = chunks.iter().position(|c| c.old.is_empty() && c.new.is_empty()) {
         return Err(format!("hunk {} of {path} is empty", k + 1));
     }
     Ok(chunks)
@@ -264,11 +227,7 @@ fn parse_hunks(lines: &[&str], first: usize, path: &str) -> Result<Vec<Chunk>, S
 /// The new content of a file once `chunks` are applied, or which hunk does not match.
 fn apply_chunks(content: &str, chunks: &[Chunk], path: &str) -> Result<String, String> {
     let ends_with_newline = content.ends_with('\n');
-    let mut lines: Vec<&str> = if content.is_empty() {
-        Vec::new()
-    } else {
-        content.split('\n').collect()
-    };
+    let mut lines: Vec<&str> = if content.is_empty() { Vec::new() } else { content.split('\n').collect() };
     if ends_with_newline {
         lines.pop();
     }
@@ -278,20 +237,11 @@ fn apply_chunks(content: &str, chunks: &[Chunk], path: &str) -> Result<String, S
         if let Some(context) = &chunk.context {
             match find(&lines, std::slice::from_ref(context), cursor, false) {
                 Some(at) => cursor = at + 1,
-                None => {
-                    return Err(format!(
-                        "hunk {} of {path}: the line {context:?} after @@ was not found",
-                        n + 1
-                    ))
-                }
+                None => return Err(format!("hunk {} of {path}: the line {context:?} after @@ was not found", n + 1)),
             }
         }
         if chunk.old.is_empty() {
-            let at = if chunk.context.is_some() {
-                cursor
-            } else {
-                lines.len()
-            };
+            let at = if chunk.context.is_some() { cursor } else { lines.len() };
             edits.push((at, 0, &chunk.new));
             continue;
         }
@@ -328,12 +278,7 @@ fn find(lines: &[&str], pattern: &[String], from: usize, eof: bool) -> Option<us
     let last = lines.len() - pattern.len();
     let passes: [fn(&str) -> &str; 3] = [|s| s, str::trim_end, str::trim];
     for norm in passes {
-        let at = |i: usize| {
-            lines[i..i + pattern.len()]
-                .iter()
-                .zip(pattern)
-                .all(|(l, p)| norm(l) == norm(p))
-        };
+        let at = |i: usize| lines[i..i + pattern.len()].iter().zip(pattern).all(|(l, p)| norm(l) == norm(p));
         if eof && last >= from && at(last) {
             return Some(last);
         }
@@ -370,14 +315,9 @@ fn plan(jail: &Jail, ops: &[Op], read_cap: u64) -> Result<(Vec<Change>, Vec<Stri
                 let shown = jail.show(&target);
                 claim(&target, &shown)?;
                 if fs::symlink_metadata(&target).is_ok() {
-                    return Err(format!(
-                        "{shown} already exists (change it with '*** Update File:')"
-                    ));
+                    return Err(format!("{shown} already exists (change it with '*** Update File:')"));
                 }
-                changes.push(Change {
-                    target,
-                    content: Some(content.clone()),
-                });
+                changes.push(Change { target, content: Some(content.clone()) });
                 summary.push(format!("A {shown}"));
             }
             Op::Delete { path } => {
@@ -389,17 +329,10 @@ fn plan(jail: &Jail, ops: &[Op], read_cap: u64) -> Result<(Vec<Change>, Vec<Stri
                     Ok(_) => return Err(format!("{shown} is not a file")),
                     Err(e) => return Err(format!("{shown}: {e}")),
                 }
-                changes.push(Change {
-                    target,
-                    content: None,
-                });
+                changes.push(Change { target, content: None });
                 summary.push(format!("D {shown}"));
             }
-            Op::Update {
-                path,
-                move_to,
-                chunks,
-            } => {
+            Op::Update { path, move_to, chunks } => {
                 let target = jail.resolve(path)?;
                 let shown = jail.show(&target);
                 claim(&target, &shown)?;
@@ -411,25 +344,14 @@ fn plan(jail: &Jail, ops: &[Op], read_cap: u64) -> Result<(Vec<Change>, Vec<Stri
                         let dest_shown = jail.show(&dest);
                         claim(&dest, &dest_shown)?;
                         if fs::symlink_metadata(&dest).is_ok() {
-                            return Err(format!(
-                                "cannot move {shown} to {dest_shown}: it already exists"
-                            ));
+                            return Err(format!("cannot move {shown} to {dest_shown}: it already exists"));
                         }
-                        changes.push(Change {
-                            target: dest,
-                            content: Some(new),
-                        });
-                        changes.push(Change {
-                            target,
-                            content: None,
-                        });
+                        changes.push(Change { target: dest, content: Some(new) });
+                        changes.push(Change { target, content: None });
                         summary.push(format!("M {shown} -> {dest_shown}"));
                     }
                     None => {
-                        changes.push(Change {
-                            target,
-                            content: Some(new),
-                        });
+                        changes.push(Change { target, content: Some(new) });
                         summary.push(format!("M {shown}"));
                     }
                 }
@@ -455,23 +377,18 @@ fn commit(changes: &[Change], before: impl Fn(usize) -> io::Result<()>) -> io::R
     for change in changes {
         let staged = match &change.content {
             Some(content) => match change.target.parent() {
-                Some(dir) => ensure_dir(dir, &mut created_dirs)
-                    .and_then(|()| stage(&change.target, content.as_bytes())),
+                Some(dir) => {
+                    ensure_dir(dir, &mut created_dirs).and_then(|()| stage(&change.target, content.as_bytes()))
+                }
                 None => Err(io::Error::other("a file has no parent directory")),
             },
             None => Ok(PathBuf::new()),
         };
         match staged {
-            Ok(temp) => progress.push(Progress {
-                temp: change.content.as_ref().map(|_| temp),
-                ..Progress::default()
-            }),
+            Ok(temp) => progress.push(Progress { temp: change.content.as_ref().map(|_| temp), ..Progress::default() }),
             Err(e) => {
                 undo(changes, &mut progress, &created_dirs);
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("{}: {e}", change.target.display()),
-                ));
+                return Err(io::Error::new(e.kind(), format!("{}: {e}", change.target.display())));
             }
         }
     }
@@ -479,10 +396,7 @@ fn commit(changes: &[Change], before: impl Fn(usize) -> io::Result<()>) -> io::R
         let step = commit_one(change, &mut progress[i], || before(i));
         if let Err(e) = step {
             undo(changes, &mut progress, &created_dirs);
-            return Err(io::Error::new(
-                e.kind(),
-                format!("{}: {e}", change.target.display()),
-            ));
+            return Err(io::Error::new(e.kind(), format!("{}: {e}", change.target.display())));
         }
     }
     for p in &progress {
@@ -493,11 +407,7 @@ fn commit(changes: &[Change], before: impl Fn(usize) -> io::Result<()>) -> io::R
     Ok(())
 }
 
-fn commit_one(
-    change: &Change,
-    p: &mut Progress,
-    before: impl Fn() -> io::Result<()>,
-) -> io::Result<()> {
+fn commit_one(change: &Change, p: &mut Progress, before: impl Fn() -> io::Result<()>) -> io::Result<()> {
     before()?;
     if fs::symlink_metadata(&change.target).is_ok() {
         p.backup = Some(backup(&change.target)?);
@@ -514,18 +424,10 @@ fn commit_one(
 /// A second name for `path`'s current content, beside it.
 fn backup(path: &Path) -> io::Result<PathBuf> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let dir = path
-        .parent()
-        .ok_or_else(|| io::Error::other("has no parent directory"))?;
-    let backup = dir.join(format!(
-        ".{name}.nexus-{}-{}.bak",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir = path.parent().ok_or_else(|| io::Error::other("has no parent directory"))?;
+    let backup =
+        dir.join(format!(".{name}.nexus-{}-{}.bak", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
     // A hard link costs nothing and keeps the very inode; a copy is the
     // fallback for file systems without links.
     if fs::hard_link(path, &backup).is_err() {
@@ -590,10 +492,7 @@ mod tests {
         assert_eq!(
             ops,
             vec![
-                Op::Add {
-                    path: "a.txt".into(),
-                    content: "one\ntwo\n".into()
-                },
+                Op::Add { path: "a.txt".into(), content: "one\ntwo\n".into() },
                 Op::Update {
                     path: "b.txt".into(),
                     move_to: Some("c.txt".into()),
@@ -604,33 +503,19 @@ mod tests {
                         eof: true,
                     }],
                 },
-                Op::Delete {
-                    path: "d.txt".into()
-                },
+                Op::Delete { path: "d.txt".into() },
             ]
         );
     }
 
     #[test]
     fn malformed_patches_name_the_problem() {
-        assert!(parse("*** Add File: a\n+x\n*** End Patch")
-            .unwrap_err()
-            .contains("Begin Patch"));
-        assert!(parse("*** Begin Patch\n*** Add File: a\n+x\n")
-            .unwrap_err()
-            .contains("End Patch"));
-        assert!(parse("*** Begin Patch\n*** Add File: a\nx\n*** End Patch")
-            .unwrap_err()
-            .contains("line 3"));
-        assert!(parse("*** Begin Patch\n*** Update File: a\n*** End Patch")
-            .unwrap_err()
-            .contains("no hunks"));
-        assert!(parse("*** Begin Patch\n*** End Patch")
-            .unwrap_err()
-            .contains("no file"));
-        assert!(parse("*** Begin Patch\nhello\n*** End Patch")
-            .unwrap_err()
-            .contains("line 2"));
+        assert!(parse("*** Add File: a\n+x\n*** End Patch").unwrap_err().contains("Begin Patch"));
+        assert!(parse("*** Begin Patch\n*** Add File: a\n+x\n").unwrap_err().contains("End Patch"));
+        assert!(parse("*** Begin Patch\n*** Add File: a\nx\n*** End Patch").unwrap_err().contains("line 3"));
+        assert!(parse("*** Begin Patch\n*** Update File: a\n*** End Patch").unwrap_err().contains("no hunks"));
+        assert!(parse("*** Begin Patch\n*** End Patch").unwrap_err().contains("no file"));
+        assert!(parse("*** Begin Patch\nhello\n*** End Patch").unwrap_err().contains("line 2"));
     }
 
     #[test]
@@ -666,13 +551,9 @@ mod tests {
             let lines: Vec<&str> = (0..next(12)).map(|_| pieces[next(pieces.len())]).collect();
             let text = lines.join("\n");
             let _ = parse(&text);
-            let _ = parse(&format!(
-                "*** Begin Patch\n*** Update File: f\n{text}\n*** End Patch"
-            ));
+            let _ = parse(&format!("*** Begin Patch\n*** Update File: f\n{text}\n*** End Patch"));
             if let Ok(chunks) = parse_hunks(&lines, 1, "f") {
-                let file: String = (0..next(6))
-                    .map(|_| format!("{}\n", pieces[next(pieces.len())]))
-                    .collect();
+                let file: String = (0..next(6)).map(|_| format!("{}\n", pieces[next(pieces.len())])).collect();
                 let _ = apply_chunks(&file, &chunks, "f");
                 let _ = apply_chunks(file.trim_end(), &chunks, "f");
             }
@@ -682,33 +563,13 @@ mod tests {
     #[test]
     fn hunks_apply_in_order_from_their_context() {
         let chunks = vec![
-            Chunk {
-                context: Some("fn b()".into()),
-                old: vec!["    x".into()],
-                new: vec!["    y".into()],
-                eof: false,
-            },
-            Chunk {
-                context: None,
-                old: vec!["end".into()],
-                new: vec!["end".into(), "tail".into()],
-                eof: true,
-            },
+            Chunk { context: Some("fn b()".into()), old: vec!["    x".into()], new: vec!["    y".into()], eof: false },
+            Chunk { context: None, old: vec!["end".into()], new: vec!["end".into(), "tail".into()], eof: true },
         ];
         let file = "fn a()\n    x\nfn b()\n    x\nend\n";
-        assert_eq!(
-            apply_chunks(file, &chunks, "f").unwrap(),
-            "fn a()\n    x\nfn b()\n    y\nend\ntail\n"
-        );
-        let bad = vec![Chunk {
-            context: None,
-            old: vec!["nope".into()],
-            new: vec![],
-            eof: false,
-        }];
-        assert!(apply_chunks(file, &bad, "f")
-            .unwrap_err()
-            .contains("hunk 1 of f does not match"));
+        assert_eq!(apply_chunks(file, &chunks, "f").unwrap(), "fn a()\n    x\nfn b()\n    y\nend\ntail\n");
+        let bad = vec![Chunk { context: None, old: vec!["nope".into()], new: vec![], eof: false }];
+        assert!(apply_chunks(file, &bad, "f").unwrap_err().contains("hunk 1 of f does not match"));
     }
 
     #[test]
@@ -719,45 +580,20 @@ mod tests {
         fs::write(dir.join("a"), "a0").unwrap();
         fs::write(dir.join("c"), "c0").unwrap();
         let changes = vec![
-            Change {
-                target: dir.join("a"),
-                content: Some("a1".into()),
-            },
-            Change {
-                target: dir.join("new/b"),
-                content: Some("b1".into()),
-            },
-            Change {
-                target: dir.join("c"),
-                content: None,
-            },
-            Change {
-                target: dir.join("d"),
-                content: Some("d1".into()),
-            },
+            Change { target: dir.join("a"), content: Some("a1".into()) },
+            Change { target: dir.join("new/b"), content: Some("b1".into()) },
+            Change { target: dir.join("c"), content: None },
+            Change { target: dir.join("d"), content: Some("d1".into()) },
         ];
         // The third change fails after the first two were committed.
-        let err = commit(&changes, |i| {
-            if i == 2 {
-                Err(io::Error::other("injected"))
-            } else {
-                Ok(())
-            }
-        })
-        .unwrap_err();
+        let err = commit(&changes, |i| if i == 2 { Err(io::Error::other("injected")) } else { Ok(()) }).unwrap_err();
         assert!(err.to_string().contains("injected"));
         assert_eq!(fs::read_to_string(dir.join("a")).unwrap(), "a0");
         assert_eq!(fs::read_to_string(dir.join("c")).unwrap(), "c0");
-        let mut left: Vec<String> = fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
+        let mut left: Vec<String> =
+            fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         left.sort();
-        assert_eq!(
-            left,
-            vec!["a", "c"],
-            "no new file, directory, temporary or backup is left"
-        );
+        assert_eq!(left, vec!["a", "c"], "no new file, directory, temporary or backup is left");
 
         commit(&changes, |_| Ok(())).unwrap();
         assert_eq!(fs::read_to_string(dir.join("a")).unwrap(), "a1");

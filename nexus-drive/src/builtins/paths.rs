@@ -42,11 +42,7 @@ impl Jail {
             return Err(format!("{input:?} is not a valid path"));
         }
         let given = Path::new(input);
-        let joined = if given.is_absolute() {
-            given.to_path_buf()
-        } else {
-            self.root.join(given)
-        };
+        let joined = if given.is_absolute() { given.to_path_buf() } else { self.root.join(given) };
         let parts: Vec<Component<'_>> = joined.components().collect();
 
         // Walk up from the full path to the deepest ancestor that exists.
@@ -77,9 +73,7 @@ impl Jail {
                 // `..` below a directory that does not exist cannot be checked
                 // against the file system, and never names anything useful.
                 Component::ParentDir => {
-                    return Err(format!(
-                        "{input}: `..` after a directory that does not exist is not allowed"
-                    ))
+                    return Err(format!("{input}: `..` after a directory that does not exist is not allowed"))
                 }
                 Component::RootDir | Component::Prefix(_) => {
                     return Err(format!("{input}: cannot be resolved"));
@@ -89,10 +83,7 @@ impl Jail {
         if resolved.starts_with(&self.root) {
             Ok(resolved)
         } else {
-            Err(format!(
-                "{input} is outside the workspace root {}; paths must stay inside it",
-                self.root.display()
-            ))
+            Err(format!("{input} is outside the workspace root {}; paths must stay inside it", self.root.display()))
         }
     }
 
@@ -101,11 +92,7 @@ impl Jail {
     pub(crate) fn show(&self, path: &Path) -> String {
         match path.strip_prefix(&self.root) {
             Ok(rel) if rel.as_os_str().is_empty() => ".".into(),
-            Ok(rel) => rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy())
-                .collect::<Vec<_>>()
-                .join("/"),
+            Ok(rel) => rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/"),
             Err(_) => path.display().to_string(),
         }
     }
@@ -128,28 +115,13 @@ mod tests {
         let jail = Jail::open(&dir.join("root")).unwrap();
         let root = jail.root().to_path_buf();
         assert_eq!(jail.resolve("sub").unwrap(), root.join("sub"));
-        assert_eq!(
-            jail.resolve("sub/new/file.txt").unwrap(),
-            root.join("sub/new/file.txt")
-        );
+        assert_eq!(jail.resolve("sub/new/file.txt").unwrap(), root.join("sub/new/file.txt"));
         assert_eq!(jail.resolve("sub/../x").unwrap(), root.join("x"));
         assert_eq!(jail.resolve(".").unwrap(), root);
-        assert_eq!(
-            jail.resolve(root.join("sub").to_str().unwrap()).unwrap(),
-            root.join("sub")
-        );
-        assert!(jail
-            .resolve("../outside")
-            .unwrap_err()
-            .contains("outside the workspace root"));
-        assert!(jail
-            .resolve("sub/../../outside")
-            .unwrap_err()
-            .contains("outside the workspace root"));
-        assert!(jail
-            .resolve("/etc/passwd")
-            .unwrap_err()
-            .contains("outside the workspace root"));
+        assert_eq!(jail.resolve(root.join("sub").to_str().unwrap()).unwrap(), root.join("sub"));
+        assert!(jail.resolve("../outside").unwrap_err().contains("outside the workspace root"));
+        assert!(jail.resolve("sub/../../outside").unwrap_err().contains("outside the workspace root"));
+        assert!(jail.resolve("/etc/passwd").unwrap_err().contains("outside the workspace root"));
         assert!(jail.resolve("missing/../../x").is_err());
         assert!(jail.resolve("").is_err());
         let _ = fs::remove_dir_all(&dir);
@@ -164,14 +136,8 @@ mod tests {
         std::os::unix::fs::symlink(dir.join("outside/nothing"), dir.join("root/dangling")).unwrap();
         std::os::unix::fs::symlink("sub", dir.join("root/inner")).unwrap();
         let jail = Jail::open(&dir.join("root")).unwrap();
-        assert!(jail
-            .resolve("out/new.txt")
-            .unwrap_err()
-            .contains("outside the workspace root"));
-        assert!(jail
-            .resolve("dangling")
-            .unwrap_err()
-            .contains("points nowhere"));
+        assert!(jail.resolve("out/new.txt").unwrap_err().contains("outside the workspace root"));
+        assert!(jail.resolve("dangling").unwrap_err().contains("points nowhere"));
         assert_eq!(jail.resolve("inner/f").unwrap(), jail.root().join("sub/f"));
         let _ = fs::remove_dir_all(&dir);
     }

@@ -94,18 +94,9 @@ fn walk(jail: &Jail, dir: &Path) -> (Vec<Found>, bool) {
             } else if kind.is_file() {
                 let rel = path
                     .strip_prefix(dir)
-                    .map(|r| {
-                        r.components()
-                            .map(|c| c.as_os_str().to_string_lossy())
-                            .collect::<Vec<_>>()
-                            .join("/")
-                    })
+                    .map(|r| r.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/"))
                     .unwrap_or_default();
-                out.push(Found {
-                    rel,
-                    shown: jail.show(&path),
-                    path,
-                });
+                out.push(Found { rel, shown: jail.show(&path), path });
             }
         }
         if stopped {
@@ -129,10 +120,7 @@ impl Pattern {
             .literal_separator(true)
             .build()
             .map_err(|e| format!("invalid glob {pattern:?}: {e}"))?;
-        Ok(Pattern {
-            matcher: glob.compile_matcher(),
-            name_only: !pattern.contains('/'),
-        })
+        Ok(Pattern { matcher: glob.compile_matcher(), name_only: !pattern.contains('/') })
     }
 
     fn matches(&self, rel: &str) -> bool {
@@ -184,9 +172,7 @@ pub(crate) fn grep(s: &Settings, args: GrepArgs) -> Result<ToolOutcome<Value>, T
         };
         // Files over the read cap are skipped rather than read in part: a
         // partial search would report "no match" for text it never saw.
-        if f.take(s.read_cap + 1).read_to_end(&mut bytes).is_err()
-            || bytes.len() as u64 > s.read_cap
-        {
+        if f.take(s.read_cap + 1).read_to_end(&mut bytes).is_err() || bytes.len() as u64 > s.read_cap {
             continue;
         }
         if looks_binary(&bytes) {
@@ -218,14 +204,10 @@ pub(crate) fn grep(s: &Settings, args: GrepArgs) -> Result<ToolOutcome<Value>, T
     }
     let mut out = lines.join("\n");
     if cut {
-        out.push_str(&format!(
-            "\n(stopped at {limit} matches; narrow the pattern, path or include to see the rest)"
-        ));
+        out.push_str(&format!("\n(stopped at {limit} matches; narrow the pattern, path or include to see the rest)"));
     }
     if stopped {
-        out.push_str(&format!(
-            "\n(the search stopped after {MAX_WALK_ENTRIES} entries; give a narrower path)"
-        ));
+        out.push_str(&format!("\n(the search stopped after {MAX_WALK_ENTRIES} entries; give a narrower path)"));
     }
     done(cap_text(out, s.output_cap))
 }
@@ -238,29 +220,17 @@ pub(crate) fn glob(s: &Settings, args: GlobArgs) -> Result<ToolOutcome<Value>, T
     let limit = args.limit.unwrap_or(DEFAULT_LIMIT).max(1);
 
     let (files, stopped) = walk(&jail, &dir);
-    let matched: Vec<String> = files
-        .into_iter()
-        .filter(|f| pattern.matches(&f.rel))
-        .map(|f| f.shown)
-        .collect();
+    let matched: Vec<String> = files.into_iter().filter(|f| pattern.matches(&f.rel)).map(|f| f.shown).collect();
     if matched.is_empty() {
         return done("No files found".into());
     }
     let total = matched.len();
-    let mut out = matched
-        .into_iter()
-        .take(limit as usize)
-        .collect::<Vec<_>>()
-        .join("\n");
+    let mut out = matched.into_iter().take(limit as usize).collect::<Vec<_>>().join("\n");
     if total as u64 > limit {
-        out.push_str(&format!(
-            "\n(showing {limit} of {total} files; narrow the pattern or path to see the rest)"
-        ));
+        out.push_str(&format!("\n(showing {limit} of {total} files; narrow the pattern or path to see the rest)"));
     }
     if stopped {
-        out.push_str(&format!(
-            "\n(the search stopped after {MAX_WALK_ENTRIES} entries; give a narrower path)"
-        ));
+        out.push_str(&format!("\n(the search stopped after {MAX_WALK_ENTRIES} entries; give a narrower path)"));
     }
     done(cap_text(out, s.output_cap))
 }

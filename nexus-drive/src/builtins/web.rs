@@ -86,25 +86,12 @@ fn fail<T>(msg: impl fmt::Display) -> Result<T, ToolError> {
     Err(ToolError::msg(format!("webfetch: {msg}")))
 }
 
-pub(crate) fn fetch(
-    s: &Settings,
-    args: FetchArgs,
-    ctx: &ToolContext,
-) -> Result<ToolOutcome<Value>, ToolError> {
-    let format = match args
-        .format
-        .as_deref()
-        .map(str::trim)
-        .filter(|f| !f.is_empty())
-    {
+pub(crate) fn fetch(s: &Settings, args: FetchArgs, ctx: &ToolContext) -> Result<ToolOutcome<Value>, ToolError> {
+    let format = match args.format.as_deref().map(str::trim).filter(|f| !f.is_empty()) {
         None | Some("markdown") => Format::Markdown,
         Some("text") => Format::Text,
         Some("html") => Format::Html,
-        Some(other) => {
-            return fail(format!(
-                "format must be text, markdown or html, not {other:?}"
-            ))
-        }
+        Some(other) => return fail(format!("format must be text, markdown or html, not {other:?}")),
     };
     let web = &s.web;
     let budget = match args.timeout {
@@ -121,20 +108,13 @@ pub(crate) fn fetch(
             return fail("cancelled");
         }
         let addrs = checked_addresses(web, &url, deadline).or_else(fail)?;
-        let (status, headers, body, truncated) =
-            get(web, &url, addrs, deadline).or_else(|e| fail(e.0))?;
+        let (status, headers, body, truncated) = get(web, &url, addrs, deadline).or_else(|e| fail(e.0))?;
         if matches!(status, 301 | 302 | 303 | 307 | 308) {
             let Some(location) = headers.location else {
-                return fail(format!(
-                    "HTTP {status} redirect from {} without a Location",
-                    url.text
-                ));
+                return fail(format!("HTTP {status} redirect from {} without a Location", url.text));
             };
             if hops == web.max_redirects {
-                return fail(format!(
-                    "too many redirects (more than {})",
-                    web.max_redirects
-                ));
+                return fail(format!("too many redirects (more than {})", web.max_redirects));
             }
             hops += 1;
             url = url.join(&location).or_else(fail)?;
@@ -147,27 +127,18 @@ pub(crate) fn fetch(
     let meta = json!({"status": status, "url": final_url, "contentType": content_type, "truncated": truncated});
     if !(200..300).contains(&status) {
         let snippet = String::from_utf8_lossy(&body[..body.len().min(1024)]).into_owned();
-        let text = format!(
-            "webfetch: HTTP {status} from {final_url}\n{}",
-            html::convert(&snippet, false)
-        );
-        return Ok(ToolOutcome::Result(ToolResult {
-            metadata: Some(meta),
-            ..ToolResult::error(text.trim_end())
-        }));
+        let text = format!("webfetch: HTTP {status} from {final_url}\n{}", html::convert(&snippet, false));
+        return Ok(ToolOutcome::Result(ToolResult { metadata: Some(meta), ..ToolResult::error(text.trim_end()) }));
     }
     let ct = content_type.to_ascii_lowercase();
     let textual = ct.is_empty()
         || ct.starts_with("text/")
-        || ["json", "xml", "javascript", "yaml", "toml", "csv"]
-            .iter()
-            .any(|t| ct.contains(t));
+        || ["json", "xml", "javascript", "yaml", "toml", "csv"].iter().any(|t| ct.contains(t));
     if !textual {
         return fail(format!("{final_url} is {content_type}, not text"));
     }
     let raw = String::from_utf8_lossy(&body);
-    let is_html = ct.contains("html")
-        || (ct.is_empty() && raw.trim_start().get(..15).is_some_and(looks_like_html));
+    let is_html = ct.contains("html") || (ct.is_empty() && raw.trim_start().get(..15).is_some_and(looks_like_html));
     let mut text = match format {
         Format::Html => raw.into_owned(),
         Format::Text if is_html => html::convert(&raw, false),
@@ -177,10 +148,7 @@ pub(crate) fn fetch(
     if truncated {
         text.push_str(&format!("\n[response cut at {} bytes]", web.max_bytes));
     }
-    Ok(ToolOutcome::Result(ToolResult {
-        metadata: Some(meta),
-        ..ToolResult::ok(cap_text(text, s.output_cap))
-    }))
+    Ok(ToolOutcome::Result(ToolResult { metadata: Some(meta), ..ToolResult::ok(cap_text(text, s.output_cap)) }))
 }
 
 fn looks_like_html(start: &str) -> bool {
@@ -205,47 +173,26 @@ impl Target {
         if let Some((scheme, _)) = url.trim().split_once("://") {
             let scheme = scheme.to_ascii_lowercase();
             if scheme != "http" && scheme != "https" {
-                return Err(format!(
-                    "only http and https URLs can be fetched, not {scheme}:"
-                ));
+                return Err(format!("only http and https URLs can be fetched, not {scheme}:"));
             }
         }
-        let uri: Uri = url
-            .trim()
-            .parse()
-            .map_err(|e| format!("{url:?} is not a valid URL: {e}"))?;
+        let uri: Uri = url.trim().parse().map_err(|e| format!("{url:?} is not a valid URL: {e}"))?;
         let https = match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
             Some("https") => true,
             Some("http") => false,
-            Some(other) => {
-                return Err(format!(
-                    "only http and https URLs can be fetched, not {other}:"
-                ))
-            }
+            Some(other) => return Err(format!("only http and https URLs can be fetched, not {other}:")),
             None => return Err(format!("{url:?} is not an absolute http(s) URL")),
         };
-        let authority = uri
-            .authority()
-            .ok_or_else(|| format!("{url:?} has no host"))?;
+        let authority = uri.authority().ok_or_else(|| format!("{url:?} has no host"))?;
         if authority.as_str().contains('@') {
             return Err("URLs with credentials in them are not fetched".into());
         }
-        let host = authority
-            .host()
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
+        let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_string();
         if host.is_empty() {
             return Err(format!("{url:?} has no host"));
         }
         let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
-        Ok(Target {
-            text: uri.to_string(),
-            uri,
-            https,
-            host,
-            port,
-        })
+        Ok(Target { text: uri.to_string(), uri, https, host, port })
     }
 
     /// Where a `Location` header points, from this URL.
@@ -308,8 +255,7 @@ fn non_public_v6(ip: Ipv6Addr) -> Option<&'static str> {
     if let Some(v4) = ip.to_ipv4_mapped() {
         return non_public_v4(v4);
     }
-    let embedded =
-        |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+    let embedded = |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
     if seg[..6] == [0; 6] {
         return Some("IPv4-compatible (deprecated)");
     }
@@ -333,11 +279,7 @@ fn non_public_v6(ip: Ipv6Addr) -> Option<&'static str> {
 /// The addresses `url`'s host resolves to, each of them allowed; any one
 /// that is not refuses the whole hop (a name that answers with both a public
 /// and a private address is an attack more often than a mistake).
-fn checked_addresses(
-    web: &WebSettings,
-    url: &Target,
-    deadline: Instant,
-) -> Result<Vec<SocketAddr>, String> {
+fn checked_addresses(web: &WebSettings, url: &Target, deadline: Instant) -> Result<Vec<SocketAddr>, String> {
     let ips = match url.host.parse::<IpAddr>() {
         Ok(ip) => vec![ip],
         Err(_) => resolve_by(web.resolver.clone(), &url.host, url.port, deadline)?,
@@ -345,10 +287,7 @@ fn checked_addresses(
     if ips.is_empty() {
         return Err(format!("{} resolves to no address", url.host));
     }
-    let addrs: Vec<SocketAddr> = ips
-        .iter()
-        .map(|ip| SocketAddr::new(*ip, url.port))
-        .collect();
+    let addrs: Vec<SocketAddr> = ips.iter().map(|ip| SocketAddr::new(*ip, url.port)).collect();
     for addr in &addrs {
         if web.allow_private || web.allowed.contains(addr) {
             continue;
@@ -369,12 +308,7 @@ fn checked_addresses(
 }
 
 /// Resolution bounded by the deadline (`getaddrinfo` itself cannot be).
-fn resolve_by(
-    resolver: Arc<dyn Resolve>,
-    host: &str,
-    port: u16,
-    deadline: Instant,
-) -> Result<Vec<IpAddr>, String> {
+fn resolve_by(resolver: Arc<dyn Resolve>, host: &str, port: u16, deadline: Instant) -> Result<Vec<IpAddr>, String> {
     let (tx, rx) = mpsc::sync_channel(1);
     let name = host.to_string();
     thread::spawn(move || {
@@ -417,17 +351,8 @@ fn get(
         ureq::Error::Timeout(_) => Failure(format!("timed out fetching {}", url.text)),
         other => Failure(format!("fetching {}: {other}", url.text)),
     })?;
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
-    let headers = Headers {
-        location: header("location"),
-        content_type: header("content-type").unwrap_or_default(),
-    };
+    let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let headers = Headers { location: header("location"), content_type: header("content-type").unwrap_or_default() };
     let status = response.status().as_u16();
     let mut body = Vec::new();
     let cap = web.max_bytes;
@@ -495,19 +420,9 @@ mod tests {
             "2001:db8::1",
         ];
         for ip in refused {
-            assert!(
-                non_public(ip.parse().unwrap()).is_some(),
-                "{ip} should be refused"
-            );
+            assert!(non_public(ip.parse().unwrap()).is_some(), "{ip} should be refused");
         }
-        let public = [
-            "1.1.1.1",
-            "8.8.8.8",
-            "172.32.0.1",
-            "100.128.0.1",
-            "2606:4700::1111",
-            "64:ff9b::808:808",
-        ];
+        let public = ["1.1.1.1", "8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "64:ff9b::808:808"];
         for ip in public {
             assert_eq!(non_public(ip.parse().unwrap()), None, "{ip} is public");
         }
@@ -518,10 +433,7 @@ mod tests {
         let base = Target::parse("http://example.com:8080/a/b?q=1").unwrap();
         assert_eq!(base.join("/x").unwrap().text, "http://example.com:8080/x");
         assert_eq!(base.join("c").unwrap().text, "http://example.com:8080/a/c");
-        assert_eq!(
-            base.join("//other.org/y").unwrap().text,
-            "http://other.org/y"
-        );
+        assert_eq!(base.join("//other.org/y").unwrap().text, "http://other.org/y");
         assert_eq!(base.join("https://z.net/").unwrap().text, "https://z.net/");
         assert!(Target::parse("file:///etc/passwd").is_err());
         assert!(Target::parse("http://user:pw@example.com/").is_err());

@@ -5,8 +5,8 @@ use std::fmt;
 
 use nexus_proto::http::is_secret_header;
 use nexus_proto::{
-    Answer, ExchangeId, HttpRequest, Input, Outcome, Output, Request, Run, StateError, StreamEvent,
-    Timestamp, ToolInvocation, ToolReply,
+    Answer, ExchangeId, HttpRequest, Input, Outcome, Output, Request, Run, StateError, StreamEvent, Timestamp,
+    ToolInvocation, ToolReply,
 };
 use serde::Serialize;
 
@@ -138,23 +138,13 @@ pub fn replay(cassette: &Cassette, observer: &mut dyn Observer) -> Result<Replay
         _ => {
             return Err(ReplayError::Mismatch {
                 line: r.line,
-                message:
-                    "the cassette ends in the middle of a run (was the recording interrupted?)"
-                        .into(),
+                message: "the cassette ends in the middle of a run (was the recording interrupted?)".into(),
             })
         }
     };
     let (runs, requests) = (r.runs, r.checked);
-    let run = r.run.ok_or(ReplayError::Mismatch {
-        line: r.line,
-        message: "the cassette holds no run".into(),
-    })?;
-    Ok(Replayed {
-        end,
-        run,
-        runs,
-        requests,
-    })
+    let run = r.run.ok_or(ReplayError::Mismatch { line: r.line, message: "the cassette holds no run".into() })?;
+    Ok(Replayed { end, run, runs, requests })
 }
 
 struct Replayer<'o> {
@@ -176,10 +166,7 @@ struct Replayer<'o> {
 
 impl Replayer<'_> {
     fn mismatch<T>(&self, message: impl Into<String>) -> Result<T, ReplayError> {
-        Err(ReplayError::Mismatch {
-            line: self.line,
-            message: message.into(),
-        })
+        Err(ReplayError::Mismatch { line: self.line, message: message.into() })
     }
 
     fn feed(&mut self, at: u64, input: Input<'_>) -> Result<(), ReplayError> {
@@ -187,11 +174,10 @@ impl Replayer<'_> {
         let Some(run) = self.run.as_mut() else {
             return self.mismatch("an input before any `start`");
         };
-        run.handle_input(Timestamp(at), input)
-            .map_err(|e| ReplayError::Mismatch {
-                line,
-                message: format!("the machine refused the recorded input: {e}"),
-            })?;
+        run.handle_input(Timestamp(at), input).map_err(|e| ReplayError::Mismatch {
+            line,
+            message: format!("the machine refused the recorded input: {e}"),
+        })?;
         if self.defer {
             return Ok(());
         }
@@ -227,15 +213,9 @@ impl Replayer<'_> {
         }
     }
 
-    fn begin(
-        &mut self,
-        state: &StateJson,
-        api_key: bool,
-        resumed: bool,
-    ) -> Result<(), ReplayError> {
+    fn begin(&mut self, state: &StateJson, api_key: bool, resumed: bool) -> Result<(), ReplayError> {
         let line = self.line;
-        let mut run =
-            Run::restore(state.as_bytes()).map_err(|error| ReplayError::State { line, error })?;
+        let mut run = Run::restore(state.as_bytes()).map_err(|error| ReplayError::State { line, error })?;
         if api_key {
             // The recorded request carried an auth header; so must this one
             // (its value is never compared).
@@ -269,13 +249,7 @@ impl Replayer<'_> {
                 self.begin(state, *api_key, false)
             }
             Entry::Resume { state, api_key } => self.resume(state, *api_key),
-            Entry::Request {
-                exchange,
-                method,
-                url,
-                headers,
-                body,
-            } => {
+            Entry::Request { exchange, method, url, headers, body } => {
                 let Some(sent) = self.sends.pop_front() else {
                     return self.mismatch(format!(
                         "the recording sent request {exchange} here; the machine sent none ({})",
@@ -292,56 +266,22 @@ impl Replayer<'_> {
                 self.observer.request(&sent);
                 Ok(())
             }
-            Entry::Response {
-                exchange,
-                status,
-                headers,
-                at,
-            } => self.feed(
+            Entry::Response { exchange, status, headers, at } => self.feed(
                 *at,
-                Input::ResponseHead {
-                    exchange: ExchangeId(*exchange),
-                    status: *status,
-                    headers: headers.clone(),
-                },
+                Input::ResponseHead { exchange: ExchangeId(*exchange), status: *status, headers: headers.clone() },
             ),
             Entry::Chunk { exchange, data, at } => {
                 let Some(bytes) = Payload::bytes(data) else {
                     return self.mismatch("the chunk is not valid base64");
                 };
-                self.feed(
-                    *at,
-                    Input::ResponseBody {
-                        exchange: ExchangeId(*exchange),
-                        chunk: &bytes,
-                    },
-                )
+                self.feed(*at, Input::ResponseBody { exchange: ExchangeId(*exchange), chunk: &bytes })
             }
-            Entry::End { exchange, at } => self.feed(
+            Entry::End { exchange, at } => self.feed(*at, Input::ResponseEnd { exchange: ExchangeId(*exchange) }),
+            Entry::TransportError { exchange, kind, message, at } => self.feed(
                 *at,
-                Input::ResponseEnd {
-                    exchange: ExchangeId(*exchange),
-                },
+                Input::TransportError { exchange: ExchangeId(*exchange), kind: *kind, message: message.clone() },
             ),
-            Entry::TransportError {
-                exchange,
-                kind,
-                message,
-                at,
-            } => self.feed(
-                *at,
-                Input::TransportError {
-                    exchange: ExchangeId(*exchange),
-                    kind: *kind,
-                    message: message.clone(),
-                },
-            ),
-            Entry::Tool {
-                call_id,
-                name,
-                reply,
-                at,
-            } => {
+            Entry::Tool { call_id, name, reply, at } => {
                 let Some(call) = self.running.remove(call_id) else {
                     return self.mismatch(format!(
                         "the recording has a reply of tool call {call_id} {name}; the machine did not hand that call out ({})",
@@ -355,13 +295,7 @@ impl Replayer<'_> {
                     ));
                 }
                 self.observer.tool_reply(&call, reply);
-                self.feed(
-                    *at,
-                    Input::ToolReply {
-                        call_id: call_id.clone(),
-                        reply: reply.clone(),
-                    },
-                )
+                self.feed(*at, Input::ToolReply { call_id: call_id.clone(), reply: reply.clone() })
             }
             Entry::Answer { answer, at } => {
                 self.observer.answer(answer);
@@ -439,10 +373,7 @@ impl Replayer<'_> {
             ));
         }
         let line = self.line;
-        let handed = self
-            .observer
-            .handoff(&mine)
-            .map_err(|message| ReplayError::Mismatch { line, message })?;
+        let handed = self.observer.handoff(&mine).map_err(|message| ReplayError::Mismatch { line, message })?;
         let Some(handed) = StateJson::from_bytes(&handed) else {
             return self.mismatch("the handed-over state is not JSON");
         };
@@ -494,16 +425,10 @@ fn compare_request(
     body: &[u8],
 ) -> Option<String> {
     if sent.exchange.0 != exchange {
-        return Some(format!(
-            "the machine numbered it exchange {}",
-            sent.exchange.0
-        ));
+        return Some(format!("the machine numbered it exchange {}", sent.exchange.0));
     }
     if sent.method != method {
-        return Some(format!(
-            "method: recorded {method}, replayed {}",
-            sent.method
-        ));
+        return Some(format!("method: recorded {method}, replayed {}", sent.method));
     }
     if sent.url != url {
         return Some(format!("url: recorded {url}, replayed {}", sent.url));
@@ -537,10 +462,7 @@ fn compare_request(
 }
 
 fn first_difference(a: &[u8], b: &[u8]) -> usize {
-    a.iter()
-        .zip(b)
-        .position(|(x, y)| x != y)
-        .unwrap_or(a.len().min(b.len()))
+    a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()))
 }
 
 /// A short quote of `bytes` around `at`, for difference messages.
@@ -550,10 +472,7 @@ fn excerpt(bytes: &[u8], at: usize) -> String {
     let slice = bytes.get(start..end).unwrap_or_default();
     let text = String::from_utf8_lossy(slice);
     let dots = |b: bool| if b { "…" } else { "" };
-    format!(
-        "{:?}",
-        format!("{}{}{}", dots(start > 0), text, dots(end < bytes.len()))
-    )
+    format!("{:?}", format!("{}{}{}", dots(start > 0), text, dots(end < bytes.len())))
 }
 
 #[cfg(test)]
@@ -566,60 +485,18 @@ mod tests {
             exchange: ExchangeId(2),
             method: "POST",
             url: "http://x/v1/messages".into(),
-            headers: vec![
-                ("content-type".into(), "application/json".into()),
-                ("x-api-key".into(), "real".into()),
-            ],
+            headers: vec![("content-type".into(), "application/json".into()), ("x-api-key".into(), "real".into())],
             body: br#"{"a":1,"b":2}"#.to_vec(),
             streaming: false,
         };
-        let headers = vec![
-            ("content-type".into(), "application/json".into()),
-            ("x-api-key".into(), REDACTED.into()),
-        ];
-        assert_eq!(
-            compare_request(
-                &req,
-                2,
-                "POST",
-                "http://x/v1/messages",
-                &headers,
-                br#"{"a":1,"b":2}"#
-            ),
-            None
-        );
-        let diff = compare_request(
-            &req,
-            2,
-            "POST",
-            "http://x/v1/messages",
-            &headers,
-            br#"{"a":1,"b":3}"#,
-        )
-        .unwrap();
+        let headers = vec![("content-type".into(), "application/json".into()), ("x-api-key".into(), REDACTED.into())];
+        assert_eq!(compare_request(&req, 2, "POST", "http://x/v1/messages", &headers, br#"{"a":1,"b":2}"#), None);
+        let diff = compare_request(&req, 2, "POST", "http://x/v1/messages", &headers, br#"{"a":1,"b":3}"#).unwrap();
         assert!(diff.contains("byte 11"), "{diff}");
-        let diff = compare_request(
-            &req,
-            3,
-            "POST",
-            "http://x/v1/messages",
-            &headers,
-            br#"{"a":1,"b":2}"#,
-        )
-        .unwrap();
+        let diff = compare_request(&req, 3, "POST", "http://x/v1/messages", &headers, br#"{"a":1,"b":2}"#).unwrap();
         assert!(diff.contains("exchange 2"), "{diff}");
-        let diff = compare_request(
-            &req,
-            2,
-            "POST",
-            "http://x/v1/messages",
-            &headers[..1],
-            br#"{"a":1,"b":2}"#,
-        )
-        .unwrap();
-        assert!(
-            diff.contains("x-api-key was sent but not recorded"),
-            "{diff}"
-        );
+        let diff =
+            compare_request(&req, 2, "POST", "http://x/v1/messages", &headers[..1], br#"{"a":1,"b":2}"#).unwrap();
+        assert!(diff.contains("x-api-key was sent but not recorded"), "{diff}");
     }
 }

@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use nexus_proto::translate::{
-    error_to_openai, openai_request_bytes_to, response_to_openai_with, CompletionMeta,
-    TranslateError, TranslatedRequest,
+    error_to_openai, openai_request_bytes_to, response_to_openai_with, CompletionMeta, TranslateError,
+    TranslatedRequest,
 };
 use nexus_proto::{SseDecoder, Style};
 use serde_json::{json, Value};
@@ -29,19 +29,8 @@ struct Answered {
 /// Answers a connection over the limit and closes it.
 pub(super) fn refuse_busy(mut stream: TcpStream) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
-    let e = server_error(
-        503,
-        "the gateway is at its connection limit; retry shortly",
-        "overloaded",
-    );
-    let _ = write_response(
-        &mut stream,
-        503,
-        "application/json",
-        &[],
-        e.to_json().to_string().as_bytes(),
-        true,
-    );
+    let e = server_error(503, "the gateway is at its connection limit; retry shortly", "overloaded");
+    let _ = write_response(&mut stream, 503, "application/json", &[], e.to_json().to_string().as_bytes(), true);
 }
 
 /// Serves one connection until it closes, idles out, or the server stops.
@@ -116,11 +105,7 @@ fn route(req: &Request, out: &mut TcpStream, state: &State, close: bool) -> Answ
     let allow = |method: &'static str| {
         let e = TranslateError {
             status: 405,
-            message: format!(
-                "{} is not allowed on {}; use {method}",
-                req.method,
-                req.path()
-            ),
+            message: format!("{} is not allowed on {}; use {method}", req.method, req.path()),
             kind: "invalid_request_error".into(),
             param: None,
             code: Some("method_not_allowed".into()),
@@ -162,19 +147,9 @@ fn chat_completion(req: &Request, out: &mut TcpStream, state: &State, close: boo
         Ok(t) => t,
         Err(e) => return send_error(out, &e, &[], close),
     };
-    let meta = CompletionMeta {
-        id: completion_id(state),
-        model: t.model.clone(),
-        created: now_secs(),
-    };
+    let meta = CompletionMeta { id: completion_id(state), model: t.model.clone(), created: now_secs() };
     let key = upstream_key(req, state);
-    let response = match send_upstream(
-        state,
-        "POST",
-        &t.url(&state.base_url),
-        &t.headers(key.as_deref()),
-        &t.body,
-    ) {
+    let response = match send_upstream(state, "POST", &t.url(&state.base_url), &t.headers(key.as_deref()), &t.body) {
         Ok(r) => r,
         Err(e) => return send_error(out, &e, &[], close),
     };
@@ -187,21 +162,14 @@ fn chat_completion(req: &Request, out: &mut TcpStream, state: &State, close: boo
             // The upstream already speaks OpenAI: its own error, as sent.
             return send(out, status, &bytes, &retry_after, close);
         }
-        return send_error(
-            out,
-            &error_to_openai(style, status, &bytes),
-            &retry_after,
-            close,
-        );
+        return send_error(out, &error_to_openai(style, status, &bytes), &retry_after, close);
     }
     if t.stream {
         return stream(&t, body, out, meta, close);
     }
     let bytes = match read_capped(&mut body, state.config.max_upstream_body_bytes) {
         Ok(bytes) => bytes,
-        Err((_, why)) => {
-            return send_error(out, &server_error(502, &why, "upstream_body"), &[], close)
-        }
+        Err((_, why)) => return send_error(out, &server_error(502, &why, "upstream_body"), &[], close),
     };
     if style == Style::OpenAi {
         return send(out, status, &bytes, &[], close);
@@ -222,10 +190,7 @@ fn stream(
     close: bool,
 ) -> Answered {
     let Ok(mut client) = Chunked::start(out, close) else {
-        return Answered {
-            status: 200,
-            close: true,
-        };
+        return Answered { status: 200, close: true };
     };
     let mut buf = vec![0u8; 16 * 1024];
     let mut ended_cleanly = true;
@@ -236,18 +201,11 @@ fn stream(
                 Ok(0) => break,
                 Ok(n) => {
                     if client.send(buf.get(..n).unwrap_or_default()).is_err() {
-                        return Answered {
-                            status: 200,
-                            close: true,
-                        };
+                        return Answered { status: 200, close: true };
                     }
                 }
                 Err(e) => {
-                    let e = server_error(
-                        502,
-                        &format!("the upstream stream failed: {e}"),
-                        "upstream_stream",
-                    );
+                    let e = server_error(502, &format!("the upstream stream failed: {e}"), "upstream_stream");
                     // The blank line ends whatever event the upstream left half-written.
                     let _ = client.send(format!("\n\ndata: {}\n\n", e.to_json()).as_bytes());
                     ended_cleanly = false;
@@ -275,21 +233,14 @@ fn stream(
                     translator.error().is_some()
                 }
                 Err(e) => {
-                    let e = server_error(
-                        502,
-                        &format!("the upstream stream failed: {e}"),
-                        "upstream_stream",
-                    );
+                    let e = server_error(502, &format!("the upstream stream failed: {e}"), "upstream_stream");
                     lines.extend(translator.abort(e));
                     true
                 }
             };
             if client.send(lines.concat().as_bytes()).is_err() {
                 // The client left: dropping the upstream body closes that connection too.
-                return Answered {
-                    status: 200,
-                    close: true,
-                };
+                return Answered { status: 200, close: true };
             }
             if done {
                 ended_cleanly = translator.error().is_none();
@@ -298,25 +249,13 @@ fn stream(
         }
     }
     if client.end().is_err() {
-        return Answered {
-            status: 200,
-            close: true,
-        };
+        return Answered { status: 200, close: true };
     }
-    Answered {
-        status: 200,
-        close: close || !ended_cleanly,
-    }
+    Answered { status: 200, close: close || !ended_cleanly }
 }
 
 /// `GET /v1/models` and `GET /v1/models/{id}`: the configured models, or the upstream's.
-fn models(
-    req: &Request,
-    out: &mut TcpStream,
-    state: &State,
-    id: Option<&str>,
-    close: bool,
-) -> Answered {
+fn models(req: &Request, out: &mut TcpStream, state: &State, id: Option<&str>, close: bool) -> Answered {
     let owner = state.config.upstream_style.name();
     let names = if state.config.models.is_empty() {
         match upstream_models(req, state) {
@@ -326,22 +265,17 @@ fn models(
     } else {
         state.config.models.clone()
     };
-    let object =
-        |name: &str| json!({ "id": name, "object": "model", "created": 0, "owned_by": owner });
+    let object = |name: &str| json!({ "id": name, "object": "model", "created": 0, "owned_by": owner });
     match id {
         None => {
             let list = json!({ "object": "list", "data": names.iter().map(|n| object(n)).collect::<Vec<_>>() });
             send(out, 200, list.to_string().as_bytes(), &[], close)
         }
-        Some(id) if names.iter().any(|n| n == id) => {
-            send(out, 200, object(id).to_string().as_bytes(), &[], close)
-        }
+        Some(id) if names.iter().any(|n| n == id) => send(out, 200, object(id).to_string().as_bytes(), &[], close),
         Some(id) => {
             let e = TranslateError {
                 status: 404,
-                message: format!(
-                    "The model `{id}` does not exist or you do not have access to it."
-                ),
+                message: format!("The model `{id}` does not exist or you do not have access to it."),
                 kind: "invalid_request_error".into(),
                 param: None,
                 code: Some("model_not_found".into()),
@@ -369,17 +303,13 @@ fn upstream_models(req: &Request, state: &State) -> Result<Vec<String>, Translat
     let response = send_upstream(state, "GET", &url, &headers, &[])?;
     let status = response.status().as_u16();
     let mut body = response.into_body().into_reader();
-    let bytes = read_capped(&mut body, MAX_ERROR_BODY * 8)
-        .map_err(|(_, why)| server_error(502, &why, "upstream_body"))?;
+    let bytes =
+        read_capped(&mut body, MAX_ERROR_BODY * 8).map_err(|(_, why)| server_error(502, &why, "upstream_body"))?;
     if !(200..300).contains(&status) {
         return Err(error_to_openai(style, status, &bytes));
     }
     let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        server_error(
-            502,
-            &format!("the upstream model list is not JSON: {e}"),
-            "upstream_decode_error",
-        )
+        server_error(502, &format!("the upstream model list is not JSON: {e}"), "upstream_decode_error")
     })?;
     let (items, key) = match style {
         Style::Gemini => (v.get("models"), "name"),
@@ -406,24 +336,14 @@ fn send_upstream(
     for (k, v) in headers {
         builder = builder.header(k.as_str(), v.as_str());
     }
-    let request = builder.body(body).map_err(|e| {
-        server_error(
-            500,
-            &format!("the upstream request could not be built: {e}"),
-            "upstream_request",
-        )
-    })?;
+    let request = builder
+        .body(body)
+        .map_err(|e| server_error(500, &format!("the upstream request could not be built: {e}"), "upstream_request"))?;
     state.agent.run(request).map_err(|e| match e {
-        ureq::Error::Timeout(_) => server_error(
-            504,
-            &format!("the upstream did not answer in time: {e}"),
-            "upstream_timeout",
-        ),
-        e => server_error(
-            502,
-            &format!("the upstream could not be reached: {e}"),
-            "upstream_unreachable",
-        ),
+        ureq::Error::Timeout(_) => {
+            server_error(504, &format!("the upstream did not answer in time: {e}"), "upstream_timeout")
+        }
+        e => server_error(502, &format!("the upstream could not be reached: {e}"), "upstream_unreachable"),
     })
 }
 
@@ -441,10 +361,7 @@ fn upstream_key(req: &Request, state: &State) -> Option<String> {
 fn bearer(req: &Request) -> Option<&str> {
     let value = req.header("authorization")?;
     let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
 }
 
 /// `Retry-After` from an upstream refusal, passed on when it is delay-seconds
@@ -470,10 +387,7 @@ fn read_capped(body: &mut impl Read, cap: usize) -> Result<Vec<u8>, (Vec<u8>, St
             Ok(n) => {
                 out.extend_from_slice(buf.get(..n).unwrap_or_default());
                 if out.len() > cap {
-                    return Err((
-                        out,
-                        format!("the upstream response is over the {cap}-byte limit"),
-                    ));
+                    return Err((out, format!("the upstream response is over the {cap}-byte limit")));
                 }
             }
             Err(e) => return Err((out, format!("the upstream response could not be read: {e}"))),
@@ -491,33 +405,13 @@ fn server_error(status: u16, message: &str, code: &str) -> TranslateError {
     }
 }
 
-fn send(
-    out: &mut impl Write,
-    status: u16,
-    body: &[u8],
-    extra: &[(&str, String)],
-    close: bool,
-) -> Answered {
+fn send(out: &mut impl Write, status: u16, body: &[u8], extra: &[(&str, String)], close: bool) -> Answered {
     let written = write_response(out, status, "application/json", extra, body, close);
-    Answered {
-        status,
-        close: close || written.is_err(),
-    }
+    Answered { status, close: close || written.is_err() }
 }
 
-fn send_error(
-    out: &mut impl Write,
-    e: &TranslateError,
-    extra: &[(&str, String)],
-    close: bool,
-) -> Answered {
-    send(
-        out,
-        e.status,
-        e.to_json().to_string().as_bytes(),
-        extra,
-        close,
-    )
+fn send_error(out: &mut impl Write, e: &TranslateError, extra: &[(&str, String)], close: bool) -> Answered {
+    send(out, e.status, e.to_json().to_string().as_bytes(), extra, close)
 }
 
 /// `chatcmpl-<process epoch><counter>`: unique per response, so the call ids
@@ -528,8 +422,5 @@ fn completion_id(state: &State) -> String {
 }
 
 fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
 }

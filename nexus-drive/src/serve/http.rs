@@ -33,17 +33,12 @@ pub(crate) struct Request {
 impl Request {
     /// The first header named `name` (ASCII case-insensitive).
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     /// The path without the query.
     pub(crate) fn path(&self) -> &str {
-        self.target
-            .split_once('?')
-            .map_or(self.target.as_str(), |(p, _)| p)
+        self.target.split_once('?').map_or(self.target.as_str(), |(p, _)| p)
     }
 }
 
@@ -81,10 +76,7 @@ impl Conn {
     pub(crate) fn new(stream: TcpStream) -> io::Result<Conn> {
         stream.set_read_timeout(Some(POLL))?;
         stream.set_nodelay(true)?;
-        Ok(Conn {
-            stream,
-            buf: Vec::with_capacity(8 * 1024),
-        })
+        Ok(Conn { stream, buf: Vec::with_capacity(8 * 1024) })
     }
 
     /// Reads more bytes into the buffer. `Ok(false)`: nothing arrived within
@@ -94,18 +86,10 @@ impl Conn {
         match self.stream.read(&mut chunk) {
             Ok(0) => Err(ReadError::Closed),
             Ok(n) => {
-                self.buf
-                    .extend_from_slice(chunk.get(..n).unwrap_or_default());
+                self.buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
                 Ok(true)
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Ok(false)
-            }
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => Ok(false),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
             Err(_) => Err(ReadError::Io),
         }
@@ -114,11 +98,7 @@ impl Conn {
     /// Reads the next request. Between requests the connection gives up when
     /// `stop` is set or it has idled too long; once a request has begun it
     /// gets `limits.request` to arrive whole.
-    pub(crate) fn read_request(
-        &mut self,
-        limits: &Limits,
-        stop: &AtomicBool,
-    ) -> Result<Request, ReadError> {
+    pub(crate) fn read_request(&mut self, limits: &Limits, stop: &AtomicBool) -> Result<Request, ReadError> {
         let waiting = Instant::now();
         let mut started: Option<Instant> = (!self.buf.is_empty()).then(Instant::now);
         let head_end = loop {
@@ -133,9 +113,7 @@ impl Conn {
                     return Err(ReadError::Closed)
                 }
                 Some(t) if t.elapsed() > limits.request => {
-                    return Err(ReadError::Malformed(
-                        "request head not received in time".into(),
-                    ))
+                    return Err(ReadError::Malformed("request head not received in time".into()))
                 }
                 _ => {}
             }
@@ -145,32 +123,22 @@ impl Conn {
         };
         let started = started.unwrap_or_else(Instant::now);
         let head_bytes: Vec<u8> = self.buf.drain(..head_end + 4).collect();
-        let head = std::str::from_utf8(&head_bytes)
-            .map_err(|_| ReadError::Malformed("request head is not UTF-8".into()))?;
+        let head =
+            std::str::from_utf8(&head_bytes).map_err(|_| ReadError::Malformed("request head is not UTF-8".into()))?;
         let mut lines = head.split("\r\n");
         let request_line = lines.next().unwrap_or_default();
         let mut parts = request_line.split(' ');
-        let (method, target, version) =
-            match (parts.next(), parts.next(), parts.next(), parts.next()) {
-                (Some(m), Some(t), Some(v), None) if !m.is_empty() && t.starts_with('/') => {
-                    (m, t, v)
-                }
-                _ => {
-                    return Err(ReadError::Malformed(format!(
-                        "bad request line {request_line:?}"
-                    )))
-                }
-            };
+        let (method, target, version) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(m), Some(t), Some(v), None) if !m.is_empty() && t.starts_with('/') => (m, t, v),
+            _ => return Err(ReadError::Malformed(format!("bad request line {request_line:?}"))),
+        };
         if version != "HTTP/1.1" && version != "HTTP/1.0" {
-            return Err(ReadError::Malformed(format!(
-                "unsupported version {version:?}"
-            )));
+            return Err(ReadError::Malformed(format!("unsupported version {version:?}")));
         }
         let mut headers = Vec::new();
         for line in lines.filter(|l| !l.is_empty()) {
-            let (name, value) = line
-                .split_once(':')
-                .ok_or_else(|| ReadError::Malformed(format!("bad header line {line:?}")))?;
+            let (name, value) =
+                line.split_once(':').ok_or_else(|| ReadError::Malformed(format!("bad header line {line:?}")))?;
             if name.is_empty() || name.contains(|c: char| c.is_ascii_whitespace()) {
                 return Err(ReadError::Malformed(format!("bad header name {name:?}")));
             }
@@ -188,40 +156,26 @@ impl Conn {
         };
         let tokens: Vec<String> = req
             .header("connection")
-            .map(|c| {
-                c.split(',')
-                    .map(|t| t.trim().to_ascii_lowercase())
-                    .collect()
-            })
+            .map(|c| c.split(',').map(|t| t.trim().to_ascii_lowercase()).collect())
             .unwrap_or_default();
         if tokens.iter().any(|t| t == "close") {
             req.close = true;
         } else if tokens.iter().any(|t| t == "keep-alive") {
             req.close = false;
         }
-        let chunked = req
-            .header("transfer-encoding")
-            .is_some_and(|te| te.to_ascii_lowercase().contains("chunked"));
+        let chunked = req.header("transfer-encoding").is_some_and(|te| te.to_ascii_lowercase().contains("chunked"));
         let length = match req.header("content-length") {
             _ if chunked => None,
             None => Some(0),
-            Some(v) => Some(
-                v.parse::<usize>()
-                    .map_err(|_| ReadError::Malformed(format!("bad content-length {v:?}")))?,
-            ),
+            Some(v) => Some(v.parse::<usize>().map_err(|_| ReadError::Malformed(format!("bad content-length {v:?}")))?),
         };
         if let Some(n) = length {
             if n > limits.max_body {
                 return Err(ReadError::TooLarge(limits.max_body));
             }
         }
-        if req
-            .header("expect")
-            .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
-        {
-            self.stream
-                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-                .map_err(|_| ReadError::Io)?;
+        if req.header("expect").is_some_and(|e| e.eq_ignore_ascii_case("100-continue")) {
+            self.stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").map_err(|_| ReadError::Io)?;
         }
         let deadline = started + limits.request;
         req.body = match length {
@@ -234,9 +188,7 @@ impl Conn {
     fn need(&mut self, n: usize, deadline: Instant) -> Result<(), ReadError> {
         while self.buf.len() < n {
             if Instant::now() > deadline {
-                return Err(ReadError::Malformed(
-                    "request body not received in time".into(),
-                ));
+                return Err(ReadError::Malformed("request body not received in time".into()));
             }
             self.fill()?;
         }
@@ -261,8 +213,7 @@ impl Conn {
                 self.need(self.buf.len() + 1, deadline)?;
             };
             let line: Vec<u8> = self.buf.drain(..line_end + 2).collect();
-            let text =
-                String::from_utf8_lossy(line.get(..line_end).unwrap_or_default()).into_owned();
+            let text = String::from_utf8_lossy(line.get(..line_end).unwrap_or_default()).into_owned();
             let size_text = text.split(';').next().unwrap_or_default().trim();
             let size = usize::from_str_radix(size_text, 16)
                 .map_err(|_| ReadError::Malformed(format!("bad chunk size {size_text:?}")))?;
@@ -363,8 +314,7 @@ impl<'a, W: Write> Chunked<'a, W> {
         if data.is_empty() {
             return Ok(());
         }
-        self.out
-            .write_all(format!("{:x}\r\n", data.len()).as_bytes())?;
+        self.out.write_all(format!("{:x}\r\n", data.len()).as_bytes())?;
         self.out.write_all(data)?;
         self.out.write_all(b"\r\n")?;
         self.out.flush()
@@ -383,11 +333,7 @@ mod tests {
     use std::net::TcpListener;
 
     fn limits() -> Limits {
-        Limits {
-            max_body: 64,
-            idle: Duration::from_secs(2),
-            request: Duration::from_secs(2),
-        }
+        Limits { max_body: 64, idle: Duration::from_secs(2), request: Duration::from_secs(2) }
     }
 
     /// A connected pair: the server side wrapped, the client side raw.
@@ -406,10 +352,7 @@ mod tests {
             .unwrap();
         let stop = AtomicBool::new(false);
         let a = conn.read_request(&limits(), &stop).unwrap();
-        assert_eq!(
-            (a.method.as_str(), a.path(), a.body.as_slice(), a.close),
-            ("POST", "/a", &b"hello"[..], false)
-        );
+        assert_eq!((a.method.as_str(), a.path(), a.body.as_slice(), a.close), ("POST", "/a", &b"hello"[..], false));
         let b = conn.read_request(&limits(), &stop).unwrap();
         assert_eq!((b.path(), b.body.as_slice()), ("/b", &b"abcde"[..]));
     }
@@ -417,36 +360,20 @@ mod tests {
     #[test]
     fn bodies_over_the_limit_are_refused_before_they_are_read() {
         let (mut conn, mut client) = pair();
-        client
-            .write_all(b"POST / HTTP/1.1\r\nContent-Length: 65\r\n\r\n")
-            .unwrap();
-        assert!(matches!(
-            conn.read_request(&limits(), &AtomicBool::new(false)),
-            Err(ReadError::TooLarge(64))
-        ));
+        client.write_all(b"POST / HTTP/1.1\r\nContent-Length: 65\r\n\r\n").unwrap();
+        assert!(matches!(conn.read_request(&limits(), &AtomicBool::new(false)), Err(ReadError::TooLarge(64))));
         let (mut conn, mut client) = pair();
-        client
-            .write_all(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n41\r\n")
-            .unwrap();
+        client.write_all(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n41\r\n").unwrap();
         client.write_all(&[b'x'; 0x41]).unwrap();
-        assert!(matches!(
-            conn.read_request(&limits(), &AtomicBool::new(false)),
-            Err(ReadError::TooLarge(64))
-        ));
+        assert!(matches!(conn.read_request(&limits(), &AtomicBool::new(false)), Err(ReadError::TooLarge(64))));
     }
 
     #[test]
     fn garbage_is_malformed_and_a_stop_closes_an_idle_connection() {
         let (mut conn, mut client) = pair();
         client.write_all(b"HELLO\r\n\r\n").unwrap();
-        assert!(matches!(
-            conn.read_request(&limits(), &AtomicBool::new(false)),
-            Err(ReadError::Malformed(_))
-        ));
+        assert!(matches!(conn.read_request(&limits(), &AtomicBool::new(false)), Err(ReadError::Malformed(_))));
         let (mut conn, _client) = pair();
-        assert!(matches!(
-            conn.read_request(&limits(), &AtomicBool::new(true)),
-            Err(ReadError::Closed)
-        ));
+        assert!(matches!(conn.read_request(&limits(), &AtomicBool::new(true)), Err(ReadError::Closed)));
     }
 }

@@ -131,9 +131,7 @@ impl ServeConfig {
     }
 
     fn base_url(&self) -> String {
-        self.upstream_base_url
-            .clone()
-            .unwrap_or_else(|| self.upstream_style.default_base_url().to_string())
+        self.upstream_base_url.clone().unwrap_or_else(|| self.upstream_style.default_base_url().to_string())
     }
 }
 
@@ -184,12 +182,8 @@ impl ShutdownHandle {
         }
         // The accept loop blocks in accept(); a connection of our own wakes it.
         let wake = match self.addr {
-            SocketAddr::V4(a) if a.ip().is_unspecified() => {
-                SocketAddr::from(([127, 0, 0, 1], a.port()))
-            }
-            SocketAddr::V6(a) if a.ip().is_unspecified() => {
-                SocketAddr::from(([0u16, 0, 0, 0, 0, 0, 0, 1], a.port()))
-            }
+            SocketAddr::V4(a) if a.ip().is_unspecified() => SocketAddr::from(([127, 0, 0, 1], a.port())),
+            SocketAddr::V6(a) if a.ip().is_unspecified() => SocketAddr::from(([0u16, 0, 0, 0, 0, 0, 0, 1], a.port())),
             a => a,
         };
         let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
@@ -243,11 +237,7 @@ impl Server {
             if left.is_zero() {
                 break;
             }
-            active = state
-                .idle
-                .wait_timeout(active, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            active = state.idle.wait_timeout(active, left).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
 }
@@ -267,14 +257,9 @@ impl Drop for Server {
 /// The CLI wires SIGINT/SIGTERM to [`Server::shutdown_handle`] and then calls
 /// [`Server::wait`].
 pub fn serve(config: ServeConfig) -> Result<Server, ServeError> {
-    let listener = TcpListener::bind(config.listen).map_err(|source| ServeError::Bind {
-        addr: config.listen,
-        source,
-    })?;
-    let addr = listener.local_addr().map_err(|source| ServeError::Bind {
-        addr: config.listen,
-        source,
-    })?;
+    let listener =
+        TcpListener::bind(config.listen).map_err(|source| ServeError::Bind { addr: config.listen, source })?;
+    let addr = listener.local_addr().map_err(|source| ServeError::Bind { addr: config.listen, source })?;
     let agent_config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
@@ -300,11 +285,7 @@ pub fn serve(config: ServeConfig) -> Result<Server, ServeError> {
         .name("nexus-serve-accept".to_string())
         .spawn(move || accept_loop(listener, for_loop))
         .map_err(ServeError::Thread)?;
-    Ok(Server {
-        addr,
-        handle: ShutdownHandle { state, addr },
-        accept: Some(accept),
-    })
+    Ok(Server { addr, handle: ShutdownHandle { state, addr }, accept: Some(accept) })
 }
 
 fn accept_loop(listener: TcpListener, state: Arc<State>) {
@@ -326,12 +307,10 @@ fn accept_loop(listener: TcpListener, state: Arc<State>) {
             continue;
         }
         let for_conn = Arc::clone(&state);
-        let spawned = std::thread::Builder::new()
-            .name("nexus-serve-conn".to_string())
-            .spawn(move || {
-                let _done = Finished(&for_conn);
-                handler::connection(stream, &for_conn);
-            });
+        let spawned = std::thread::Builder::new().name("nexus-serve-conn".to_string()).spawn(move || {
+            let _done = Finished(&for_conn);
+            handler::connection(stream, &for_conn);
+        });
         if spawned.is_err() {
             Finished(&state).drop_now();
         }

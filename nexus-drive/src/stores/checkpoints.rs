@@ -10,7 +10,9 @@ use nexus_proto::{Input, Output, Run, Timestamp};
 use super::{wall_clock_ms, Claim, ClaimStore, Lease, DEFAULT_LEASE_MS};
 use crate::cancel::CancelToken;
 use crate::cassette::Tap;
+#[cfg(any(feature = "blocking", feature = "async"))]
 use crate::error::DriveError;
+#[cfg(any(feature = "blocking", feature = "async"))]
 use crate::result::RunResult;
 use crate::store::StoreError;
 
@@ -145,17 +147,8 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
     /// claim is released untouched and the call fails with
     /// [`DriveError::Config`].
     #[cfg(feature = "blocking")]
-    pub fn resume(
-        &self,
-        client: &crate::blocking::Client,
-        claim: Claim,
-    ) -> Result<RunResult, DriveError> {
-        let Claim {
-            lease,
-            state,
-            answers,
-            ..
-        } = claim;
+    pub fn resume(&self, client: &crate::blocking::Client, claim: Claim) -> Result<RunResult, DriveError> {
+        let Claim { lease, state, answers, .. } = claim;
         self.check_tap(client.config(), &lease)?;
         let token = self.register(&lease, client.config().cancel_token());
         let result = client.with_cancel(token.0).resume(&state, answers);
@@ -179,12 +172,7 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
     where
         S: Send + Sync,
     {
-        let Claim {
-            lease,
-            state,
-            answers,
-            ..
-        } = claim;
+        let Claim { lease, state, answers, .. } = claim;
         self.check_tap(client.config(), &lease)?;
         let token = self.register(&lease, client.config().cancel_token());
         let result = client.with_cancel(token.0).resume(&state, answers).await;
@@ -196,15 +184,9 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
 
     /// Refuses a client that would resume without these checkpoints (the
     /// in-doubt guarantee needs the progress saves), giving the claim back.
-    fn check_tap(
-        &self,
-        cfg: &crate::config::ClientConfig,
-        lease: &Lease,
-    ) -> Result<(), DriveError> {
-        let ours = cfg
-            .tap
-            .as_ref()
-            .is_some_and(|t| std::ptr::addr_eq(Arc::as_ptr(t), self as *const Self));
+    #[cfg(any(feature = "blocking", feature = "async"))]
+    fn check_tap(&self, cfg: &crate::config::ClientConfig, lease: &Lease) -> Result<(), DriveError> {
+        let ours = cfg.tap.as_ref().is_some_and(|t| std::ptr::addr_eq(Arc::as_ptr(t), self as *const Self));
         if ours {
             return Ok(());
         }
@@ -216,27 +198,20 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
 
     /// Starts tracking a run; the returned token cancels its resume, and
     /// the guard links it to the config's token until dropped.
-    fn register(
-        &self,
-        lease: &Lease,
-        host: &CancelToken,
-    ) -> (CancelToken, crate::cancel::CancelGuard) {
+    #[cfg(any(feature = "blocking", feature = "async"))]
+    fn register(&self, lease: &Lease, host: &CancelToken) -> (CancelToken, crate::cancel::CancelGuard) {
         let token = CancelToken::new();
         let linked = token.clone();
         let guard = host.on_cancel(move || linked.cancel());
         lock(&self.active).insert(
             lease.run_id.clone(),
-            Active {
-                lease: lease.clone(),
-                cancel: token.clone(),
-                tools_out: false,
-                lost: None,
-            },
+            Active { lease: lease.clone(), cancel: token.clone(), tools_out: false, lost: None },
         );
         (token, guard)
     }
 
     /// Stops tracking a run: its latest lease, and why a save failed.
+    #[cfg(any(feature = "blocking", feature = "async"))]
     fn unregister(&self, lease: Lease) -> (Lease, Option<StoreError>) {
         match lock(&self.active).remove(&lease.run_id) {
             Some(a) => (a.lease, a.lost),
@@ -245,6 +220,7 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
     }
 
     /// Writes the outcome under the claim: suspended again, finished, or released.
+    #[cfg(any(feature = "blocking", feature = "async"))]
     fn settle(
         &self,
         lease: &Lease,
@@ -289,9 +265,7 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
             a.tools_out = handing_out_tools;
             a.lease.clone()
         };
-        let saved =
-            self.store
-                .save_progress(&mut lease, &run.snapshot(), self.now(), self.lease_ms);
+        let saved = self.store.save_progress(&mut lease, &run.snapshot(), self.now(), self.lease_ms);
         let cancel = {
             let mut map = lock(&self.active);
             let Some(a) = map.get_mut(run.id()) else {

@@ -241,21 +241,11 @@ pub trait ClaimStore: RunStore + ConversationStore {
     /// Stores a run that has just suspended, under its run id, optionally as
     /// part of a conversation. Returns its version (1). Refuses an existing
     /// id with [`StoreError::Conflict`].
-    fn insert_run(
-        &self,
-        run: &SuspendedRun,
-        conversation_id: Option<&str>,
-        now: u64,
-    ) -> Result<u64, StoreError>;
+    fn insert_run(&self, run: &SuspendedRun, conversation_id: Option<&str>, now: u64) -> Result<u64, StoreError>;
 
     /// Records the answer to one pending request of a run (claimed or not).
     /// [`StoreError::NotFound`] when there is no such run.
-    fn record_answer(
-        &self,
-        run_id: &str,
-        answer: &Answer,
-        now: u64,
-    ) -> Result<AnswerStatus, StoreError>;
+    fn record_answer(&self, run_id: &str, answer: &Answer, now: u64) -> Result<AnswerStatus, StoreError>;
 
     /// Claims the run `run_id` until `now + lease_ms`, with its recorded
     /// answers. [`StoreError::Claimed`] while another claim is live,
@@ -269,13 +259,7 @@ pub trait ClaimStore: RunStore + ConversationStore {
 
     /// Writes `state` while keeping the claim, and extends it to
     /// `now + lease_ms`. `lease` is updated to the new version.
-    fn save_progress(
-        &self,
-        lease: &mut Lease,
-        state: &[u8],
-        now: u64,
-        lease_ms: u64,
-    ) -> Result<(), StoreError>;
+    fn save_progress(&self, lease: &mut Lease, state: &[u8], now: u64, lease_ms: u64) -> Result<(), StoreError>;
 
     /// Writes the state of a run that suspended again and releases the claim
     /// (its failure count is reset). Returns the new version.
@@ -284,22 +268,12 @@ pub trait ClaimStore: RunStore + ConversationStore {
     /// Removes a finished run with its answers; when it belongs to a
     /// conversation and `transcript` is given, saves that as the
     /// conversation's transcript in the same transaction.
-    fn finish_claimed(
-        &self,
-        lease: &Lease,
-        transcript: Option<&[Message]>,
-        now: u64,
-    ) -> Result<(), StoreError>;
+    fn finish_claimed(&self, lease: &Lease, transcript: Option<&[Message]>, now: u64) -> Result<(), StoreError>;
 
     /// Gives the run back without changing its state (the last one written
     /// stands). With `error`, counts a failed resume and keeps the message.
     /// Returns the new version.
-    fn release_claim(
-        &self,
-        lease: &Lease,
-        error: Option<&str>,
-        now: u64,
-    ) -> Result<u64, StoreError>;
+    fn release_claim(&self, lease: &Lease, error: Option<&str>, now: u64) -> Result<u64, StoreError>;
 
     /// The runs matching `filter` (claims judged at `now`), oldest state first.
     fn list_runs(&self, filter: &RunFilter, now: u64) -> Result<Vec<RunInfo>, StoreError>;
@@ -312,10 +286,7 @@ pub trait ClaimStore: RunStore + ConversationStore {
 /// The wall clock in ms since the epoch, for the [`RunStore`] methods (which
 /// take no time) and for [`Checkpoints`] by default.
 pub fn wall_clock_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }
 
 /// What the store keeps about a state besides its bytes.
@@ -332,10 +303,8 @@ pub(crate) struct Described {
 /// Reads what a state waits for by restoring it, exactly as the next
 /// claimer will: calls that were running come back as `in_doubt` requests.
 pub(crate) fn describe(run_id: &str, state: &[u8]) -> Result<Described, StoreError> {
-    let run = Run::restore(state).map_err(|e| StoreError::Corrupt {
-        id: run_id.to_string(),
-        message: e.to_string(),
-    })?;
+    let run =
+        Run::restore(state).map_err(|e| StoreError::Corrupt { id: run_id.to_string(), message: e.to_string() })?;
     Ok(describe_requests(&run.outstanding()))
 }
 
@@ -350,10 +319,7 @@ fn describe_requests(pending: &[Request]) -> Described {
         // Requests are strings and JSON values only: serializing cannot fail.
         pending_json: serde_json::to_string(pending).unwrap_or_else(|_| "[]".into()),
         pending_ids: pending.iter().map(|r| r.id.clone()).collect(),
-        expires_ms: pending
-            .iter()
-            .filter_map(|r| r.expires_at.as_deref().and_then(parse_rfc3339_ms))
-            .min(),
+        expires_ms: pending.iter().filter_map(|r| r.expires_at.as_deref().and_then(parse_rfc3339_ms)).min(),
     }
 }
 
@@ -364,10 +330,8 @@ pub(crate) fn parse_pending(json: &str) -> Vec<Request> {
 
 /// Parses a stored answer, naming the run when it is corrupt.
 pub(crate) fn parse_answer(run_id: &str, json: &str) -> Result<Answer, StoreError> {
-    serde_json::from_str(json).map_err(|e| StoreError::Corrupt {
-        id: run_id.to_string(),
-        message: format!("stored answer: {e}"),
-    })
+    serde_json::from_str(json)
+        .map_err(|e| StoreError::Corrupt { id: run_id.to_string(), message: format!("stored answer: {e}") })
 }
 
 /// The answer as stored (JSON text).
@@ -386,11 +350,7 @@ pub(crate) fn check_id(id: &str) -> Result<(), StoreError> {
 
 /// The conflict error for a write under `lease` that found `found`.
 pub(crate) fn lease_conflict(lease: &Lease, found: Option<u64>) -> StoreError {
-    StoreError::Conflict {
-        id: lease.run_id.clone(),
-        expected: Some(lease.version),
-        found,
-    }
+    StoreError::Conflict { id: lease.run_id.clone(), expected: Some(lease.version), found }
 }
 
 /// An RFC 3339 timestamp (`2025-06-01T12:00:00Z`, `…T12:00:00.250+02:00`)
@@ -404,8 +364,7 @@ pub fn parse_rfc3339_ms(s: &str) -> Option<u64> {
         if !part.iter().all(u8::is_ascii_digit) {
             return None;
         }
-        part.iter()
-            .try_fold(0i64, |acc, d| Some(acc * 10 + i64::from(d - b'0')))
+        part.iter().try_fold(0i64, |acc, d| Some(acc * 10 + i64::from(d - b'0')))
     };
     let sep = |at: usize, allowed: &[u8]| b.get(at).is_some_and(|c| allowed.contains(c));
     if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {
@@ -479,19 +438,13 @@ mod tests {
     fn rfc3339_by_the_rules() {
         // 2000-03-01 is 11017 days after the epoch (30 years of 365 days,
         // 7 leap days in 1972..=1996, plus Jan and Feb 2000 = 31 + 29).
-        assert_eq!(
-            parse_rfc3339_ms("2000-03-01T00:00:00Z"),
-            Some(11_017 * 86_400_000)
-        );
+        assert_eq!(parse_rfc3339_ms("2000-03-01T00:00:00Z"), Some(11_017 * 86_400_000));
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:01.5Z"), Some(1_500));
         assert_eq!(parse_rfc3339_ms("1970-01-01t00:00:00.123456z"), Some(123));
         // An offset east of UTC is earlier in UTC.
         assert_eq!(parse_rfc3339_ms("1970-01-01T02:00:00+02:00"), Some(0));
-        assert_eq!(
-            parse_rfc3339_ms("1970-01-01T00:00:00-00:30"),
-            Some(1_800_000)
-        );
+        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00-00:30"), Some(1_800_000));
         assert_eq!(parse_rfc3339_ms("1969-12-31T23:59:59Z"), Some(0));
         for bad in [
             "",
@@ -515,11 +468,7 @@ mod tests {
             run_id: "r".into(),
             conversation_id: None,
             version: 1,
-            pending: vec![
-                Request::new("approval", "a"),
-                Request::new("input", "b"),
-                Request::new("approval", "c"),
-            ],
+            pending: vec![Request::new("approval", "a"), Request::new("input", "b"), Request::new("approval", "c")],
             answered: vec![],
             created_ms: 0,
             updated_ms: 0,

@@ -42,9 +42,9 @@ use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement, Transaction};
 
 use super::{
-    answer_json, check_id, describe, describe_lenient, lease_conflict, parse_answer, parse_pending,
-    wall_clock_ms, AnswerStatus, Claim, ClaimStore, ConversationDeleted, Described, Lease,
-    RunFilter, RunInfo, DEFAULT_LEASE_MS, DEFAULT_MAX_FAILURES,
+    answer_json, check_id, describe, describe_lenient, lease_conflict, parse_answer, parse_pending, wall_clock_ms,
+    AnswerStatus, Claim, ClaimStore, ConversationDeleted, Described, Lease, RunFilter, RunInfo, DEFAULT_LEASE_MS,
+    DEFAULT_MAX_FAILURES,
 };
 use crate::result::SuspendedRun;
 use crate::store::{ConversationStore, RunRecord, RunStore, StoreError};
@@ -144,11 +144,7 @@ impl Tx<'_> {
         self.tx.query(&s, params).map_err(db)
     }
 
-    fn query_opt(
-        &mut self,
-        sql: &'static str,
-        params: Params<'_>,
-    ) -> Result<Option<Row>, StoreError> {
+    fn query_opt(&mut self, sql: &'static str, params: Params<'_>) -> Result<Option<Row>, StoreError> {
         let s = self.stmt(sql)?;
         self.tx.query_opt(&s, params).map_err(db)
     }
@@ -166,10 +162,8 @@ fn int(v: u64) -> Result<i64, StoreError> {
 }
 
 fn uint(id: &str, v: i64) -> Result<u64, StoreError> {
-    u64::try_from(v).map_err(|_| StoreError::Corrupt {
-        id: id.to_string(),
-        message: format!("negative stored number {v}"),
-    })
+    u64::try_from(v)
+        .map_err(|_| StoreError::Corrupt { id: id.to_string(), message: format!("negative stored number {v}") })
 }
 
 /// A column, typed; a type mismatch is an error, not a panic.
@@ -180,9 +174,7 @@ fn col<'a, T: postgres::types::FromSql<'a>>(row: &'a Row, i: usize) -> Result<T,
 fn valid_schema_name(s: &str) -> bool {
     let mut chars = s.chars();
     s.len() <= 63
-        && chars
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
@@ -212,10 +204,7 @@ impl PostgresStore {
         if let Some(s) = schema.filter(|s| !valid_schema_name(s)) {
             return Err(StoreError::Io(format!("invalid schema name {s:?}")));
         }
-        let mut conn = Conn {
-            client,
-            cache: HashMap::new(),
-        };
+        let mut conn = Conn { client, cache: HashMap::new() };
         prepare_session(&mut conn.client, schema)?;
         Ok(PostgresStore {
             conn: Mutex::new(conn),
@@ -246,10 +235,7 @@ impl PostgresStore {
             if let Some(params) = &self.params {
                 let mut client = Client::connect(params, NoTls).map_err(db)?;
                 prepare_session(&mut client, self.schema.as_deref())?;
-                *guard = Conn {
-                    client,
-                    cache: HashMap::new(),
-                };
+                *guard = Conn { client, cache: HashMap::new() };
             }
         }
         Ok(guard)
@@ -282,19 +268,12 @@ impl PostgresStore {
             });
         };
         let answers = tx
-            .query(
-                "SELECT answer FROM answers WHERE run_id = $1 ORDER BY seq",
-                &[&id],
-            )?
+            .query("SELECT answer FROM answers WHERE run_id = $1 ORDER BY seq", &[&id])?
             .iter()
             .map(|r| col::<&str>(r, 0).and_then(|t| parse_answer(id, t)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Claim {
-            lease: Lease {
-                run_id: id.to_string(),
-                version: uint(id, col(&row, 1)?)?,
-                claimed_until: until,
-            },
+            lease: Lease { run_id: id.to_string(), version: uint(id, col(&row, 1)?)?, claimed_until: until },
             state: col(&row, 0)?,
             answers,
             conversation_id: col(&row, 2)?,
@@ -340,20 +319,13 @@ impl PostgresStore {
 /// wait for the first one instead of racing it.
 fn prepare_session(client: &mut Client, schema: Option<&str>) -> Result<(), StoreError> {
     let mut tx = client.transaction().map_err(db)?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-        .map_err(db)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).map_err(db)?;
     if let Some(s) = schema {
         // The name was checked to be a plain lowercase identifier: no quoting issue.
-        tx.batch_execute(&format!(
-            "CREATE SCHEMA IF NOT EXISTS {s}; SET LOCAL search_path TO {s}"
-        ))
-        .map_err(db)?;
+        tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {s}; SET LOCAL search_path TO {s}")).map_err(db)?;
     }
-    tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
-        .map_err(db)?;
-    let row = tx
-        .query_one("SELECT coalesce(max(version), 0) FROM schema_version", &[])
-        .map_err(db)?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)").map_err(db)?;
+    let row = tx.query_one("SELECT coalesce(max(version), 0) FROM schema_version", &[]).map_err(db)?;
     let version: i32 = row.try_get(0).map_err(db)?;
     if version > SCHEMA_VERSION {
         return Err(StoreError::Io(format!(
@@ -366,17 +338,14 @@ fn prepare_session(client: &mut Client, schema: Option<&str>) -> Result<(), Stor
     tx.commit().map_err(db)?;
     if let Some(s) = schema {
         // For the session, now that the transaction-local one has ended.
-        client
-            .batch_execute(&format!("SET search_path TO {s}"))
-            .map_err(db)?;
+        client.batch_execute(&format!("SET search_path TO {s}")).map_err(db)?;
     }
     Ok(())
 }
 
 fn current_version(tx: &mut Tx<'_>, id: &str) -> Result<Option<u64>, StoreError> {
     let row = tx.query_opt("SELECT version FROM runs WHERE id = $1", &[&id])?;
-    row.map(|r| col::<i64>(&r, 0).and_then(|v| uint(id, v)))
-        .transpose()
+    row.map(|r| col::<i64>(&r, 0).and_then(|v| uint(id, v))).transpose()
 }
 
 /// Drops the answers whose request the run no longer waits for: those left
@@ -403,31 +372,21 @@ fn insert(
         &[&id, &conversation_id, &state, &d.pending_json, &d.expires_ms.map(int).transpose()?, &int(now)?],
     )?;
     if n == 0 {
-        return Err(StoreError::Conflict {
-            id: id.to_string(),
-            expected: None,
-            found: current_version(tx, id)?,
-        });
+        return Err(StoreError::Conflict { id: id.to_string(), expected: None, found: current_version(tx, id)? });
     }
     Ok(())
 }
 
-const UPSERT_CONVERSATION: &str =
-    "INSERT INTO conversations (id, messages, updated_ms) VALUES ($1, $2, $3)
+const UPSERT_CONVERSATION: &str = "INSERT INTO conversations (id, messages, updated_ms) VALUES ($1, $2, $3)
      ON CONFLICT (id) DO UPDATE SET messages = EXCLUDED.messages, updated_ms = EXCLUDED.updated_ms";
 
 impl ConversationStore for PostgresStore {
     fn get(&self, id: &str) -> Result<Option<Vec<Message>>, StoreError> {
         let text: Option<String> = self.tx(|tx| {
-            tx.query_opt("SELECT messages FROM conversations WHERE id = $1", &[&id])?
-                .map(|r| col(&r, 0))
-                .transpose()
+            tx.query_opt("SELECT messages FROM conversations WHERE id = $1", &[&id])?.map(|r| col(&r, 0)).transpose()
         })?;
         text.map(|t| {
-            serde_json::from_str(&t).map_err(|e| StoreError::Corrupt {
-                id: id.to_string(),
-                message: e.to_string(),
-            })
+            serde_json::from_str(&t).map_err(|e| StoreError::Corrupt { id: id.to_string(), message: e.to_string() })
         })
         .transpose()
     }
@@ -436,10 +395,7 @@ impl ConversationStore for PostgresStore {
         check_id(id)?;
         let text = serde_json::to_string(messages).map_err(|e| StoreError::Io(e.to_string()))?;
         let now = int(wall_clock_ms())?;
-        self.tx(|tx| {
-            tx.execute(UPSERT_CONVERSATION, &[&id, &text, &now])
-                .map(|_| ())
-        })
+        self.tx(|tx| tx.execute(UPSERT_CONVERSATION, &[&id, &text, &now]).map(|_| ()))
     }
 
     /// Removes the conversation and its runs (see [`ClaimStore::delete_conversation`]).
@@ -460,11 +416,7 @@ impl RunStore for PostgresStore {
             else {
                 return Ok(None);
             };
-            Ok(Some(RunRecord {
-                state: col(&row, 0)?,
-                version: uint(id, col(&row, 1)?)?,
-                claimed: col(&row, 2)?,
-            }))
+            Ok(Some(RunRecord { state: col(&row, 0)?, version: uint(id, col(&row, 1)?)?, claimed: col(&row, 2)? }))
         })
     }
 
@@ -478,11 +430,7 @@ impl RunStore for PostgresStore {
         self.tx(|tx| match expected {
             None => insert(tx, id, None, state, &d, now).map(|()| 1),
             Some(v) => {
-                let lease = Lease {
-                    run_id: id.to_string(),
-                    version: v,
-                    claimed_until: 0,
-                };
+                let lease = Lease { run_id: id.to_string(), version: v, claimed_until: 0 };
                 PostgresStore::write_state(tx, &lease, state, &d, now, None)
             }
         })
@@ -491,20 +439,13 @@ impl RunStore for PostgresStore {
     /// Claims with the wall clock and the store's lease.
     fn claim(&self, id: &str) -> Result<RunRecord, StoreError> {
         let c = self.tx(|tx| PostgresStore::claim_in(tx, id, wall_clock_ms(), self.lease_ms))?;
-        Ok(RunRecord {
-            state: c.state,
-            version: c.lease.version,
-            claimed: true,
-        })
+        Ok(RunRecord { state: c.state, version: c.lease.version, claimed: true })
     }
 
     fn delete(&self, id: &str, expected: u64) -> Result<(), StoreError> {
         self.tx(|tx| {
             // Its answers go with it (ON DELETE CASCADE).
-            let n = tx.execute(
-                "DELETE FROM runs WHERE id = $1 AND version = $2",
-                &[&id, &int(expected)?],
-            )?;
+            let n = tx.execute("DELETE FROM runs WHERE id = $1 AND version = $2", &[&id, &int(expected)?])?;
             if n == 0 {
                 return Err(StoreError::Conflict {
                     id: id.to_string(),
@@ -518,24 +459,14 @@ impl RunStore for PostgresStore {
 }
 
 impl ClaimStore for PostgresStore {
-    fn insert_run(
-        &self,
-        run: &SuspendedRun,
-        conversation_id: Option<&str>,
-        now: u64,
-    ) -> Result<u64, StoreError> {
+    fn insert_run(&self, run: &SuspendedRun, conversation_id: Option<&str>, now: u64) -> Result<u64, StoreError> {
         check_id(&run.run_id)?;
         let d = describe(&run.run_id, &run.state)?;
         self.tx(|tx| insert(tx, &run.run_id, conversation_id, &run.state, &d, now))?;
         Ok(1)
     }
 
-    fn record_answer(
-        &self,
-        run_id: &str,
-        answer: &Answer,
-        now: u64,
-    ) -> Result<AnswerStatus, StoreError> {
+    fn record_answer(&self, run_id: &str, answer: &Answer, now: u64) -> Result<AnswerStatus, StoreError> {
         let text = answer_json(answer);
         self.tx(|tx| {
             // FOR SHARE: a state write (which prunes answers) cannot run
@@ -580,17 +511,10 @@ impl ClaimStore for PostgresStore {
         })
     }
 
-    fn save_progress(
-        &self,
-        lease: &mut Lease,
-        state: &[u8],
-        now: u64,
-        lease_ms: u64,
-    ) -> Result<(), StoreError> {
+    fn save_progress(&self, lease: &mut Lease, state: &[u8], now: u64, lease_ms: u64) -> Result<(), StoreError> {
         let d = describe(&lease.run_id, state)?;
         let until = now.saturating_add(lease_ms);
-        let version =
-            self.tx(|tx| PostgresStore::write_state(tx, lease, state, &d, now, Some(until)))?;
+        let version = self.tx(|tx| PostgresStore::write_state(tx, lease, state, &d, now, Some(until)))?;
         lease.version = version;
         lease.claimed_until = until;
         Ok(())
@@ -601,16 +525,8 @@ impl ClaimStore for PostgresStore {
         self.tx(|tx| PostgresStore::write_state(tx, lease, state, &d, now, None))
     }
 
-    fn finish_claimed(
-        &self,
-        lease: &Lease,
-        transcript: Option<&[Message]>,
-        now: u64,
-    ) -> Result<(), StoreError> {
-        let text = transcript
-            .map(serde_json::to_string)
-            .transpose()
-            .map_err(|e| StoreError::Io(e.to_string()))?;
+    fn finish_claimed(&self, lease: &Lease, transcript: Option<&[Message]>, now: u64) -> Result<(), StoreError> {
+        let text = transcript.map(serde_json::to_string).transpose().map_err(|e| StoreError::Io(e.to_string()))?;
         self.tx(|tx| {
             let row = tx.query_opt(
                 "DELETE FROM runs WHERE id = $1 AND version = $2 RETURNING conversation_id",
@@ -627,12 +543,7 @@ impl ClaimStore for PostgresStore {
         })
     }
 
-    fn release_claim(
-        &self,
-        lease: &Lease,
-        error: Option<&str>,
-        _now: u64,
-    ) -> Result<u64, StoreError> {
+    fn release_claim(&self, lease: &Lease, error: Option<&str>, _now: u64) -> Result<u64, StoreError> {
         self.tx(|tx| {
             let n = tx.execute(
                 "UPDATE runs SET version = version + 1, claimed_until = NULL,
@@ -681,21 +592,15 @@ impl ClaimStore for PostgresStore {
             // Answers go with their runs (ON DELETE CASCADE).
             let runs = tx.execute("DELETE FROM runs WHERE conversation_id = $1", &[&id])?;
             let conversation = tx.execute("DELETE FROM conversations WHERE id = $1", &[&id])?;
-            Ok(ConversationDeleted {
-                conversation: conversation > 0,
-                runs,
-            })
+            Ok(ConversationDeleted { conversation: conversation > 0, runs })
         })
     }
 }
 
 fn info(row: &Row) -> Result<RunInfo, StoreError> {
     let id: String = col(row, 0)?;
-    let opt = |i: usize| -> Result<Option<u64>, StoreError> {
-        col::<Option<i64>>(row, i)?
-            .map(|v| uint(&id, v))
-            .transpose()
-    };
+    let opt =
+        |i: usize| -> Result<Option<u64>, StoreError> { col::<Option<i64>>(row, i)?.map(|v| uint(&id, v)).transpose() };
     Ok(RunInfo {
         conversation_id: col(row, 1)?,
         version: uint(&id, col(row, 2)?)?,

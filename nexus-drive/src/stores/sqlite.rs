@@ -28,9 +28,9 @@ use nexus_proto::{Answer, Message};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 
 use super::{
-    answer_json, check_id, describe, describe_lenient, lease_conflict, parse_answer, parse_pending,
-    wall_clock_ms, AnswerStatus, Claim, ClaimStore, ConversationDeleted, Described, Lease,
-    RunFilter, RunInfo, DEFAULT_LEASE_MS, DEFAULT_MAX_FAILURES,
+    answer_json, check_id, describe, describe_lenient, lease_conflict, parse_answer, parse_pending, wall_clock_ms,
+    AnswerStatus, Claim, ClaimStore, ConversationDeleted, Described, Lease, RunFilter, RunInfo, DEFAULT_LEASE_MS,
+    DEFAULT_MAX_FAILURES,
 };
 use crate::result::SuspendedRun;
 use crate::store::{ConversationStore, RunRecord, RunStore, StoreError};
@@ -112,10 +112,8 @@ fn int(v: u64) -> Result<i64, StoreError> {
 }
 
 fn uint(id: &str, v: i64) -> Result<u64, StoreError> {
-    u64::try_from(v).map_err(|_| StoreError::Corrupt {
-        id: id.to_string(),
-        message: format!("negative stored number {v}"),
-    })
+    u64::try_from(v)
+        .map_err(|_| StoreError::Corrupt { id: id.to_string(), message: format!("negative stored number {v}") })
 }
 
 /// The JSON array of `ids`, for `json_each`.
@@ -130,19 +128,12 @@ impl SqliteStore {
     }
 
     /// Opens (creating if needed) the database at `path`.
-    pub fn open_with(
-        path: impl AsRef<Path>,
-        options: SqliteOptions,
-    ) -> Result<SqliteStore, StoreError> {
+    pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         let conn = Connection::open(path).map_err(db)?;
         // WAL is a property of the file: set once, it stays for every connection.
-        let mode: String = conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-            .map_err(db)?;
+        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)).map_err(db)?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Io(format!(
-                "sqlite: WAL journal refused (got {mode})"
-            )));
+            return Err(StoreError::Io(format!("sqlite: WAL journal refused (got {mode})")));
         }
         SqliteStore::setup(conn, &options)
     }
@@ -176,18 +167,10 @@ impl SqliteStore {
             true
         }))
         .map_err(db)?;
-        let sync = if options.synchronous_full {
-            "FULL"
-        } else {
-            "NORMAL"
-        };
+        let sync = if options.synchronous_full { "FULL" } else { "NORMAL" };
         conn.pragma_update(None, "synchronous", sync).map_err(db)?;
         migrate(&mut conn)?;
-        Ok(SqliteStore {
-            conn: Mutex::new(conn),
-            lease_ms: options.lease_ms,
-            max_failures: options.max_failures,
-        })
+        Ok(SqliteStore { conn: Mutex::new(conn), lease_ms: options.lease_ms, max_failures: options.max_failures })
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
@@ -197,24 +180,16 @@ impl SqliteStore {
     }
 
     /// Runs `f` in one `IMMEDIATE` transaction, committed when it returns `Ok`.
-    fn write<T>(
-        &self,
-        f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let mut conn = self.conn();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(db)?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
         let out = f(&tx)?;
         tx.commit().map_err(db)?;
         Ok(out)
     }
 
     /// Runs `f` in one read transaction (a consistent snapshot).
-    fn read<T>(
-        &self,
-        f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+    fn read<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(db)?;
         let out = f(&tx)?;
@@ -223,12 +198,7 @@ impl SqliteStore {
     }
 
     /// Takes the run for `lease_ms` if nobody holds it at `now`, inside `tx`.
-    fn claim_in(
-        tx: &Transaction<'_>,
-        id: &str,
-        now: u64,
-        lease_ms: u64,
-    ) -> Result<Claim, StoreError> {
+    fn claim_in(tx: &Transaction<'_>, id: &str, now: u64, lease_ms: u64) -> Result<Claim, StoreError> {
         let until = now.saturating_add(lease_ms);
         let row = tx
             .prepare_cached(
@@ -238,12 +208,7 @@ impl SqliteStore {
             )
             .map_err(db)?
             .query_row(params![id, int(until)?, int(now)?], |r| {
-                Ok((
-                    r.get::<_, Vec<u8>>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, Option<String>>(2)?,
-                    r.get::<_, i64>(3)?,
-                ))
+                Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?, r.get::<_, Option<String>>(2)?, r.get::<_, i64>(3)?))
             })
             .optional()
             .map_err(db)?;
@@ -253,24 +218,15 @@ impl SqliteStore {
                 None => StoreError::NotFound(id.to_string()),
             });
         };
-        let mut stmt = tx
-            .prepare_cached("SELECT answer FROM answers WHERE run_id = ?1 ORDER BY rowid")
-            .map_err(db)?;
+        let mut stmt = tx.prepare_cached("SELECT answer FROM answers WHERE run_id = ?1 ORDER BY rowid").map_err(db)?;
         let texts = stmt
             .query_map(params![id], |r| r.get::<_, String>(0))
             .map_err(db)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(db)?;
-        let answers = texts
-            .iter()
-            .map(|t| parse_answer(id, t))
-            .collect::<Result<Vec<_>, _>>()?;
+        let answers = texts.iter().map(|t| parse_answer(id, t)).collect::<Result<Vec<_>, _>>()?;
         Ok(Claim {
-            lease: Lease {
-                run_id: id.to_string(),
-                version: uint(id, version)?,
-                claimed_until: until,
-            },
+            lease: Lease { run_id: id.to_string(), version: uint(id, version)?, claimed_until: until },
             state,
             answers,
             conversation_id,
@@ -313,36 +269,19 @@ impl SqliteStore {
         Ok(lease.version + 1)
     }
 
-    fn delete_conversation_in(
-        tx: &Transaction<'_>,
-        id: &str,
-    ) -> Result<ConversationDeleted, StoreError> {
-        tx.execute(
-            "DELETE FROM answers WHERE run_id IN (SELECT id FROM runs WHERE conversation_id = ?1)",
-            params![id],
-        )
-        .map_err(db)?;
-        let runs = tx
-            .execute("DELETE FROM runs WHERE conversation_id = ?1", params![id])
+    fn delete_conversation_in(tx: &Transaction<'_>, id: &str) -> Result<ConversationDeleted, StoreError> {
+        tx.execute("DELETE FROM answers WHERE run_id IN (SELECT id FROM runs WHERE conversation_id = ?1)", params![id])
             .map_err(db)?;
-        let conversation = tx
-            .execute("DELETE FROM conversations WHERE id = ?1", params![id])
-            .map_err(db)?;
-        Ok(ConversationDeleted {
-            conversation: conversation > 0,
-            runs: runs as u64,
-        })
+        let runs = tx.execute("DELETE FROM runs WHERE conversation_id = ?1", params![id]).map_err(db)?;
+        let conversation = tx.execute("DELETE FROM conversations WHERE id = ?1", params![id]).map_err(db)?;
+        Ok(ConversationDeleted { conversation: conversation > 0, runs: runs as u64 })
     }
 }
 
 /// Creates the schema on first use; refuses a newer one.
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(db)?;
-    let version: i64 = tx
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .map_err(db)?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
+    let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(db)?;
     if version > SCHEMA_VERSION {
         return Err(StoreError::Io(format!(
             "sqlite: database schema version {version} is newer than this build's {SCHEMA_VERSION}"
@@ -350,8 +289,7 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     }
     if version < 1 {
         tx.execute_batch(SCHEMA).map_err(db)?;
-        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
-            .map_err(db)?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(db)?;
     }
     tx.commit().map_err(db)
 }
@@ -368,11 +306,7 @@ fn current_version(tx: &Transaction<'_>, id: &str) -> Result<Option<u64>, StoreE
 
 /// Drops the answers whose request the run no longer waits for: those left
 /// are exactly what the next claimer can feed.
-fn prune_answers(
-    tx: &Transaction<'_>,
-    run_id: &str,
-    pending_ids: &[String],
-) -> Result<(), StoreError> {
+fn prune_answers(tx: &Transaction<'_>, run_id: &str, pending_ids: &[String]) -> Result<(), StoreError> {
     tx.prepare_cached(
         "DELETE FROM answers WHERE run_id = ?1
          AND request_id NOT IN (SELECT value FROM json_each(?2))",
@@ -393,10 +327,7 @@ impl ConversationStore for SqliteStore {
                 .map_err(db)
         })?;
         text.map(|t| {
-            serde_json::from_str(&t).map_err(|e| StoreError::Corrupt {
-                id: id.to_string(),
-                message: e.to_string(),
-            })
+            serde_json::from_str(&t).map_err(|e| StoreError::Corrupt { id: id.to_string(), message: e.to_string() })
         })
         .transpose()
     }
@@ -431,11 +362,7 @@ impl RunStore for SqliteStore {
             tx.prepare_cached("SELECT state, version, claimed_until FROM runs WHERE id = ?1")
                 .map_err(db)?
                 .query_row(params![id], |r| {
-                    Ok((
-                        r.get::<_, Vec<u8>>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, Option<i64>>(2)?,
-                    ))
+                    Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?, r.get::<_, Option<i64>>(2)?))
                 })
                 .optional()
                 .map_err(db)
@@ -463,11 +390,7 @@ impl RunStore for SqliteStore {
                 Ok(1)
             }
             Some(v) => {
-                let lease = Lease {
-                    run_id: id.to_string(),
-                    version: v,
-                    claimed_until: 0,
-                };
+                let lease = Lease { run_id: id.to_string(), version: v, claimed_until: 0 };
                 SqliteStore::write_state(tx, &lease, state, &d, now, None)
             }
         })
@@ -476,20 +399,13 @@ impl RunStore for SqliteStore {
     /// Claims with the wall clock and the store's lease.
     fn claim(&self, id: &str) -> Result<RunRecord, StoreError> {
         let c = self.write(|tx| SqliteStore::claim_in(tx, id, wall_clock_ms(), self.lease_ms))?;
-        Ok(RunRecord {
-            state: c.state,
-            version: c.lease.version,
-            claimed: true,
-        })
+        Ok(RunRecord { state: c.state, version: c.lease.version, claimed: true })
     }
 
     fn delete(&self, id: &str, expected: u64) -> Result<(), StoreError> {
         self.write(|tx| {
             let n = tx
-                .execute(
-                    "DELETE FROM runs WHERE id = ?1 AND version = ?2",
-                    params![id, int(expected)?],
-                )
+                .execute("DELETE FROM runs WHERE id = ?1 AND version = ?2", params![id, int(expected)?])
                 .map_err(db)?;
             if n == 0 {
                 return Err(StoreError::Conflict {
@@ -498,8 +414,7 @@ impl RunStore for SqliteStore {
                     found: current_version(tx, id)?,
                 });
             }
-            tx.execute("DELETE FROM answers WHERE run_id = ?1", params![id])
-                .map_err(db)?;
+            tx.execute("DELETE FROM answers WHERE run_id = ?1", params![id]).map_err(db)?;
             Ok(())
         })
     }
@@ -523,35 +438,21 @@ fn insert(
         .execute(params![id, conversation_id, state, d.pending_json, d.expires_ms.map(int).transpose()?, int(now)?])
         .map_err(db)?;
     if n == 0 {
-        return Err(StoreError::Conflict {
-            id: id.to_string(),
-            expected: None,
-            found: current_version(tx, id)?,
-        });
+        return Err(StoreError::Conflict { id: id.to_string(), expected: None, found: current_version(tx, id)? });
     }
     // Answers left by an earlier run under this id must not reach this one.
     prune_answers(tx, id, &d.pending_ids)
 }
 
 impl ClaimStore for SqliteStore {
-    fn insert_run(
-        &self,
-        run: &SuspendedRun,
-        conversation_id: Option<&str>,
-        now: u64,
-    ) -> Result<u64, StoreError> {
+    fn insert_run(&self, run: &SuspendedRun, conversation_id: Option<&str>, now: u64) -> Result<u64, StoreError> {
         check_id(&run.run_id)?;
         let d = describe(&run.run_id, &run.state)?;
         self.write(|tx| insert(tx, &run.run_id, conversation_id, &run.state, &d, now))?;
         Ok(1)
     }
 
-    fn record_answer(
-        &self,
-        run_id: &str,
-        answer: &Answer,
-        now: u64,
-    ) -> Result<AnswerStatus, StoreError> {
+    fn record_answer(&self, run_id: &str, answer: &Answer, now: u64) -> Result<AnswerStatus, StoreError> {
         let text = answer_json(answer);
         self.write(|tx| {
             let pending = tx
@@ -590,27 +491,17 @@ impl ClaimStore for SqliteStore {
                      ORDER BY updated_ms, id LIMIT 1",
                 )
                 .map_err(db)?
-                .query_row(params![int(now)?, self.max_failures], |r| {
-                    r.get::<_, String>(0)
-                })
+                .query_row(params![int(now)?, self.max_failures], |r| r.get::<_, String>(0))
                 .optional()
                 .map_err(db)?;
-            id.map(|id| SqliteStore::claim_in(tx, &id, now, lease_ms))
-                .transpose()
+            id.map(|id| SqliteStore::claim_in(tx, &id, now, lease_ms)).transpose()
         })
     }
 
-    fn save_progress(
-        &self,
-        lease: &mut Lease,
-        state: &[u8],
-        now: u64,
-        lease_ms: u64,
-    ) -> Result<(), StoreError> {
+    fn save_progress(&self, lease: &mut Lease, state: &[u8], now: u64, lease_ms: u64) -> Result<(), StoreError> {
         let d = describe(&lease.run_id, state)?;
         let until = now.saturating_add(lease_ms);
-        let version =
-            self.write(|tx| SqliteStore::write_state(tx, lease, state, &d, now, Some(until)))?;
+        let version = self.write(|tx| SqliteStore::write_state(tx, lease, state, &d, now, Some(until)))?;
         lease.version = version;
         lease.claimed_until = until;
         Ok(())
@@ -621,16 +512,8 @@ impl ClaimStore for SqliteStore {
         self.write(|tx| SqliteStore::write_state(tx, lease, state, &d, now, None))
     }
 
-    fn finish_claimed(
-        &self,
-        lease: &Lease,
-        transcript: Option<&[Message]>,
-        now: u64,
-    ) -> Result<(), StoreError> {
-        let text = transcript
-            .map(serde_json::to_string)
-            .transpose()
-            .map_err(|e| StoreError::Io(e.to_string()))?;
+    fn finish_claimed(&self, lease: &Lease, transcript: Option<&[Message]>, now: u64) -> Result<(), StoreError> {
+        let text = transcript.map(serde_json::to_string).transpose().map_err(|e| StoreError::Io(e.to_string()))?;
         self.write(|tx| {
             let conversation = tx
                 .prepare_cached("DELETE FROM runs WHERE id = ?1 AND version = ?2 RETURNING conversation_id")
@@ -641,8 +524,7 @@ impl ClaimStore for SqliteStore {
             let Some(conversation) = conversation else {
                 return Err(lease_conflict(lease, current_version(tx, &lease.run_id)?));
             };
-            tx.execute("DELETE FROM answers WHERE run_id = ?1", params![lease.run_id])
-                .map_err(db)?;
+            tx.execute("DELETE FROM answers WHERE run_id = ?1", params![lease.run_id]).map_err(db)?;
             if let (Some(conv), Some(text)) = (conversation, &text) {
                 tx.prepare_cached(
                     "INSERT INTO conversations (id, messages, updated_ms) VALUES (?1, ?2, ?3)
@@ -656,12 +538,7 @@ impl ClaimStore for SqliteStore {
         })
     }
 
-    fn release_claim(
-        &self,
-        lease: &Lease,
-        error: Option<&str>,
-        _now: u64,
-    ) -> Result<u64, StoreError> {
+    fn release_claim(&self, lease: &Lease, error: Option<&str>, _now: u64) -> Result<u64, StoreError> {
         self.write(|tx| {
             let n = tx
                 .prepare_cached(
@@ -763,11 +640,7 @@ impl RawInfo {
         Ok(RunInfo {
             version: uint(&id, self.version)?,
             pending: parse_pending(&self.pending),
-            answered: self
-                .answered
-                .as_deref()
-                .and_then(|a| serde_json::from_str(a).ok())
-                .unwrap_or_default(),
+            answered: self.answered.as_deref().and_then(|a| serde_json::from_str(a).ok()).unwrap_or_default(),
             created_ms: uint(&id, self.created_ms)?,
             updated_ms: uint(&id, self.updated_ms)?,
             expires_ms: self.expires_ms.map(|v| uint(&id, v)).transpose()?,

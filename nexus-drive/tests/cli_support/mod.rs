@@ -50,26 +50,13 @@ impl Out {
         let text = self.stdout.trim();
         serde_json::from_str(text)
             .or_else(|_| serde_json::from_str(text.lines().last().unwrap_or("")))
-            .unwrap_or_else(|e| {
-                panic!(
-                    "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
-                    self.stdout, self.stderr
-                )
-            })
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
     }
 
     /// Panics with the whole output unless the exit code is `code`.
     pub fn expect(self, code: i32) -> Out {
-        assert_eq!(
-            self.code, code,
-            "exit code\nstdout:\n{}\nstderr:\n{}",
-            self.stdout, self.stderr
-        );
-        assert!(
-            !self.stderr.contains("panicked"),
-            "the binary panicked:\n{}",
-            self.stderr
-        );
+        assert_eq!(self.code, code, "exit code\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        assert!(!self.stderr.contains("panicked"), "the binary panicked:\n{}", self.stderr);
         self
     }
 }
@@ -104,9 +91,7 @@ pub fn nexus(dir: &Path, style: Option<&str>) -> Command {
 /// Runs a command to completion.
 pub fn run(mut cmd: impl std::borrow::BorrowMut<Command>) -> Out {
     let cmd = cmd.borrow_mut();
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     Out {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -120,23 +105,9 @@ pub fn fake(scripts: Scripts) -> FakeProvider {
 }
 
 /// `nexus run --style S --base-url URL --model M` plus `args`.
-pub fn run_cmd(
-    dir: &Path,
-    fake: &FakeProvider,
-    style: &str,
-    model: &str,
-    args: &[&str],
-) -> Command {
+pub fn run_cmd(dir: &Path, fake: &FakeProvider, style: &str, model: &str, args: &[&str]) -> Command {
     let mut cmd = nexus(dir, Some(style));
-    cmd.args([
-        "run",
-        "--style",
-        style,
-        "--base-url",
-        &fake.base_url(fake_style(style)),
-        "--model",
-        model,
-    ]);
+    cmd.args(["run", "--style", style, "--base-url", &fake.base_url(fake_style(style)), "--model", model]);
     cmd.args(args);
     cmd
 }
@@ -144,8 +115,7 @@ pub fn run_cmd(
 /// Writes a JSON value to `dir/name` and returns the path as a string.
 pub fn write_json(dir: &Path, name: &str, v: &Value) -> String {
     let path = dir.join(name);
-    std::fs::write(&path, serde_json::to_vec_pretty(v).unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&path, serde_json::to_vec_pretty(v).unwrap_or_default()).unwrap_or_else(|e| panic!("{e}"));
     path.to_string_lossy().into_owned()
 }
 

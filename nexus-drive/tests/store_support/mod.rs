@@ -20,9 +20,7 @@ use std::time::Duration;
 use nexus_drive::blocking::Client;
 use nexus_drive::cassette::Tap;
 use nexus_drive::stores::ClaimStore;
-use nexus_drive::{
-    ClientConfig, DynTool, Request, RunResult, StoreError, Style, SuspendedRun, ToolOutcome,
-};
+use nexus_drive::{ClientConfig, DynTool, Request, RunResult, StoreError, Style, SuspendedRun, ToolOutcome};
 use nexus_tests::fake::{ExpectFinal, FakeProvider, Script, Scripts, Style as FakeStyle, Turn};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -47,11 +45,7 @@ pub struct Db {
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 fn unique(tag: &str) -> String {
-    format!(
-        "{tag}_{}_{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("{tag}_{}_{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
 }
 
 impl Db {
@@ -73,9 +67,7 @@ impl Db {
     /// printed line) when it is unset.
     pub fn postgres(tag: &str) -> Option<Db> {
         let Ok(url) = std::env::var("NEXUS_PG_URL") else {
-            println!(
-                "skipped: NEXUS_PG_URL is unset (start a cluster with `eval \"$(.ci/postgres.sh start)\"`)"
-            );
+            println!("skipped: NEXUS_PG_URL is unset (start a cluster with `eval \"$(.ci/postgres.sh start)\"`)");
             return None;
         };
         Some(Db {
@@ -134,10 +126,9 @@ impl Db {
             }
             #[cfg(feature = "postgres")]
             "postgres" => {
-                if let (Some(schema), Ok(mut c)) = (
-                    &self.schema,
-                    postgres::Client::connect(&self.location, postgres::NoTls),
-                ) {
+                if let (Some(schema), Ok(mut c)) =
+                    (&self.schema, postgres::Client::connect(&self.location, postgres::NoTls))
+                {
                     let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
                 }
             }
@@ -157,11 +148,7 @@ impl ExecLog {
     }
 
     pub fn record(&self, line: &str) {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.0)
-            .unwrap();
+        let mut f = OpenOptions::new().create(true).append(true).open(&self.0).unwrap();
         f.write_all(format!("{line}\n").as_bytes()).unwrap();
         f.sync_all().unwrap();
     }
@@ -172,11 +159,7 @@ impl ExecLog {
 }
 
 pub fn read_lines(path: &Path) -> Vec<String> {
-    fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()
 }
 
 pub fn temp_dir(tag: &str) -> PathBuf {
@@ -202,10 +185,7 @@ pub fn charge_tool(log: ExecLog, hang: bool) -> DynTool {
         move |args, ctx| {
             let n = args["n"].as_i64().unwrap_or(0);
             if ctx.answer().is_none() {
-                let mut r = Request::new(
-                    args["kind"].as_str().unwrap_or("approval"),
-                    format!("charge {n}?"),
-                );
+                let mut r = Request::new(args["kind"].as_str().unwrap_or("approval"), format!("charge {n}?"));
                 r.expires_at = args["expires"].as_str().map(str::to_string);
                 return Ok(ToolOutcome::Pending(r));
             }
@@ -219,13 +199,7 @@ pub fn charge_tool(log: ExecLog, hang: bool) -> DynTool {
 }
 
 /// A client of the fake at `base_url` (OpenAI style) with the charge tool.
-pub fn client(
-    base_url: &str,
-    model: &str,
-    seed: u64,
-    log: ExecLog,
-    tap: Option<Arc<dyn Tap>>,
-) -> Client {
+pub fn client(base_url: &str, model: &str, seed: u64, log: ExecLog, tap: Option<Arc<dyn Tap>>) -> Client {
     client_hanging(base_url, model, seed, log, tap, false)
 }
 
@@ -272,10 +246,8 @@ pub fn fake_with(models: &[(&str, &[&str], &str)]) -> FakeProvider {
         for args in calls.iter() {
             first = first.call("charge", *args);
         }
-        let script = Script::new(vec![first, Turn::text(*done_text)]).expect_final(ExpectFinal {
-            tool_results: Some(calls.len()),
-            ..ExpectFinal::default()
-        });
+        let script = Script::new(vec![first, Turn::text(*done_text)])
+            .expect_final(ExpectFinal { tool_results: Some(calls.len()), ..ExpectFinal::default() });
         scripts = scripts.model(*model, script);
     }
     FakeProvider::start(scripts)
@@ -287,9 +259,7 @@ pub fn base_url(fake: &FakeProvider) -> String {
 
 /// Runs `model` until it suspends (a distinct run per seed).
 pub fn suspend(base_url: &str, model: &str, seed: u64, log: ExecLog) -> SuspendedRun {
-    let r = client(base_url, model, seed, log, None)
-        .run("charge please")
-        .unwrap();
+    let r = client(base_url, model, seed, log, None).run("charge please").unwrap();
     assert!(r.is_pending(), "the run should suspend: {r:?}");
     r.suspended.unwrap()
 }

@@ -60,32 +60,18 @@ pub fn drain(spec: &WorkerSpec) -> usize {
     let ck = Arc::new(Checkpoints::new(store.clone()).with_lease_ms(spec.lease_ms));
     let log = ExecLog::new(&spec.dir, &format!("exec-{}", spec.worker));
     let done = ExecLog::new(&spec.dir, &format!("done-{}", spec.worker));
-    let worker = client(
-        &spec.base_url,
-        &spec.model,
-        spec.worker as u64,
-        log,
-        Some(ck.clone()),
-    );
+    let worker = client(&spec.base_url, &spec.model, spec.worker as u64, log, Some(ck.clone()));
     let end = Instant::now() + Duration::from_secs(spec.deadline_s);
     let mut resumes = 0;
     // Idle polls back off (up to 20 ms) so idle workers leave the CPU to busy ones.
     let mut idle = Duration::from_millis(1);
     loop {
-        assert!(
-            Instant::now() < end,
-            "worker {} ran out of time",
-            spec.worker
-        );
-        match ck
-            .claim_ready()
-            .unwrap_or_else(|e| panic!("worker {}: claim: {e}", spec.worker))
-        {
+        assert!(Instant::now() < end, "worker {} ran out of time", spec.worker);
+        match ck.claim_ready().unwrap_or_else(|e| panic!("worker {}: claim: {e}", spec.worker)) {
             Some(claim) => {
                 let id = claim.lease.run_id.clone();
-                let r = ck
-                    .resume(&worker, claim)
-                    .unwrap_or_else(|e| panic!("worker {}: resume of {id}: {e}", spec.worker));
+                let r =
+                    ck.resume(&worker, claim).unwrap_or_else(|e| panic!("worker {}: resume of {id}: {e}", spec.worker));
                 match r.status {
                     RunStatus::Done => done.record(&format!("{id} {}", outputs(&r).join("|"))),
                     RunStatus::Pending => {}
@@ -124,13 +110,7 @@ fn spawn(spec: &WorkerSpec) -> Child {
     let exe = std::env::current_exe().unwrap();
     let stderr = File::create(spec.dir.join(format!("stderr-{}", spec.worker))).unwrap();
     Command::new(exe)
-        .args([
-            "worker_entry",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["worker_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env(WORKER_ENV, serde_json::to_string(spec).unwrap())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -150,12 +130,7 @@ fn wait_all(children: &mut [(Child, WorkerSpec)], deadline: Instant) {
             let (child, spec) = &mut children[i];
             match child.try_wait().unwrap() {
                 Some(status) => {
-                    assert!(
-                        status.success(),
-                        "worker {} failed ({status}):\n{}",
-                        spec.worker,
-                        stderr_of(spec)
-                    );
+                    assert!(status.success(), "worker {} failed ({status}):\n{}", spec.worker, stderr_of(spec));
                     break;
                 }
                 None if Instant::now() > deadline => {
@@ -173,10 +148,7 @@ fn wait_all(children: &mut [(Child, WorkerSpec)], deadline: Instant) {
 
 /// How many runs the concurrency test suspends (`NEXUS_STORE_RUNS`, default 1000).
 pub fn run_count() -> u64 {
-    std::env::var("NEXUS_STORE_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000)
+    std::env::var("NEXUS_STORE_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000)
 }
 
 /// `NEXUS_STORE_RUNS` runs (default 1,000), each waiting on two approvals;
@@ -210,8 +182,7 @@ pub fn concurrency(db: &Db, processes: bool) {
                 })
             })
             .collect();
-        let mut all: Vec<SuspendedRun> =
-            parts.into_iter().flat_map(|p| p.join().unwrap()).collect();
+        let mut all: Vec<SuspendedRun> = parts.into_iter().flat_map(|p| p.join().unwrap()).collect();
         all.sort_by_key(|s| s.run_id.clone());
         all
     });
@@ -222,26 +193,15 @@ pub fn concurrency(db: &Db, processes: bool) {
         for (k, r) in s.pending.iter().enumerate() {
             let ok = !(refuse_second && k == 1);
             if ok {
-                expected_exec.insert(format!(
-                    "{}/1/{}",
-                    s.run_id,
-                    r.id.trim_start_matches("pnd_")
-                ));
+                expected_exec.insert(format!("{}/1/{}", s.run_id, r.id.trim_start_matches("pnd_")));
             }
             requests.push((s.run_id.clone(), r.id.clone(), ok));
         }
-        let second = if refuse_second {
-            "declined: charge 2?"
-        } else {
-            "charged 2"
-        };
+        let second = if refuse_second { "declined: charge 2?" } else { "charged 2" };
         expected_done.insert(s.run_id.clone(), format!("charged 1|{second}"));
     }
     assert_eq!(expected_done.len() as u64, n, "every run has its own id");
-    assert!(
-        setup_log.lines().is_empty(),
-        "nothing runs before its approval"
-    );
+    assert!(setup_log.lines().is_empty(), "nothing runs before its approval");
     let setup = started.elapsed();
 
     let specs: Vec<WorkerSpec> = (0..4)
@@ -276,10 +236,7 @@ pub fn concurrency(db: &Db, processes: bool) {
         } else {
             Answer::declined(req.clone(), "declined")
         };
-        assert_eq!(
-            store.record_answer(run, &answer, wall_clock_ms()).unwrap(),
-            AnswerStatus::Recorded
-        );
+        assert_eq!(store.record_answer(run, &answer, wall_clock_ms()).unwrap(), AnswerStatus::Recorded);
         if i % 64 == 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -299,10 +256,7 @@ pub fn concurrency(db: &Db, processes: bool) {
     for w in 0..4 {
         for line in read_lines(&dir.join(format!("done-{w}"))) {
             let (id, outs) = line.split_once(' ').unwrap();
-            assert!(
-                done.insert(id.to_string(), outs.to_string()).is_none(),
-                "{id} finished twice"
-            );
+            assert!(done.insert(id.to_string(), outs.to_string()).is_none(), "{id} finished twice");
         }
         exec.extend(read_lines(&dir.join(format!("exec-{w}"))));
     }
@@ -311,20 +265,13 @@ pub fn concurrency(db: &Db, processes: bool) {
     let unique: BTreeSet<String> = exec.iter().cloned().collect();
     assert_eq!(unique.len(), exec.len(), "a tool ran twice");
     assert_eq!(unique, expected_exec, "exactly the approved calls ran");
-    assert!(store
-        .list_runs(&RunFilter::new(), wall_clock_ms())
-        .unwrap()
-        .is_empty());
+    assert!(store.list_runs(&RunFilter::new(), wall_clock_ms()).unwrap().is_empty());
     assert!(fake.failures().is_empty(), "{:?}", fake.failures());
     println!(
         "{} {n} runs, 4 {}: setup {setup:?}, answers in by {answered:?}, all done in {total:?}{}",
         db.kind,
         if processes { "processes" } else { "threads" },
-        if processes {
-            String::new()
-        } else {
-            format!(", {resumes} resumes")
-        }
+        if processes { String::new() } else { format!(", {resumes} resumes") }
     );
     let _ = fs::remove_dir_all(dir);
 }
@@ -341,17 +288,8 @@ pub fn kill_mid_resume(db: &Db) {
     let s = suspend(&url, "m-kill", 31, ExecLog::new(&dir, "exec-setup"));
     store.insert_run(&s, None, wall_clock_ms()).unwrap();
     let approval = Answer::ok(s.pending[0].id.clone(), None);
-    assert_eq!(
-        store
-            .record_answer(&s.run_id, &approval, wall_clock_ms())
-            .unwrap(),
-        AnswerStatus::Recorded
-    );
-    let key = format!(
-        "{}/1/{}",
-        s.run_id,
-        s.pending[0].id.trim_start_matches("pnd_")
-    );
+    assert_eq!(store.record_answer(&s.run_id, &approval, wall_clock_ms()).unwrap(), AnswerStatus::Recorded);
+    let key = format!("{}/1/{}", s.run_id, s.pending[0].id.trim_start_matches("pnd_"));
 
     let spec = WorkerSpec {
         mode: "hang".into(),
@@ -369,16 +307,9 @@ pub fn kill_mid_resume(db: &Db) {
     let until = Instant::now() + Duration::from_secs(60);
     while victim.lines().is_empty() {
         if let Some(status) = child.try_wait().unwrap() {
-            panic!(
-                "the worker exited ({status}) before its tool ran:\n{}",
-                stderr_of(&spec)
-            );
+            panic!("the worker exited ({status}) before its tool ran:\n{}", stderr_of(&spec));
         }
-        assert!(
-            Instant::now() < until,
-            "the worker's tool never started:\n{}",
-            stderr_of(&spec)
-        );
+        assert!(Instant::now() < until, "the worker's tool never started:\n{}", stderr_of(&spec));
         std::thread::sleep(Duration::from_millis(10));
     }
     child.kill().unwrap(); // SIGKILL: no destructor, no rollback, nothing flushed
@@ -394,17 +325,10 @@ pub fn kill_mid_resume(db: &Db) {
     assert_eq!(info.kinds(), ["in_doubt"]);
     assert!(info.answered.is_empty(), "the approval was used");
     let lease_end = info.claimed_until.unwrap();
-    assert_eq!(
-        store.claim_run(&s.run_id, lease_end - 1, 1_000),
-        Err(StoreError::Claimed(s.run_id.clone()))
-    );
+    assert_eq!(store.claim_run(&s.run_id, lease_end - 1, 1_000), Err(StoreError::Claimed(s.run_id.clone())));
 
     // After the lease: claimed again, and the call is surfaced, not re-run.
-    let ck = Arc::new(
-        Checkpoints::new(store.clone())
-            .with_lease_ms(10_000)
-            .with_clock(move || lease_end),
-    );
+    let ck = Arc::new(Checkpoints::new(store.clone()).with_lease_ms(10_000).with_clock(move || lease_end));
     let local = ExecLog::new(&dir, "exec-survivor");
     let worker = client(&url, "m-kill", 0, local.clone(), Some(ck.clone()));
     let claim = ck.claim(&s.run_id).unwrap();
@@ -415,42 +339,19 @@ pub fn kill_mid_resume(db: &Db) {
     let doubt = &r.pending[0];
     assert_eq!(doubt.kind, "in_doubt");
     let d = doubt.data.as_ref().unwrap();
-    assert_eq!(
-        (d["name"].as_str(), d["idempotencyKey"].as_str()),
-        (Some("charge"), Some(key.as_str()))
-    );
-    assert!(
-        local.lines().is_empty(),
-        "the in-doubt call was not run again"
-    );
+    assert_eq!((d["name"].as_str(), d["idempotencyKey"].as_str()), (Some("charge"), Some(key.as_str())));
+    assert!(local.lines().is_empty(), "the in-doubt call was not run again");
 
     // The host checks its ledger: the charge went through. It says so.
-    let confirmed = Answer::ok(
-        doubt.id.clone(),
-        data(json!({"output": "charged 1 (confirmed)"})),
-    );
-    assert_eq!(
-        store
-            .record_answer(&s.run_id, &confirmed, lease_end)
-            .unwrap(),
-        AnswerStatus::Recorded
-    );
-    let claim = ck
-        .claim_ready()
-        .unwrap()
-        .expect("the answered run is ready");
+    let confirmed = Answer::ok(doubt.id.clone(), data(json!({"output": "charged 1 (confirmed)"})));
+    assert_eq!(store.record_answer(&s.run_id, &confirmed, lease_end).unwrap(), AnswerStatus::Recorded);
+    let claim = ck.claim_ready().unwrap().expect("the answered run is ready");
     let r = ck.resume(&worker, claim).unwrap();
-    assert_eq!(
-        (r.status, r.text.as_str()),
-        (RunStatus::Done, "charged once")
-    );
+    assert_eq!((r.status, r.text.as_str()), (RunStatus::Done, "charged once"));
     assert_eq!(outputs(&r), ["charged 1 (confirmed)"]);
     assert!(local.lines().is_empty());
     assert_eq!(victim.lines(), vec![key], "the tool ran once in all");
-    assert!(store
-        .list_runs(&RunFilter::new(), lease_end)
-        .unwrap()
-        .is_empty());
+    assert!(store.list_runs(&RunFilter::new(), lease_end).unwrap().is_empty());
     assert!(fake.failures().is_empty(), "{:?}", fake.failures());
     let _ = fs::remove_dir_all(dir);
 }

@@ -49,14 +49,7 @@ pub fn state(data: &[u8]) {
         Ok(again) => assert_eq!(again.snapshot(), first, "restore is not idempotent"),
         Err(e) => panic!("a snapshot of a restored run does not restore: {e}"),
     }
-    let _ = (
-        run.status(),
-        run.outstanding(),
-        run.final_text(),
-        run.tool_calls(),
-        run.usage(),
-        run.turns(),
-    );
+    let _ = (run.status(), run.outstanding(), run.final_text(), run.tool_calls(), run.usage(), run.turns());
     let now = Timestamp(run.state.last_now.0.saturating_add(1));
     for input in [Input::Timeout, Input::Cancel] {
         for _ in 0..8 {
@@ -69,15 +62,7 @@ pub fn state(data: &[u8]) {
 }
 
 const MACHINE_TOOLS: [&str; 4] = ["exec", "ask", "relay", "nope"];
-const MACHINE_ARGS: [&str; 7] = [
-    "{}",
-    "{\"a\":1}",
-    "",
-    "{\"a\":",
-    "[1,2]",
-    "{\"x\":1.5e-7,\"s\":\"ü\"}",
-    "null",
-];
+const MACHINE_ARGS: [&str; 7] = ["{}", "{\"a\":1}", "", "{\"a\":", "[1,2]", "{\"x\":1.5e-7,\"s\":\"ü\"}", "null"];
 
 fn machine_tools() -> Vec<ToolDecl> {
     let schema = json!({"type": "object"});
@@ -177,18 +162,10 @@ impl Driver {
         let before = self.run.snapshot();
         let got = self.run.handle_input(Timestamp(now), input.clone());
         if let Some(shadow) = &mut self.shadow {
-            assert_eq!(
-                shadow.handle_input(Timestamp(now), input),
-                got,
-                "the restored run took an input differently"
-            );
+            assert_eq!(shadow.handle_input(Timestamp(now), input), got, "the restored run took an input differently");
         }
         if let Err(e) = &got {
-            assert_eq!(
-                self.run.snapshot(),
-                before,
-                "a refused input ({e}) changed the run"
-            );
+            assert_eq!(self.run.snapshot(), before, "a refused input ({e}) changed the run");
         }
         got
     }
@@ -198,11 +175,7 @@ impl Driver {
         for _ in 0..256 {
             let out = self.run.poll_output();
             if let Some(shadow) = &mut self.shadow {
-                assert_eq!(
-                    shadow.poll_output(),
-                    out,
-                    "the restored run gave a different output"
-                );
+                assert_eq!(shadow.poll_output(), out, "the restored run gave a different output");
             }
             match out {
                 Output::Send(req) => {
@@ -213,36 +186,21 @@ impl Driver {
                 Output::RunTools(batch) => {
                     for call in batch.calls {
                         let id = call.call_id;
-                        assert!(
-                            !self.done.contains(&id),
-                            "call {id} handed out again after it completed"
-                        );
-                        assert!(
-                            !has_result(self.run.transcript(), &id),
-                            "call {id} handed out again after its result"
-                        );
-                        assert!(
-                            !self.running.contains(&id),
-                            "call {id} handed out twice while running"
-                        );
+                        assert!(!self.done.contains(&id), "call {id} handed out again after it completed");
+                        assert!(!has_result(self.run.transcript(), &id), "call {id} handed out again after its result");
+                        assert!(!self.running.contains(&id), "call {id} handed out twice while running");
                         self.running.push(id);
                     }
                 }
                 Output::Suspended(requests) => {
                     assert!(!requests.is_empty(), "suspended on no request");
                     let ids: HashSet<&str> = requests.iter().map(|r| r.id.as_str()).collect();
-                    assert_eq!(
-                        ids.len(),
-                        requests.len(),
-                        "outstanding requests share an id: {requests:?}"
-                    );
+                    assert_eq!(ids.len(), requests.len(), "outstanding requests share an id: {requests:?}");
                 }
                 Output::Event(_) => {}
                 Output::Wait { until } => {
                     self.wait_until = until;
-                    let idle = self.open.is_none()
-                        && self.running.is_empty()
-                        && self.run.outstanding().is_empty();
+                    let idle = self.open.is_none() && self.running.is_empty() && self.run.outstanding().is_empty();
                     assert!(
                         !(until.is_none() && idle && self.run.status() == Status::Running),
                         "the run waits with nothing in flight, running or outstanding"
@@ -264,26 +222,16 @@ impl Driver {
                 self.open = None; // answered (or failed) below either way
                 open
             }
-            _ => (
-                ExchangeId(u.int_in_range(0..=self.sent + 1)?),
-                u.arbitrary()?,
-            ),
+            _ => (ExchangeId(u.int_in_range(0..=self.sent + 1)?), u.arbitrary()?),
         };
         let status = *u.choose(&[200u16, 200, 200, 200, 200, 400, 429, 500, 529])?;
         let mut headers = Vec::new();
         if u.arbitrary()? {
-            let ct = if streaming {
-                "text/event-stream"
-            } else {
-                "application/json"
-            };
+            let ct = if streaming { "text/event-stream" } else { "application/json" };
             headers.push(("Content-Type".to_string(), ct.to_string()));
         }
         if status != 200 && u.arbitrary()? {
-            headers.push((
-                "retry-after".to_string(),
-                u.choose(&["0", "1", "soon"])?.to_string(),
-            ));
+            headers.push(("retry-after".to_string(), u.choose(&["0", "1", "soon"])?.to_string()));
         }
         let body = match u.int_in_range(0..=9)? {
             0 => {
@@ -300,32 +248,15 @@ impl Driver {
             }
             _ => error_body(self.style),
         };
-        if self
-            .apply(
-                self.now,
-                Input::ResponseHead {
-                    exchange,
-                    status,
-                    headers,
-                },
-            )
-            .is_err()
-        {
+        if self.apply(self.now, Input::ResponseHead { exchange, status, headers }).is_err() {
             return Ok(());
         }
         let cut_short = u.ratio(1, 10)?;
         let mut rest = body.as_slice();
         while !rest.is_empty() {
-            let n = if u.is_empty() || u.ratio(1, 4)? {
-                rest.len()
-            } else {
-                u.int_in_range(1..=rest.len().min(48))?
-            };
+            let n = if u.is_empty() || u.ratio(1, 4)? { rest.len() } else { u.int_in_range(1..=rest.len().min(48))? };
             let (chunk, tail) = rest.split_at(n);
-            if self
-                .apply(self.now, Input::ResponseBody { exchange, chunk })
-                .is_err()
-            {
+            if self.apply(self.now, Input::ResponseBody { exchange, chunk }).is_err() {
                 return Ok(()); // the exchange already failed (body over the limit)
             }
             rest = tail;
@@ -334,11 +265,7 @@ impl Driver {
             }
         }
         let end = if cut_short {
-            Input::TransportError {
-                exchange,
-                kind: TransportErrorKind::Io,
-                message: "reset".into(),
-            }
+            Input::TransportError { exchange, kind: TransportErrorKind::Io, message: "reset".into() }
         } else {
             Input::ResponseEnd { exchange }
         };
@@ -351,14 +278,7 @@ impl Driver {
             return Ok(());
         };
         let kind: TransportErrorKind = u.arbitrary()?;
-        let _ = self.apply(
-            self.now,
-            Input::TransportError {
-                exchange,
-                kind,
-                message: "failed".into(),
-            },
-        );
+        let _ = self.apply(self.now, Input::TransportError { exchange, kind, message: "failed".into() });
         Ok(())
     }
 
@@ -377,20 +297,10 @@ impl Driver {
             }
             ToolReply::Pending(request)
         } else {
-            ToolReply::Done(ToolResult {
-                output: "r".into(),
-                is_error: u.arbitrary()?,
-                metadata: None,
-            })
+            ToolReply::Done(ToolResult { output: "r".into(), is_error: u.arbitrary()?, metadata: None })
         };
         let running = self.running.contains(&call_id) && !self.finished;
-        let got = self.apply(
-            self.now,
-            Input::ToolReply {
-                call_id: call_id.clone(),
-                reply,
-            },
-        );
+        let got = self.apply(self.now, Input::ToolReply { call_id: call_id.clone(), reply });
         assert_eq!(got.is_ok(), running, "reply to {call_id}: {got:?}");
         if got.is_ok() {
             self.running.retain(|c| *c != call_id);
@@ -404,18 +314,11 @@ impl Driver {
     fn answer(&mut self, u: &mut Unstructured<'_>) -> Step {
         let outstanding = self.run.outstanding();
         let answer = match outstanding.is_empty() || u.ratio(1, 8)? {
-            true => Answer::ok(
-                u.choose(&["bogus", "pnd_c0", "relay_c0", "doubt_c0", "req1"])?
-                    .to_string(),
-                None,
-            ),
+            true => Answer::ok(u.choose(&["bogus", "pnd_c0", "relay_c0", "doubt_c0", "req1"])?.to_string(), None),
             false => {
                 let r = u.choose(&outstanding)?;
                 if u.ratio(1, 4)? {
-                    Answer::declined(
-                        r.id.clone(),
-                        u.choose(&["declined", "expired", "cancelled"])?.to_string(),
-                    )
+                    Answer::declined(r.id.clone(), u.choose(&["declined", "expired", "cancelled"])?.to_string())
                 } else {
                     Answer::ok(r.id.clone(), Some(answer_data(u, r)?))
                 }
@@ -424,11 +327,7 @@ impl Driver {
         let known = outstanding.iter().any(|r| r.id == answer.id) && !self.finished;
         let id = answer.id.clone();
         let got = self.apply(self.now, Input::Answer(answer));
-        assert_eq!(
-            got.is_ok(),
-            known,
-            "answer {id} to {outstanding:?}: {got:?}"
-        );
+        assert_eq!(got.is_ok(), known, "answer {id} to {outstanding:?}: {got:?}");
         Ok(())
     }
 
@@ -452,11 +351,7 @@ impl Driver {
         };
         let quiet = self.open.is_none() && self.running.is_empty();
         if quiet {
-            assert_eq!(
-                restored.snapshot(),
-                bytes,
-                "snapshot → restore → snapshot is not byte-identical"
-            );
+            assert_eq!(restored.snapshot(), bytes, "snapshot → restore → snapshot is not byte-identical");
         }
         if quiet && u.arbitrary()? {
             self.shadow = Some(restored);
@@ -483,23 +378,12 @@ impl Driver {
             }
             2 => {
                 if let Some((exchange, _)) = self.open {
-                    let got = self.apply(
-                        self.now,
-                        Input::ResponseBody {
-                            exchange,
-                            chunk: b"{}",
-                        },
-                    );
+                    let got = self.apply(self.now, Input::ResponseBody { exchange, chunk: b"{}" });
                     assert!(got.is_err(), "a body before the response head was taken");
                 }
             }
             _ => {
-                let got = self.apply(
-                    self.now,
-                    Input::ResponseEnd {
-                        exchange: ExchangeId(u64::MAX),
-                    },
-                );
+                let got = self.apply(self.now, Input::ResponseEnd { exchange: ExchangeId(u64::MAX) });
                 assert!(got.is_err(), "an end for an exchange never sent was taken");
             }
         }
@@ -507,25 +391,13 @@ impl Driver {
     }
 
     fn turn(&mut self, u: &mut Unstructured<'_>) -> arbitrary::Result<FakeTurn> {
-        let text = if u.arbitrary()? {
-            Some(*u.choose(&["hi", "", "ünï ☃", "a\nb"])?)
-        } else {
-            None
-        };
+        let text = if u.arbitrary()? { Some(*u.choose(&["hi", "", "ünï ☃", "a\nb"])?) } else { None };
         let mut calls = Vec::new();
         for _ in 0..u.int_in_range(0..=3)? {
             self.next_id += 1;
-            calls.push((
-                format!("c{}", self.next_id),
-                *u.choose(&MACHINE_TOOLS)?,
-                *u.choose(&MACHINE_ARGS)?,
-            ));
+            calls.push((format!("c{}", self.next_id), *u.choose(&MACHINE_TOOLS)?, *u.choose(&MACHINE_ARGS)?));
         }
-        let stop = if u.ratio(1, 8)? {
-            Some(*u.choose(&["max_tokens", "pause_turn", "refusal"])?)
-        } else {
-            None
-        };
+        let stop = if u.ratio(1, 8)? { Some(*u.choose(&["max_tokens", "pause_turn", "refusal"])?) } else { None };
         Ok(FakeTurn { text, calls, stop })
     }
 }
@@ -536,20 +408,16 @@ fn answer_data(u: &mut Unstructured<'_>, r: &Request) -> arbitrary::Result<Map<S
     let mut data = Map::new();
     match r.kind.as_str() {
         crate::suspend::KIND_TOOL_CALL => {
-            let calls = r
-                .data
-                .as_ref()
-                .and_then(|d| d.get("calls"))
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
+            let calls =
+                r.data.as_ref().and_then(|d| d.get("calls")).and_then(Value::as_array).cloned().unwrap_or_default();
             if u.ratio(1, 4)? {
                 data.insert("output".into(), json!("short"));
             } else {
                 let mut results = Vec::new();
                 for c in &calls {
                     if u.ratio(3, 4)? {
-                        results.push(json!({"id": c.get("id"), "output": "relayed", "isError": u.arbitrary::<bool>()?}));
+                        results
+                            .push(json!({"id": c.get("id"), "output": "relayed", "isError": u.arbitrary::<bool>()?}));
                     }
                 }
                 data.insert("results".into(), Value::Array(results));
@@ -572,9 +440,7 @@ fn answer_data(u: &mut Unstructured<'_>, r: &Request) -> arbitrary::Result<Map<S
 }
 
 fn has_result(transcript: &[Message], call_id: &str) -> bool {
-    transcript
-        .iter()
-        .any(|m| m.tool_results().any(|r| r.call_id == call_id))
+    transcript.iter().any(|m| m.tool_results().any(|r| r.call_id == call_id))
 }
 
 /// Checks a request body on the wire, independently of the gate: each turn's
@@ -585,27 +451,14 @@ fn check_request(style: Style, req: &HttpRequest) {
         Ok(v) => v,
         Err(e) => panic!("request body is not JSON: {e}"),
     };
-    let strs = |v: Option<&Value>, key: &str| {
-        v.and_then(|x| x.get(key))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
+    let strs = |v: Option<&Value>, key: &str| v.and_then(|x| x.get(key)).and_then(Value::as_str).map(str::to_string);
     // Per turn on the wire: (call keys, result keys). Gemini sends no call ids, so it is matched by name.
     let mut turns: Vec<(Vec<String>, Vec<String>)> = Vec::new();
-    let list = |key: &str| {
-        body.get(key)
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-    };
+    let list = |key: &str| body.get(key).and_then(Value::as_array).cloned().unwrap_or_default();
     match style {
         Style::Anthropic => {
             for m in list("messages") {
-                let blocks = m
-                    .get("content")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
+                let blocks = m.get("content").and_then(Value::as_array).cloned().unwrap_or_default();
                 let of = |ty: &str, key: &str| -> Vec<String> {
                     blocks
                         .iter()
@@ -627,32 +480,16 @@ fn check_request(style: Style, req: &HttpRequest) {
                         _ => turns.push((Vec::new(), vec![id])),
                     }
                 } else {
-                    let calls = m
-                        .get("tool_calls")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default();
-                    turns.push((
-                        calls.iter().filter_map(|c| strs(Some(c), "id")).collect(),
-                        Vec::new(),
-                    ));
+                    let calls = m.get("tool_calls").and_then(Value::as_array).cloned().unwrap_or_default();
+                    turns.push((calls.iter().filter_map(|c| strs(Some(c), "id")).collect(), Vec::new()));
                 }
                 prev_tool = is_tool;
             }
         }
         Style::Gemini => {
             for c in list("contents") {
-                let parts = c
-                    .get("parts")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                let of = |key: &str| -> Vec<String> {
-                    parts
-                        .iter()
-                        .filter_map(|p| strs(p.get(key), "name"))
-                        .collect()
-                };
+                let parts = c.get("parts").and_then(Value::as_array).cloned().unwrap_or_default();
+                let of = |key: &str| -> Vec<String> { parts.iter().filter_map(|p| strs(p.get(key), "name")).collect() };
                 turns.push((of("functionCall"), of("functionResponse")));
             }
         }
@@ -660,24 +497,12 @@ fn check_request(style: Style, req: &HttpRequest) {
     assert!(!turns.is_empty(), "request without a conversation: {body}");
     for (i, (calls, results)) in turns.iter().enumerate() {
         let next = turns.get(i + 1).map(|t| sorted(&t.1)).unwrap_or_default();
-        let prev = i
-            .checked_sub(1)
-            .and_then(|p| turns.get(p))
-            .map(|t| sorted(&t.0))
-            .unwrap_or_default();
+        let prev = i.checked_sub(1).and_then(|p| turns.get(p)).map(|t| sorted(&t.0)).unwrap_or_default();
         if !calls.is_empty() {
-            assert_eq!(
-                sorted(calls),
-                next,
-                "calls of turn {i} not answered once each in the next turn: {body}"
-            );
+            assert_eq!(sorted(calls), next, "calls of turn {i} not answered once each in the next turn: {body}");
         }
         if !results.is_empty() {
-            assert_eq!(
-                sorted(results),
-                prev,
-                "results of turn {i} do not answer the turn before: {body}"
-            );
+            assert_eq!(sorted(results), prev, "results of turn {i} do not answer the turn before: {body}");
         }
     }
 }
@@ -715,44 +540,28 @@ fn wire(style: Style, turn: &FakeTurn, stream: bool) -> Vec<u8> {
     let mut out = String::new();
     match (style, stream) {
         (Style::Anthropic, false) => {
-            let mut content: Vec<Value> = turn
-                .text
-                .iter()
-                .map(|t| json!({"type": "text", "text": t}))
-                .collect();
+            let mut content: Vec<Value> = turn.text.iter().map(|t| json!({"type": "text", "text": t})).collect();
             for (id, name, args) in &turn.calls {
-                content.push(
-                    json!({"type": "tool_use", "id": id, "name": name, "input": object(args)}),
-                );
+                content.push(json!({"type": "tool_use", "id": id, "name": name, "input": object(args)}));
             }
-            let stop = turn
-                .stop
-                .unwrap_or(if has_calls { "tool_use" } else { "end_turn" });
+            let stop = turn.stop.unwrap_or(if has_calls { "tool_use" } else { "end_turn" });
             out = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": content,
                          "stop_reason": stop, "usage": {"input_tokens": 3, "output_tokens": 2}})
             .to_string();
         }
         (Style::Anthropic, true) => {
             let mut ev = |v: Value| {
-                let name = v
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
+                let name = v.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
                 out.push_str(&format!("event: {name}\ndata: {v}\n\n"));
             };
-            ev(
-                json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
-                      "model": "m", "content": [], "usage": {"input_tokens": 3, "output_tokens": 1}}}),
-            );
+            ev(json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                      "model": "m", "content": [], "usage": {"input_tokens": 3, "output_tokens": 1}}}));
             let mut index = 0;
             if let Some(t) = turn.text {
                 ev(
                     json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
                 );
-                ev(
-                    json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": t}}),
-                );
+                ev(json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": t}}));
                 ev(json!({"type": "content_block_stop", "index": index}));
                 index += 1;
             }
@@ -767,12 +576,8 @@ fn wire(style: Style, turn: &FakeTurn, stream: bool) -> Vec<u8> {
                 ev(json!({"type": "content_block_stop", "index": index}));
                 index += 1;
             }
-            let stop = turn
-                .stop
-                .unwrap_or(if has_calls { "tool_use" } else { "end_turn" });
-            ev(
-                json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 2}}),
-            );
+            let stop = turn.stop.unwrap_or(if has_calls { "tool_use" } else { "end_turn" });
+            ev(json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 2}}));
             ev(json!({"type": "message_stop"}));
         }
         (Style::OpenAi, false) => {
@@ -797,20 +602,14 @@ fn wire(style: Style, turn: &FakeTurn, stream: bool) -> Vec<u8> {
                                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
                 out.push_str(&format!("data: {v}\n\n"));
             };
-            chunk(
-                json!({"role": "assistant", "content": turn.text}),
-                Value::Null,
-            );
+            chunk(json!({"role": "assistant", "content": turn.text}), Value::Null);
             for (i, (id, name, args)) in turn.calls.iter().enumerate() {
                 let (a, b) = args.split_at(args.len() / 2);
                 chunk(
                     json!({"tool_calls": [{"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": a}}]}),
                     Value::Null,
                 );
-                chunk(
-                    json!({"tool_calls": [{"index": i, "function": {"arguments": b}}]}),
-                    Value::Null,
-                );
+                chunk(json!({"tool_calls": [{"index": i, "function": {"arguments": b}}]}), Value::Null);
             }
             chunk(json!({}), json!(openai_finish(turn)));
             out.push_str("data: [DONE]\n\n");
@@ -827,11 +626,7 @@ fn wire(style: Style, turn: &FakeTurn, stream: bool) -> Vec<u8> {
             };
             let v = json!({"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}],
                            "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2, "totalTokenCount": 5}});
-            out = if stream {
-                format!("data: {v}\r\n\r\n")
-            } else {
-                v.to_string()
-            };
+            out = if stream { format!("data: {v}\r\n\r\n") } else { v.to_string() };
         }
     }
     out.into_bytes()

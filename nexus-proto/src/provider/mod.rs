@@ -335,8 +335,15 @@ pub fn parse_retry_after(value: &str) -> Option<u64> {
 const BODY_KEEP: usize = 64 * 1024;
 
 /// Error types that mean "try again later" when they arrive without a status (mid-stream).
-const TRANSIENT_KINDS: &[&str] =
-    &["overloaded_error", "api_error", "rate_limit_error", "server_error", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL"];
+const TRANSIENT_KINDS: &[&str] = &[
+    "overloaded_error",
+    "api_error",
+    "rate_limit_error",
+    "server_error",
+    "RESOURCE_EXHAUSTED",
+    "UNAVAILABLE",
+    "INTERNAL",
+];
 
 fn provider_error(
     status: Option<u16>,
@@ -379,11 +386,13 @@ pub(crate) fn generic_error_details(body: &[u8], kind_keys: &[&str]) -> Option<(
     let message = err.get("message").and_then(Value::as_str).unwrap_or_default().to_string();
     let kind = kind_keys
         .iter()
-        .find_map(|k| err.get(*k).and_then(|x| match x {
-            Value::String(s) if !s.is_empty() => Some(s.clone()),
-            Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        }))
+        .find_map(|k| {
+            err.get(*k).and_then(|x| match x {
+                Value::String(s) if !s.is_empty() => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            })
+        })
         .unwrap_or_else(|| "error".to_string());
     Some((kind, message))
 }
@@ -395,7 +404,6 @@ pub fn parse_arguments(raw: &str) -> Result<Value, DecodeError> {
     }
     serde_json::from_str(raw).map_err(DecodeError::from)
 }
-
 
 /// Decodes one captured response body with the same code the loop uses:
 /// a whole JSON body, or (with `stream`) a raw SSE capture fed through the

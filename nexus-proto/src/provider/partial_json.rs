@@ -24,11 +24,7 @@ const MAX_DEPTH: usize = 128;
 /// prefix when `raw` is valid JSON cut off at its end, and `None` when nothing
 /// can be recovered (empty text, a truncated top-level scalar, a syntax error).
 pub(crate) fn parse_partial(raw: &str) -> Option<Value> {
-    let mut p = Parser {
-        src: raw,
-        bytes: raw.as_bytes(),
-        pos: 0,
-    };
+    let mut p = Parser { src: raw, bytes: raw.as_bytes(), pos: 0 };
     p.skip_ws();
     match p.value(0) {
         Ok(Parsed::Complete(v)) => {
@@ -308,13 +304,7 @@ mod tests {
 
     #[test]
     fn complete_documents_parse_like_serde_json() {
-        for raw in [
-            r#"{"a": 1, "b": "x"}"#,
-            r#"  [1, {"z": null}, "\u00e9"]  "#,
-            "true",
-            "-0.5e3",
-            r#""s""#,
-        ] {
+        for raw in [r#"{"a": 1, "b": "x"}"#, r#"  [1, {"z": null}, "\u00e9"]  "#, "true", "-0.5e3", r#""s""#] {
             let want: Value = serde_json::from_str(raw).unwrap();
             assert_eq!(parse_partial(raw), Some(want), "input {raw:?}");
         }

@@ -22,10 +22,7 @@ const GEMINI_SKIP_SIGNATURE: &str = "skip_thought_signature_validator";
 // ---------------------------------------------------------------- tools
 
 /// The declared tools, and which of them asked for `strict`.
-pub(super) fn read_tools(
-    style: Style,
-    tools: Option<&Value>,
-) -> Result<(Vec<ToolDecl>, Vec<bool>), TranslateError> {
+pub(super) fn read_tools(style: Style, tools: Option<&Value>) -> Result<(Vec<ToolDecl>, Vec<bool>), TranslateError> {
     let items = match tools {
         None | Some(Value::Null) => return Ok((Vec::new(), Vec::new())),
         Some(Value::Array(items)) => items,
@@ -46,9 +43,7 @@ pub(super) fn read_tools(
         let f = tool
             .get("function")
             .and_then(Value::as_object)
-            .ok_or_else(|| {
-                TranslateError::invalid(format!("{at}.function"), "a function object is required")
-            })?;
+            .ok_or_else(|| TranslateError::invalid(format!("{at}.function"), "a function object is required"))?;
         let name = f.get("name").and_then(Value::as_str).unwrap_or_default();
         check_tool_name(style, name, &format!("{at}.function.name"))?;
         if decls.iter().any(|d| d.name == name) {
@@ -57,8 +52,7 @@ pub(super) fn read_tools(
                 format!("tool name {name:?} is declared twice"),
             ));
         }
-        let description = opt_str(f.get("description"), &format!("{at}.function.description"))?
-            .unwrap_or_default();
+        let description = opt_str(f.get("description"), &format!("{at}.function.description"))?.unwrap_or_default();
         let schema = match f.get("parameters") {
             None | Some(Value::Null) => Value::Null,
             Some(v @ Value::Object(_)) => v.clone(),
@@ -79,17 +73,10 @@ pub(super) fn read_tools(
 /// caller under a name it never declared.
 fn check_tool_name(style: Style, name: &str, param: &str) -> Result<(), TranslateError> {
     if name.is_empty() || name.len() > 64 || sanitize_name(name) != name {
-        return Err(TranslateError::invalid(
-            param,
-            format!("tool name {name:?} must match ^[a-zA-Z0-9_-]{{1,64}}$"),
-        ));
+        return Err(TranslateError::invalid(param, format!("tool name {name:?} must match ^[a-zA-Z0-9_-]{{1,64}}$")));
     }
     if style == Style::Gemini && !name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
-        return Err(TranslateError::unsupported(
-            param,
-            style,
-            "function names must start with a letter or `_` there",
-        ));
+        return Err(TranslateError::unsupported(param, style, "function names must start with a letter or `_` there"));
     }
     Ok(())
 }
@@ -101,15 +88,7 @@ fn allowed_keys(role: &str) -> &'static [&'static str] {
     match role {
         "system" | "developer" => &["role", "content"],
         "user" => &["role", "content"],
-        "assistant" => &[
-            "role",
-            "content",
-            "refusal",
-            "tool_calls",
-            "annotations",
-            "reasoning_content",
-            "reasoning",
-        ],
+        "assistant" => &["role", "content", "refusal", "tool_calls", "annotations", "reasoning_content", "reasoning"],
         "tool" => &["role", "content", "tool_call_id"],
         _ => &[],
     }
@@ -129,10 +108,7 @@ impl Transcript {
     fn push(&mut self, role: Role, blocks: Vec<Block>) {
         match self.messages.last_mut() {
             Some(last) if last.role == role => last.content.extend(blocks),
-            _ => self.messages.push(Message {
-                role,
-                content: blocks,
-            }),
+            _ => self.messages.push(Message { role, content: blocks }),
         }
     }
 }
@@ -143,37 +119,17 @@ pub(super) fn read_messages(
 ) -> Result<(Option<String>, Vec<Message>), TranslateError> {
     let items = match messages {
         Some(Value::Array(items)) if !items.is_empty() => items,
-        Some(Value::Array(_)) => {
-            return Err(TranslateError::invalid(
-                "messages",
-                "`messages` must not be empty",
-            ))
-        }
-        _ => {
-            return Err(TranslateError::invalid(
-                "messages",
-                "`messages` must be an array",
-            ))
-        }
+        Some(Value::Array(_)) => return Err(TranslateError::invalid("messages", "`messages` must not be empty")),
+        _ => return Err(TranslateError::invalid("messages", "`messages` must be an array")),
     };
-    let mut t = Transcript {
-        system: Vec::new(),
-        messages: Vec::new(),
-        names: HashMap::new(),
-    };
+    let mut t = Transcript { system: Vec::new(), messages: Vec::new(), names: HashMap::new() };
     for (i, m) in items.iter().enumerate() {
         let at = format!("messages[{i}]");
-        let obj = m
-            .as_object()
-            .ok_or_else(|| TranslateError::invalid(&at, "a message must be an object"))?;
+        let obj = m.as_object().ok_or_else(|| TranslateError::invalid(&at, "a message must be an object"))?;
         let role = obj.get("role").and_then(Value::as_str).unwrap_or_default();
         let allowed = allowed_keys(role);
         if allowed.is_empty() {
-            let why = if role == "function" {
-                "the legacy `function` role"
-            } else {
-                "an unknown role"
-            };
+            let why = if role == "function" { "the legacy `function` role" } else { "an unknown role" };
             return Err(TranslateError::invalid(
                 format!("{at}.role"),
                 format!("{role:?} is {why}; use `tool` messages"),
@@ -181,17 +137,11 @@ pub(super) fn read_messages(
         }
         for (key, value) in obj {
             if !value.is_null() && !allowed.contains(&key.as_str()) {
-                return Err(
-                    if matches!(key.as_str(), "name" | "audio" | "function_call") {
-                        TranslateError::unsupported(
-                            format!("{at}.{key}"),
-                            style,
-                            "the upstream message has no such field",
-                        )
-                    } else {
-                        unknown(&format!("{at}.{key}"))
-                    },
-                );
+                return Err(if matches!(key.as_str(), "name" | "audio" | "function_call") {
+                    TranslateError::unsupported(format!("{at}.{key}"), style, "the upstream message has no such field")
+                } else {
+                    unknown(&format!("{at}.{key}"))
+                });
             }
         }
         let content = obj.get("content").unwrap_or(&Value::Null);
@@ -204,10 +154,7 @@ pub(super) fn read_messages(
             }
             "user" => {
                 let blocks = user_content(style, content, &format!("{at}.content"))?;
-                if blocks
-                    .iter()
-                    .all(|b| matches!(b, Block::Text { text, .. } if text.is_empty()))
-                {
+                if blocks.iter().all(|b| matches!(b, Block::Text { text, .. } if text.is_empty())) {
                     return Err(TranslateError::unsupported(
                         format!("{at}.content"),
                         style,
@@ -221,15 +168,9 @@ pub(super) fn read_messages(
                 t.push(Role::Assistant, blocks);
             }
             _ => {
-                let id = obj
-                    .get("tool_call_id")
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-                    .ok_or_else(|| {
-                        TranslateError::invalid(
-                            format!("{at}.tool_call_id"),
-                            "a tool message needs its tool_call_id",
-                        )
+                let id =
+                    obj.get("tool_call_id").and_then(Value::as_str).filter(|s| !s.is_empty()).ok_or_else(|| {
+                        TranslateError::invalid(format!("{at}.tool_call_id"), "a tool message needs its tool_call_id")
                     })?;
                 let name = t.names.get(id).cloned().ok_or_else(|| {
                     TranslateError::invalid(
@@ -238,12 +179,7 @@ pub(super) fn read_messages(
                     )
                 })?;
                 let output = text_only(content, &format!("{at}.content"), style)?;
-                let result = ToolResultBlock {
-                    call_id: id.to_string(),
-                    name,
-                    output,
-                    is_error: false,
-                };
+                let result = ToolResultBlock { call_id: id.to_string(), name, output, is_error: false };
                 t.push(Role::User, vec![Block::ToolResult(result)]);
             }
         }
@@ -273,17 +209,13 @@ fn text_only(content: &Value, param: &str, style: Style) -> Result<String, Trans
             }
             Ok(text)
         }
-        _ => Err(TranslateError::invalid(
-            param,
-            "content must be a string or an array of parts",
-        )),
+        _ => Err(TranslateError::invalid(param, "content must be a string or an array of parts")),
     }
 }
 
 /// The text of a `{type:"text", text}` part.
 fn part_text(part: &Value) -> Option<&str> {
-    (part.get("type").and_then(Value::as_str) == Some("text"))
-        .then(|| part.get("text").and_then(Value::as_str))?
+    (part.get("type").and_then(Value::as_str) == Some("text")).then(|| part.get("text").and_then(Value::as_str))?
 }
 
 fn user_content(style: Style, content: &Value, param: &str) -> Result<Vec<Block>, TranslateError> {
@@ -295,14 +227,14 @@ fn user_content(style: Style, content: &Value, param: &str) -> Result<Vec<Block>
                 let at = format!("{param}[{j}]");
                 match part.get("type").and_then(Value::as_str) {
                     Some("text") => {
-                        let text = part_text(part).ok_or_else(|| TranslateError::invalid(format!("{at}.text"), "must be a string"))?;
+                        let text = part_text(part)
+                            .ok_or_else(|| TranslateError::invalid(format!("{at}.text"), "must be a string"))?;
                         blocks.push(Block::text(text));
                     }
                     Some("image_url") => {
-                        let url = part
-                            .pointer("/image_url/url")
-                            .and_then(Value::as_str)
-                            .ok_or_else(|| TranslateError::invalid(format!("{at}.image_url.url"), "an image URL is required"))?;
+                        let url = part.pointer("/image_url/url").and_then(Value::as_str).ok_or_else(|| {
+                            TranslateError::invalid(format!("{at}.image_url.url"), "an image URL is required")
+                        })?;
                         blocks.push(image_block(style, url, &format!("{at}.image_url.url"))?);
                     }
                     other => {
@@ -316,39 +248,23 @@ fn user_content(style: Style, content: &Value, param: &str) -> Result<Vec<Block>
             }
             Ok(blocks)
         }
-        _ => Err(TranslateError::invalid(
-            param,
-            "user content must be a string or an array of parts",
-        )),
+        _ => Err(TranslateError::invalid(param, "user content must be a string or an array of parts")),
     }
 }
 
 /// An `image_url` as an image block: data URLs become inline base64, http(s)
 /// URLs stay URLs.
 fn image_block(style: Style, url: &str, param: &str) -> Result<Block, TranslateError> {
-    let is_data = url
-        .get(..5)
-        .is_some_and(|s| s.eq_ignore_ascii_case("data:"));
+    let is_data = url.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("data:"));
     if is_data {
         let (head, data) = url
             .get(5..)
             .and_then(|rest| rest.split_once(','))
-            .ok_or_else(|| {
-                TranslateError::invalid(param, "a data URL needs a `,` before its data")
-            })?;
+            .ok_or_else(|| TranslateError::invalid(param, "a data URL needs a `,` before its data"))?;
         let mut params = head.split(';');
-        let media_type = params
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_ascii_lowercase();
-        if !params.any(|p| p.trim().eq_ignore_ascii_case("base64"))
-            || !media_type.starts_with("image/")
-        {
-            return Err(TranslateError::invalid(
-                param,
-                "image data URLs must be `data:image/<type>;base64,<data>`",
-            ));
+        let media_type = params.next().unwrap_or_default().trim().to_ascii_lowercase();
+        if !params.any(|p| p.trim().eq_ignore_ascii_case("base64")) || !media_type.starts_with("image/") {
+            return Err(TranslateError::invalid(param, "image data URLs must be `data:image/<type>;base64,<data>`"));
         }
         if style == Style::Anthropic && !ANTHROPIC_IMAGE_TYPES.contains(&media_type.as_str()) {
             return Err(TranslateError::unsupported(
@@ -357,22 +273,12 @@ fn image_block(style: Style, url: &str, param: &str) -> Result<Block, TranslateE
                 format!("{media_type} images are not accepted (jpeg, png, gif, webp are)"),
             ));
         }
-        return Ok(Block::Image {
-            media_type,
-            source: ImageSource::Base64 {
-                data: data.to_string(),
-            },
-        });
+        return Ok(Block::Image { media_type, source: ImageSource::Base64 { data: data.to_string() } });
     }
-    let scheme_ok = ["http://", "https://"].iter().any(|s| {
-        url.get(..s.len())
-            .is_some_and(|p| p.eq_ignore_ascii_case(s))
-    });
+    let scheme_ok =
+        ["http://", "https://"].iter().any(|s| url.get(..s.len()).is_some_and(|p| p.eq_ignore_ascii_case(s)));
     if !scheme_ok {
-        return Err(TranslateError::invalid(
-            param,
-            "an image URL must be http(s) or a base64 data URL",
-        ));
+        return Err(TranslateError::invalid(param, "an image URL must be http(s) or a base64 data URL"));
     }
     let media_type = match (guess_image_type(url), style) {
         (Some(t), _) => t,
@@ -386,12 +292,7 @@ fn image_block(style: Style, url: &str, param: &str) -> Result<Block, TranslateE
             ))
         }
     };
-    Ok(Block::Image {
-        media_type: media_type.to_string(),
-        source: ImageSource::Url {
-            url: url.to_string(),
-        },
-    })
+    Ok(Block::Image { media_type: media_type.to_string(), source: ImageSource::Url { url: url.to_string() } })
 }
 
 const ANTHROPIC_IMAGE_TYPES: &[&str] = &["image/jpeg", "image/png", "image/gif", "image/webp"];
@@ -440,10 +341,7 @@ fn assistant_content(
             }
         }
         _ => {
-            return Err(TranslateError::invalid(
-                format!("{at}.content"),
-                "content must be a string, an array or null",
-            ))
+            return Err(TranslateError::invalid(format!("{at}.content"), "content must be a string, an array or null"))
         }
     }
     if let Some(refusal) = opt_str(obj.get("refusal"), &format!("{at}.refusal"))? {
@@ -451,27 +349,18 @@ fn assistant_content(
     }
     if let Some(annotations) = obj.get("annotations").filter(|v| !v.is_null()) {
         if !annotations.is_array() {
-            return Err(TranslateError::invalid(
-                format!("{at}.annotations"),
-                "must be an array",
-            ));
+            return Err(TranslateError::invalid(format!("{at}.annotations"), "must be an array"));
         }
     }
     let calls = match obj.get("tool_calls") {
         None | Some(Value::Null) => return Ok(blocks),
         Some(Value::Array(calls)) => calls,
-        Some(_) => {
-            return Err(TranslateError::invalid(
-                format!("{at}.tool_calls"),
-                "must be an array",
-            ))
-        }
+        Some(_) => return Err(TranslateError::invalid(format!("{at}.tool_calls"), "must be an array")),
     };
     for (j, call) in calls.iter().enumerate() {
         let mut call = tool_call(style, call, &format!("{at}.tool_calls[{j}]"))?;
         if style == Style::Gemini && j == 0 {
-            call.provider_data =
-                Some(json!({ "gemini": { "thoughtSignature": GEMINI_SKIP_SIGNATURE } }));
+            call.provider_data = Some(json!({ "gemini": { "thoughtSignature": GEMINI_SKIP_SIGNATURE } }));
         }
         names.insert(call.id.clone(), call.name.clone());
         blocks.push(Block::ToolCall(call));
@@ -482,9 +371,7 @@ fn assistant_content(
 /// One assistant tool call. The argument text is kept exactly as the caller
 /// sent it; arguments given as an object are accepted and written as JSON.
 fn tool_call(style: Style, call: &Value, at: &str) -> Result<ToolCall, TranslateError> {
-    let obj = call
-        .as_object()
-        .ok_or_else(|| TranslateError::invalid(at, "a tool call must be an object"))?;
+    let obj = call.as_object().ok_or_else(|| TranslateError::invalid(at, "a tool call must be an object"))?;
     match obj.get("type").and_then(Value::as_str) {
         None | Some("function") => {}
         Some(other) => {
@@ -503,50 +390,28 @@ fn tool_call(style: Style, call: &Value, at: &str) -> Result<ToolCall, Translate
     let function = obj
         .get("function")
         .and_then(Value::as_object)
-        .ok_or_else(|| {
-            TranslateError::invalid(format!("{at}.function"), "a function object is required")
-        })?;
+        .ok_or_else(|| TranslateError::invalid(format!("{at}.function"), "a function object is required"))?;
     let name = function
         .get("name")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
-        .ok_or_else(|| {
-            TranslateError::invalid(format!("{at}.function.name"), "a function name is required")
-        })?;
+        .ok_or_else(|| TranslateError::invalid(format!("{at}.function.name"), "a function name is required"))?;
     let param = format!("{at}.function.arguments");
     let (arguments, input) = match function.get("arguments") {
         None | Some(Value::Null) => ("{}".to_string(), Value::Object(Map::new())),
-        Some(Value::String(raw)) if raw.trim().is_empty() => {
-            (raw.clone(), Value::Object(Map::new()))
-        }
+        Some(Value::String(raw)) if raw.trim().is_empty() => (raw.clone(), Value::Object(Map::new())),
         Some(Value::String(raw)) => {
-            let input: Value = serde_json::from_str(raw).map_err(|e| {
-                TranslateError::invalid(&param, format!("the arguments are not valid JSON ({e})"))
-            })?;
+            let input: Value = serde_json::from_str(raw)
+                .map_err(|e| TranslateError::invalid(&param, format!("the arguments are not valid JSON ({e})")))?;
             (raw.clone(), input)
         }
         Some(v @ Value::Object(_)) => (v.to_string(), v.clone()),
-        Some(_) => {
-            return Err(TranslateError::invalid(
-                &param,
-                "arguments must be a JSON string or an object",
-            ))
-        }
+        Some(_) => return Err(TranslateError::invalid(&param, "arguments must be a JSON string or an object")),
     };
     if !input.is_object() {
-        return Err(TranslateError::unsupported(
-            param,
-            style,
-            "tool arguments must be a JSON object there",
-        ));
+        return Err(TranslateError::unsupported(param, style, "tool arguments must be a JSON object there"));
     }
-    Ok(ToolCall {
-        id: id.to_string(),
-        name: name.to_string(),
-        input,
-        arguments,
-        provider_data: None,
-    })
+    Ok(ToolCall { id: id.to_string(), name: name.to_string(), input, arguments, provider_data: None })
 }
 
 #[cfg(test)]
@@ -555,14 +420,8 @@ mod tests {
 
     #[test]
     fn image_types_come_from_the_path_not_the_query() {
-        assert_eq!(
-            guess_image_type("https://x.test/a.PNG?sig=1.jpg"),
-            Some("image/png")
-        );
-        assert_eq!(
-            guess_image_type("https://x.test/a.jpeg#frag"),
-            Some("image/jpeg")
-        );
+        assert_eq!(guess_image_type("https://x.test/a.PNG?sig=1.jpg"), Some("image/png"));
+        assert_eq!(guess_image_type("https://x.test/a.jpeg#frag"), Some("image/jpeg"));
         assert_eq!(guess_image_type("https://x.test/image"), None);
     }
 }

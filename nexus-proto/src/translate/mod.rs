@@ -71,8 +71,7 @@ mod stream;
 
 pub use request::{openai_request_bytes_to, openai_request_to};
 pub use response::{
-    error_to_openai, remote_error_to_openai, response_to_openai, response_to_openai_with,
-    turn_to_openai,
+    error_to_openai, remote_error_to_openai, response_to_openai, response_to_openai_with, turn_to_openai,
 };
 pub use stream::StreamTranslator;
 
@@ -105,17 +104,10 @@ impl TranslateError {
     }
 
     /// A 400 for a setting the target provider has no way to express.
-    pub fn unsupported(
-        param: impl Into<String>,
-        target: Style,
-        why: impl fmt::Display,
-    ) -> TranslateError {
+    pub fn unsupported(param: impl Into<String>, target: Style, why: impl fmt::Display) -> TranslateError {
         let param = param.into();
         TranslateError {
-            message: format!(
-                "`{param}` cannot be translated for the {} upstream: {why}",
-                target.name()
-            ),
+            message: format!("`{param}` cannot be translated for the {} upstream: {why}", target.name()),
             code: Some("unsupported_parameter".to_string()),
             ..TranslateError::invalid(param, String::new())
         }
@@ -203,11 +195,7 @@ pub struct CompletionMeta {
 impl CompletionMeta {
     /// Meta for `model`, the id derived from the provider's response, `created` 0.
     pub fn new(model: impl Into<String>) -> CompletionMeta {
-        CompletionMeta {
-            id: String::new(),
-            model: model.into(),
-            created: 0,
-        }
+        CompletionMeta { id: String::new(), model: model.into(), created: 0 }
     }
 }
 
@@ -239,9 +227,7 @@ pub(crate) fn fingerprint(bytes: &[u8]) -> u64 {
 
 /// The id body of a completion id (`chatcmpl-abc` → `abc`), for deriving call ids.
 pub(crate) fn id_token(completion_id: &str) -> &str {
-    completion_id
-        .strip_prefix("chatcmpl-")
-        .unwrap_or(completion_id)
+    completion_id.strip_prefix("chatcmpl-").unwrap_or(completion_id)
 }
 
 #[cfg(test)]
@@ -254,10 +240,7 @@ mod tests {
         assert_eq!(finish_reason(StopReason::MaxTokens, true), "tool_calls");
         assert_eq!(finish_reason(StopReason::EndTurn, true), "tool_calls");
         assert_eq!(finish_reason(StopReason::MaxTokens, false), "length");
-        assert_eq!(
-            finish_reason(StopReason::ContentFilter, false),
-            "content_filter"
-        );
+        assert_eq!(finish_reason(StopReason::ContentFilter, false), "content_filter");
         assert_eq!(finish_reason(StopReason::Refusal, false), "content_filter");
         assert_eq!(finish_reason(StopReason::StopSequence, false), "stop");
         assert_eq!(finish_reason(StopReason::EndTurn, false), "stop");

@@ -16,32 +16,19 @@ use crate::tool::ToolDecl;
 /// For [`Style::OpenAi`] the body is passed through; because a [`Value`]
 /// does not keep key order, use [`openai_request_bytes_to`] to forward the
 /// caller's exact bytes.
-pub fn openai_request_to(
-    style: Style,
-    request: &Value,
-) -> Result<TranslatedRequest, TranslateError> {
+pub fn openai_request_to(style: Style, request: &Value) -> Result<TranslatedRequest, TranslateError> {
     let obj = request.as_object().ok_or_else(not_an_object)?;
     if style == Style::OpenAi {
         let (model, stream, include_usage) = passthrough_fields(obj)?;
-        let body =
-            serde_json::to_vec(request).map_err(|e| TranslateError::invalid("", e.to_string()))?;
-        return Ok(TranslatedRequest {
-            style,
-            model,
-            stream,
-            include_usage,
-            body,
-        });
+        let body = serde_json::to_vec(request).map_err(|e| TranslateError::invalid("", e.to_string()))?;
+        return Ok(TranslatedRequest { style, model, stream, include_usage, body });
     }
     translate(style, obj)
 }
 
 /// [`openai_request_to`] on raw body bytes. Malformed JSON is a 400; for
 /// [`Style::OpenAi`] the bytes are forwarded exactly as given.
-pub fn openai_request_bytes_to(
-    style: Style,
-    body: &[u8],
-) -> Result<TranslatedRequest, TranslateError> {
+pub fn openai_request_bytes_to(style: Style, body: &[u8]) -> Result<TranslatedRequest, TranslateError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| TranslateError {
         status: 400,
         message: format!("We could not parse the JSON body of your request: {e}"),
@@ -52,22 +39,13 @@ pub fn openai_request_bytes_to(
     if style == Style::OpenAi {
         let obj = value.as_object().ok_or_else(not_an_object)?;
         let (model, stream, include_usage) = passthrough_fields(obj)?;
-        return Ok(TranslatedRequest {
-            style,
-            model,
-            stream,
-            include_usage,
-            body: body.to_vec(),
-        });
+        return Ok(TranslatedRequest { style, model, stream, include_usage, body: body.to_vec() });
     }
     openai_request_to(style, &value)
 }
 
 fn not_an_object() -> TranslateError {
-    TranslateError {
-        param: None,
-        ..TranslateError::invalid("", "the request body must be a JSON object")
-    }
+    TranslateError { param: None, ..TranslateError::invalid("", "the request body must be a JSON object") }
 }
 
 /// What a passed-through request says about how to read its answer.
@@ -81,10 +59,9 @@ fn passthrough_fields(obj: &Map<String, Value>) -> Result<(String, bool, bool), 
 fn model_name(obj: &Map<String, Value>) -> Result<&str, TranslateError> {
     match obj.get("model") {
         Some(Value::String(m)) if !m.is_empty() => Ok(m),
-        Some(Value::String(_)) | None | Some(Value::Null) => Err(TranslateError::invalid(
-            "model",
-            "you must provide a model parameter",
-        )),
+        Some(Value::String(_)) | None | Some(Value::Null) => {
+            Err(TranslateError::invalid("model", "you must provide a model parameter"))
+        }
         Some(_) => Err(TranslateError::invalid("model", "`model` must be a string")),
     }
 }
@@ -93,9 +70,7 @@ fn include_usage(obj: &Map<String, Value>) -> Result<bool, TranslateError> {
     let Some(options) = obj.get("stream_options").filter(|v| !v.is_null()) else {
         return Ok(false);
     };
-    let options = options
-        .as_object()
-        .ok_or_else(|| TranslateError::invalid("stream_options", "must be an object"))?;
+    let options = options.as_object().ok_or_else(|| TranslateError::invalid("stream_options", "must be an object"))?;
     for (key, value) in options {
         match key.as_str() {
             "include_usage" | "include_obfuscation" => {
@@ -168,10 +143,7 @@ fn translate(style: Style, obj: &Map<String, Value>) -> Result<TranslatedRequest
     };
     let mut body = style.encode_body(&call);
     let Value::Object(out) = &mut body else {
-        return Err(TranslateError::invalid(
-            "",
-            "the encoder produced no JSON object",
-        ));
+        return Err(TranslateError::invalid("", "the encoder produced no JSON object"));
     };
     match style {
         Style::Anthropic => anthropic_settings(out, &settings, &tools, &strict)?,
@@ -189,10 +161,7 @@ fn translate(style: Style, obj: &Map<String, Value>) -> Result<TranslatedRequest
 }
 
 fn read_settings(style: Style, obj: &Map<String, Value>) -> Result<Settings, TranslateError> {
-    let mut s = Settings {
-        model: model_name(obj)?.to_string(),
-        ..Settings::default()
-    };
+    let mut s = Settings { model: model_name(obj)?.to_string(), ..Settings::default() };
     if style == Style::Gemini {
         s.model = gemini_model(&s.model)?;
     }
@@ -207,13 +176,9 @@ fn read_settings(style: Style, obj: &Map<String, Value>) -> Result<Settings, Tra
                     .as_u64()
                     .filter(|n| *n >= 1)
                     .and_then(|n| u32::try_from(n).ok())
-                    .ok_or_else(|| {
-                        TranslateError::invalid(k, format!("`{k}` must be a positive integer"))
-                    })?;
+                    .ok_or_else(|| TranslateError::invalid(k, format!("`{k}` must be a positive integer")))?;
                 // The newer name wins when both are given, whatever their order.
-                let newer_given = obj
-                    .get("max_completion_tokens")
-                    .is_some_and(|v| !v.is_null());
+                let newer_given = obj.get("max_completion_tokens").is_some_and(|v| !v.is_null());
                 if k == "max_completion_tokens" || !newer_given {
                     s.max_tokens = Some(n);
                 }
@@ -250,9 +215,8 @@ fn read_settings(style: Style, obj: &Map<String, Value>) -> Result<Settings, Tra
                 }
             }
             "user" | "safety_identifier" => {
-                let user = value
-                    .as_str()
-                    .ok_or_else(|| TranslateError::invalid(k, format!("`{k}` must be a string")))?;
+                let user =
+                    value.as_str().ok_or_else(|| TranslateError::invalid(k, format!("`{k}` must be a string")))?;
                 match &s.user {
                     Some((_, prev)) if prev != user => {
                         return Err(TranslateError::invalid(
@@ -261,19 +225,14 @@ fn read_settings(style: Style, obj: &Map<String, Value>) -> Result<Settings, Tra
                         ));
                     }
                     _ => {
-                        let key = if k == "user" {
-                            "user"
-                        } else {
-                            "safety_identifier"
-                        };
+                        let key = if k == "user" { "user" } else { "safety_identifier" };
                         s.user = Some((key, user.to_string()));
                     }
                 }
             }
             "reasoning_effort" => {
-                let effort = value.as_str().ok_or_else(|| {
-                    TranslateError::invalid(k, "`reasoning_effort` must be a string")
-                })?;
+                let effort =
+                    value.as_str().ok_or_else(|| TranslateError::invalid(k, "`reasoning_effort` must be a string"))?;
                 s.effort = Some(effort.to_string());
             }
             "tool_choice" => s.choice = Some(read_choice(value)?),
@@ -298,11 +257,7 @@ fn read_settings(style: Style, obj: &Map<String, Value>) -> Result<Settings, Tra
             | "function_call"
             | "prompt_cache_key"
             | "prompt_cache_retention" => {
-                return Err(TranslateError::unsupported(
-                    k,
-                    style,
-                    "the upstream API has no such setting",
-                ));
+                return Err(TranslateError::unsupported(k, style, "the upstream API has no such setting"));
             }
             _ => return Err(unknown(k)),
         }
@@ -317,16 +272,11 @@ fn gemini_model(model: &str) -> Result<String, TranslateError> {
     let name = model.strip_prefix("models/").unwrap_or(model);
     let ok = !name.is_empty()
         && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
     if ok {
         Ok(name.to_string())
     } else {
-        Err(TranslateError::invalid(
-            "model",
-            format!("{model:?} is not a valid Gemini model name"),
-        ))
+        Err(TranslateError::invalid("model", format!("{model:?} is not a valid Gemini model name")))
     }
 }
 
@@ -337,15 +287,12 @@ fn read_stop(value: &Value) -> Result<Vec<String>, TranslateError> {
             .iter()
             .enumerate()
             .map(|(i, v)| {
-                v.as_str().map(str::to_string).ok_or_else(|| {
-                    TranslateError::invalid(format!("stop[{i}]"), "must be a string")
-                })
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| TranslateError::invalid(format!("stop[{i}]"), "must be a string"))
             })
             .collect(),
-        _ => Err(TranslateError::invalid(
-            "stop",
-            "`stop` must be a string or an array of strings",
-        )),
+        _ => Err(TranslateError::invalid("stop", "`stop` must be a string or an array of strings")),
     }
 }
 
@@ -355,21 +302,14 @@ fn read_format(value: &Value) -> Result<Format, TranslateError> {
         Some("text") => Ok(Format::Text),
         Some("json_object") => Ok(Format::JsonObject),
         Some("json_schema") => {
-            let schema = value
-                .pointer("/json_schema/schema")
-                .filter(|s| s.is_object())
-                .ok_or_else(|| {
-                    TranslateError::invalid(
-                        "response_format.json_schema.schema",
-                        "a JSON schema object is required",
-                    )
-                })?;
+            let schema = value.pointer("/json_schema/schema").filter(|s| s.is_object()).ok_or_else(|| {
+                TranslateError::invalid("response_format.json_schema.schema", "a JSON schema object is required")
+            })?;
             Ok(Format::JsonSchema(schema.clone()))
         }
-        _ => Err(TranslateError::invalid(
-            "response_format.type",
-            "must be one of `text`, `json_object`, `json_schema`",
-        )),
+        _ => {
+            Err(TranslateError::invalid("response_format.type", "must be one of `text`, `json_object`, `json_schema`"))
+        }
     }
 }
 
@@ -379,10 +319,7 @@ fn read_choice(value: &Value) -> Result<Choice, TranslateError> {
             "auto" => Ok(Choice::Auto),
             "required" => Ok(Choice::Required),
             "none" => Ok(Choice::None),
-            _ => Err(TranslateError::invalid(
-                "tool_choice",
-                format!("unknown tool_choice {s:?}"),
-            )),
+            _ => Err(TranslateError::invalid("tool_choice", format!("unknown tool_choice {s:?}"))),
         },
         Value::Object(o) => match o.get("type").and_then(Value::as_str) {
             Some("function") => o
@@ -391,27 +328,14 @@ fn read_choice(value: &Value) -> Result<Choice, TranslateError> {
                 .and_then(Value::as_str)
                 .filter(|n| !n.is_empty())
                 .map(|n| Choice::Named(n.to_string()))
-                .ok_or_else(|| {
-                    TranslateError::invalid(
-                        "tool_choice.function.name",
-                        "a function name is required",
-                    )
-                }),
+                .ok_or_else(|| TranslateError::invalid("tool_choice.function.name", "a function name is required")),
             Some(other) => Err(TranslateError::invalid(
                 "tool_choice.type",
-                format!(
-                    "tool_choice type {other:?} cannot be translated (only `function` tools are)"
-                ),
+                format!("tool_choice type {other:?} cannot be translated (only `function` tools are)"),
             )),
-            None => Err(TranslateError::invalid(
-                "tool_choice.type",
-                "a tool_choice object needs a `type`",
-            )),
+            None => Err(TranslateError::invalid("tool_choice.type", "a tool_choice object needs a `type`")),
         },
-        _ => Err(TranslateError::invalid(
-            "tool_choice",
-            "must be a string or an object",
-        )),
+        _ => Err(TranslateError::invalid("tool_choice", "must be a string or an object")),
     }
 }
 
@@ -427,11 +351,7 @@ fn anthropic_settings(
     if let Some(t) = &s.temperature {
         // Anthropic's range is 0…1; rescaling OpenAI's 0…2 would change what the caller asked for.
         if !t.as_f64().is_some_and(|t| (0.0..=1.0).contains(&t)) {
-            return Err(TranslateError::unsupported(
-                "temperature",
-                T,
-                "the range there is 0 to 1",
-            ));
+            return Err(TranslateError::unsupported("temperature", T, "the range there is 0 to 1"));
         }
         out.insert("temperature".into(), Value::Number(t.clone()));
     }
@@ -441,17 +361,11 @@ fn anthropic_settings(
     if !s.stop.is_empty() {
         out.insert("stop_sequences".into(), json!(s.stop));
     }
-    for (param, value) in [
-        ("seed", &s.seed),
-        ("presence_penalty", &s.presence_penalty),
-        ("frequency_penalty", &s.frequency_penalty),
-    ] {
+    for (param, value) in
+        [("seed", &s.seed), ("presence_penalty", &s.presence_penalty), ("frequency_penalty", &s.frequency_penalty)]
+    {
         if value.is_some() {
-            return Err(TranslateError::unsupported(
-                param,
-                T,
-                "the Messages API has no such setting",
-            ));
+            return Err(TranslateError::unsupported(param, T, "the Messages API has no such setting"));
         }
     }
     if let Some((_, user)) = &s.user {
@@ -468,10 +382,7 @@ fn anthropic_settings(
             ))
         }
         Some(Format::JsonSchema(schema)) => {
-            output_config.insert(
-                "format".into(),
-                json!({ "type": "json_schema", "schema": schema }),
-            );
+            output_config.insert("format".into(), json!({ "type": "json_schema", "schema": schema }));
         }
     }
     if let Some(effort) = &s.effort {
@@ -523,11 +434,7 @@ fn gemini_settings(
 ) -> Result<(), TranslateError> {
     const T: Style = Style::Gemini;
     if let Some((key, _)) = &s.user {
-        return Err(TranslateError::unsupported(
-            *key,
-            T,
-            "generateContent has no end-user identifier",
-        ));
+        return Err(TranslateError::unsupported(*key, T, "generateContent has no end-user identifier"));
     }
     let mut config = match out.remove("generationConfig") {
         Some(Value::Object(c)) => c,
@@ -598,30 +505,21 @@ fn gemini_settings(
         Some(Choice::Named(name)) => Some(json!({ "mode": "ANY", "allowedFunctionNames": [name] })),
     };
     if let Some(config) = config {
-        out.insert(
-            "toolConfig".into(),
-            json!({ "functionCallingConfig": config }),
-        );
+        out.insert("toolConfig".into(), json!({ "functionCallingConfig": config }));
     }
     Ok(())
 }
 
 /// A choice that needs tools must have them, and a named one must name a declared tool.
-fn check_choice<'a>(
-    choice: Option<&'a Choice>,
-    tools: &[ToolDecl],
-) -> Result<Option<&'a Choice>, TranslateError> {
+fn check_choice<'a>(choice: Option<&'a Choice>, tools: &[ToolDecl]) -> Result<Option<&'a Choice>, TranslateError> {
     match choice {
-        Some(Choice::Required) if tools.is_empty() => Err(TranslateError::invalid(
-            "tool_choice",
-            "`required` needs at least one tool in `tools`",
-        )),
-        Some(Choice::Named(name)) if !tools.iter().any(|t| &t.name == name) => {
-            Err(TranslateError::invalid(
-                "tool_choice.function.name",
-                format!("tool_choice names {name:?}, which is not in `tools`"),
-            ))
+        Some(Choice::Required) if tools.is_empty() => {
+            Err(TranslateError::invalid("tool_choice", "`required` needs at least one tool in `tools`"))
         }
+        Some(Choice::Named(name)) if !tools.iter().any(|t| &t.name == name) => Err(TranslateError::invalid(
+            "tool_choice.function.name",
+            format!("tool_choice names {name:?}, which is not in `tools`"),
+        )),
         other => Ok(other),
     }
 }
@@ -640,34 +538,22 @@ pub(super) fn opt_bool(value: Option<&Value>, param: &str) -> Result<Option<bool
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(TranslateError::invalid(
-            param,
-            format!("`{param}` must be a boolean"),
-        )),
+        Some(_) => Err(TranslateError::invalid(param, format!("`{param}` must be a boolean"))),
     }
 }
 
-pub(super) fn opt_str<'a>(
-    value: Option<&'a Value>,
-    param: &str,
-) -> Result<Option<&'a str>, TranslateError> {
+pub(super) fn opt_str<'a>(value: Option<&'a Value>, param: &str) -> Result<Option<&'a str>, TranslateError> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(TranslateError::invalid(
-            param,
-            format!("`{param}` must be a string"),
-        )),
+        Some(_) => Err(TranslateError::invalid(param, format!("`{param}` must be a string"))),
     }
 }
 
 pub(super) fn number(value: &Value, param: &str) -> Result<Number, TranslateError> {
     match value {
         Value::Number(n) => Ok(n.clone()),
-        _ => Err(TranslateError::invalid(
-            param,
-            format!("`{param}` must be a number"),
-        )),
+        _ => Err(TranslateError::invalid(param, format!("`{param}` must be a number"))),
     }
 }
 
@@ -677,19 +563,8 @@ mod tests {
 
     #[test]
     fn gemini_model_names_cannot_change_the_path() {
-        assert_eq!(
-            gemini_model("models/gemini-2.5-flash").unwrap(),
-            "gemini-2.5-flash"
-        );
-        for bad in [
-            "../files",
-            "a/b",
-            "x:generateContent?key=1",
-            "",
-            "models/",
-            "a b",
-            ".hidden",
-        ] {
+        assert_eq!(gemini_model("models/gemini-2.5-flash").unwrap(), "gemini-2.5-flash");
+        for bad in ["../files", "a/b", "x:generateContent?key=1", "", "models/", "a b", ".hidden"] {
             assert!(gemini_model(bad).is_err(), "{bad:?} accepted");
         }
     }

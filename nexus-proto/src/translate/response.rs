@@ -20,15 +20,11 @@ pub fn response_to_openai(style: Style, body: &[u8], model: &str) -> Result<Valu
 
 /// [`response_to_openai`] with the completion's id, model and creation time
 /// given (an empty `meta.id` is derived from the response).
-pub fn response_to_openai_with(
-    style: Style,
-    body: &[u8],
-    meta: &CompletionMeta,
-) -> Result<Value, TranslateError> {
+pub fn response_to_openai_with(style: Style, body: &[u8], meta: &CompletionMeta) -> Result<Value, TranslateError> {
     if style == Style::OpenAi {
         // Already the right shape: handed back as it came, errors included.
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|e| remote_error_to_openai(&DecodeError::from(e).into()))?;
+        let value: Value =
+            serde_json::from_slice(body).map_err(|e| remote_error_to_openai(&DecodeError::from(e).into()))?;
         if value.get("error").is_some_and(|e| !e.is_null()) {
             return Err(error_to_openai(style, 0, body));
         }
@@ -36,9 +32,7 @@ pub fn response_to_openai_with(
     }
     let meta = resolved(meta, body);
     let mut ids = call_ids(&meta);
-    let turn = style
-        .decode_response(body, &mut ids)
-        .map_err(|e| remote_error_to_openai(&e))?;
+    let turn = style.decode_response(body, &mut ids).map_err(|e| remote_error_to_openai(&e))?;
     Ok(turn_to_openai(&turn, &meta))
 }
 
@@ -49,10 +43,7 @@ pub(crate) fn resolved(meta: &CompletionMeta, body: &[u8]) -> CompletionMeta {
         return meta.clone();
     }
     let token = provider_id(body).unwrap_or_else(|| format!("{:016x}", fingerprint(body)));
-    CompletionMeta {
-        id: format!("chatcmpl-{token}"),
-        ..meta.clone()
-    }
+    CompletionMeta { id: format!("chatcmpl-{token}"), ..meta.clone() }
 }
 
 /// The generator for ids of calls the provider sent without one.
@@ -64,14 +55,8 @@ pub(crate) fn call_ids(meta: &CompletionMeta) -> CallIds {
 /// `responseId`), reduced to characters safe in any id.
 pub(crate) fn provider_id(body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
-    let raw = ["/id", "/responseId", "/message/id"]
-        .iter()
-        .find_map(|p| v.pointer(p).and_then(Value::as_str))?;
-    let clean: String = raw
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
-        .take(48)
-        .collect();
+    let raw = ["/id", "/responseId", "/message/id"].iter().find_map(|p| v.pointer(p).and_then(Value::as_str))?;
+    let clean: String = raw.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-')).take(48).collect();
     (!clean.is_empty()).then_some(clean)
 }
 
@@ -82,17 +67,10 @@ pub(crate) fn provider_id(body: &[u8]) -> Option<String> {
 /// `reasoning_content`, as compatible servers send it.
 pub fn turn_to_openai(turn: &TurnResponse, meta: &CompletionMeta) -> Value {
     let text = turn.text();
-    let calls: Vec<Value> = turn
-        .tool_calls()
-        .map(|c| tool_call_json(&c.id, &c.name, &c.arguments))
-        .collect();
+    let calls: Vec<Value> = turn.tool_calls().map(|c| tool_call_json(&c.id, &c.name, &c.arguments)).collect();
     let mut message = Map::new();
     message.insert("role".into(), json!("assistant"));
-    let content = if text.is_empty() && !calls.is_empty() {
-        Value::Null
-    } else {
-        Value::String(text)
-    };
+    let content = if text.is_empty() && !calls.is_empty() { Value::Null } else { Value::String(text) };
     message.insert("content".into(), content);
     message.insert("refusal".into(), Value::Null);
     let reasoning = reasoning_text(turn);
@@ -142,11 +120,7 @@ fn reasoning_text(turn: &TurnResponse) -> String {
 /// `{id, type:"function", function:{name, arguments}}`. A call with no
 /// argument text at all says `{}`, the text of "no arguments".
 pub(crate) fn tool_call_json(id: &str, name: &str, arguments: &str) -> Value {
-    let arguments = if arguments.is_empty() {
-        "{}"
-    } else {
-        arguments
-    };
+    let arguments = if arguments.is_empty() { "{}" } else { arguments };
     json!({ "id": id, "type": "function", "function": { "name": name, "arguments": arguments } })
 }
 
@@ -185,22 +159,14 @@ fn provider_error_to_openai(p: &ProviderError) -> TranslateError {
     } else {
         p.message.clone()
     };
-    TranslateError {
-        status,
-        message,
-        kind: openai_type(status).to_string(),
-        param: None,
-        code: Some(p.kind.clone()),
-    }
+    TranslateError { status, message, kind: openai_type(status).to_string(), param: None, code: Some(p.kind.clone()) }
 }
 
 /// The status an error type stands for when it came without one (mid-stream,
 /// or an error body with a success status).
 fn status_of_kind(kind: &str) -> u16 {
     match kind {
-        "invalid_request_error" | "INVALID_ARGUMENT" | "FAILED_PRECONDITION" | "OUT_OF_RANGE" => {
-            400
-        }
+        "invalid_request_error" | "INVALID_ARGUMENT" | "FAILED_PRECONDITION" | "OUT_OF_RANGE" => 400,
         "authentication_error" | "UNAUTHENTICATED" => 401,
         "permission_error" | "PERMISSION_DENIED" | "billing_error" => 403,
         "not_found_error" | "NOT_FOUND" => 404,
@@ -231,13 +197,9 @@ mod tests {
 
     #[test]
     fn statuses_are_kept_except_529() {
-        let body =
-            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        let body = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         let e = error_to_openai(Style::Anthropic, 529, body);
-        assert_eq!(
-            (e.status, e.kind.as_str(), e.message.as_str()),
-            (503, "server_error", "Overloaded")
-        );
+        assert_eq!((e.status, e.kind.as_str(), e.message.as_str()), (503, "server_error", "Overloaded"));
         assert_eq!(e.code.as_deref(), Some("overloaded_error"));
         let e = error_to_openai(Style::Anthropic, 429, body);
         assert_eq!((e.status, e.kind.as_str()), (429, "rate_limit_error"));
@@ -247,26 +209,14 @@ mod tests {
     fn an_error_without_status_takes_it_from_its_kind() {
         let body = br#"{"error":{"code":400,"message":"bad","status":"INVALID_ARGUMENT"}}"#;
         let e = error_to_openai(Style::Gemini, 0, body);
-        assert_eq!(
-            (e.status, e.kind.as_str(), e.message.as_str()),
-            (400, "invalid_request_error", "bad")
-        );
+        assert_eq!((e.status, e.kind.as_str(), e.message.as_str()), (400, "invalid_request_error", "bad"));
     }
 
     #[test]
     fn provider_ids_are_reduced_to_safe_characters() {
-        assert_eq!(
-            provider_id(br#"{"id":"msg_01/x y"}"#).as_deref(),
-            Some("msg_01xy")
-        );
-        assert_eq!(
-            provider_id(br#"{"responseId":"wOd8ab"}"#).as_deref(),
-            Some("wOd8ab")
-        );
-        assert_eq!(
-            provider_id(br#"{"type":"message_start","message":{"id":"msg_9"}}"#).as_deref(),
-            Some("msg_9")
-        );
+        assert_eq!(provider_id(br#"{"id":"msg_01/x y"}"#).as_deref(), Some("msg_01xy"));
+        assert_eq!(provider_id(br#"{"responseId":"wOd8ab"}"#).as_deref(), Some("wOd8ab"));
+        assert_eq!(provider_id(br#"{"type":"message_start","message":{"id":"msg_9"}}"#).as_deref(), Some("msg_9"));
         assert_eq!(provider_id(b"not json"), None);
     }
 }

@@ -98,10 +98,7 @@ impl StreamTranslator {
                 // every Gemini chunk); the fingerprint is the fallback.
                 let body = event.data.as_bytes();
                 self.meta = match provider_id(body) {
-                    Some(token) => CompletionMeta {
-                        id: format!("chatcmpl-{token}"),
-                        ..self.meta.clone()
-                    },
+                    Some(token) => CompletionMeta { id: format!("chatcmpl-{token}"), ..self.meta.clone() },
                     None => resolved(&self.meta, body),
                 };
             }
@@ -135,10 +132,7 @@ impl StreamTranslator {
         self.finished = true;
         if self.style == Style::OpenAi {
             if !self.done_seen {
-                self.fail(
-                    truncated("the upstream stream ended before `data: [DONE]`"),
-                    &mut out,
-                );
+                self.fail(truncated("the upstream stream ended before `data: [DONE]`"), &mut out);
             }
             return out;
         }
@@ -279,20 +273,13 @@ mod tests {
     use super::*;
 
     fn ev(data: &str) -> SseEvent {
-        SseEvent {
-            event: None,
-            data: data.to_string(),
-            id: None,
-        }
+        SseEvent { event: None, data: data.to_string(), id: None }
     }
 
     #[test]
     fn openai_events_pass_through() {
         let mut t = StreamTranslator::new(Style::OpenAi, "m", false);
-        assert_eq!(
-            t.push(&ev("{\"a\":1}")),
-            vec!["data: {\"a\":1}\n\n".to_string()]
-        );
+        assert_eq!(t.push(&ev("{\"a\":1}")), vec!["data: {\"a\":1}\n\n".to_string()]);
         assert_eq!(t.push(&ev("[DONE]")), vec!["data: [DONE]\n\n".to_string()]);
         assert!(t.push(&ev("{}")).is_empty());
         assert!(t.finish().is_empty());
@@ -321,9 +308,6 @@ mod tests {
 
     #[test]
     fn multi_line_data_keeps_its_lines() {
-        assert_eq!(
-            sse_line(Some("error"), "a\nb"),
-            "event: error\ndata: a\ndata: b\n\n"
-        );
+        assert_eq!(sse_line(Some("error"), "a\nb"), "event: error\ndata: a\ndata: b\n\n");
     }
 }

@@ -23,7 +23,10 @@ impl Turn {
         Turn { text: Some(t.into()), calls: vec![] }
     }
     pub fn calls(calls: &[(&str, &str, &str)]) -> Turn {
-        Turn { text: None, calls: calls.iter().map(|(i, n, a)| (i.to_string(), n.to_string(), a.to_string())).collect() }
+        Turn {
+            text: None,
+            calls: calls.iter().map(|(i, n, a)| (i.to_string(), n.to_string(), a.to_string())).collect(),
+        }
     }
 }
 
@@ -72,7 +75,10 @@ pub fn wire(style: Style, turn: &Turn, stream: bool) -> Vec<u8> {
             for (i, (id, n, a)) in turn.calls.iter().enumerate() {
                 out += &format!(
                     "data: {}\n\n",
-                    chunk(json!({"tool_calls":[{"index":i,"id":id,"type":"function","function":{"name":n,"arguments":""}}]}), Value::Null)
+                    chunk(
+                        json!({"tool_calls":[{"index":i,"id":id,"type":"function","function":{"name":n,"arguments":""}}]}),
+                        Value::Null
+                    )
                 );
                 for piece in split3(a) {
                     out += &format!(
@@ -110,26 +116,44 @@ pub fn wire(style: Style, turn: &Turn, stream: bool) -> Vec<u8> {
         (Style::Anthropic, true) => {
             let mut out = String::new();
             let mut ev = |name: &str, data: Value| out += &format!("event: {name}\ndata: {data}\n\n");
-            ev("message_start", json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}));
+            ev(
+                "message_start",
+                json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}),
+            );
             let mut idx = 0;
             if let Some(t) = &turn.text {
-                ev("content_block_start", json!({"type":"content_block_start","index":idx,"content_block":{"type":"text","text":""}}));
+                ev(
+                    "content_block_start",
+                    json!({"type":"content_block_start","index":idx,"content_block":{"type":"text","text":""}}),
+                );
                 for piece in split3(t) {
-                    ev("content_block_delta", json!({"type":"content_block_delta","index":idx,"delta":{"type":"text_delta","text":piece}}));
+                    ev(
+                        "content_block_delta",
+                        json!({"type":"content_block_delta","index":idx,"delta":{"type":"text_delta","text":piece}}),
+                    );
                 }
                 ev("content_block_stop", json!({"type":"content_block_stop","index":idx}));
                 idx += 1;
             }
             for (id, n, a) in &turn.calls {
-                ev("content_block_start", json!({"type":"content_block_start","index":idx,"content_block":{"type":"tool_use","id":id,"name":n,"input":{}}}));
+                ev(
+                    "content_block_start",
+                    json!({"type":"content_block_start","index":idx,"content_block":{"type":"tool_use","id":id,"name":n,"input":{}}}),
+                );
                 for piece in split3(a) {
-                    ev("content_block_delta", json!({"type":"content_block_delta","index":idx,"delta":{"type":"input_json_delta","partial_json":piece}}));
+                    ev(
+                        "content_block_delta",
+                        json!({"type":"content_block_delta","index":idx,"delta":{"type":"input_json_delta","partial_json":piece}}),
+                    );
                 }
                 ev("content_block_stop", json!({"type":"content_block_stop","index":idx}));
                 idx += 1;
             }
             let stop = if turn.calls.is_empty() { "end_turn" } else { "tool_use" };
-            ev("message_delta", json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},"usage":{"output_tokens":5}}));
+            ev(
+                "message_delta",
+                json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},"usage":{"output_tokens":5}}),
+            );
             ev("message_stop", json!({"type":"message_stop"}));
             out.into_bytes()
         }

@@ -18,10 +18,7 @@ pub fn python() -> Option<PathBuf> {
     if py.exists() {
         Some(py)
     } else {
-        println!(
-            "skipped: no oracle interpreter at {} (set NEXUS_ORACLE_PY)",
-            py.display()
-        );
+        println!("skipped: no oracle interpreter at {} (set NEXUS_ORACLE_PY)", py.display());
         None
     }
 }
@@ -83,8 +80,7 @@ for line in sys.stdin:
     let mut input = String::new();
     for job in jobs {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
-        let file =
-            std::env::temp_dir().join(format!("nexus-translate-{}-{n}.txt", std::process::id()));
+        let file = std::env::temp_dir().join(format!("nexus-translate-{}-{n}.txt", std::process::id()));
         std::fs::write(&file, &job.bytes).expect("write the oracle input");
         let mut argv = vec![job.style.to_string(), file.display().to_string()];
         argv.extend(job.args.iter().map(|a| a.to_string()));
@@ -112,8 +108,8 @@ for line in sys.stdin:
     let verdicts: Vec<Verdict> = stdout
         .lines()
         .map(|line| {
-            let v: serde_json::Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("oracle driver output ({e}): {line}"));
+            let v: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("oracle driver output ({e}): {line}"));
             Verdict {
                 ok: v["rc"] == 0,
                 stdout: v["stdout"].as_str().unwrap_or_default().to_string(),
@@ -121,23 +117,13 @@ for line in sys.stdin:
             }
         })
         .collect();
-    assert_eq!(
-        verdicts.len(),
-        jobs.len(),
-        "the oracle driver stopped early: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(verdicts.len(), jobs.len(), "the oracle driver stopped early: {}", String::from_utf8_lossy(&out.stderr));
     Some(verdicts)
 }
 
 /// Runs `shared/oracles/SCRIPT STYLE FILE ARGS…` on `bytes`.
 pub fn oracle(script: &str, style: &str, bytes: &[u8], args: &[&str]) -> Option<Verdict> {
-    let job = Job {
-        script,
-        style,
-        bytes: bytes.to_vec(),
-        args: args.to_vec(),
-    };
+    let job = Job { script, style, bytes: bytes.to_vec(), args: args.to_vec() };
     oracle_batch(std::slice::from_ref(&job)).and_then(|mut v| v.pop())
 }
 
@@ -185,8 +171,7 @@ pub fn assemble(lines: &[String]) -> Assembled {
             a.done = true;
             continue;
         }
-        let v: Value = serde_json::from_str(data)
-            .unwrap_or_else(|e| panic!("chunk is not JSON ({e}): {data}"));
+        let v: Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("chunk is not JSON ({e}): {data}"));
         if let Some(err) = v.get("error") {
             a.error = Some(err.clone());
             continue;
@@ -200,35 +185,20 @@ pub fn assemble(lines: &[String]) -> Assembled {
             if let Some(r) = delta["role"].as_str() {
                 a.role = Some(r.to_string());
             }
-            a.text
-                .push_str(delta["content"].as_str().unwrap_or_default());
-            a.reasoning
-                .push_str(delta["reasoning_content"].as_str().unwrap_or_default());
+            a.text.push_str(delta["content"].as_str().unwrap_or_default());
+            a.reasoning.push_str(delta["reasoning_content"].as_str().unwrap_or_default());
             for tc in delta["tool_calls"].as_array().into_iter().flatten() {
-                let index = tc["index"]
-                    .as_u64()
-                    .expect("every tool-call delta has an index")
-                    as usize;
+                let index = tc["index"].as_u64().expect("every tool-call delta has an index") as usize;
                 if index == a.calls.len() {
-                    let id = tc["id"]
-                        .as_str()
-                        .expect("the first delta of a call carries its id");
-                    let name = tc["function"]["name"]
-                        .as_str()
-                        .expect("the first delta of a call carries its name");
+                    let id = tc["id"].as_str().expect("the first delta of a call carries its id");
+                    let name = tc["function"]["name"].as_str().expect("the first delta of a call carries its name");
                     assert_eq!(tc["type"], "function");
-                    a.calls
-                        .push((id.to_string(), name.to_string(), String::new()));
+                    a.calls.push((id.to_string(), name.to_string(), String::new()));
                 } else {
                     assert!(index < a.calls.len(), "tool-call index {index} skips ahead");
-                    assert!(
-                        tc.get("id").is_none_or(Value::is_null),
-                        "a later delta repeats the id"
-                    );
+                    assert!(tc.get("id").is_none_or(Value::is_null), "a later delta repeats the id");
                 }
-                a.calls[index]
-                    .2
-                    .push_str(tc["function"]["arguments"].as_str().unwrap_or_default());
+                a.calls[index].2.push_str(tc["function"]["arguments"].as_str().unwrap_or_default());
             }
             if let Some(f) = choice["finish_reason"].as_str() {
                 a.finish = Some(f.to_string());

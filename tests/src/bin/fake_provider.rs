@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use nexus_tests::fake::{FakeProvider, Scripts};
 
-const USAGE: &str =
-    "usage: fake-provider --scripts FILE.json [--port N] [--api-key K] [--exit-after SECS]";
+const USAGE: &str = "usage: fake-provider --scripts FILE.json [--port N] [--api-key K] [--exit-after SECS]";
 
 struct Args {
     scripts: String,
@@ -29,30 +28,17 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
         match arg.as_str() {
             "--scripts" => scripts = Some(value("--scripts")?),
-            "--port" => {
-                port = value("--port")?
-                    .parse()
-                    .map_err(|e| format!("--port: {e}"))?
-            }
+            "--port" => port = value("--port")?.parse().map_err(|e| format!("--port: {e}"))?,
             "--api-key" => api_key = Some(value("--api-key")?),
             "--exit-after" => {
-                exit_after = Some(
-                    value("--exit-after")?
-                        .parse()
-                        .map_err(|e| format!("--exit-after: {e}"))?,
-                )
+                exit_after = Some(value("--exit-after")?.parse().map_err(|e| format!("--exit-after: {e}"))?)
             }
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
     let scripts = scripts.ok_or_else(|| format!("--scripts is required\n{USAGE}"))?;
-    Ok(Args {
-        scripts,
-        port,
-        api_key,
-        exit_after,
-    })
+    Ok(Args { scripts, port, api_key, exit_after })
 }
 
 fn main() -> ExitCode {
@@ -88,15 +74,10 @@ fn main() -> ExitCode {
         }
     };
     let mut stdout = std::io::stdout();
-    if writeln!(stdout, "{{\"addr\":\"{}\"}}", fake.addr())
-        .and_then(|()| stdout.flush())
-        .is_err()
-    {
+    if writeln!(stdout, "{{\"addr\":\"{}\"}}", fake.addr()).and_then(|()| stdout.flush()).is_err() {
         return ExitCode::FAILURE;
     }
-    let deadline = args
-        .exit_after
-        .map(|s| Instant::now() + Duration::from_secs(s));
+    let deadline = args.exit_after.map(|s| Instant::now() + Duration::from_secs(s));
     loop {
         std::thread::sleep(Duration::from_millis(200));
         if deadline.is_some_and(|d| Instant::now() >= d) {

@@ -6,8 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::http::Request;
 use super::wire::{
-    argument_fragments, neutral_stop, stable_id, to_json, to_pretty, word_pieces, Args, Ctx,
-    Parsed, Reject,
+    argument_fragments, neutral_stop, stable_id, to_json, to_pretty, word_pieces, Args, Ctx, Parsed, Reject,
 };
 
 /// The error `type` Anthropic uses for a status.
@@ -59,16 +58,10 @@ struct ErrorBody<'a> {
 pub fn error(status: u16, message: &str) -> Reject {
     let body = ErrorBody {
         kind: "error",
-        error: ErrorDetail {
-            kind: kind_for(status),
-            message,
-        },
+        error: ErrorDetail { kind: kind_for(status), message },
         request_id: stable_id("req_011C", &[message, &status.to_string()], 20),
     };
-    Reject {
-        status,
-        body: to_json(&body).into_bytes(),
-    }
+    Reject { status, body: to_json(&body).into_bytes() }
 }
 
 /// The body Anthropic sends with an error status.
@@ -124,9 +117,7 @@ fn role(m: &Value) -> &str {
 }
 
 fn blocks(m: &Value) -> &[Value] {
-    m.get("content")
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
+    m.get("content").and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 
 fn block_type(b: &Value) -> &str {
@@ -153,18 +144,13 @@ fn tool_result_texts(messages: &[Value]) -> Vec<String> {
 
 /// The tool_use/tool_result pairing rules the API enforces with a 400.
 pub fn check_balance(body: &Value) -> Result<(), Reject> {
-    let messages = body
-        .get("messages")
-        .and_then(Value::as_array)
-        .map_or(&[][..], Vec::as_slice);
+    let messages = body.get("messages").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
     for (i, m) in messages.iter().enumerate() {
         if role(m) == "user" {
             let prev_ids: Vec<&str> = match i.checked_sub(1).and_then(|p| messages.get(p)) {
-                Some(p) if role(p) == "assistant" => blocks(p)
-                    .iter()
-                    .filter(|b| block_type(b) == "tool_use")
-                    .map(|b| str_field(b, "id"))
-                    .collect(),
+                Some(p) if role(p) == "assistant" => {
+                    blocks(p).iter().filter(|b| block_type(b) == "tool_use").map(|b| str_field(b, "id")).collect()
+                }
                 _ => Vec::new(),
             };
             for (k, b) in blocks(m).iter().enumerate() {
@@ -215,18 +201,9 @@ pub fn check_balance(body: &Value) -> Result<(), Reject> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Block<'a> {
-    Thinking {
-        thinking: &'a str,
-        signature: &'a str,
-    },
-    Text {
-        text: String,
-    },
-    ToolUse {
-        id: String,
-        name: &'a str,
-        input: Args,
-    },
+    Thinking { thinking: &'a str, signature: &'a str },
+    Text { text: String },
+    ToolUse { id: String, name: &'a str, input: Args },
 }
 
 #[derive(Serialize)]
@@ -287,22 +264,13 @@ fn message<'a>(ctx: &Ctx<'a>, content: Vec<Block<'a>>, done: bool) -> Message<'a
 pub fn body(ctx: &Ctx<'_>) -> Vec<u8> {
     let mut content = Vec::new();
     if let Some(t) = &ctx.turn.thinking {
-        content.push(Block::Thinking {
-            thinking: &t.text,
-            signature: &t.signature,
-        });
+        content.push(Block::Thinking { thinking: &t.text, signature: &t.signature });
     }
     if let Some(text) = ctx.text() {
-        content.push(Block::Text {
-            text: text.into_owned(),
-        });
+        content.push(Block::Text { text: text.into_owned() });
     }
     for (i, call) in ctx.turn.tool_calls.iter().enumerate() {
-        content.push(Block::ToolUse {
-            id: ctx.call_id(i, "toolu_01"),
-            name: &call.name,
-            input: Args::of(call),
-        });
+        content.push(Block::ToolUse { id: ctx.call_id(i, "toolu_01"), name: &call.name, input: Args::of(call) });
     }
     to_json(&message(ctx, content, true)).into_bytes()
 }
@@ -315,18 +283,9 @@ fn event(name: &str, data: &str) -> Vec<u8> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum StartBlock<'a> {
-    Thinking {
-        thinking: &'static str,
-        signature: &'static str,
-    },
-    Text {
-        text: &'static str,
-    },
-    ToolUse {
-        id: String,
-        name: &'a str,
-        input: Map<String, Value>,
-    },
+    Thinking { thinking: &'static str, signature: &'static str },
+    Text { text: &'static str },
+    ToolUse { id: String, name: &'a str, input: Map<String, Value> },
 }
 
 /// A `content_block_delta` payload (`thinking_delta`, `signature_delta`, …).
@@ -358,24 +317,11 @@ struct OutputUsage {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Event<'a> {
-    MessageStart {
-        message: Message<'a>,
-    },
-    ContentBlockStart {
-        index: usize,
-        content_block: StartBlock<'a>,
-    },
-    ContentBlockDelta {
-        index: usize,
-        delta: Delta,
-    },
-    ContentBlockStop {
-        index: usize,
-    },
-    MessageDelta {
-        delta: StopDelta,
-        usage: OutputUsage,
-    },
+    MessageStart { message: Message<'a> },
+    ContentBlockStart { index: usize, content_block: StartBlock<'a> },
+    ContentBlockDelta { index: usize, delta: Delta },
+    ContentBlockStop { index: usize },
+    MessageDelta { delta: StopDelta, usage: OutputUsage },
     MessageStop,
 }
 
@@ -402,82 +348,42 @@ const PING: &str = r#"{"type": "ping"}"#;
 pub fn events(ctx: &Ctx<'_>) -> Vec<Vec<u8>> {
     let mut blocks: Vec<(StartBlock<'_>, Vec<Delta>)> = Vec::new();
     if let Some(t) = &ctx.turn.thinking {
-        let mut deltas: Vec<Delta> = word_pieces(&t.text)
-            .into_iter()
-            .map(|thinking| Delta::Thinking { thinking })
-            .collect();
-        deltas.push(Delta::Signature {
-            signature: t.signature.clone(),
-        });
-        blocks.push((
-            StartBlock::Thinking {
-                thinking: "",
-                signature: "",
-            },
-            deltas,
-        ));
+        let mut deltas: Vec<Delta> =
+            word_pieces(&t.text).into_iter().map(|thinking| Delta::Thinking { thinking }).collect();
+        deltas.push(Delta::Signature { signature: t.signature.clone() });
+        blocks.push((StartBlock::Thinking { thinking: "", signature: "" }, deltas));
     }
     if ctx.text().is_some() {
-        let deltas = ctx
-            .text_pieces()
-            .into_iter()
-            .map(|text| Delta::Text { text })
-            .collect();
+        let deltas = ctx.text_pieces().into_iter().map(|text| Delta::Text { text }).collect();
         blocks.push((StartBlock::Text { text: "" }, deltas));
     }
     for (i, call) in ctx.turn.tool_calls.iter().enumerate() {
         // Like the API: an empty fragment first, then the JSON text in pieces.
-        let mut deltas = vec![Delta::InputJson {
-            partial_json: String::new(),
-        }];
+        let mut deltas = vec![Delta::InputJson { partial_json: String::new() }];
         deltas.extend(
-            argument_fragments(&call.arguments)
-                .into_iter()
-                .map(|partial_json| Delta::InputJson { partial_json }),
+            argument_fragments(&call.arguments).into_iter().map(|partial_json| Delta::InputJson { partial_json }),
         );
-        let start = StartBlock::ToolUse {
-            id: ctx.call_id(i, "toolu_01"),
-            name: &call.name,
-            input: Map::new(),
-        };
+        let start = StartBlock::ToolUse { id: ctx.call_id(i, "toolu_01"), name: &call.name, input: Map::new() };
         blocks.push((start, deltas));
     }
 
-    let mut out = vec![Event::MessageStart {
-        message: message(ctx, Vec::new(), false),
-    }
-    .sse()];
+    let mut out = vec![Event::MessageStart { message: message(ctx, Vec::new(), false) }.sse()];
     if blocks.is_empty() {
         out.push(event("ping", PING));
     }
     for (index, (start, deltas)) in blocks.into_iter().enumerate() {
-        out.push(
-            Event::ContentBlockStart {
-                index,
-                content_block: start,
-            }
-            .sse(),
-        );
+        out.push(Event::ContentBlockStart { index, content_block: start }.sse());
         if index == 0 {
             // The API sends one ping right after the first block starts.
             out.push(event("ping", PING));
         }
-        out.extend(
-            deltas
-                .into_iter()
-                .map(|delta| Event::ContentBlockDelta { index, delta }.sse()),
-        );
+        out.extend(deltas.into_iter().map(|delta| Event::ContentBlockDelta { index, delta }.sse()));
         out.push(Event::ContentBlockStop { index }.sse());
     }
     out.push(
         Event::MessageDelta {
-            delta: StopDelta {
-                stop_reason: stop_reason(ctx),
-                stop_sequence: None,
-            },
-            usage: OutputUsage {
-                output_tokens: ctx.turn.usage.output,
-            },
+            delta: StopDelta { stop_reason: stop_reason(ctx), stop_sequence: None },
+            usage: OutputUsage { output_tokens: ctx.turn.usage.output },
         }
         .sse(),
     );
@@ -487,18 +393,12 @@ pub fn events(ctx: &Ctx<'_>) -> Vec<Vec<u8>> {
 
 /// The in-stream error event the API sends when it is overloaded mid-answer.
 pub fn stream_error_event() -> Vec<u8> {
-    event(
-        "error",
-        r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#,
-    )
+    event("error", r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#)
 }
 
 /// An event whose data is cut off in the middle of its JSON.
 pub fn malformed_event() -> Vec<u8> {
-    event(
-        "content_block_delta",
-        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_del"#,
-    )
+    event("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_del"#)
 }
 
 /// A 200 body that is not JSON.

@@ -129,16 +129,9 @@ pub fn answer(style: Style, ctx: &Ctx<'_>, framing: Framing, fault: Option<&Faul
         return normal(style, ctx, framing);
     };
     match fault {
-        FaultKind::Status {
-            status,
-            retry_after,
-            body,
-        } => {
+        FaultKind::Status { status, retry_after, body } => {
             let reject = match body {
-                Some(b) => Reject {
-                    status: *status,
-                    body: b.clone().into_bytes(),
-                },
+                Some(b) => Reject { status: *status, body: b.clone().into_bytes() },
                 None => status_reject(style, *status, ctx.model),
             };
             let reply = reject_reply(reject);
@@ -155,16 +148,11 @@ pub fn answer(style: Style, ctx: &Ctx<'_>, framing: Framing, fault: Option<&Faul
         FaultKind::ResetAfterHeaders if streaming => {
             with_stream_cut(normal(style, ctx, framing), StreamCut::AfterPieces(0))
         }
-        FaultKind::ResetAfterHeaders => {
-            with_full_cut(normal(style, ctx, framing), FullCut::AfterHeaders)
+        FaultKind::ResetAfterHeaders => with_full_cut(normal(style, ctx, framing), FullCut::AfterHeaders),
+        FaultKind::ResetMidStream { after_events } if streaming => {
+            with_stream_cut(normal(style, ctx, framing), StreamCut::AfterPieces(*after_events))
         }
-        FaultKind::ResetMidStream { after_events } if streaming => with_stream_cut(
-            normal(style, ctx, framing),
-            StreamCut::AfterPieces(*after_events),
-        ),
-        FaultKind::ResetMidStream { .. } => {
-            with_full_cut(normal(style, ctx, framing), FullCut::Half)
-        }
+        FaultKind::ResetMidStream { .. } => with_full_cut(normal(style, ctx, framing), FullCut::Half),
         FaultKind::TruncatedChunked if streaming => {
             with_stream_cut(normal(style, ctx, framing), StreamCut::NoTerminator)
         }
@@ -197,10 +185,7 @@ pub fn answer(style: Style, ctx: &Ctx<'_>, framing: Framing, fault: Option<&Faul
         }
         FaultKind::MalformedJson => Reply::json(200, malformed_body(style)),
         FaultKind::HugeBody { bytes } => {
-            let huge = Ctx {
-                huge: Some(*bytes),
-                ..*ctx
-            };
+            let huge = Ctx { huge: Some(*bytes), ..*ctx };
             normal(style, &huge, framing)
         }
         FaultKind::StreamError { after_events } if streaming => {
@@ -213,9 +198,7 @@ pub fn answer(style: Style, ctx: &Ctx<'_>, framing: Framing, fault: Option<&Faul
             }
             r
         }
-        FaultKind::StreamError { .. } => {
-            reject_reply(status_reject(style, overloaded_status(style), ctx.model))
-        }
+        FaultKind::StreamError { .. } => reject_reply(status_reject(style, overloaded_status(style), ctx.model)),
     }
 }
 
@@ -225,18 +208,9 @@ mod tests {
 
     #[test]
     fn faults_cover_consecutive_attempts_in_order() {
-        let faults = vec![
-            Fault::status(429).times(2),
-            Fault::new(FaultKind::ResetBeforeHeaders),
-        ];
-        assert!(matches!(
-            select(&faults, 0),
-            Some(FaultKind::Status { status: 429, .. })
-        ));
-        assert!(matches!(
-            select(&faults, 1),
-            Some(FaultKind::Status { status: 429, .. })
-        ));
+        let faults = vec![Fault::status(429).times(2), Fault::new(FaultKind::ResetBeforeHeaders)];
+        assert!(matches!(select(&faults, 0), Some(FaultKind::Status { status: 429, .. })));
+        assert!(matches!(select(&faults, 1), Some(FaultKind::Status { status: 429, .. })));
         assert_eq!(select(&faults, 2), Some(&FaultKind::ResetBeforeHeaders));
         assert_eq!(select(&faults, 3), None);
         assert_eq!(select(&[], 0), None);

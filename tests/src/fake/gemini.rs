@@ -42,18 +42,9 @@ struct ErrorBody<'a> {
 
 /// An error body: `{"error":{"code","message","status"}}`.
 pub fn error(status: u16, message: &str) -> Reject {
-    let body = ErrorBody {
-        error: ErrorDetail {
-            code: status,
-            message,
-            status: status_word(status),
-            details: Vec::new(),
-        },
-    };
-    Reject {
-        status,
-        body: to_pretty(&body),
-    }
+    let body =
+        ErrorBody { error: ErrorDetail { code: status, message, status: status_word(status), details: Vec::new() } };
+    Reject { status, body: to_pretty(&body) }
 }
 
 /// The body Gemini sends with an error status.
@@ -82,10 +73,7 @@ pub fn unknown_model(model: &str) -> Reject {
 /// Checks `x-goog-api-key` or `?key=`. A missing key is a 403 and a wrong one
 /// a 400 `API_KEY_INVALID`, as the API answers.
 pub fn check_auth(req: &Request, key: &str) -> Result<(), Reject> {
-    let given = req
-        .header("x-goog-api-key")
-        .map(str::to_string)
-        .or_else(|| req.query_param("key"));
+    let given = req.header("x-goog-api-key").map(str::to_string).or_else(|| req.query_param("key"));
     match given {
         None => Err(error(
             403,
@@ -99,18 +87,8 @@ pub fn check_auth(req: &Request, key: &str) -> Result<(), Reject> {
                        "domain": "googleapis.com", "metadata": {"service": "generativelanguage.googleapis.com"}}),
                 json!({"@type": "type.googleapis.com/google.rpc.LocalizedMessage", "locale": "en-US", "message": message}),
             ];
-            let body = ErrorBody {
-                error: ErrorDetail {
-                    code: 400,
-                    message,
-                    status: "INVALID_ARGUMENT",
-                    details,
-                },
-            };
-            Err(Reject {
-                status: 400,
-                body: to_pretty(&body),
-            })
+            let body = ErrorBody { error: ErrorDetail { code: 400, message, status: "INVALID_ARGUMENT", details } };
+            Err(Reject { status: 400, body: to_pretty(&body) })
         }
         Some(_) => Ok(()),
     }
@@ -134,9 +112,7 @@ fn role(c: &Value) -> &str {
 }
 
 fn parts(c: &Value) -> &[Value] {
-    c.get("parts")
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
+    c.get("parts").and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 
 fn count(c: &Value, key: &str) -> usize {
@@ -150,12 +126,7 @@ pub fn parse(body: &Value, model: &str, stream: bool) -> Result<Parsed, Reject> 
     };
     let contents = match obj.get("contents") {
         Some(Value::Array(c)) if !c.is_empty() => c,
-        _ => {
-            return Err(error(
-                400,
-                "* GenerateContentRequest.contents: contents is not specified\n",
-            ))
-        }
+        _ => return Err(error(400, "* GenerateContentRequest.contents: contents is not specified\n")),
     };
     let mut tool_results = Vec::new();
     for c in contents {
@@ -177,26 +148,21 @@ pub fn parse(body: &Value, model: &str, stream: bool) -> Result<Parsed, Reject> 
 
 /// The functionCall/functionResponse pairing rules the API enforces with a 400.
 pub fn check_balance(body: &Value) -> Result<(), Reject> {
-    let contents = body
-        .get("contents")
-        .and_then(Value::as_array)
-        .map_or(&[][..], Vec::as_slice);
+    let contents = body.get("contents").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
     for (i, c) in contents.iter().enumerate() {
         let responses = count(c, "functionResponse");
         if responses > 0 {
-            let prev_calls = i
-                .checked_sub(1)
-                .and_then(|p| contents.get(p))
-                .map_or(0, |p| count(p, "functionCall"));
+            let prev_calls = i.checked_sub(1).and_then(|p| contents.get(p)).map_or(0, |p| count(p, "functionCall"));
             if prev_calls == 0 {
-                return Err(error(400, "Please ensure that function response turn comes immediately after a function call turn."));
+                return Err(error(
+                    400,
+                    "Please ensure that function response turn comes immediately after a function call turn.",
+                ));
             }
         }
         let calls = count(c, "functionCall");
         if calls > 0 {
-            let answered = contents
-                .get(i + 1)
-                .map_or(0, |n| count(n, "functionResponse"));
+            let answered = contents.get(i + 1).map_or(0, |n| count(n, "functionResponse"));
             if answered != calls {
                 return Err(error(
                     400,
@@ -285,10 +251,7 @@ fn usage(ctx: &Ctx<'_>, done: bool) -> UsageMetadata {
         prompt_token_count: u.input,
         candidates_token_count: done.then_some(u.output),
         total_token_count: if done { u.input + u.output } else { u.input },
-        prompt_tokens_details: vec![ModalityCount {
-            modality: "TEXT",
-            token_count: u.input,
-        }],
+        prompt_tokens_details: vec![ModalityCount { modality: "TEXT", token_count: u.input }],
     }
 }
 
@@ -309,18 +272,11 @@ fn call_parts<'a>(ctx: &Ctx<'a>) -> Vec<Part<'a>> {
 }
 
 fn text_part(text: String) -> Part<'static> {
-    Part {
-        text: Some(text),
-        ..Part::default()
-    }
+    Part { text: Some(text), ..Part::default() }
 }
 
 fn thought_part(text: String) -> Part<'static> {
-    Part {
-        text: Some(text),
-        thought: Some(true),
-        ..Part::default()
-    }
+    Part { text: Some(text), thought: Some(true), ..Part::default() }
 }
 
 /// Puts the thought signature where the API does: on the first function
@@ -333,11 +289,7 @@ fn sign<'a>(ctx: &Ctx<'a>, parts: &mut [Part<'a>]) {
     let target = parts
         .iter()
         .position(|p| p.function_call.is_some())
-        .or_else(|| {
-            parts
-                .iter()
-                .position(|p| p.text.is_some() && p.thought.is_none())
-        })
+        .or_else(|| parts.iter().position(|p| p.text.is_some() && p.thought.is_none()))
         .or_else(|| parts.iter().position(|p| p.thought == Some(true)));
     if let Some(p) = target.and_then(|i| parts.get_mut(i)) {
         p.thought_signature = Some(&t.signature);
@@ -350,20 +302,13 @@ fn response<'a>(ctx: &Ctx<'a>, mut parts: Vec<Part<'a>>, done: bool) -> Response
     }
     Response {
         candidates: vec![Candidate {
-            content: Content {
-                parts,
-                role: "model",
-            },
+            content: Content { parts, role: "model" },
             finish_reason: done.then(|| finish_reason(ctx)),
             index: 0,
         }],
         usage_metadata: usage(ctx, done),
         model_version: ctx.model,
-        response_id: stable_id(
-            "",
-            &[ctx.model, &ctx.turn_index.to_string(), "response"],
-            23,
-        ),
+        response_id: stable_id("", &[ctx.model, &ctx.turn_index.to_string(), "response"], 23),
     }
 }
 
@@ -386,11 +331,7 @@ pub fn body(ctx: &Ctx<'_>) -> Vec<u8> {
 fn chunks(ctx: &Ctx<'_>) -> Vec<String> {
     let mut groups: Vec<Vec<Part<'_>>> = Vec::new();
     if let Some(t) = &ctx.turn.thinking {
-        groups.extend(
-            super::wire::word_pieces(&t.text)
-                .into_iter()
-                .map(|p| vec![thought_part(p)]),
-        );
+        groups.extend(super::wire::word_pieces(&t.text).into_iter().map(|p| vec![thought_part(p)]));
     }
     groups.extend(ctx.text_pieces().into_iter().map(|p| vec![text_part(p)]));
     let calls = call_parts(ctx);
@@ -402,14 +343,8 @@ fn chunks(ctx: &Ctx<'_>) -> Vec<String> {
     }
     // The signature goes on the first call, else on the first answer text, else on the thought.
     let mut flat_index = None;
-    if ctx
-        .turn
-        .thinking
-        .as_ref()
-        .is_some_and(|t| !t.signature.is_empty())
-    {
-        let find =
-            |pred: &dyn Fn(&Part<'_>) -> bool| groups.iter().position(|g| g.iter().any(pred));
+    if ctx.turn.thinking.as_ref().is_some_and(|t| !t.signature.is_empty()) {
+        let find = |pred: &dyn Fn(&Part<'_>) -> bool| groups.iter().position(|g| g.iter().any(pred));
         flat_index = find(&|p| p.function_call.is_some())
             .or_else(|| find(&|p| p.text.is_some() && p.thought.is_none()))
             .or_else(|| find(&|p| p.thought == Some(true)));
@@ -429,10 +364,7 @@ fn chunks(ctx: &Ctx<'_>) -> Vec<String> {
 
 /// The SSE events of a streamed answer (`data: {json}` + CRLF CRLF, as the API frames them).
 pub fn events(ctx: &Ctx<'_>) -> Vec<Vec<u8>> {
-    chunks(ctx)
-        .into_iter()
-        .map(|c| format!("data: {c}\r\n\r\n").into_bytes())
-        .collect()
+    chunks(ctx).into_iter().map(|c| format!("data: {c}\r\n\r\n").into_bytes()).collect()
 }
 
 /// Without `alt=sse` the stream is one JSON array, sent as it is produced.

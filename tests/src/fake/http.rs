@@ -43,17 +43,12 @@ pub struct Request {
 impl Request {
     /// The first header named `name` (ASCII case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     /// The path part of the target.
     pub fn path(&self) -> &str {
-        self.target
-            .split_once('?')
-            .map_or(self.target.as_str(), |(p, _)| p)
+        self.target.split_once('?').map_or(self.target.as_str(), |(p, _)| p)
     }
 
     /// The value of query parameter `key`, percent-decoded.
@@ -85,9 +80,7 @@ pub fn percent_decode(s: &str) -> String {
     while i < bytes.len() {
         match bytes.get(i) {
             Some(b'%') => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok());
+                let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
                 match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                     Some(b) => {
                         out.push(b);
@@ -134,11 +127,7 @@ impl Conn {
         stream.set_write_timeout(Some(Duration::from_secs(10)))?;
         // Each SSE event is written as its own chunk and must leave at once.
         stream.set_nodelay(true)?;
-        Ok(Conn {
-            stream,
-            buf: Vec::new(),
-            shutdown,
-        })
+        Ok(Conn { stream, buf: Vec::new(), shutdown })
     }
 
     /// Whether the server is shutting down.
@@ -156,16 +145,10 @@ impl Conn {
             match self.stream.read(&mut chunk) {
                 Ok(0) => return Ok(false),
                 Ok(n) => {
-                    self.buf
-                        .extend_from_slice(chunk.get(..n).unwrap_or_default());
+                    self.buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
                     return Ok(true);
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                     if Instant::now() >= deadline {
                         return Err(ReadError::Closed);
                     }
@@ -199,20 +182,15 @@ impl Conn {
         if head_end > MAX_HEAD {
             return Err(ReadError::Bad(431, "request head too large"));
         }
-        let head =
-            String::from_utf8_lossy(self.buf.get(..head_end).unwrap_or_default()).into_owned();
+        let head = String::from_utf8_lossy(self.buf.get(..head_end).unwrap_or_default()).into_owned();
         self.buf.drain(..head_end + 4);
         let mut req = parse_head(&head)?;
         let framing = body_framing(&req)?;
-        let expects_continue = req
-            .header("expect")
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"))
-            && req.http11;
+        let expects_continue =
+            req.header("expect").is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue")) && req.http11;
         let needs_body = !matches!(framing, Framing::None | Framing::Length(0));
         if expects_continue && needs_body && self.buf.is_empty() {
-            self.stream
-                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-                .map_err(|_| ReadError::Io)?;
+            self.stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").map_err(|_| ReadError::Io)?;
             req.sent_continue = true;
         }
         req.body = match framing {
@@ -235,8 +213,7 @@ impl Conn {
     fn read_line(&mut self, deadline: Instant) -> Result<String, ReadError> {
         loop {
             if let Some(end) = find(&self.buf, b"\r\n") {
-                let line =
-                    String::from_utf8_lossy(self.buf.get(..end).unwrap_or_default()).into_owned();
+                let line = String::from_utf8_lossy(self.buf.get(..end).unwrap_or_default()).into_owned();
                 self.buf.drain(..end + 2);
                 return Ok(line);
             }
@@ -254,14 +231,10 @@ impl Conn {
         loop {
             let line = self.read_line(deadline)?;
             let size_text = line.split(';').next().unwrap_or("").trim();
-            if size_text.is_empty()
-                || size_text.len() > 15
-                || !size_text.bytes().all(|b| b.is_ascii_hexdigit())
-            {
+            if size_text.is_empty() || size_text.len() > 15 || !size_text.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(ReadError::Bad(400, "bad chunk size"));
             }
-            let size = usize::from_str_radix(size_text, 16)
-                .map_err(|_| ReadError::Bad(400, "bad chunk size"))?;
+            let size = usize::from_str_radix(size_text, 16).map_err(|_| ReadError::Bad(400, "bad chunk size"))?;
             if size == 0 {
                 // Trailer fields, up to the empty line.
                 while !self.read_line(deadline)?.is_empty() {}
@@ -303,9 +276,7 @@ fn body_framing(req: &Request) -> Result<Framing, ReadError> {
         if v.is_empty() || v.len() > 15 || !v.bytes().all(|b| b.is_ascii_digit()) {
             return Err(ReadError::Bad(400, "bad content-length"));
         }
-        let n: usize = v
-            .parse()
-            .map_err(|_| ReadError::Bad(400, "bad content-length"))?;
+        let n: usize = v.parse().map_err(|_| ReadError::Bad(400, "bad content-length"))?;
         if length.is_some_and(|l| l != n) {
             return Err(ReadError::Bad(400, "conflicting content-length"));
         }
@@ -322,8 +293,7 @@ fn parse_head(head: &str) -> Result<Request, ReadError> {
     let mut lines = head.split("\r\n");
     let request_line = lines.next().unwrap_or("");
     let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
+    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Err(ReadError::Bad(400, "malformed request line"));
     };
@@ -332,10 +302,7 @@ fn parse_head(head: &str) -> Result<Request, ReadError> {
         "HTTP/1.0" => false,
         _ => return Err(ReadError::Bad(505, "unsupported HTTP version")),
     };
-    if method.is_empty()
-        || !method.bytes().all(|b| b.is_ascii_uppercase())
-        || !target.starts_with('/')
-    {
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) || !target.starts_with('/') {
         return Err(ReadError::Bad(400, "malformed request line"));
     }
     let mut headers = Vec::new();
@@ -346,17 +313,10 @@ fn parse_head(head: &str) -> Result<Request, ReadError> {
         let Some((name, value)) = line.split_once(':') else {
             return Err(ReadError::Bad(400, "malformed header line"));
         };
-        if name.is_empty()
-            || name
-                .bytes()
-                .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
-        {
+        if name.is_empty() || name.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
             return Err(ReadError::Bad(400, "malformed header name"));
         }
-        headers.push((
-            name.to_string(),
-            value.trim_matches([' ', '\t']).to_string(),
-        ));
+        headers.push((name.to_string(), value.trim_matches([' ', '\t']).to_string()));
     }
     if http11 && !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         return Err(ReadError::Bad(400, "missing Host header"));
@@ -470,34 +430,15 @@ mod tests {
 
     #[test]
     fn head_parsing_refuses_what_rfc_9112_forbids() {
-        assert!(
-            matches!(parse_head("GET / HTTP/1.1"), Err(ReadError::Bad(400, _))),
-            "no Host"
-        );
-        assert!(matches!(
-            parse_head("GET / HTTP/2.0\r\nHost: x"),
-            Err(ReadError::Bad(505, _))
-        ));
-        assert!(matches!(
-            parse_head("GET / HTTP/1.1\r\nHost: x\r\n folded"),
-            Err(ReadError::Bad(400, _))
-        ));
-        assert!(matches!(
-            parse_head("GET  / HTTP/1.1\r\nHost: x"),
-            Err(ReadError::Bad(400, _))
-        ));
+        assert!(matches!(parse_head("GET / HTTP/1.1"), Err(ReadError::Bad(400, _))), "no Host");
+        assert!(matches!(parse_head("GET / HTTP/2.0\r\nHost: x"), Err(ReadError::Bad(505, _))));
+        assert!(matches!(parse_head("GET / HTTP/1.1\r\nHost: x\r\n folded"), Err(ReadError::Bad(400, _))));
+        assert!(matches!(parse_head("GET  / HTTP/1.1\r\nHost: x"), Err(ReadError::Bad(400, _))));
         let req = parse_head("POST /v1/x?a=1&key=k%20y HTTP/1.0\r\nContent-Length:  3 ").ok();
         let req = req.as_ref();
         assert_eq!(req.map(|r| r.path()), Some("/v1/x"));
-        assert_eq!(
-            req.and_then(|r| r.query_param("key")),
-            Some("k y".to_string())
-        );
+        assert_eq!(req.and_then(|r| r.query_param("key")), Some("k y".to_string()));
         assert_eq!(req.and_then(|r| r.header("content-length")), Some("3"));
-        assert_eq!(
-            req.map(|r| r.wants_close()),
-            Some(true),
-            "HTTP/1.0 closes by default"
-        );
+        assert_eq!(req.map(|r| r.wants_close()), Some(true), "HTTP/1.0 closes by default");
     }
 }

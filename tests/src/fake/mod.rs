@@ -43,8 +43,7 @@ mod server;
 mod wire;
 
 pub use script::{
-    ExpectFinal, Fault, FaultKind, Script, Scripts, Thinking, ToolCallSpec, Turn, TurnUsage,
-    DEFAULT_API_KEY,
+    ExpectFinal, Fault, FaultKind, Script, Scripts, Thinking, ToolCallSpec, Turn, TurnUsage, DEFAULT_API_KEY,
 };
 
 use server::{lock, Shared};
@@ -108,17 +107,12 @@ pub struct RecordedRequest {
 impl RecordedRequest {
     /// The first header named `name` (ASCII case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     /// The path without the query.
     pub fn path(&self) -> &str {
-        self.target
-            .split_once('?')
-            .map_or(self.target.as_str(), |(p, _)| p)
+        self.target.split_once('?').map_or(self.target.as_str(), |(p, _)| p)
     }
 }
 
@@ -150,11 +144,7 @@ impl FakeProvider {
         let accept = std::thread::Builder::new()
             .name("fake-provider-accept".to_string())
             .spawn(move || server::accept_loop(listener, for_loop))?;
-        Ok(FakeProvider {
-            addr,
-            shared,
-            accept: Some(accept),
-        })
+        Ok(FakeProvider { addr, shared, accept: Some(accept) })
     }
 
     /// The listening address.
@@ -179,10 +169,7 @@ impl FakeProvider {
         match style {
             Style::Anthropic => format!("{}/v1/messages", self.base_url(style)),
             Style::OpenAi => format!("{}/chat/completions", self.base_url(style)),
-            Style::Gemini if stream => format!(
-                "{}/models/{model}:streamGenerateContent?alt=sse",
-                self.base_url(style)
-            ),
+            Style::Gemini if stream => format!("{}/models/{model}:streamGenerateContent?alt=sse", self.base_url(style)),
             Style::Gemini => format!("{}/models/{model}:generateContent", self.base_url(style)),
         }
     }
@@ -199,11 +186,7 @@ impl FakeProvider {
 
     /// The requests for one model.
     pub fn requests_for(&self, model: &str) -> Vec<RecordedRequest> {
-        lock(&self.shared.requests)
-            .iter()
-            .filter(|r| r.model.as_deref() == Some(model))
-            .cloned()
-            .collect()
+        lock(&self.shared.requests).iter().filter(|r| r.model.as_deref() == Some(model)).cloned().collect()
     }
 
     /// Forgets the recorded requests (attempt counts are kept).
@@ -213,10 +196,7 @@ impl FakeProvider {
 
     /// How many attempts at `turn` of `model` were made.
     pub fn attempts(&self, model: &str, turn: usize) -> u32 {
-        lock(&self.shared.attempts)
-            .get(&(model.to_string(), turn))
-            .copied()
-            .unwrap_or(0)
+        lock(&self.shared.attempts).get(&(model.to_string(), turn)).copied().unwrap_or(0)
     }
 
     /// The `expect_final` checks that failed, in order.

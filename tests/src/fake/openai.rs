@@ -5,9 +5,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::http::Request;
-use super::wire::{
-    argument_fragments, neutral_stop, now_secs, to_json, to_pretty, Ctx, Parsed, Reject,
-};
+use super::wire::{argument_fragments, neutral_stop, now_secs, to_json, to_pretty, Ctx, Parsed, Reject};
 
 #[derive(Serialize)]
 struct ErrorDetail<'a> {
@@ -24,34 +22,14 @@ struct ErrorBody<'a> {
 }
 
 /// A full error body: `{"error":{"message","type","param","code"}}`.
-pub fn error_full(
-    status: u16,
-    message: &str,
-    kind: &str,
-    param: Option<&str>,
-    code: Option<&str>,
-) -> Reject {
-    let body = ErrorBody {
-        error: ErrorDetail {
-            message,
-            kind,
-            param,
-            code,
-        },
-    };
-    Reject {
-        status,
-        body: to_pretty(&body),
-    }
+pub fn error_full(status: u16, message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> Reject {
+    let body = ErrorBody { error: ErrorDetail { message, kind, param, code } };
+    Reject { status, body: to_pretty(&body) }
 }
 
 /// An `invalid_request_error` (or the status's usual type) with no param or code.
 pub fn error(status: u16, message: &str) -> Reject {
-    let kind = if status >= 500 {
-        "server_error"
-    } else {
-        "invalid_request_error"
-    };
+    let kind = if status >= 500 { "server_error" } else { "invalid_request_error" };
     error_full(status, message, kind, None, None)
 }
 
@@ -105,9 +83,7 @@ fn mask(key: &str) -> String {
 
 /// Checks `Authorization: Bearer KEY`.
 pub fn check_auth(req: &Request, key: &str) -> Result<(), Reject> {
-    let given = req
-        .header("authorization")
-        .map(|v| v.strip_prefix("Bearer ").unwrap_or(v).trim());
+    let given = req.header("authorization").map(|v| v.strip_prefix("Bearer ").unwrap_or(v).trim());
     match given {
         None | Some("") => Err(error(
             401,
@@ -147,23 +123,16 @@ fn role(m: &Value) -> &str {
 fn tool_call_ids(m: &Value) -> Vec<&str> {
     m.get("tool_calls")
         .and_then(Value::as_array)
-        .map(|calls| {
-            calls
-                .iter()
-                .map(|c| c.get("id").and_then(Value::as_str).unwrap_or(""))
-                .collect()
-        })
+        .map(|calls| calls.iter().map(|c| c.get("id").and_then(Value::as_str).unwrap_or("")).collect())
         .unwrap_or_default()
 }
 
 fn content_text(m: &Value) -> String {
     match m.get("content") {
         Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .concat(),
+        Some(Value::Array(parts)) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().concat()
+        }
         _ => String::new(),
     }
 }
@@ -197,30 +166,20 @@ pub fn parse(body: &Value) -> Result<Parsed, Reject> {
             None,
         ));
     }
-    let include_usage = options
-        .and_then(|o| o.get("include_usage"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let include_usage = options.and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
     Ok(Parsed {
         model,
         stream,
         include_usage,
         assistant_turns: messages.iter().filter(|m| role(m) == "assistant").count(),
         messages: messages.len(),
-        tool_results: messages
-            .iter()
-            .filter(|m| role(m) == "tool")
-            .map(content_text)
-            .collect(),
+        tool_results: messages.iter().filter(|m| role(m) == "tool").map(content_text).collect(),
     })
 }
 
 /// The tool_calls/tool-message pairing rules the API enforces with a 400.
 pub fn check_balance(body: &Value) -> Result<(), Reject> {
-    let messages = body
-        .get("messages")
-        .and_then(Value::as_array)
-        .map_or(&[][..], Vec::as_slice);
+    let messages = body.get("messages").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
     // The calls a tool message may answer: those of the nearest assistant
     // message before it, as long as only tool messages come in between.
     let mut open: Option<Vec<&str>> = None;
@@ -239,7 +198,9 @@ pub fn check_balance(body: &Value) -> Result<(), Reject> {
             if !calls.contains(&id) {
                 return Err(error_full(
                     400,
-                    &format!("Invalid parameter: 'tool_call_id' of '{id}' not found in 'tool_calls' of previous message."),
+                    &format!(
+                        "Invalid parameter: 'tool_call_id' of '{id}' not found in 'tool_calls' of previous message."
+                    ),
                     "invalid_request_error",
                     Some(&format!("messages.[{i}].tool_call_id")),
                     None,
@@ -258,11 +219,7 @@ pub fn check_balance(body: &Value) -> Result<(), Reject> {
             .take_while(|n| role(n) == "tool")
             .map(|n| n.get("tool_call_id").and_then(Value::as_str).unwrap_or(""))
             .collect();
-        let missing: Vec<&str> = ids
-            .iter()
-            .copied()
-            .filter(|id| !answered.contains(id))
-            .collect();
+        let missing: Vec<&str> = ids.iter().copied().filter(|id| !answered.contains(id)).collect();
         if !missing.is_empty() {
             return Err(error_full(
                 400,
@@ -318,10 +275,7 @@ fn usage(ctx: &Ctx<'_>) -> Usage {
         prompt_tokens: u.input,
         completion_tokens: u.output,
         total_tokens: u.input + u.output,
-        prompt_tokens_details: PromptDetails {
-            cached_tokens: 0,
-            audio_tokens: 0,
-        },
+        prompt_tokens_details: PromptDetails { cached_tokens: 0, audio_tokens: 0 },
         completion_tokens_details: CompletionDetails {
             reasoning_tokens: 0,
             audio_tokens: 0,
@@ -394,10 +348,7 @@ pub fn body(ctx: &Ctx<'_>) -> Vec<u8> {
             index: None,
             id: Some(ctx.call_id(i, "call_")),
             kind: Some("function"),
-            function: Function {
-                name: Some(&c.name),
-                arguments: c.arguments.clone(),
-            },
+            function: Function { name: Some(&c.name), arguments: c.arguments.clone() },
         })
         .collect();
     let body = Completion {
@@ -464,12 +415,7 @@ fn data<T: Serialize>(value: &T) -> Vec<u8> {
 }
 
 fn choice(delta: Delta<'_>, finish: Option<String>) -> Vec<ChunkChoice<'_>> {
-    vec![ChunkChoice {
-        index: 0,
-        delta,
-        logprobs: None,
-        finish_reason: finish,
-    }]
+    vec![ChunkChoice { index: 0, delta, logprobs: None, finish_reason: finish }]
 }
 
 /// The SSE events of a streamed answer (`data: {chunk}` each, then `data: [DONE]`).
@@ -493,73 +439,29 @@ pub fn events(ctx: &Ctx<'_>) -> Vec<Vec<u8>> {
     // The role chunk: empty content before text, explicit null before tool calls only.
     let first = Delta {
         role: Some("assistant"),
-        content: Some(if ctx.text().is_some() {
-            Value::String(String::new())
-        } else {
-            Value::Null
-        }),
+        content: Some(if ctx.text().is_some() { Value::String(String::new()) } else { Value::Null }),
         refusal: Some(Value::Null),
         tool_calls: Vec::new(),
     };
     let mut out = vec![chunk(choice(first, None), None)];
     for piece in ctx.text_pieces() {
-        out.push(chunk(
-            choice(
-                Delta {
-                    content: Some(Value::String(piece)),
-                    ..Delta::default()
-                },
-                None,
-            ),
-            None,
-        ));
+        out.push(chunk(choice(Delta { content: Some(Value::String(piece)), ..Delta::default() }, None), None));
     }
     for (i, call) in ctx.turn.tool_calls.iter().enumerate() {
         let head = ToolCall {
             index: Some(i),
             id: Some(ctx.call_id(i, "call_")),
             kind: Some("function"),
-            function: Function {
-                name: Some(&call.name),
-                arguments: String::new(),
-            },
+            function: Function { name: Some(&call.name), arguments: String::new() },
         };
-        out.push(chunk(
-            choice(
-                Delta {
-                    tool_calls: vec![head],
-                    ..Delta::default()
-                },
-                None,
-            ),
-            None,
-        ));
+        out.push(chunk(choice(Delta { tool_calls: vec![head], ..Delta::default() }, None), None));
         for frag in argument_fragments(&call.arguments) {
-            let more = ToolCall {
-                index: Some(i),
-                id: None,
-                kind: None,
-                function: Function {
-                    name: None,
-                    arguments: frag,
-                },
-            };
-            out.push(chunk(
-                choice(
-                    Delta {
-                        tool_calls: vec![more],
-                        ..Delta::default()
-                    },
-                    None,
-                ),
-                None,
-            ));
+            let more =
+                ToolCall { index: Some(i), id: None, kind: None, function: Function { name: None, arguments: frag } };
+            out.push(chunk(choice(Delta { tool_calls: vec![more], ..Delta::default() }, None), None));
         }
     }
-    out.push(chunk(
-        choice(Delta::default(), Some(finish_reason(ctx))),
-        None,
-    ));
+    out.push(chunk(choice(Delta::default(), Some(finish_reason(ctx))), None));
     if ctx.include_usage {
         out.push(chunk(Vec::new(), Some(usage(ctx))));
     }
@@ -570,14 +472,7 @@ pub fn events(ctx: &Ctx<'_>) -> Vec<Vec<u8>> {
 /// The in-stream error the API sends when a streamed answer fails.
 pub fn stream_error_event() -> Vec<u8> {
     let message = "The server had an error while processing your request. Sorry about that!";
-    data(&ErrorBody {
-        error: ErrorDetail {
-            message,
-            kind: "server_error",
-            param: None,
-            code: None,
-        },
-    })
+    data(&ErrorBody { error: ErrorDetail { message, kind: "server_error", param: None, code: None } })
 }
 
 /// An event whose data is cut off in the middle of its JSON.
@@ -594,9 +489,7 @@ pub fn malformed_body() -> Vec<u8> {
 pub fn model_list(models: &[&str]) -> Vec<u8> {
     let data: Vec<Value> = models
         .iter()
-        .map(
-            |m| json!({"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "system"}),
-        )
+        .map(|m| json!({"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "system"}))
         .collect();
     to_pretty(&json!({"object": "list", "data": data}))
 }

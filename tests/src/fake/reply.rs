@@ -76,11 +76,7 @@ impl Reply {
         Reply {
             status,
             headers: Vec::new(),
-            body: Body::Full {
-                content_type: "application/json",
-                bytes,
-                cut: FullCut::None,
-            },
+            body: Body::Full { content_type: "application/json", bytes, cut: FullCut::None },
             stall_ms: 0,
         }
     }
@@ -90,11 +86,7 @@ impl Reply {
         Reply {
             status: 200,
             headers: vec![("cache-control".to_string(), "no-cache".to_string())],
-            body: Body::Chunked {
-                content_type: "text/event-stream",
-                pieces,
-                cut: StreamCut::None,
-            },
+            body: Body::Chunked { content_type: "text/event-stream", pieces, cut: StreamCut::None },
             stall_ms: 0,
         }
     }
@@ -124,9 +116,7 @@ impl Reply {
 fn stall(ms: u64, shutdown: &AtomicBool) {
     let until = Instant::now() + Duration::from_millis(ms);
     while Instant::now() < until && !shutdown.load(Ordering::SeqCst) {
-        thread::sleep(
-            Duration::from_millis(5).min(until.saturating_duration_since(Instant::now())),
-        );
+        thread::sleep(Duration::from_millis(5).min(until.saturating_duration_since(Instant::now())));
     }
 }
 
@@ -147,19 +137,8 @@ pub fn write(
     let close = client_close || reply.closes();
     match &reply.body {
         Body::ResetBeforeHeaders => {}
-        Body::Full {
-            content_type,
-            bytes,
-            cut,
-        } => match cut {
-            FullCut::None => write_full(
-                stream,
-                reply.status,
-                content_type,
-                &reply.headers,
-                close,
-                bytes,
-            )?,
+        Body::Full { content_type, bytes, cut } => match cut {
+            FullCut::None => write_full(stream, reply.status, content_type, &reply.headers, close, bytes)?,
             FullCut::AfterHeaders | FullCut::Half => {
                 let mut headers = vec![
                     ("content-type".to_string(), content_type.to_string()),
@@ -173,11 +152,7 @@ pub fn write(
                 stream.flush()?;
             }
         },
-        Body::Chunked {
-            content_type,
-            pieces,
-            cut,
-        } => {
+        Body::Chunked { content_type, pieces, cut } => {
             let mut headers = vec![("content-type".to_string(), content_type.to_string())];
             headers.extend_from_slice(&reply.headers);
             if http11 {

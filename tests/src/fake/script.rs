@@ -52,20 +52,14 @@ pub struct Scripts {
 
 impl Default for Scripts {
     fn default() -> Self {
-        Scripts {
-            api_key: default_api_key(),
-            models: BTreeMap::new(),
-        }
+        Scripts { api_key: default_api_key(), models: BTreeMap::new() }
     }
 }
 
 impl Scripts {
     /// No scripts, accepting `api_key`.
     pub fn new(api_key: impl Into<String>) -> Scripts {
-        Scripts {
-            api_key: api_key.into(),
-            models: BTreeMap::new(),
-        }
+        Scripts { api_key: api_key.into(), models: BTreeMap::new() }
     }
 
     /// Adds (or replaces) the script of `model`.
@@ -100,10 +94,7 @@ pub struct Script {
 impl Script {
     /// A script of these turns.
     pub fn new(turns: Vec<Turn>) -> Script {
-        Script {
-            turns,
-            expect_final: None,
-        }
+        Script { turns, expect_final: None }
     }
 
     /// Adds checks on the request for the last turn.
@@ -151,19 +142,12 @@ fn is_false(b: &bool) -> bool {
 impl Turn {
     /// A turn answering with text only.
     pub fn text(text: impl Into<String>) -> Turn {
-        Turn {
-            text: Some(text.into()),
-            ..Turn::default()
-        }
+        Turn { text: Some(text.into()), ..Turn::default() }
     }
 
     /// Appends a tool call whose id the server generates.
     pub fn call(mut self, name: impl Into<String>, arguments: impl Into<String>) -> Turn {
-        self.tool_calls.push(ToolCallSpec {
-            name: name.into(),
-            arguments: arguments.into(),
-            id: None,
-        });
+        self.tool_calls.push(ToolCallSpec { name: name.into(), arguments: arguments.into(), id: None });
         self
     }
 
@@ -174,20 +158,13 @@ impl Turn {
         name: impl Into<String>,
         arguments: impl Into<String>,
     ) -> Turn {
-        self.tool_calls.push(ToolCallSpec {
-            name: name.into(),
-            arguments: arguments.into(),
-            id: Some(id.into()),
-        });
+        self.tool_calls.push(ToolCallSpec { name: name.into(), arguments: arguments.into(), id: Some(id.into()) });
         self
     }
 
     /// Sets the reasoning text and its signature.
     pub fn thinking(mut self, text: impl Into<String>, signature: impl Into<String>) -> Turn {
-        self.thinking = Some(Thinking {
-            text: text.into(),
-            signature: signature.into(),
-        });
+        self.thinking = Some(Thinking { text: text.into(), signature: signature.into() });
         self
     }
 
@@ -278,10 +255,7 @@ fn default_output() -> u64 {
 
 impl Default for TurnUsage {
     fn default() -> Self {
-        TurnUsage {
-            input: default_input(),
-            output: default_output(),
-        }
+        TurnUsage { input: default_input(), output: default_output() }
     }
 }
 
@@ -311,20 +285,12 @@ impl Fault {
 
     /// An error status with the provider's error body for it.
     pub fn status(status: u16) -> Fault {
-        Fault::new(FaultKind::Status {
-            status,
-            retry_after: None,
-            body: None,
-        })
+        Fault::new(FaultKind::Status { status, retry_after: None, body: None })
     }
 
     /// An error status with a `Retry-After` header.
     pub fn status_retry_after(status: u16, retry_after: impl Into<String>) -> Fault {
-        Fault::new(FaultKind::Status {
-            status,
-            retry_after: Some(retry_after.into()),
-            body: None,
-        })
+        Fault::new(FaultKind::Status { status, retry_after: Some(retry_after.into()), body: None })
     }
 
     /// For `n` consecutive attempts instead of one.

@@ -69,9 +69,8 @@ pub fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         }
         let shared = Arc::clone(&shared);
         let id = shared.next_connection.fetch_add(1, Ordering::SeqCst);
-        let spawned = thread::Builder::new()
-            .name(format!("fake-provider-conn-{id}"))
-            .spawn(move || serve(stream, &shared, id));
+        let spawned =
+            thread::Builder::new().name(format!("fake-provider-conn-{id}")).spawn(move || serve(stream, &shared, id));
         if let Ok(h) = spawned {
             workers.push(h);
         }
@@ -99,14 +98,7 @@ fn serve(stream: TcpStream, shared: &Shared, connection: u64) {
             }
             Err(ReadError::Bad(status, why)) => {
                 let body = format!("{{\"error\":{{\"message\":\"{why}\"}}}}");
-                let _ = write_full(
-                    &mut conn.stream,
-                    status,
-                    "application/json",
-                    &[],
-                    true,
-                    body.as_bytes(),
-                );
+                let _ = write_full(&mut conn.stream, status, "application/json", &[], true, body.as_bytes());
                 break;
             }
             Err(_) => break,
@@ -138,41 +130,31 @@ fn handle(shared: &Shared, req: &Request, connection: u64) -> (Reply, RecordedRe
     let path = req.path();
     let reply = if path == "/v1/messages" {
         record.style = Some(Style::Anthropic);
-        only_post(req, Style::Anthropic)
-            .unwrap_or_else(|| model_call(shared, Style::Anthropic, req, None, &mut record))
+        only_post(req, Style::Anthropic).unwrap_or_else(|| model_call(shared, Style::Anthropic, req, None, &mut record))
     } else if path == "/v1/chat/completions" {
         record.style = Some(Style::OpenAi);
-        only_post(req, Style::OpenAi)
-            .unwrap_or_else(|| model_call(shared, Style::OpenAi, req, None, &mut record))
+        only_post(req, Style::OpenAi).unwrap_or_else(|| model_call(shared, Style::OpenAi, req, None, &mut record))
     } else if path == "/v1/models" {
         model_list(shared, req, &mut record)
     } else if let Some((model, method)) = gemini::route(path) {
         record.style = Some(Style::Gemini);
         let framing = match method.as_str() {
             "generateContent" => Some(Framing::Whole),
-            "streamGenerateContent" if req.query_param("alt").as_deref() == Some("sse") => {
-                Some(Framing::Sse)
-            }
+            "streamGenerateContent" if req.query_param("alt").as_deref() == Some("sse") => Some(Framing::Sse),
             "streamGenerateContent" => Some(Framing::JsonArray),
             _ => None,
         };
         match framing {
-            None => {
-                faults::reject_reply(gemini::error(404, &format!("Method not found: {method}")))
-            }
-            Some(f) => only_post(req, Style::Gemini).unwrap_or_else(|| {
-                model_call(shared, Style::Gemini, req, Some((model, f)), &mut record)
-            }),
+            None => faults::reject_reply(gemini::error(404, &format!("Method not found: {method}"))),
+            Some(f) => only_post(req, Style::Gemini)
+                .unwrap_or_else(|| model_call(shared, Style::Gemini, req, Some((model, f)), &mut record)),
         }
     } else if path.starts_with("/v1beta") {
         faults::reject_reply(gemini::error(404, "Not Found"))
     } else if req.header("x-api-key").is_some() {
         faults::reject_reply(anthropic::error(404, "Not Found"))
     } else {
-        faults::reject_reply(openai::error(
-            404,
-            &format!("Invalid URL ({} {})", req.method, path),
-        ))
+        faults::reject_reply(openai::error(404, &format!("Invalid URL ({} {})", req.method, path)))
     };
     record.status = reply.sent_status();
     (reply, record)
@@ -194,29 +176,16 @@ fn only_post(req: &Request, style: Style) -> Option<Reply> {
 fn model_list(shared: &Shared, req: &Request, record: &mut RecordedRequest) -> Reply {
     let names: Vec<&str> = shared.scripts.models.keys().map(String::as_str).collect();
     // The same path serves both styles; the auth header tells which client asks.
-    let anthropic_client =
-        req.header("x-api-key").is_some() && req.header("authorization").is_none();
-    let style = if anthropic_client {
-        Style::Anthropic
-    } else {
-        Style::OpenAi
-    };
+    let anthropic_client = req.header("x-api-key").is_some() && req.header("authorization").is_none();
+    let style = if anthropic_client { Style::Anthropic } else { Style::OpenAi };
     record.style = Some(style);
     if req.method != "GET" {
         let message = format!("Method Not Allowed: {} {}", req.method, req.path());
-        let reject = if anthropic_client {
-            anthropic::error(405, &message)
-        } else {
-            openai::error(405, &message)
-        };
+        let reject = if anthropic_client { anthropic::error(405, &message) } else { openai::error(405, &message) };
         return faults::reject_reply(reject).header("allow", "GET");
     }
     let key = &shared.scripts.api_key;
-    let checked = if anthropic_client {
-        anthropic::check_auth(req, key)
-    } else {
-        openai::check_auth(req, key)
-    };
+    let checked = if anthropic_client { anthropic::check_auth(req, key) } else { openai::check_auth(req, key) };
     match checked {
         Err(r) => faults::reject_reply(r),
         Ok(()) if anthropic_client => Reply::json(200, anthropic::model_list(&names)),
@@ -250,14 +219,7 @@ fn model_call(
             Style::OpenAi => "x-request-id",
             Style::Gemini => "x-goog-request-id",
         },
-        stable_id(
-            "req_",
-            &[
-                &record.connection.to_string(),
-                &lock(&shared.requests).len().to_string(),
-            ],
-            24,
-        ),
+        stable_id("req_", &[&record.connection.to_string(), &lock(&shared.requests).len().to_string()], 24),
     )
 }
 
@@ -275,9 +237,7 @@ fn plan(
         Style::Gemini => gemini::check_auth(req, key)?,
     }
     let body: Value = serde_json::from_slice(&req.body).map_err(|e| match style {
-        Style::Anthropic => {
-            anthropic::error(400, &format!("The request body is not valid JSON: {e}"))
-        }
+        Style::Anthropic => anthropic::error(400, &format!("The request body is not valid JSON: {e}")),
         Style::OpenAi => openai::malformed_request(),
         Style::Gemini => gemini::malformed_request(&e.to_string()),
     })?;
@@ -285,9 +245,7 @@ fn plan(
     let parsed: Parsed = match (style, &gemini_route) {
         (Style::Anthropic, _) => anthropic::parse(req, &body),
         (Style::OpenAi, _) => openai::parse(&body),
-        (Style::Gemini, Some((model, framing))) => {
-            gemini::parse(&body, model, *framing != Framing::Whole)
-        }
+        (Style::Gemini, Some((model, framing))) => gemini::parse(&body, model, *framing != Framing::Whole),
         (Style::Gemini, None) => Err(gemini::error(404, "Not Found")),
     }?;
     record.model = Some(parsed.model.clone());
@@ -330,9 +288,7 @@ fn plan(
     }
     let attempt = {
         let mut attempts = lock(&shared.attempts);
-        let n = attempts
-            .entry((parsed.model.clone(), turn_index))
-            .or_insert(0);
+        let n = attempts.entry((parsed.model.clone(), turn_index)).or_insert(0);
         let this = *n;
         *n = n.saturating_add(1);
         this
@@ -343,48 +299,24 @@ fn plan(
         _ if parsed.stream => Framing::Sse,
         _ => Framing::Whole,
     };
-    let ctx = Ctx {
-        model: &parsed.model,
-        turn_index,
-        turn,
-        huge: None,
-        include_usage: parsed.include_usage,
-    };
-    Ok(faults::answer(
-        style,
-        &ctx,
-        framing,
-        faults::select(&turn.faults, attempt),
-    ))
+    let ctx = Ctx { model: &parsed.model, turn_index, turn, huge: None, include_usage: parsed.include_usage };
+    Ok(faults::answer(style, &ctx, framing, faults::select(&turn.faults, attempt)))
 }
 
 fn check_final(expect: &ExpectFinal, parsed: &Parsed) -> Result<(), String> {
     if let Some(n) = expect.messages {
         if parsed.messages != n {
-            return Err(format!(
-                "expected {n} messages, the transcript has {}",
-                parsed.messages
-            ));
+            return Err(format!("expected {n} messages, the transcript has {}", parsed.messages));
         }
     }
     if let Some(n) = expect.tool_results {
         if parsed.tool_results.len() != n {
-            return Err(format!(
-                "expected {n} tool results, the transcript has {}",
-                parsed.tool_results.len()
-            ));
+            return Err(format!("expected {n} tool results, the transcript has {}", parsed.tool_results.len()));
         }
     }
     for needle in &expect.tool_result_contains {
-        if !parsed
-            .tool_results
-            .iter()
-            .any(|r| r.contains(needle.as_str()))
-        {
-            return Err(format!(
-                "no tool result contains {needle:?} (results: {:?})",
-                parsed.tool_results
-            ));
+        if !parsed.tool_results.iter().any(|r| r.contains(needle.as_str())) {
+            return Err(format!("no tool result contains {needle:?} (results: {:?})", parsed.tool_results));
         }
     }
     Ok(())

@@ -72,21 +72,13 @@ impl Ctx<'_> {
     pub fn call_id(&self, index: usize, prefix: &str) -> String {
         match self.turn.tool_calls.get(index).and_then(|c| c.id.clone()) {
             Some(id) => id,
-            None => stable_id(
-                prefix,
-                &[self.model, &self.turn_index.to_string(), &index.to_string()],
-                24,
-            ),
+            None => stable_id(prefix, &[self.model, &self.turn_index.to_string(), &index.to_string()], 24),
         }
     }
 
     /// A stable per-answer id (`msg_…`, `chatcmpl-…`).
     pub fn answer_id(&self, prefix: &str) -> String {
-        stable_id(
-            prefix,
-            &[self.model, &self.turn_index.to_string(), "answer"],
-            24,
-        )
+        stable_id(prefix, &[self.model, &self.turn_index.to_string(), "answer"], 24)
     }
 }
 
@@ -189,11 +181,7 @@ pub enum Args {
 impl Args {
     /// Reads the scripted argument text (empty text is `{}`).
     pub fn of(call: &ToolCallSpec) -> Args {
-        let text = if call.arguments.trim().is_empty() {
-            "{}".to_string()
-        } else {
-            call.arguments.clone()
-        };
+        let text = if call.arguments.trim().is_empty() { "{}".to_string() } else { call.arguments.clone() };
         match RawValue::from_string(text.clone()) {
             Ok(raw) => Args::Raw(raw),
             Err(_) => Args::Text(text),
@@ -218,10 +206,7 @@ pub fn neutral_stop(reason: &str) -> Option<[&'static str; 3]> {
 
 /// Seconds since the Unix epoch (OpenAI's `created`).
 pub fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 /// JSON text of a value; serialization of these plain types cannot fail,
@@ -244,11 +229,7 @@ mod tests {
         let a = stable_id("toolu_01", &["m", "0", "0"], 22);
         assert_eq!(a, stable_id("toolu_01", &["m", "0", "0"], 22));
         assert_ne!(a, stable_id("toolu_01", &["m", "0", "1"], 22));
-        assert_ne!(
-            a,
-            stable_id("toolu_01", &["m0", "", "0"], 22),
-            "parts are separated"
-        );
+        assert_ne!(a, stable_id("toolu_01", &["m0", "", "0"], 22), "parts are separated");
         assert_eq!(a.len(), "toolu_01".len() + 22);
         assert!(a.bytes().skip(8).all(|b| b.is_ascii_alphanumeric()));
     }
@@ -269,17 +250,9 @@ mod tests {
 
     #[test]
     fn args_keep_json_text_verbatim() {
-        let call = ToolCallSpec {
-            name: "f".into(),
-            arguments: r#"{"b": 1, "a": 2}"#.into(),
-            id: None,
-        };
+        let call = ToolCallSpec { name: "f".into(), arguments: r#"{"b": 1, "a": 2}"#.into(), id: None };
         assert_eq!(to_json(&Args::of(&call)), r#"{"b": 1, "a": 2}"#);
-        let broken = ToolCallSpec {
-            name: "f".into(),
-            arguments: r#"{"b": "#.into(),
-            id: None,
-        };
+        let broken = ToolCallSpec { name: "f".into(), arguments: r#"{"b": "#.into(), id: None };
         assert_eq!(to_json(&Args::of(&broken)), r#""{\"b\": ""#);
     }
 }

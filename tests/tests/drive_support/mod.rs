@@ -9,8 +9,8 @@ use std::time::Duration;
 use nexus_drive::asynk::AsyncClient;
 use nexus_drive::blocking::Client;
 use nexus_drive::{
-    Answer, CancelToken, ClientBuilder, ClientConfig, DriveError, DynTool, Message, Request,
-    RunResult, RunStore, StreamEvent, StreamItem, ToolContext, ToolError, ToolOutcome,
+    Answer, CancelToken, ClientBuilder, ClientConfig, DriveError, DynTool, Message, Request, RunResult, RunStore,
+    StreamEvent, StreamItem, ToolContext, ToolError, ToolOutcome,
 };
 use nexus_tests::fake::{ExpectFinal, FakeProvider, Script, Style, Turn};
 use serde_json::{json, Map, Value};
@@ -54,12 +54,7 @@ impl Cl {
         }
     }
 
-    pub fn resume_stored(
-        &self,
-        store: &dyn RunStore,
-        id: &str,
-        answers: Vec<Answer>,
-    ) -> Result<RunResult, DriveError> {
+    pub fn resume_stored(&self, store: &dyn RunStore, id: &str, answers: Vec<Answer>) -> Result<RunResult, DriveError> {
         match self {
             Cl::B(c) => c.resume_stored(store, id, answers),
             Cl::A(c) => smol::block_on(c.resume_stored(store, id, answers)),
@@ -73,12 +68,7 @@ impl Cl {
         }
     }
 
-    pub fn resume_ask(
-        &self,
-        id: &str,
-        state: &[u8],
-        answers: Vec<Answer>,
-    ) -> Result<RunResult, DriveError> {
+    pub fn resume_ask(&self, id: &str, state: &[u8], answers: Vec<Answer>) -> Result<RunResult, DriveError> {
         match self {
             Cl::B(c) => c.resume_ask(id, state, answers),
             Cl::A(c) => smol::block_on(c.resume_ask(id, state, answers)),
@@ -104,10 +94,7 @@ impl Cl {
         let mut events = Vec::new();
         let mut end = None;
         for item in items {
-            assert!(
-                end.is_none(),
-                "an item after the end of the stream: {item:?}"
-            );
+            assert!(end.is_none(), "an item after the end of the stream: {item:?}");
             match item {
                 Ok(StreamItem::Event(e)) => events.push(e),
                 Ok(StreamItem::Done(r)) => end = Some(Ok(r)),
@@ -144,16 +131,10 @@ pub fn data(v: Value) -> Option<Map<String, Value>> {
     v.as_object().cloned()
 }
 
-pub fn ok_tool(
-    name: &str,
-    f: impl Fn(&Value, &ToolContext) -> String + Send + Sync + 'static,
-) -> DynTool {
-    DynTool::new(
-        name,
-        format!("the {name} tool"),
-        json!({"type": "object"}),
-        move |args, ctx| Ok(ToolOutcome::Done(Value::String(f(&args, ctx)))),
-    )
+pub fn ok_tool(name: &str, f: impl Fn(&Value, &ToolContext) -> String + Send + Sync + 'static) -> DynTool {
+    DynTool::new(name, format!("the {name} tool"), json!({"type": "object"}), move |args, ctx| {
+        Ok(ToolOutcome::Done(Value::String(f(&args, ctx))))
+    })
 }
 
 pub fn outputs(r: &RunResult) -> Vec<String> {
@@ -162,11 +143,7 @@ pub fn outputs(r: &RunResult) -> Vec<String> {
 
 /// The tool results of the transcript, in order.
 pub fn transcript_results(r: &RunResult) -> Vec<String> {
-    r.messages
-        .iter()
-        .flat_map(Message::tool_results)
-        .map(|b| b.output.clone())
-        .collect()
+    r.messages.iter().flat_map(Message::tool_results).map(|b| b.output.clone()).collect()
 }
 
 /// Holds `n` parties until all have arrived (or 10 s passed): proof that
@@ -179,21 +156,14 @@ pub struct Gate {
 
 impl Gate {
     pub fn new(n: usize) -> Arc<Gate> {
-        Arc::new(Gate {
-            n,
-            arrived: Mutex::new(0),
-            cv: Condvar::new(),
-        })
+        Arc::new(Gate { n, arrived: Mutex::new(0), cv: Condvar::new() })
     }
 
     pub fn pass(&self) -> bool {
         let mut a = self.arrived.lock().unwrap();
         *a += 1;
         self.cv.notify_all();
-        let (a, _) = self
-            .cv
-            .wait_timeout_while(a, Duration::from_secs(10), |a| *a < self.n)
-            .unwrap();
+        let (a, _) = self.cv.wait_timeout_while(a, Duration::from_secs(10), |a| *a < self.n).unwrap();
         *a >= self.n
     }
 }
@@ -221,30 +191,16 @@ pub fn counter() -> Arc<AtomicUsize> {
     Arc::new(AtomicUsize::new(0))
 }
 
-pub fn transfer_tools(
-    b: ClientBuilder,
-    transfers: &Arc<AtomicUsize>,
-    adds: &Arc<AtomicUsize>,
-) -> ClientBuilder {
+pub fn transfer_tools(b: ClientBuilder, transfers: &Arc<AtomicUsize>, adds: &Arc<AtomicUsize>) -> ClientBuilder {
     let (t, a) = (transfers.clone(), adds.clone());
-    b.dyn_tool(DynTool::new(
-        "transfer",
-        "moves money",
-        json!({"type": "object"}),
-        move |args, ctx| {
-            t.fetch_add(1, Ordering::SeqCst);
-            match ctx.answer() {
-                None => Ok(ToolOutcome::Pending(Request::new(
-                    "approval",
-                    format!("approve {}", args["amount"]),
-                ))),
-                Some(ans) if ans.ok => {
-                    Ok(ToolOutcome::Done(json!(format!("sent {}", args["amount"]))))
-                }
-                Some(_) => Err(ToolError::msg("not approved")),
-            }
-        },
-    ))
+    b.dyn_tool(DynTool::new("transfer", "moves money", json!({"type": "object"}), move |args, ctx| {
+        t.fetch_add(1, Ordering::SeqCst);
+        match ctx.answer() {
+            None => Ok(ToolOutcome::Pending(Request::new("approval", format!("approve {}", args["amount"])))),
+            Some(ans) if ans.ok => Ok(ToolOutcome::Done(json!(format!("sent {}", args["amount"])))),
+            Some(_) => Err(ToolError::msg("not approved")),
+        }
+    }))
     .dyn_tool(ok_tool("add", move |args, _| {
         a.fetch_add(1, Ordering::SeqCst);
         (args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0)).to_string()

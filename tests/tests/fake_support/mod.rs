@@ -36,19 +36,12 @@ pub struct RawResponse {
 
 impl RawResponse {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "body is not JSON ({e}): {}",
-                String::from_utf8_lossy(&self.body)
-            )
-        })
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
     pub fn text(&self) -> String {
@@ -66,14 +59,8 @@ pub struct Client {
 impl Client {
     pub fn connect(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect(addr).expect("connect to the fake provider");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .expect("read timeout");
-        Client {
-            stream,
-            buf: Vec::new(),
-            eof: false,
-        }
+        stream.set_read_timeout(Some(Duration::from_secs(20))).expect("read timeout");
+        Client { stream, buf: Vec::new(), eof: false }
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
@@ -82,10 +69,7 @@ impl Client {
 
     /// Sends a request with Host and Content-Length headers.
     pub fn send(&mut self, method: &str, target: &str, headers: &[(&str, &str)], body: &[u8]) {
-        let mut req = format!(
-            "{method} {target} HTTP/1.1\r\nHost: {}\r\n",
-            self.stream.peer_addr().expect("peer")
-        );
+        let mut req = format!("{method} {target} HTTP/1.1\r\nHost: {}\r\n", self.stream.peer_addr().expect("peer"));
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
@@ -95,13 +79,7 @@ impl Client {
         self.send_raw(&bytes);
     }
 
-    pub fn request(
-        &mut self,
-        method: &str,
-        target: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-    ) -> RawResponse {
+    pub fn request(&mut self, method: &str, target: &str, headers: &[(&str, &str)], body: &[u8]) -> RawResponse {
         self.send(method, target, headers, body);
         self.read_response()
     }
@@ -160,19 +138,9 @@ impl Client {
     pub fn read_head(&mut self) -> Option<(u16, Vec<(String, String)>)> {
         let status_line = self.take_line()?;
         let mut parts = status_line.splitn(3, ' ');
-        assert_eq!(
-            parts.next(),
-            Some("HTTP/1.1"),
-            "status line {status_line:?}"
-        );
-        let status: u16 = parts
-            .next()
-            .and_then(|s| s.parse().ok())
-            .expect("status code");
-        assert!(
-            parts.next().is_some_and(|r| !r.is_empty()),
-            "reason phrase in {status_line:?}"
-        );
+        assert_eq!(parts.next(), Some("HTTP/1.1"), "status line {status_line:?}");
+        let status: u16 = parts.next().and_then(|s| s.parse().ok()).expect("status code");
+        assert!(parts.next().is_some_and(|r| !r.is_empty()), "reason phrase in {status_line:?}");
         let mut headers = Vec::new();
         loop {
             let line = self.take_line().expect("headers end with an empty line");
@@ -203,90 +171,42 @@ impl Client {
                 Some(head) => break head,
             }
         };
-        let find = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone())
-        };
+        let find = |name: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
         let te = find("transfer-encoding");
         let cl = find("content-length");
-        assert!(
-            !(te.is_some() && cl.is_some()),
-            "both Transfer-Encoding and Content-Length"
-        );
+        assert!(!(te.is_some() && cl.is_some()), "both Transfer-Encoding and Content-Length");
         if te.as_deref() == Some("chunked") {
             let mut chunks = Vec::new();
             let mut body = Vec::new();
             loop {
                 let Some(line) = self.take_line() else {
-                    return RawResponse {
-                        status,
-                        headers,
-                        body,
-                        chunks: Some(chunks),
-                        end: End::EofInBody,
-                    };
+                    return RawResponse { status, headers, body, chunks: Some(chunks), end: End::EofInBody };
                 };
-                assert!(
-                    !line.is_empty() && line.bytes().all(|b| b.is_ascii_hexdigit()),
-                    "chunk size line {line:?}"
-                );
+                assert!(!line.is_empty() && line.bytes().all(|b| b.is_ascii_hexdigit()), "chunk size line {line:?}");
                 let size = usize::from_str_radix(&line, 16).expect("hex size");
                 if size == 0 {
                     let trailer_end = self.take_line();
-                    assert_eq!(
-                        trailer_end.as_deref(),
-                        Some(""),
-                        "the last chunk ends with CRLF"
-                    );
-                    return RawResponse {
-                        status,
-                        headers,
-                        body,
-                        chunks: Some(chunks),
-                        end: End::Complete,
-                    };
+                    assert_eq!(trailer_end.as_deref(), Some(""), "the last chunk ends with CRLF");
+                    return RawResponse { status, headers, body, chunks: Some(chunks), end: End::Complete };
                 }
                 let Some(data) = self.take_exact(size + 2) else {
-                    return RawResponse {
-                        status,
-                        headers,
-                        body,
-                        chunks: Some(chunks),
-                        end: End::EofInBody,
-                    };
+                    return RawResponse { status, headers, body, chunks: Some(chunks), end: End::EofInBody };
                 };
                 assert_eq!(&data[size..], b"\r\n", "chunk data ends with CRLF");
                 body.extend_from_slice(&data[..size]);
                 chunks.push(data[..size].to_vec());
             }
         }
-        let n: usize = cl
-            .expect("a response without chunking has Content-Length")
-            .parse()
-            .expect("numeric length");
+        let n: usize = cl.expect("a response without chunking has Content-Length").parse().expect("numeric length");
         let mut body = Vec::new();
         while body.len() < n {
             if self.buf.is_empty() && !self.fill() {
-                return RawResponse {
-                    status,
-                    headers,
-                    body,
-                    chunks: None,
-                    end: End::EofInBody,
-                };
+                return RawResponse { status, headers, body, chunks: None, end: End::EofInBody };
             }
             let take = (n - body.len()).min(self.buf.len());
             body.extend(self.buf.drain(..take));
         }
-        RawResponse {
-            status,
-            headers,
-            body,
-            chunks: None,
-            end: End::Complete,
-        }
+        RawResponse { status, headers, body, chunks: None, end: End::Complete }
     }
 }
 
@@ -333,12 +253,11 @@ pub fn body(style: Style, model: &str, turns: usize, stream: bool) -> Value {
             Style::OpenAi => {
                 messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
                     {"id": id, "type": "function", "function": {"name": "lookup", "arguments": format!("{{\"n\":{t}}}")}}]}));
-                messages.push(
-                    json!({"role": "tool", "tool_call_id": id, "content": format!("result {t}")}),
-                );
+                messages.push(json!({"role": "tool", "tool_call_id": id, "content": format!("result {t}")}));
             }
             Style::Gemini => {
-                messages.push(json!({"role": "model", "parts": [{"functionCall": {"name": "lookup", "args": {"n": t}}}]}));
+                messages
+                    .push(json!({"role": "model", "parts": [{"functionCall": {"name": "lookup", "args": {"n": t}}}]}));
                 messages.push(json!({"role": "user", "parts": [
                     {"functionResponse": {"name": "lookup", "response": {"result": format!("result {t}")}}}]}));
             }
@@ -379,41 +298,18 @@ pub fn call_with(
 ) -> RawResponse {
     let mut c = Client::connect(fake.addr());
     let headers = auth_headers(style, key);
-    let refs: Vec<(&str, &str)> = headers
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    c.request(
-        "POST",
-        &call_target(style, model, stream),
-        &refs,
-        body.to_string().as_bytes(),
-    )
+    let refs: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    c.request("POST", &call_target(style, model, stream), &refs, body.to_string().as_bytes())
 }
 
 /// A model call asking for turn `turns` with the valid key.
-pub fn call(
-    fake: &FakeProvider,
-    style: Style,
-    model: &str,
-    turns: usize,
-    stream: bool,
-) -> RawResponse {
-    call_with(
-        fake,
-        style,
-        model,
-        &body(style, model, turns, stream),
-        stream,
-        Some(KEY),
-    )
+pub fn call(fake: &FakeProvider, style: Style, model: &str, turns: usize, stream: bool) -> RawResponse {
+    call_with(fake, style, model, &body(style, model, turns, stream), stream, Some(KEY))
 }
 
 /// The SSE events in a body: (event name, data), split on blank lines (LF or CRLF).
 pub fn sse_events(body: &[u8]) -> Vec<(Option<String>, String)> {
-    let text = String::from_utf8(body.to_vec())
-        .expect("UTF-8 stream")
-        .replace("\r\n", "\n");
+    let text = String::from_utf8(body.to_vec()).expect("UTF-8 stream").replace("\r\n", "\n");
     text.split("\n\n")
         .filter(|block| !block.trim().is_empty())
         .map(|block| {

@@ -45,10 +45,9 @@ impl Parsed {
     pub fn number<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, Fail> {
         match self.value(name) {
             None => Ok(None),
-            Some(v) => v
-                .parse()
-                .map(Some)
-                .map_err(|_| Fail::usage(format!("--{name} wants a whole number, got {v:?}"))),
+            Some(v) => {
+                v.parse().map(Some).map_err(|_| Fail::usage(format!("--{name} wants a whole number, got {v:?}")))
+            }
         }
     }
 }
@@ -76,12 +75,10 @@ pub fn parse(args: &[String], spec: &Spec) -> Result<Parsed, Fail> {
         if let Some(flag) = known(spec.values) {
             let value = match inline {
                 Some(v) => v,
-                None => iter.next().cloned().ok_or_else(|| {
-                    Fail::usage(format!(
-                        "--{flag} needs a value (nexus {} --help)",
-                        spec.command
-                    ))
-                })?,
+                None => iter
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| Fail::usage(format!("--{flag} needs a value (nexus {} --help)", spec.command)))?,
             };
             if out.values.insert(flag, value).is_some() {
                 return Err(Fail::usage(format!("--{flag} is given twice")));
@@ -114,12 +111,8 @@ pub fn parse(args: &[String], spec: &Spec) -> Result<Parsed, Fail> {
 mod tests {
     use super::*;
 
-    const SPEC: Spec = Spec {
-        command: "t",
-        values: &["style", "max-turns"],
-        switches: &["json"],
-        optional: &["builtins"],
-    };
+    const SPEC: Spec =
+        Spec { command: "t", values: &["style", "max-turns"], switches: &["json"], optional: &["builtins"] };
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
@@ -128,15 +121,7 @@ mod tests {
     #[test]
     fn forms() {
         let p = parse(
-            &args(&[
-                "--style",
-                "openai",
-                "hello",
-                "--json",
-                "--builtins=read,grep",
-                "--",
-                "--not-a-flag",
-            ]),
+            &args(&["--style", "openai", "hello", "--json", "--builtins=read,grep", "--", "--not-a-flag"]),
             &SPEC,
         )
         .unwrap();
@@ -151,13 +136,9 @@ mod tests {
 
     #[test]
     fn mistakes_are_usage_errors() {
-        for bad in [
-            &["--nope"][..],
-            &["--style"],
-            &["--json=1"],
-            &["--json", "--json"],
-            &["--style", "a", "--style", "b"],
-        ] {
+        for bad in
+            [&["--nope"][..], &["--style"], &["--json=1"], &["--json", "--json"], &["--style", "a", "--style", "b"]]
+        {
             let err = parse(&args(bad), &SPEC).unwrap_err();
             assert_eq!(err.code, 2, "{bad:?}");
         }

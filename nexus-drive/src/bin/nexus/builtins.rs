@@ -7,16 +7,13 @@ use nexus_drive::DynTool;
 use crate::Fail;
 
 fn root() -> Result<std::path::PathBuf, String> {
-    std::env::current_dir()
-        .map_err(|e| format!("cannot read the current directory (the built-in tools' root): {e}"))
+    std::env::current_dir().map_err(|e| format!("cannot read the current directory (the built-in tools' root): {e}"))
 }
 
 /// The built-ins named by `--builtins=a,b`, or all of them for a bare `--builtins`.
 pub fn select(list: Option<&str>) -> Result<Vec<DynTool>, Fail> {
     let builtins = Builtins::new(root().map_err(Fail::runtime)?);
-    let chosen = builtins
-        .select(list)
-        .map_err(|e| Fail::usage(format!("--builtins: {e}")))?;
+    let chosen = builtins.select(list).map_err(|e| Fail::usage(format!("--builtins: {e}")))?;
     Ok(chosen.tools())
 }
 
@@ -26,8 +23,5 @@ pub fn by_names(names: &[&str]) -> Result<Vec<DynTool>, String> {
         return Ok(Vec::new());
     }
     let builtins = Builtins::new(root()?);
-    builtins
-        .only(names.iter().copied())
-        .map(|b| b.tools())
-        .map_err(|e| e.to_string())
+    builtins.only(names.iter().copied()).map(|b| b.tools()).map_err(|e| e.to_string())
 }

@@ -9,12 +9,7 @@ use serde_json::Value;
 use crate::args::{parse, Spec};
 use crate::{out, parse_style, read_input, Fail};
 
-const SPEC: Spec = Spec {
-    command: "decode",
-    values: &["style"],
-    switches: &["stream"],
-    optional: &[],
-};
+const SPEC: Spec = Spec { command: "decode", values: &["style"], switches: &["stream"], optional: &[] };
 
 pub const HELP: &str = "\
 nexus decode --style anthropic|openai|gemini [--stream] FILE
@@ -35,14 +30,10 @@ exits 1; a malformed or truncated input exits 1 with a message on stderr.";
 /// Runs the command.
 pub fn main(args: &[String]) -> Result<i32, Fail> {
     let p = parse(args, &SPEC)?;
-    let style = parse_style(
-        p.value("style")
-            .ok_or_else(|| Fail::usage("decode needs --style anthropic|openai|gemini"))?,
-    )?;
+    let style =
+        parse_style(p.value("style").ok_or_else(|| Fail::usage("decode needs --style anthropic|openai|gemini"))?)?;
     let [file] = p.positionals.as_slice() else {
-        return Err(Fail::usage(
-            "decode takes exactly one FILE (or - for standard input)",
-        ));
+        return Err(Fail::usage("decode takes exactly one FILE (or - for standard input)"));
     };
     let bytes = read_input(file)?;
     let stream = p.switch("stream");
@@ -53,30 +44,17 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
         }
         Err(RemoteError::Provider(e)) => {
             let body = Summary {
-                error: Some(ErrorOut {
-                    kind: e.kind.clone(),
-                    message: e.message.clone(),
-                }),
+                error: Some(ErrorOut { kind: e.kind.clone(), message: e.message.clone() }),
                 ..Summary::of(&Value::Null)
             };
             out(&pretty(&body));
             Err(Fail::runtime(format!("{file}: {e}")))
         }
         Err(e) => {
-            let hint = if !stream && looks_like_sse(&bytes) {
-                " (this looks like an SSE capture: add --stream)"
-            } else {
-                ""
-            };
-            let what = if stream {
-                "SSE stream"
-            } else {
-                "response body"
-            };
-            Err(Fail::runtime(format!(
-                "cannot decode {file} ({} {what}): {e}{hint}",
-                style.name()
-            )))
+            let hint =
+                if !stream && looks_like_sse(&bytes) { " (this looks like an SSE capture: add --stream)" } else { "" };
+            let what = if stream { "SSE stream" } else { "response body" };
+            Err(Fail::runtime(format!("cannot decode {file} ({} {what}): {e}{hint}", style.name())))
         }
     }
 }
@@ -120,31 +98,16 @@ impl Summary {
     /// normalization the corpus expectations use.
     fn of(s: &Value) -> Summary {
         let get = |v: &Value, k: &str| v.get(k).cloned().unwrap_or(Value::Null);
-        let calls = s
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        let calls = s.get("tool_calls").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         let usage = get(s, "usage");
         Summary {
-            text: s
-                .get("text")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
+            text: s.get("text").and_then(Value::as_str).unwrap_or_default().to_string(),
             tool_calls: calls
                 .iter()
-                .map(|c| CallOut {
-                    id: get(c, "id"),
-                    name: get(c, "name"),
-                    input: get(c, "input"),
-                })
+                .map(|c| CallOut { id: get(c, "id"), name: get(c, "name"), input: get(c, "input") })
                 .collect(),
             stop: get(s, "stop"),
-            usage: UsageOut {
-                input: get(&usage, "input"),
-                output: get(&usage, "output"),
-            },
+            usage: UsageOut { input: get(&usage, "input"), output: get(&usage, "output") },
             thinking: get(s, "thinking"),
             error: None,
         }
@@ -153,11 +116,7 @@ impl Summary {
 
 fn looks_like_sse(bytes: &[u8]) -> bool {
     let start = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
-    let trimmed = start
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .and_then(|i| start.get(i..))
-        .unwrap_or_default();
+    let trimmed = start.iter().position(|b| !b.is_ascii_whitespace()).and_then(|i| start.get(i..)).unwrap_or_default();
     trimmed.starts_with(b"data:") || trimmed.starts_with(b"event:") || trimmed.starts_with(b":")
 }
 

@@ -21,12 +21,8 @@ use crate::args::{parse, Spec};
 use crate::trace::Trace;
 use crate::{out, parse_style, Fail};
 
-const SPEC: Spec = Spec {
-    command: "demo",
-    values: &["style", "record", "base-url", "api-key-env"],
-    switches: &[],
-    optional: &[],
-};
+const SPEC: Spec =
+    Spec { command: "demo", values: &["style", "record", "base-url", "api-key-env"], switches: &[], optional: &[] };
 
 pub const HELP: &str = "\
 nexus demo [--style anthropic|openai|gemini]
@@ -41,14 +37,12 @@ the machine builds is checked byte for byte against the recording.
 /// The model the demo session is recorded with.
 pub const MODEL: &str = "nexus-demo";
 
-const SYSTEM: &str =
-    "You are a travel assistant. Use the tools; ask before booking or sending anything.";
+const SYSTEM: &str = "You are a travel assistant. Use the tools; ask before booking or sending anything.";
 const PROMPT_1: &str = "I'm in Paris on Friday with a friend. What's the weather there, how many bags do we have if I \
 bring 2 and she brings 3, and could you book a table for two at Le Petit Zinc at 20:00?";
 const PROMPT_2: &str = "Great. Please email the plan to sam@example.com.";
 
-const CASSETTE_ANTHROPIC: &str =
-    include_str!("../../../../examples/cassettes/demo-anthropic.jsonl");
+const CASSETTE_ANTHROPIC: &str = include_str!("../../../../examples/cassettes/demo-anthropic.jsonl");
 const CASSETTE_OPENAI: &str = include_str!("../../../../examples/cassettes/demo-openai.jsonl");
 const CASSETTE_GEMINI: &str = include_str!("../../../../examples/cassettes/demo-gemini.jsonl");
 
@@ -64,19 +58,11 @@ fn embedded(style: Style) -> &'static str {
 pub fn main(args: &[String]) -> Result<i32, Fail> {
     let p = parse(args, &SPEC)?;
     if let Some(extra) = p.positionals.first() {
-        return Err(Fail::usage(format!(
-            "demo takes no positional argument (got {extra:?})"
-        )));
+        return Err(Fail::usage(format!("demo takes no positional argument (got {extra:?})")));
     }
-    let style = p
-        .value("style")
-        .map(parse_style)
-        .transpose()?
-        .unwrap_or(Style::Anthropic);
+    let style = p.value("style").map(parse_style).transpose()?.unwrap_or(Style::Anthropic);
     if let Some(path) = p.value("record") {
-        let base = p
-            .value("base-url")
-            .ok_or_else(|| Fail::usage("demo --record needs --base-url"))?;
+        let base = p.value("base-url").ok_or_else(|| Fail::usage("demo --record needs --base-url"))?;
         let var = p.value("api-key-env").unwrap_or(style.api_key_env());
         let key = std::env::var(var).map_err(|_| Fail::usage(format!("no API key: set {var}")))?;
         record(style, base, &key, Path::new(path))?;
@@ -86,11 +72,10 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
 }
 
 fn show(style: Style) -> Result<i32, Fail> {
-    let cassette = Cassette::parse(embedded(style))
-        .map_err(|e| Fail::runtime(format!("the embedded cassette: {e}")))?;
+    let cassette =
+        Cassette::parse(embedded(style)).map_err(|e| Fail::runtime(format!("the embedded cassette: {e}")))?;
     let dir = std::env::temp_dir().join(format!("nexus-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Fail::runtime(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir).map_err(|e| Fail::runtime(format!("cannot create {}: {e}", dir.display())))?;
     out(&format!(
         "nexus demo — a session recorded against a provider speaking the {} wire format, replayed\n\
          offline through the real state machine. Responses, tool results and answers come from the\n\
@@ -125,9 +110,7 @@ fn demo_tools() -> Vec<DynTool> {
                 "Tokyo" => "24°C, light rain",
                 _ => "20°C, clear",
             };
-            Ok(ToolOutcome::Done(Value::String(format!(
-                "{city}: {weather}"
-            ))))
+            Ok(ToolOutcome::Done(Value::String(format!("{city}: {weather}"))))
         },
     );
     let add = DynTool::new(
@@ -136,18 +119,12 @@ fn demo_tools() -> Vec<DynTool> {
         json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}),
         |args, _ctx| {
             let n = |k: &str| {
-                args.get(k)
-                    .and_then(Value::as_f64)
-                    .ok_or_else(|| ToolError::msg(format!("{k} must be a number")))
+                args.get(k).and_then(Value::as_f64).ok_or_else(|| ToolError::msg(format!("{k} must be a number")))
             };
             let sum = n("a")? + n("b")?;
             // Whole numbers read as such (`5`, not `5.0`).
             let whole = sum.fract() == 0.0 && sum.abs() < 9e15;
-            Ok(ToolOutcome::Done(if whole {
-                json!(sum as i64)
-            } else {
-                json!(sum)
-            }))
+            Ok(ToolOutcome::Done(if whole { json!(sum as i64) } else { json!(sum) }))
         },
     );
     let book_table = DynTool::new(
@@ -158,19 +135,14 @@ fn demo_tools() -> Vec<DynTool> {
         }, "required": ["restaurant", "time", "guests"]}),
         |args, ctx| {
             let s = |k: &str| {
-                args.get(k)
-                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
-                    .unwrap_or_default()
+                args.get(k).map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string)).unwrap_or_default()
             };
             let (restaurant, time, guests) = (s("restaurant"), s("time"), s("guests"));
             if ctx.answer().is_none() {
                 let prompt = format!("Book a table for {guests} at {restaurant} at {time}?");
                 return Ok(ToolOutcome::Pending(Request::new("approval", prompt)));
             }
-            let initials: String = restaurant
-                .split_whitespace()
-                .filter_map(|w| w.chars().next())
-                .collect();
+            let initials: String = restaurant.split_whitespace().filter_map(|w| w.chars().next()).collect();
             let code = format!("{}-{}", initials.to_uppercase(), time.replace(':', ""));
             Ok(ToolOutcome::Done(Value::String(format!(
                 "Booked: table for {guests} at {restaurant}, {time} (confirmation {code})"
@@ -184,41 +156,22 @@ fn demo_tools() -> Vec<DynTool> {
             "to": {"type": "string"}, "subject": {"type": "string"}, "body": {"type": "string"}
         }, "required": ["to", "subject", "body"]}),
         |args, ctx| {
-            let to = args
-                .get("to")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let subject = args
-                .get("subject")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
+            let to = args.get("to").and_then(Value::as_str).unwrap_or("").to_string();
+            let subject = args.get("subject").and_then(Value::as_str).unwrap_or("").to_string();
             if ctx.answer().is_none() {
                 return Ok(ToolOutcome::Pending(Request::new(
                     "approval",
                     format!("Send an email to {to} with subject {subject:?}?"),
                 )));
             }
-            Ok(ToolOutcome::Done(Value::String(format!(
-                "Sent to {to}: {subject:?}"
-            ))))
+            Ok(ToolOutcome::Done(Value::String(format!("Sent to {to}: {subject:?}"))))
         },
     );
     vec![get_weather, add, book_table, send_email]
 }
 
-fn builder(
-    style: Style,
-    base: &str,
-    key: &str,
-    rec: &Arc<Recorder>,
-) -> Result<ClientBuilder, Fail> {
-    let mut b = ClientConfig::builder(style, MODEL)
-        .base_url(base)
-        .api_key(key)
-        .system(SYSTEM)
-        .tap(rec.clone());
+fn builder(style: Style, base: &str, key: &str, rec: &Arc<Recorder>) -> Result<ClientBuilder, Fail> {
+    let mut b = ClientConfig::builder(style, MODEL).base_url(base).api_key(key).system(SYSTEM).tap(rec.clone());
     for t in demo_tools() {
         b = b.dyn_tool(t);
     }
@@ -229,39 +182,23 @@ fn builder(
 fn record(style: Style, base: &str, key: &str, path: &Path) -> Result<(), Fail> {
     let fail = |e: nexus_drive::DriveError| Fail::runtime(e.to_string());
     let rec = Arc::new(
-        Recorder::create(path)
-            .map_err(|e| Fail::runtime(format!("cannot record to {}: {e}", path.display())))?,
+        Recorder::create(path).map_err(|e| Fail::runtime(format!("cannot record to {}: {e}", path.display())))?,
     );
     rec.set_api_key(key);
 
     // Run 1: the host answers approvals in the same process.
     let approve = |r: Request| Answer::ok(r.id, None);
-    let cfg = builder(style, base, key, &rec)?
-        .seed(1)
-        .wait_for(approve)
-        .build()
-        .map_err(fail)?;
+    let cfg = builder(style, base, key, &rec)?.seed(1).wait_for(approve).build().map_err(fail)?;
     let first = Client::new(cfg).run(PROMPT_1).map_err(fail)?;
     if first.is_pending() || first.text.is_empty() {
-        return Err(Fail::runtime(format!(
-            "run 1 did not finish: {:?}",
-            first.status
-        )));
+        return Err(Fail::runtime(format!("run 1 did not finish: {:?}", first.status)));
     }
 
     // Run 2: no in-process answerer, so the approval suspends the run and its state is stored.
-    let cfg = builder(style, base, key, &rec)?
-        .seed(2)
-        .build()
-        .map_err(fail)?;
-    let second = Client::new(cfg)
-        .run_with_history(first.messages.clone(), PROMPT_2)
-        .map_err(fail)?;
+    let cfg = builder(style, base, key, &rec)?.seed(2).build().map_err(fail)?;
+    let second = Client::new(cfg).run_with_history(first.messages.clone(), PROMPT_2).map_err(fail)?;
     let Some(suspended) = second.suspended.clone().filter(|_| second.is_pending()) else {
-        return Err(Fail::runtime(format!(
-            "run 2 did not suspend: {:?}",
-            second.status
-        )));
+        return Err(Fail::runtime(format!("run 2 did not suspend: {:?}", second.status)));
     };
     let state_file = PathBuf::from(format!("{}.state.json", path.display()));
     std::fs::write(&state_file, &suspended.state).map_err(|e| Fail::runtime(e.to_string()))?;
@@ -271,30 +208,17 @@ fn record(style: Style, base: &str, key: &str, path: &Path) -> Result<(), Fail> 
     let state = std::fs::read(&state_file).map_err(|e| Fail::runtime(e.to_string()))?;
     let _ = std::fs::remove_file(&state_file);
     let restored = Run::restore(&state).map_err(|e| Fail::runtime(e.to_string()))?;
-    let answers: Vec<Answer> = restored
-        .outstanding()
-        .into_iter()
-        .map(|r| Answer::ok(r.id, None))
-        .collect();
-    let mut b = ClientBuilder::from_run_config(restored.config().clone())
-        .api_key(key)
-        .tap(rec.clone());
+    let answers: Vec<Answer> = restored.outstanding().into_iter().map(|r| Answer::ok(r.id, None)).collect();
+    let mut b = ClientBuilder::from_run_config(restored.config().clone()).api_key(key).tap(rec.clone());
     for t in demo_tools() {
         b = b.dyn_tool(t);
     }
     rec.resume(&state);
-    let third = Client::new(b.build().map_err(fail)?)
-        .resume(&state, answers)
-        .map_err(fail)?;
+    let third = Client::new(b.build().map_err(fail)?).resume(&state, answers).map_err(fail)?;
     if third.is_pending() {
         return Err(Fail::runtime("the resumed run is still pending"));
     }
-    rec.finish()
-        .map_err(|e| Fail::runtime(format!("recording failed: {e}")))?;
-    out(&format!(
-        "recorded {} ({} style)",
-        path.display(),
-        style.name()
-    ));
+    rec.finish().map_err(|e| Fail::runtime(format!("recording failed: {e}")))?;
+    out(&format!("recorded {} ({} style)", path.display(), style.name()));
     Ok(())
 }

@@ -47,18 +47,12 @@ pub struct Fail {
 impl Fail {
     /// A usage or config error (exit 2).
     pub fn usage(message: impl Into<String>) -> Fail {
-        Fail {
-            code: 2,
-            message: message.into(),
-        }
+        Fail { code: 2, message: message.into() }
     }
 
     /// A runtime error (exit 1).
     pub fn runtime(message: impl Into<String>) -> Fail {
-        Fail {
-            code: 1,
-            message: message.into(),
-        }
+        Fail { code: 1, message: message.into() }
     }
 }
 
@@ -78,11 +72,7 @@ pub fn out_inline(text: &str) {
 
 /// Parses a `--style` value.
 pub fn parse_style(s: &str) -> Result<Style, Fail> {
-    Style::parse(s).ok_or_else(|| {
-        Fail::usage(format!(
-            "unknown style {s:?}: use anthropic, openai or gemini"
-        ))
-    })
+    Style::parse(s).ok_or_else(|| Fail::usage(format!("unknown style {s:?}: use anthropic, openai or gemini")))
 }
 
 /// Reads a file, or standard input for `-`.
@@ -122,11 +112,7 @@ fn dispatch(argv: &[String]) -> Result<i32, Fail> {
             out(&format!("nexus {}", env!("CARGO_PKG_VERSION")));
             return Ok(0);
         }
-        other => {
-            return Err(Fail::usage(format!(
-                "unknown command {other:?} (nexus --help lists them)"
-            )))
-        }
+        other => return Err(Fail::usage(format!("unknown command {other:?} (nexus --help lists them)"))),
     };
     if wants_help {
         out(help);
@@ -137,10 +123,7 @@ fn dispatch(argv: &[String]) -> Result<i32, Fail> {
 
 fn main() {
     // Lossy rather than `env::args`, which panics on an argument that is not UTF-8.
-    let argv: Vec<String> = std::env::args_os()
-        .skip(1)
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    let argv: Vec<String> = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
     let code = match dispatch(&argv) {
         Ok(code) => code,
         Err(fail) => {

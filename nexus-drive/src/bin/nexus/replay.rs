@@ -10,12 +10,7 @@ use crate::args::{parse, Spec};
 use crate::trace::Trace;
 use crate::{out, Fail};
 
-const SPEC: Spec = Spec {
-    command: "replay",
-    values: &[],
-    switches: &["json"],
-    optional: &[],
-};
+const SPEC: Spec = Spec { command: "replay", values: &[], switches: &["json"], optional: &[] };
 
 pub const HELP: &str = "\
 nexus replay CASSETTE [--json]
@@ -46,17 +41,14 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
     let [path] = p.positionals.as_slice() else {
         return Err(Fail::usage("replay takes exactly one CASSETTE file"));
     };
-    let cassette = Cassette::load(std::path::Path::new(path))
-        .map_err(|e| Fail::runtime(format!("{path}: {e}")))?;
+    let cassette = Cassette::load(std::path::Path::new(path)).map_err(|e| Fail::runtime(format!("{path}: {e}")))?;
     if p.switch("json") {
         let mut obs = LastStop::default();
-        let done =
-            replay(&cassette, &mut obs).map_err(|e| Fail::runtime(format!("{path}: {e}")))?;
+        let done = replay(&cassette, &mut obs).map_err(|e| Fail::runtime(format!("{path}: {e}")))?;
         out(&result_json(&done.run, &done.end, obs.0).to_string());
     } else {
         let mut trace = Trace::new(None, true);
-        let done =
-            replay(&cassette, &mut trace).map_err(|e| Fail::runtime(format!("{path}: {e}")))?;
+        let done = replay(&cassette, &mut trace).map_err(|e| Fail::runtime(format!("{path}: {e}")))?;
         out("");
         out(&summary(&done));
     }
@@ -81,9 +73,7 @@ pub fn summary(done: &Replayed) -> String {
 pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Value {
     let (status, limit, pending) = match end {
         ReplayEnd::Finished(Outcome::Done) => (RunStatus::Done, None, Vec::new()),
-        ReplayEnd::Finished(Outcome::Incomplete { limit }) => {
-            (RunStatus::Incomplete, Some(limit.clone()), Vec::new())
-        }
+        ReplayEnd::Finished(Outcome::Incomplete { limit }) => (RunStatus::Incomplete, Some(limit.clone()), Vec::new()),
         ReplayEnd::Pending(requests) => (RunStatus::Pending, None, requests.clone()),
         ReplayEnd::Finished(Outcome::Failed { error }) => {
             return json!({"status": "failed", "error": error, "turns": run.turns(), "model": run.config().model});

@@ -10,9 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use nexus_drive::blocking::Client;
 use nexus_drive::cassette::Recorder;
-use nexus_drive::{
-    ClientBuilder, ClientConfig, DriveError, RunResult, RunStatus, StreamItem, Toolbox,
-};
+use nexus_drive::{ClientBuilder, ClientConfig, DriveError, RunResult, RunStatus, StreamItem, Toolbox};
 use nexus_proto::{Answer, Input, InputError, Run, RunConfig, StreamEvent, Style, Timestamp};
 
 use crate::args::{parse, Parsed, Spec};
@@ -20,17 +18,7 @@ use crate::{builtins, out, out_inline, parse_style, read_input, tools, Fail};
 
 const RUN_SPEC: Spec = Spec {
     command: "run",
-    values: &[
-        "style",
-        "base-url",
-        "model",
-        "api-key-env",
-        "system",
-        "max-turns",
-        "relay",
-        "state",
-        "record",
-    ],
+    values: &["style", "base-url", "model", "api-key-env", "system", "max-turns", "relay", "state", "record"],
     switches: &["stream", "json"],
     optional: &["builtins"],
 };
@@ -98,18 +86,16 @@ fn api_key(p: &Parsed, style: Style) -> Result<String, Fail> {
     let var = p.value("api-key-env").unwrap_or(style.api_key_env());
     match std::env::var(var) {
         Ok(k) if !k.trim().is_empty() => Ok(k),
-        _ => Err(Fail::usage(format!(
-            "no API key: set {var} (or name another variable with --api-key-env)"
-        ))),
+        _ => Err(Fail::usage(format!("no API key: set {var} (or name another variable with --api-key-env)"))),
     }
 }
 
 /// How a client's error ends the command.
 fn drive_fail(e: DriveError) -> Fail {
     match e {
-        DriveError::Config(_)
-        | DriveError::Toolbox(_)
-        | DriveError::Input(InputError::Config(_)) => Fail::usage(e.to_string()),
+        DriveError::Config(_) | DriveError::Toolbox(_) | DriveError::Input(InputError::Config(_)) => {
+            Fail::usage(e.to_string())
+        }
         other => Fail::runtime(other.to_string()),
     }
 }
@@ -120,12 +106,8 @@ fn recorder(p: &Parsed, append: bool, key: &str) -> Result<Option<Arc<Recorder>>
         return Ok(None);
     };
     let path = Path::new(path);
-    let rec = if append {
-        Recorder::append(path)
-    } else {
-        Recorder::create(path)
-    }
-    .map_err(|e| Fail::runtime(format!("cannot record to {}: {e}", path.display())))?;
+    let rec = if append { Recorder::append(path) } else { Recorder::create(path) }
+        .map_err(|e| Fail::runtime(format!("cannot record to {}: {e}", path.display())))?;
     rec.set_api_key(key);
     Ok(Some(Arc::new(rec)))
 }
@@ -143,45 +125,27 @@ struct Ctx {
 pub fn run_main(args: &[String]) -> Result<i32, Fail> {
     let p = parse(args, &RUN_SPEC)?;
     let prompt = match p.positionals.as_slice() {
-        [] => {
-            return Err(Fail::usage(
-                "run needs a PROMPT (or - to read it from standard input)",
-            ))
+        [] => return Err(Fail::usage("run needs a PROMPT (or - to read it from standard input)")),
+        [one] if one == "-" => {
+            String::from_utf8(read_input("-")?).map_err(|_| Fail::usage("the prompt is not UTF-8"))?
         }
-        [one] if one == "-" => String::from_utf8(read_input("-")?)
-            .map_err(|_| Fail::usage("the prompt is not UTF-8"))?,
         many => many.join(" "),
     };
     if prompt.trim().is_empty() {
         return Err(Fail::usage("the prompt is empty"));
     }
-    let style = p
-        .value("style")
-        .map(parse_style)
-        .transpose()?
-        .unwrap_or(Style::OpenAi);
+    let style = p.value("style").map(parse_style).transpose()?.unwrap_or(Style::OpenAi);
     let model = p.value("model").unwrap_or(default_model(style));
     let max_turns: Option<u32> = p.number("max-turns")?;
     if max_turns == Some(0) {
         return Err(Fail::usage("--max-turns must be at least 1"));
     }
-    let builtin_tools = if p.switch("builtins") {
-        builtins::select(p.value("builtins"))?
-    } else {
-        Vec::new()
-    };
-    let relay = p
-        .value("relay")
-        .map(tools::load_relay)
-        .transpose()?
-        .unwrap_or_default();
+    let builtin_tools = if p.switch("builtins") { builtins::select(p.value("builtins"))? } else { Vec::new() };
+    let relay = p.value("relay").map(tools::load_relay).transpose()?.unwrap_or_default();
     let toolbox = tools::toolbox(builtin_tools, relay)?;
     let key = api_key(&p, style)?;
 
-    let mut b = ClientConfig::builder(style, model)
-        .api_key(key.clone())
-        .toolbox(toolbox)
-        .stream(p.switch("stream"));
+    let mut b = ClientConfig::builder(style, model).api_key(key.clone()).toolbox(toolbox).stream(p.switch("stream"));
     if let Some(url) = p.value("base-url") {
         b = b.base_url(url);
     }
@@ -215,25 +179,17 @@ pub fn resume_main(args: &[String]) -> Result<i32, Fail> {
             "resume takes no positional argument (got {extra:?}); answers go in --answer FILE"
         )));
     }
-    let state_path = p
-        .value("state")
-        .ok_or_else(|| Fail::usage("resume needs --state FILE"))?;
-    let answer_path = p
-        .value("answer")
-        .ok_or_else(|| Fail::usage("resume needs --answer ANSWERS.json"))?;
-    let state = fs::read(state_path)
-        .map_err(|e| Fail::runtime(format!("cannot read state file {state_path}: {e}")))?;
-    let run =
-        Run::restore(&state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
+    let state_path = p.value("state").ok_or_else(|| Fail::usage("resume needs --state FILE"))?;
+    let answer_path = p.value("answer").ok_or_else(|| Fail::usage("resume needs --answer ANSWERS.json"))?;
+    let state = fs::read(state_path).map_err(|e| Fail::runtime(format!("cannot read state file {state_path}: {e}")))?;
+    let run = Run::restore(&state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
     let answers = load_answers(answer_path)?;
     check_answers(&state, &answers, state_path)?;
 
     let config: RunConfig = run.config().clone();
     let key = api_key(&p, config.style)?;
     let toolbox: Toolbox = tools::rebind(run.tools())?;
-    let mut b = ClientBuilder::from_run_config(config)
-        .api_key(key.clone())
-        .toolbox(toolbox);
+    let mut b = ClientBuilder::from_run_config(config).api_key(key.clone()).toolbox(toolbox);
     let record = recorder(&p, true, &key)?;
     if let Some(r) = &record {
         r.resume(&state);
@@ -254,17 +210,15 @@ pub fn resume_main(args: &[String]) -> Result<i32, Fail> {
 /// `ANSWERS.json`: one answer or an array of them.
 fn load_answers(path: &str) -> Result<Vec<Answer>, Fail> {
     let bytes = read_input(path)?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| Fail::usage(format!("{path}: not JSON: {e}")))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| Fail::usage(format!("{path}: not JSON: {e}")))?;
     let answers = if value.is_array() {
         serde_json::from_value::<Vec<Answer>>(value)
     } else {
         serde_json::from_value::<Answer>(value).map(|a| vec![a])
     };
     let answers = answers.map_err(|e| {
-        Fail::usage(format!(
-            "{path}: not an answer ({{\"id\", \"ok\", \"data\"?}}) or an array of them: {e}"
-        ))
+        Fail::usage(format!("{path}: not an answer ({{\"id\", \"ok\", \"data\"?}}) or an array of them: {e}"))
     })?;
     if answers.is_empty() {
         return Err(Fail::usage(format!("{path}: no answer in it")));
@@ -275,14 +229,8 @@ fn load_answers(path: &str) -> Result<Vec<Answer>, Fail> {
 /// Feeds the answers to a scratch copy of the run first, so an answer the
 /// run would refuse is reported before anything is sent, recorded or written.
 fn check_answers(state: &[u8], answers: &[Answer], state_path: &str) -> Result<(), Fail> {
-    let mut probe =
-        Run::restore(state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
-    let mut now = Timestamp(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0),
-    );
+    let mut probe = Run::restore(state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
+    let mut now = Timestamp(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0));
     for a in answers {
         let fed = match probe.handle_input(now, Input::Answer(a.clone())) {
             Err(InputError::TimeWentBackwards { last, .. }) => {
@@ -304,11 +252,7 @@ fn check_answers(state: &[u8], answers: &[Answer], state_path: &str) -> Result<(
                     .unwrap_or_default();
                 return Err(Fail::runtime(format!(
                     "{e} (outstanding: {}); nothing was changed",
-                    if ids.is_empty() {
-                        "none".to_string()
-                    } else {
-                        ids.join(", ")
-                    }
+                    if ids.is_empty() { "none".to_string() } else { ids.join(", ") }
                 )));
             }
         }
@@ -317,10 +261,7 @@ fn check_answers(state: &[u8], answers: &[Answer], state_path: &str) -> Result<(
 }
 
 /// Pumps the run, shows it, and turns its end into an exit code.
-fn finish(
-    ctx: &Ctx,
-    items: impl Iterator<Item = Result<StreamItem, DriveError>>,
-) -> Result<i32, Fail> {
+fn finish(ctx: &Ctx, items: impl Iterator<Item = Result<StreamItem, DriveError>>) -> Result<i32, Fail> {
     let mut streamed_text = false;
     let mut result = None;
     for item in items {
@@ -373,16 +314,10 @@ fn finish(
 
 fn save_state(ctx: &Ctx, result: &RunResult) -> Result<(), Fail> {
     let Some(s) = &result.suspended else {
-        return Err(Fail::runtime(
-            "the run is pending but the driver gave no state to save",
-        ));
+        return Err(Fail::runtime("the run is pending but the driver gave no state to save"));
     };
-    write_atomic(&ctx.state, &s.state).map_err(|e| {
-        Fail::runtime(format!(
-            "cannot write state file {}: {e}",
-            ctx.state.display()
-        ))
-    })?;
+    write_atomic(&ctx.state, &s.state)
+        .map_err(|e| Fail::runtime(format!("cannot write state file {}: {e}", ctx.state.display())))?;
     if let Some(r) = &ctx.record {
         r.pending(&s.pending);
     }
@@ -391,9 +326,7 @@ fn save_state(ctx: &Ctx, result: &RunResult) -> Result<(), Fail> {
 
 fn close_record(ctx: &Ctx) -> Result<(), Fail> {
     match &ctx.record {
-        Some(r) => r
-            .finish()
-            .map_err(|e| Fail::runtime(format!("recording failed: {e}"))),
+        Some(r) => r.finish().map_err(|e| Fail::runtime(format!("recording failed: {e}"))),
         None => Ok(()),
     }
 }
@@ -413,10 +346,7 @@ fn show(ctx: &Ctx, result: &RunResult, streamed_text: bool) {
             if !streamed_text && !result.text.is_empty() {
                 out(&result.text);
             }
-            eprintln!(
-                "nexus: run incomplete: the {} limit stopped it",
-                result.limit.as_deref().unwrap_or("turn")
-            );
+            eprintln!("nexus: run incomplete: the {} limit stopped it", result.limit.as_deref().unwrap_or("turn"));
         }
         RunStatus::Pending => {
             if !ctx.json {
@@ -440,10 +370,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "state".into());
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "state".into());
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let written = (|| {
         let mut opts = fs::OpenOptions::new();

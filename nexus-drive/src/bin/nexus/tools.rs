@@ -10,12 +10,7 @@ use serde_json::{Map, Value};
 use crate::args::{parse, Spec};
 use crate::{builtins, out, parse_style, read_input, Fail};
 
-const SPEC: Spec = Spec {
-    command: "tools",
-    values: &["relay", "style"],
-    switches: &[],
-    optional: &["builtins"],
-};
+const SPEC: Spec = Spec { command: "tools", values: &["relay", "style"], switches: &[], optional: &["builtins"] };
 
 pub const HELP: &str = "\
 nexus tools [--builtins[=NAMES]] [--relay TOOLS.json] [--style anthropic|openai|gemini]
@@ -47,17 +42,11 @@ pub fn load_relay(path: &str) -> Result<Vec<ToolDecl>, Fail> {
     let mut out = Vec::with_capacity(decls.len());
     for d in decls {
         if !(d.input_schema.is_null() || d.input_schema.is_object()) {
-            return Err(Fail::usage(format!(
-                "{path}: input_schema of {:?} must be a JSON Schema object",
-                d.name
-            )));
+            return Err(Fail::usage(format!("{path}: input_schema of {:?} must be a JSON Schema object", d.name)));
         }
         let decl = ToolDecl::relay(&d.name, d.description, d.input_schema);
         if decl.name != d.name {
-            eprintln!(
-                "nexus: relay tool {:?} is declared as {:?} (names keep only [a-zA-Z0-9_-])",
-                d.name, decl.name
-            );
+            eprintln!("nexus: relay tool {:?} is declared as {:?} (names keep only [a-zA-Z0-9_-])", d.name, decl.name);
         }
         out.push(decl);
     }
@@ -88,11 +77,8 @@ pub fn rebind(decls: &[ToolDecl]) -> Result<Toolbox, Fail> {
             _ => names.push(d.name.as_str()),
         }
     }
-    let executed = builtins::by_names(&names).map_err(|e| {
-        Fail::runtime(format!(
-            "the saved run declares a tool this program cannot run: {e}"
-        ))
-    })?;
+    let executed = builtins::by_names(&names)
+        .map_err(|e| Fail::runtime(format!("the saved run declares a tool this program cannot run: {e}")))?;
     toolbox(executed, relay)
 }
 
@@ -109,27 +95,17 @@ pub fn wire_tools(style: Style, decls: &[ToolDecl]) -> Value {
         stream: false,
         params: &params,
     };
-    style
-        .encode_body(&call)
-        .get("tools")
-        .cloned()
-        .unwrap_or_else(|| Value::Array(Vec::new()))
+    style.encode_body(&call).get("tools").cloned().unwrap_or_else(|| Value::Array(Vec::new()))
 }
 
 /// Runs `nexus tools`.
 pub fn main(args: &[String]) -> Result<i32, Fail> {
     let p = parse(args, &SPEC)?;
     if let Some(extra) = p.positionals.first() {
-        return Err(Fail::usage(format!(
-            "tools takes no positional argument (got {extra:?})"
-        )));
+        return Err(Fail::usage(format!("tools takes no positional argument (got {extra:?})")));
     }
     let style = p.value("style").map(parse_style).transpose()?;
-    let builtin_tools = if p.switch("builtins") {
-        builtins::select(p.value("builtins"))?
-    } else {
-        Vec::new()
-    };
+    let builtin_tools = if p.switch("builtins") { builtins::select(p.value("builtins"))? } else { Vec::new() };
     let relay = match p.value("relay") {
         Some(path) => load_relay(path)?,
         None => Vec::new(),

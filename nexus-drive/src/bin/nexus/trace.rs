@@ -7,8 +7,7 @@ use std::path::PathBuf;
 
 use nexus_drive::cassette::Observer;
 use nexus_proto::{
-    Answer, HttpRequest, Outcome, Request, Role, Run, StopReason, StreamEvent, ToolInvocation,
-    ToolReply,
+    Answer, HttpRequest, Outcome, Request, Role, Run, StopReason, StreamEvent, ToolInvocation, ToolReply,
 };
 
 use crate::{out, out_inline};
@@ -34,11 +33,7 @@ impl Trace {
     /// A trace that writes stored states to `state_dir` (when given) and
     /// shows request lines when `show_requests` is set.
     pub fn new(state_dir: Option<PathBuf>, show_requests: bool) -> Trace {
-        Trace {
-            state_dir,
-            show_requests,
-            ..Trace::default()
-        }
+        Trace { state_dir, show_requests, ..Trace::default() }
     }
 
     fn close_text(&mut self) {
@@ -92,11 +87,7 @@ impl Observer for Trace {
             c.style.name(),
             c.model,
             run.tools().len(),
-            run.tools()
-                .iter()
-                .map(|t| t.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            run.tools().iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
         ));
         if let Some(system) = &c.system {
             self.line(&format!("  system:   {}", short(system, 200)));
@@ -123,47 +114,24 @@ impl Observer for Trace {
             StreamEvent::TextDelta { text } => self.inline("model:   ", text),
             StreamEvent::ReasoningDelta { text } => self.inline("thinking:", text),
             StreamEvent::ToolCallFinished { call } => {
-                self.line(&format!(
-                    "  ⚙ call   {}({})  [{}]",
-                    call.name,
-                    short(&call.arguments, 200),
-                    call.id
-                ));
+                self.line(&format!("  ⚙ call   {}({})  [{}]", call.name, short(&call.arguments, 200), call.id));
             }
             StreamEvent::TurnFinished { turn, stop } => {
                 self.last_stop = Some(*stop);
                 self.close_text();
-                let word = serde_json::to_value(stop)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default();
+                let word =
+                    serde_json::to_value(stop).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
                 self.line(&format!("    turn {turn} ended: {word}"));
             }
             StreamEvent::ToolResult { name, result, .. } => {
-                let mark = if result.is_error {
-                    "✗ error "
-                } else {
-                    "← result"
-                };
+                let mark = if result.is_error { "✗ error " } else { "← result" };
                 self.line(&format!("  {mark} {name}: {}", short(&result.output, 300)));
             }
             StreamEvent::Pending { request } => {
-                self.line(&format!(
-                    "  ⏸ {} request {}: {}",
-                    request.kind,
-                    request.id,
-                    short(&request.prompt, 300)
-                ));
+                self.line(&format!("  ⏸ {} request {}: {}", request.kind, request.id, short(&request.prompt, 300)));
             }
-            StreamEvent::Retrying {
-                attempt,
-                delay_ms,
-                reason,
-            } => {
-                self.line(&format!(
-                    "  ↻ retry {attempt} after {delay_ms} ms: {}",
-                    short(reason, 200)
-                ));
+            StreamEvent::Retrying { attempt, delay_ms, reason } => {
+                self.line(&format!("  ↻ retry {attempt} after {delay_ms} ms: {}", short(reason, 200)));
             }
             _ => {}
         }
@@ -171,40 +139,26 @@ impl Observer for Trace {
 
     fn tools(&mut self, calls: &[ToolInvocation]) {
         for c in calls.iter().filter(|c| c.answer.is_some()) {
-            self.line(&format!(
-                "  ⚙ re-run {} with the answer to its request  [{}]",
-                c.name, c.call_id
-            ));
+            self.line(&format!("  ⚙ re-run {} with the answer to its request  [{}]", c.name, c.call_id));
         }
     }
 
     fn tool_reply(&mut self, _call: &ToolInvocation, _reply: &ToolReply) {}
 
     fn suspended(&mut self, requests: &[Request]) {
-        self.line(&format!(
-            "  ⏸ run suspended: waiting for {} answer(s)",
-            requests.len()
-        ));
+        self.line(&format!("  ⏸ run suspended: waiting for {} answer(s)", requests.len()));
     }
 
     fn answer(&mut self, answer: &Answer) {
         let verdict = if answer.ok {
             "ok".to_string()
         } else {
-            format!(
-                "declined ({})",
-                answer.reason.as_deref().unwrap_or("declined")
-            )
+            format!("declined ({})", answer.reason.as_deref().unwrap_or("declined"))
         };
         let data = answer
             .data
             .as_ref()
-            .map(|d| {
-                format!(
-                    " {}",
-                    short(&serde_json::to_string(d).unwrap_or_default(), 200)
-                )
-            })
+            .map(|d| format!(" {}", short(&serde_json::to_string(d).unwrap_or_default(), 200)))
             .unwrap_or_default();
         self.line(&format!("  ✔ answer {}: {verdict}{data}", answer.id));
     }
@@ -215,15 +169,14 @@ impl Observer for Trace {
         };
         self.handoffs += 1;
         let path = dir.join(format!("state-{}.json", self.handoffs));
-        std::fs::write(&path, state)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        self.line(&format!("  ⏹ the process stops here (exit code 3): state saved to {} ({} bytes, no API key in it)", path.display(), state.len()));
-        let back =
-            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        std::fs::write(&path, state).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         self.line(&format!(
-            "  … later, a new process reads {} and feeds the answer",
-            path.display()
+            "  ⏹ the process stops here (exit code 3): state saved to {} ({} bytes, no API key in it)",
+            path.display(),
+            state.len()
         ));
+        let back = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        self.line(&format!("  … later, a new process reads {} and feeds the answer", path.display()));
         Ok(back)
     }
 

@@ -25,22 +25,13 @@ const EMPTY_ERROR_OUTPUT: &str = "(the tool failed without output)";
 pub fn encode_body(call: &ModelCall<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), Value::from(call.model));
-    body.insert(
-        "max_tokens".into(),
-        Value::from(call.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
-    );
+    body.insert("max_tokens".into(), Value::from(call.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)));
     if let Some(system) = call.system.filter(|s| !s.is_empty()) {
         body.insert("system".into(), Value::from(system));
     }
-    body.insert(
-        "messages".into(),
-        Value::Array(call.messages.iter().filter_map(encode_message).collect()),
-    );
+    body.insert("messages".into(), Value::Array(call.messages.iter().filter_map(encode_message).collect()));
     if !call.tools.is_empty() {
-        body.insert(
-            "tools".into(),
-            Value::Array(call.tools.iter().map(ToolDecl::to_anthropic).collect()),
-        );
+        body.insert("tools".into(), Value::Array(call.tools.iter().map(ToolDecl::to_anthropic).collect()));
     }
     if call.stream {
         body.insert("stream".into(), Value::Bool(true));
@@ -58,20 +49,8 @@ fn encode_message(message: &Message) -> Option<Value> {
             // The API requires a user turn's tool_result blocks to come before
             // anything else in it; the rest keep their order.
             let is_result = |b: &&Block| matches!(b, Block::ToolResult(_));
-            content.extend(
-                message
-                    .content
-                    .iter()
-                    .filter(is_result)
-                    .filter_map(encode_block),
-            );
-            content.extend(
-                message
-                    .content
-                    .iter()
-                    .filter(|b| !is_result(b))
-                    .filter_map(encode_block),
-            );
+            content.extend(message.content.iter().filter(is_result).filter_map(encode_block));
+            content.extend(message.content.iter().filter(|b| !is_result(b)).filter_map(encode_block));
         }
         Role::Assistant => content.extend(message.content.iter().filter_map(encode_block)),
     }
@@ -87,26 +66,15 @@ fn encode_message(message: &Message) -> Option<Value> {
 
 fn encode_block(block: &Block) -> Option<Value> {
     match block {
-        Block::Text {
-            text,
-            provider_data,
-        } => {
-            if let Some(raw) = own_data(provider_data.as_ref())
-                .and_then(|d| d.get(OPAQUE))
-                .filter(|b| b.is_object())
-            {
+        Block::Text { text, provider_data } => {
+            if let Some(raw) = own_data(provider_data.as_ref()).and_then(|d| d.get(OPAQUE)).filter(|b| b.is_object()) {
                 // A block the transcript has no variant for, sent back as it came.
                 return Some(raw.clone());
             }
             // The API rejects empty text blocks ("text content blocks must be non-empty").
             (!text.is_empty()).then(|| json!({ "type": "text", "text": text }))
         }
-        Block::Reasoning {
-            text,
-            signature,
-            redacted,
-            ..
-        } => {
+        Block::Reasoning { text, signature, redacted, .. } => {
             if let Some(data) = redacted {
                 return Some(json!({ "type": "redacted_thinking", "data": data }));
             }
@@ -133,14 +101,7 @@ fn encode_image(media_type: &str, source: &ImageSource) -> Value {
         ImageSource::Url { url } => match split_data_url(url) {
             // The url source fetches over the network; a data: URL is inline
             // bytes, which this API takes as a base64 source.
-            Some((url_type, data)) => base64_image(
-                if url_type.is_empty() {
-                    media_type
-                } else {
-                    url_type
-                },
-                data,
-            ),
+            Some((url_type, data)) => base64_image(if url_type.is_empty() { media_type } else { url_type }, data),
             None => json!({ "type": "image", "source": { "type": "url", "url": url } }),
         },
     }
@@ -191,8 +152,7 @@ fn encode_result(result: &ToolResultBlock) -> Value {
         (true, false) => EMPTY_OUTPUT,
         (true, true) => EMPTY_ERROR_OUTPUT,
     };
-    let mut block =
-        json!({ "type": "tool_result", "tool_use_id": result.call_id, "content": content });
+    let mut block = json!({ "type": "tool_result", "tool_use_id": result.call_id, "content": content });
     if result.is_error {
         block["is_error"] = Value::Bool(true);
     }

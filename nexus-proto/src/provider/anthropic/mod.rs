@@ -84,24 +84,14 @@ pub fn decode_response(body: &[u8], ids: &mut CallIds) -> Result<TurnResponse, R
         // serde also reads a struct from an array, by position; a message is an object.
         return Err(DecodeError::Shape("the body is not a JSON object".into()).into());
     }
-    let raw_blocks = msg
-        .content
-        .ok_or_else(|| DecodeError::Shape("message without a `content` array".into()))?;
+    let raw_blocks = msg.content.ok_or_else(|| DecodeError::Shape("message without a `content` array".into()))?;
     let mut content = Vec::with_capacity(raw_blocks.len());
     for raw in raw_blocks {
         content.push(match read_block(raw)? {
-            WireBlock::Text(text) => Block::Text {
-                text,
-                provider_data: None,
-            },
+            WireBlock::Text(text) => Block::Text { text, provider_data: None },
             WireBlock::Thinking { text, signature } => reasoning(text, signature),
             WireBlock::Redacted(data) => redacted(data),
-            WireBlock::ToolUse {
-                id,
-                name,
-                input,
-                extras,
-            } => {
+            WireBlock::ToolUse { id, name, input, extras } => {
                 // The exact bytes of the `input` object are the arguments; a
                 // missing `input` is "no arguments", written `{}` as the API
                 // itself writes an empty input.
@@ -116,13 +106,7 @@ pub fn decode_response(body: &[u8], ids: &mut CallIds) -> Result<TurnResponse, R
         Some(u) => (usage(u.input_tokens, u.output_tokens), true),
         None => (Usage::default(), false),
     };
-    Ok(TurnResponse {
-        content,
-        stop: stop(msg.stop_reason),
-        usage,
-        usage_reported,
-        model: msg.model,
-    })
+    Ok(TurnResponse { content, stop: stop(msg.stop_reason), usage, usage_reported, model: msg.model })
 }
 
 /// `(type, message)` from an Anthropic error body
@@ -137,9 +121,7 @@ pub fn error_details(body: &[u8]) -> Option<(String, String)> {
     };
     match v.get("error")? {
         Value::String(message) => Some(("error".to_string(), message.clone())),
-        Value::Object(_) => {
-            crate::provider::generic_error_details(body, &["type", "code", "status"])
-        }
+        Value::Object(_) => crate::provider::generic_error_details(body, &["type", "code", "status"]),
         _ => None,
     }
 }
@@ -162,39 +144,22 @@ fn stop_reason(raw: &str) -> StopReason {
 }
 
 fn stop(raw: Option<String>) -> Stop {
-    Stop {
-        reason: raw.as_deref().map_or(StopReason::Other, stop_reason),
-        raw,
-    }
+    Stop { reason: raw.as_deref().map_or(StopReason::Other, stop_reason), raw }
 }
 
 /// Cache tokens are not added: `input_tokens` is what the API counts as input.
 fn usage(input: Option<u64>, output: Option<u64>) -> Usage {
     let (prompt_tokens, completion_tokens) = (input.unwrap_or(0), output.unwrap_or(0));
-    Usage {
-        prompt_tokens,
-        completion_tokens,
-        total_tokens: prompt_tokens.saturating_add(completion_tokens),
-    }
+    Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens.saturating_add(completion_tokens) }
 }
 
 fn reasoning(text: String, signature: String) -> Block {
     let signature = (!signature.is_empty()).then_some(signature);
-    Block::Reasoning {
-        text,
-        signature,
-        redacted: None,
-        provider_data: None,
-    }
+    Block::Reasoning { text, signature, redacted: None, provider_data: None }
 }
 
 fn redacted(data: String) -> Block {
-    Block::Reasoning {
-        text: String::new(),
-        signature: None,
-        redacted: Some(data),
-        provider_data: None,
-    }
+    Block::Reasoning { text: String::new(), signature: None, redacted: Some(data), provider_data: None }
 }
 
 fn opaque(block: Value) -> Block {
@@ -202,10 +167,7 @@ fn opaque(block: Value) -> Block {
     own.insert(OPAQUE.to_string(), block);
     let mut data = Map::new();
     data.insert(KEY.to_string(), Value::Object(own));
-    Block::Text {
-        text: String::new(),
-        provider_data: Some(Value::Object(data)),
-    }
+    Block::Text { text: String::new(), provider_data: Some(Value::Object(data)) }
 }
 
 /// The provider's id, or a generated one when it sent none.
@@ -219,35 +181,17 @@ fn call_id(id: Option<String>, ids: &mut CallIds) -> (String, bool) {
 /// One tool call from its parts, the same way for whole bodies and streams.
 /// Arguments that are not valid JSON stay as they came; `input` is then the
 /// recoverable prefix (see [`parse_partial`]) or `null`.
-fn tool_call(
-    id: String,
-    generated: bool,
-    name: String,
-    arguments: String,
-    extras: Map<String, Value>,
-) -> ToolCall {
-    let input = parse_arguments(&arguments)
-        .ok()
-        .or_else(|| parse_partial(&arguments))
-        .unwrap_or(Value::Null);
+fn tool_call(id: String, generated: bool, name: String, arguments: String, extras: Map<String, Value>) -> ToolCall {
+    let input = parse_arguments(&arguments).ok().or_else(|| parse_partial(&arguments)).unwrap_or(Value::Null);
     let mut data = Map::new();
     if !extras.is_empty() {
         data.insert(KEY.to_string(), Value::Object(extras));
     }
     if generated {
-        data.insert(
-            "nexus".to_string(),
-            serde_json::json!({ "generatedId": true }),
-        );
+        data.insert("nexus".to_string(), serde_json::json!({ "generatedId": true }));
     }
     let provider_data = (!data.is_empty()).then_some(Value::Object(data));
-    ToolCall {
-        id,
-        name,
-        input,
-        arguments,
-        provider_data,
-    }
+    ToolCall { id, name, input, arguments, provider_data }
 }
 
 /// A non-streaming response body. Unknown fields are ignored.
@@ -279,17 +223,9 @@ struct WireUsage {
 /// One content block, read the same way from bodies and `content_block_start`.
 enum WireBlock<'a> {
     Text(String),
-    Thinking {
-        text: String,
-        signature: String,
-    },
+    Thinking { text: String, signature: String },
     Redacted(String),
-    ToolUse {
-        id: Option<String>,
-        name: String,
-        input: Option<&'a RawValue>,
-        extras: Map<String, Value>,
-    },
+    ToolUse { id: Option<String>, name: String, input: Option<&'a RawValue>, extras: Map<String, Value> },
     Opaque(Value),
 }
 
@@ -328,30 +264,21 @@ const MODELED_BLOCKS: &[&str] = &["text", "thinking", "redacted_thinking", "tool
 
 fn read_block(raw: &RawValue) -> Result<WireBlock<'_>, DecodeError> {
     if !is_object_text(raw.get().as_bytes()) {
-        return Err(DecodeError::Shape(format!(
-            "a content block must be an object, not {}",
-            excerpt(raw.get())
-        )));
+        return Err(DecodeError::Shape(format!("a content block must be an object, not {}", excerpt(raw.get()))));
     }
     let flat: FlatBlock<'_> = match serde_json::from_str(raw.get()) {
         Ok(flat) => flat,
         Err(e) => {
             // A block type the transcript does not model may use these field
             // names with other types; that is no reason to fail.
-            let kind = serde_json::from_str::<KindOnly>(raw.get())
-                .map_err(classify)?
-                .kind;
+            let kind = serde_json::from_str::<KindOnly>(raw.get()).map_err(classify)?.kind;
             return match kind {
-                Some(k) if !MODELED_BLOCKS.contains(&k.as_str()) => {
-                    Ok(WireBlock::Opaque(opaque_value(raw)?))
-                }
+                Some(k) if !MODELED_BLOCKS.contains(&k.as_str()) => Ok(WireBlock::Opaque(opaque_value(raw)?)),
                 _ => Err(classify(e)),
             };
         }
     };
-    let kind = flat
-        .kind
-        .ok_or_else(|| DecodeError::Shape("content block without a `type`".into()))?;
+    let kind = flat.kind.ok_or_else(|| DecodeError::Shape("content block without a `type`".into()))?;
     Ok(match kind.as_str() {
         "text" => WireBlock::Text(flat.text.unwrap_or_default()),
         "thinking" => WireBlock::Thinking {
@@ -367,12 +294,7 @@ fn read_block(raw: &RawValue) -> Result<WireBlock<'_>, DecodeError> {
                 }
             }
             let input = flat.input.filter(|raw| raw.get() != "null");
-            WireBlock::ToolUse {
-                id: flat.id,
-                name: flat.name.unwrap_or_default(),
-                input,
-                extras,
-            }
+            WireBlock::ToolUse { id: flat.id, name: flat.name.unwrap_or_default(), input, extras }
         }
         _ => WireBlock::Opaque(opaque_value(raw)?),
     })
@@ -409,8 +331,7 @@ fn is_error_body(body: &[u8]) -> bool {
         },
         v => v,
     };
-    v.get("error").is_some_and(|e| !e.is_null())
-        || v.get("type").and_then(Value::as_str) == Some("error")
+    v.get("error").is_some_and(|e| !e.is_null()) || v.get("type").and_then(Value::as_str) == Some("error")
 }
 
 /// Text that is not JSON is [`DecodeError::Json`]; JSON of the wrong shape
@@ -428,18 +349,9 @@ mod tests {
 
     #[test]
     fn endpoint_accepts_base_with_or_without_v1() {
-        assert_eq!(
-            endpoint("https://api.anthropic.com"),
-            "https://api.anthropic.com/v1/messages"
-        );
-        assert_eq!(
-            endpoint("https://api.anthropic.com/"),
-            "https://api.anthropic.com/v1/messages"
-        );
-        assert_eq!(
-            endpoint("http://127.0.0.1:8080/v1"),
-            "http://127.0.0.1:8080/v1/messages"
-        );
+        assert_eq!(endpoint("https://api.anthropic.com"), "https://api.anthropic.com/v1/messages");
+        assert_eq!(endpoint("https://api.anthropic.com/"), "https://api.anthropic.com/v1/messages");
+        assert_eq!(endpoint("http://127.0.0.1:8080/v1"), "http://127.0.0.1:8080/v1/messages");
     }
 
     #[test]
@@ -448,9 +360,7 @@ mod tests {
             r#"{"type":"tool_use","id":"t","name":"n","input":{},"caller":{"type":"direct"},"toolset_name":"s","other":1}"#,
         )
         .unwrap();
-        let WireBlock::ToolUse { extras, .. } = read_block(&raw).unwrap() else {
-            panic!("not a tool_use")
-        };
+        let WireBlock::ToolUse { extras, .. } = read_block(&raw).unwrap() else { panic!("not a tool_use") };
         let keys: Vec<&str> = extras.keys().map(String::as_str).collect();
         assert_eq!(keys, TOOL_USE_EXTRAS);
     }

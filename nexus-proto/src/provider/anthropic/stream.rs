@@ -18,8 +18,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{
-    call_id, classify, excerpt, is_object_text, opaque, read_block, reasoning, redacted, stop,
-    tool_call, usage, WireBlock, WireUsage,
+    call_id, classify, excerpt, is_object_text, opaque, read_block, reasoning, redacted, stop, tool_call, usage,
+    WireBlock, WireUsage,
 };
 use crate::error::{DecodeError, RemoteError};
 use crate::event::StreamEvent;
@@ -90,12 +90,7 @@ impl Assembler {
     /// Returns the provider's error for an `error` event, and a decode error
     /// for an event that cannot be read. Events after the end marker (or
     /// after a failure) are ignored.
-    pub fn push(
-        &mut self,
-        event: &SseEvent,
-        ids: &mut CallIds,
-        out: &mut Vec<StreamEvent>,
-    ) -> Result<(), RemoteError> {
+    pub fn push(&mut self, event: &SseEvent, ids: &mut CallIds, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
         if self.ended || self.failed.is_some() {
             return Ok(());
         }
@@ -123,11 +118,7 @@ impl Assembler {
         }
         let content = self.slots.iter().map(Slot::to_block).collect();
         let usage_reported = self.usage_seen;
-        let usage = if usage_reported {
-            usage(self.input_tokens, self.output_tokens)
-        } else {
-            Default::default()
-        };
+        let usage = if usage_reported { usage(self.input_tokens, self.output_tokens) } else { Default::default() };
         Ok(TurnResponse {
             content,
             stop: stop(self.stop_raw.clone()),
@@ -142,27 +133,16 @@ impl Assembler {
         self.emitted
     }
 
-    fn apply(
-        &mut self,
-        event: &SseEvent,
-        ids: &mut CallIds,
-        out: &mut Vec<StreamEvent>,
-    ) -> Result<(), RemoteError> {
+    fn apply(&mut self, event: &SseEvent, ids: &mut CallIds, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
         if event.event.as_deref() == Some("error") {
-            return Err(Style::Anthropic
-                .decode_error(None, None, event.data.as_bytes())
-                .into());
+            return Err(Style::Anthropic.decode_error(None, None, event.data.as_bytes()).into());
         }
         if event.data.trim().is_empty() {
             return Ok(()); // nothing to read: a keep-alive
         }
         let ev: WireEvent<'_> = serde_json::from_str(&event.data).map_err(classify)?;
         if !is_object_text(event.data.as_bytes()) {
-            return Err(DecodeError::Shape(format!(
-                "event data is not a JSON object: {}",
-                excerpt(&event.data)
-            ))
-            .into());
+            return Err(DecodeError::Shape(format!("event data is not a JSON object: {}", excerpt(&event.data))).into());
         }
         // The payload names its own type; the `event:` line is only a fallback.
         let kind = ev.kind.as_deref().or(event.event.as_deref()).unwrap_or("");
@@ -179,15 +159,13 @@ impl Assembler {
                 }
             }
             "content_block_start" => {
-                let raw = ev.content_block.ok_or_else(|| {
-                    DecodeError::Shape("content_block_start without a content_block".into())
-                })?;
+                let raw = ev
+                    .content_block
+                    .ok_or_else(|| DecodeError::Shape("content_block_start without a content_block".into()))?;
                 self.start_block(ev.index, raw, ids, out)?;
             }
             "content_block_delta" => {
-                let raw = ev.delta.ok_or_else(|| {
-                    DecodeError::Shape("content_block_delta without a delta".into())
-                })?;
+                let raw = ev.delta.ok_or_else(|| DecodeError::Shape("content_block_delta without a delta".into()))?;
                 self.delta(ev.index, raw, out)?;
             }
             "content_block_stop" => {
@@ -203,13 +181,9 @@ impl Assembler {
             "message_delta" => {
                 if let Some(raw) = ev.delta {
                     if !is_object_text(raw.get().as_bytes()) {
-                        return Err(DecodeError::Shape(
-                            "message_delta.delta is not an object".into(),
-                        )
-                        .into());
+                        return Err(DecodeError::Shape("message_delta.delta is not an object".into()).into());
                     }
-                    let delta: WireMessageDelta =
-                        serde_json::from_str(raw.get()).map_err(classify)?;
+                    let delta: WireMessageDelta = serde_json::from_str(raw.get()).map_err(classify)?;
                     if delta.stop_reason.is_some() {
                         self.stop_raw = delta.stop_reason;
                     }
@@ -224,11 +198,7 @@ impl Assembler {
                 }
                 self.ended = true;
             }
-            "error" => {
-                return Err(Style::Anthropic
-                    .decode_error(None, None, event.data.as_bytes())
-                    .into())
-            }
+            "error" => return Err(Style::Anthropic.decode_error(None, None, event.data.as_bytes()).into()),
             // `ping`, and event types added after this was written.
             _ => {}
         }
@@ -270,24 +240,13 @@ impl Assembler {
                 self.add(Slot::Reasoning { text, signature })
             }
             WireBlock::Redacted(data) => self.add(Slot::Redacted(data)),
-            WireBlock::ToolUse {
-                id,
-                name,
-                input,
-                extras,
-            } => {
-                let known = id
-                    .as_deref()
-                    .and_then(|id| self.by_call_id.get(id))
-                    .copied();
+            WireBlock::ToolUse { id, name, input, extras } => {
+                let known = id.as_deref().and_then(|id| self.by_call_id.get(id)).copied();
                 match known {
                     Some(slot) => slot,
                     None => {
                         let (id, generated) = call_id(id, ids);
-                        out.push(StreamEvent::ToolCallStarted {
-                            id: id.clone(),
-                            name: name.clone(),
-                        });
+                        out.push(StreamEvent::ToolCallStarted { id: id.clone(), name: name.clone() });
                         let slot = self.add(Slot::Tool(ToolSlot {
                             id: id.clone(),
                             generated,
@@ -302,10 +261,7 @@ impl Assembler {
                     }
                 }
             }
-            WireBlock::Opaque(block) => self.add(Slot::Opaque {
-                block,
-                json: String::new(),
-            }),
+            WireBlock::Opaque(block) => self.add(Slot::Opaque { block, json: String::new() }),
         };
         if let Some(i) = index {
             self.by_index.insert(i, slot);
@@ -319,12 +275,7 @@ impl Assembler {
         self.slots.len() - 1
     }
 
-    fn delta(
-        &mut self,
-        index: Option<u64>,
-        raw: &RawValue,
-        out: &mut Vec<StreamEvent>,
-    ) -> Result<(), RemoteError> {
+    fn delta(&mut self, index: Option<u64>, raw: &RawValue, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
         if !is_object_text(raw.get().as_bytes()) {
             return Err(DecodeError::Shape(format!(
                 "content_block_delta.delta is not an object: {}",
@@ -337,9 +288,7 @@ impl Assembler {
             Err(e) => {
                 // Delta types this does not read may use these field names
                 // with other types; only the ones it reads must be right.
-                let kind = serde_json::from_str::<super::KindOnly>(raw.get())
-                    .map_err(classify)?
-                    .kind;
+                let kind = serde_json::from_str::<super::KindOnly>(raw.get()).map_err(classify)?.kind;
                 return match kind.as_deref() {
                     Some(k) if !READ_DELTAS.contains(&k) => Ok(()),
                     _ => Err(classify(e).into()),
@@ -356,10 +305,7 @@ impl Assembler {
             None => self.last,
         };
         let Some(slot) = target.and_then(|s| self.slots.get_mut(s)) else {
-            let at = index.map_or_else(
-                || "without an index".to_string(),
-                |i| format!("for block {i}"),
-            );
+            let at = index.map_or_else(|| "without an index".to_string(), |i| format!("for block {i}"));
             return Err(DecodeError::Shape(format!("{kind} {at}, which never started")).into());
         };
         let piece = delta.into_piece(&kind);
@@ -381,17 +327,12 @@ impl Assembler {
                 // A stopped call's arguments are final; a late piece must not change them.
                 if !call.closed && !piece.is_empty() {
                     call.arguments.push_str(&piece);
-                    out.push(StreamEvent::ToolCallDelta {
-                        id: call.id.clone(),
-                        arguments: piece,
-                    });
+                    out.push(StreamEvent::ToolCallDelta { id: call.id.clone(), arguments: piece });
                 }
             }
             ("input_json_delta", Slot::Opaque { json, .. }) => json.push_str(&piece),
             (kind, slot) => {
-                return Err(
-                    DecodeError::Shape(format!("{kind} for a {} block", slot.kind_name())).into(),
-                );
+                return Err(DecodeError::Shape(format!("{kind} for a {} block", slot.kind_name())).into());
             }
         }
         Ok(())
@@ -399,12 +340,7 @@ impl Assembler {
 }
 
 /// The `content_block_delta` types that carry content the transcript keeps.
-const READ_DELTAS: &[&str] = &[
-    "text_delta",
-    "thinking_delta",
-    "signature_delta",
-    "input_json_delta",
-];
+const READ_DELTAS: &[&str] = &["text_delta", "thinking_delta", "signature_delta", "input_json_delta"];
 
 impl Slot {
     fn kind_name(&self) -> &'static str {
@@ -429,10 +365,7 @@ impl Slot {
                     // sent as the call's one delta so the deltas still add up
                     // to the final arguments.
                     call.arguments = call.start_input.take().unwrap_or_else(|| "{}".to_string());
-                    out.push(StreamEvent::ToolCallDelta {
-                        id: call.id.clone(),
-                        arguments: call.arguments.clone(),
-                    });
+                    out.push(StreamEvent::ToolCallDelta { id: call.id.clone(), arguments: call.arguments.clone() });
                 }
             }
             Slot::Opaque { block, json } if !json.is_empty() => {
@@ -448,10 +381,7 @@ impl Slot {
 
     fn to_block(&self) -> Block {
         match self {
-            Slot::Text(text) => Block::Text {
-                text: text.clone(),
-                provider_data: None,
-            },
+            Slot::Text(text) => Block::Text { text: text.clone(), provider_data: None },
             Slot::Reasoning { text, signature } => reasoning(text.clone(), signature.clone()),
             Slot::Redacted(data) => redacted(data.clone()),
             Slot::Tool(call) => Block::ToolCall(tool_call(

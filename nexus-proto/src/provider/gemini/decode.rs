@@ -104,9 +104,7 @@ impl WireUsage {
         Usage {
             prompt_tokens: prompt,
             completion_tokens: completion,
-            total_tokens: self
-                .total_token_count
-                .unwrap_or(prompt.saturating_add(completion)),
+            total_tokens: self.total_token_count.unwrap_or(prompt.saturating_add(completion)),
         }
     }
 }
@@ -181,12 +179,7 @@ struct Turn {
 
 impl Turn {
     /// Takes in one response object; deltas go to `out` when streaming.
-    fn absorb(
-        &mut self,
-        resp: WireResponse,
-        ids: &mut CallIds,
-        mut out: Option<&mut Vec<StreamEvent>>,
-    ) {
+    fn absorb(&mut self, resp: WireResponse, ids: &mut CallIds, mut out: Option<&mut Vec<StreamEvent>>) {
         // Later payloads win: the last usage and model seen are the final ones.
         if let Some(usage) = &resp.usage_metadata {
             self.usage = Some(usage.to_usage());
@@ -194,30 +187,16 @@ impl Turn {
         if let Some(model) = resp.model_version.filter(|m| !m.is_empty()) {
             self.model = Some(model);
         }
-        if let Some(reason) = resp
-            .prompt_feedback
-            .and_then(|f| f.block_reason)
-            .filter(|r| !r.is_empty())
-        {
+        if let Some(reason) = resp.prompt_feedback.and_then(|f| f.block_reason).filter(|r| !r.is_empty()) {
             self.block_reason = Some(reason);
         }
         // Only candidate 0 is the turn; with candidateCount > 1 the others are
         // alternatives the loop has no use for.
-        let Some(candidate) = resp
-            .candidates
-            .into_iter()
-            .flatten()
-            .find(|c| c.index.unwrap_or(0) == 0)
-        else {
+        let Some(candidate) = resp.candidates.into_iter().flatten().find(|c| c.index.unwrap_or(0) == 0) else {
             return;
         };
         self.saw_candidate = true;
-        for part in candidate
-            .content
-            .and_then(|c| c.parts)
-            .into_iter()
-            .flatten()
-        {
+        for part in candidate.content.and_then(|c| c.parts).into_iter().flatten() {
             self.part(part, ids, out.as_deref_mut());
         }
         if let Some(reason) = candidate.finish_reason.filter(|r| !r.is_empty()) {
@@ -240,19 +219,13 @@ impl Turn {
             // dropped. An image part's signature has no place in `Block::Image`.
             if let (Some(mime), Some(data)) = (blob.mime_type, blob.data) {
                 if mime.starts_with("image/") {
-                    self.blocks.push(Block::Image {
-                        media_type: mime,
-                        source: ImageSource::Base64 { data },
-                    });
+                    self.blocks.push(Block::Image { media_type: mime, source: ImageSource::Base64 { data } });
                 }
             }
         } else if let Some(file) = part.file_data {
             if let (Some(mime), Some(url)) = (file.mime_type, file.file_uri) {
                 if mime.starts_with("image/") {
-                    self.blocks.push(Block::Image {
-                        media_type: mime,
-                        source: ImageSource::Url { url },
-                    });
+                    self.blocks.push(Block::Image { media_type: mime, source: ImageSource::Url { url } });
                 }
             }
         } else if sig.is_some() {
@@ -269,13 +242,7 @@ impl Turn {
     /// chunks. A signature attaches to the block it extends, unless that block
     /// already carries a different one: then the part starts a new block so
     /// neither signature is lost.
-    fn text(
-        &mut self,
-        text: String,
-        thought: bool,
-        sig: Option<String>,
-        out: Option<&mut Vec<StreamEvent>>,
-    ) {
+    fn text(&mut self, text: String, thought: bool, sig: Option<String>, out: Option<&mut Vec<StreamEvent>>) {
         if !text.is_empty() {
             if let Some(out) = out {
                 out.push(if thought {
@@ -286,15 +253,8 @@ impl Turn {
             }
         }
         let open = match self.blocks.last_mut() {
-            Some(Block::Text {
-                text: t,
-                provider_data,
-            }) if !thought => Some((t, provider_data)),
-            Some(Block::Reasoning {
-                text: t,
-                provider_data,
-                ..
-            }) if thought => Some((t, provider_data)),
+            Some(Block::Text { text: t, provider_data }) if !thought => Some((t, provider_data)),
+            Some(Block::Reasoning { text: t, provider_data, .. }) if thought => Some((t, provider_data)),
             _ => None,
         };
         if let Some((existing, data)) = open {
@@ -318,17 +278,9 @@ impl Turn {
         }
         let provider_data = sig.as_deref().map(signature_data);
         self.blocks.push(if thought {
-            Block::Reasoning {
-                text,
-                signature: None,
-                redacted: None,
-                provider_data,
-            }
+            Block::Reasoning { text, signature: None, redacted: None, provider_data }
         } else {
-            Block::Text {
-                text,
-                provider_data,
-            }
+            Block::Text { text, provider_data }
         });
     }
 
@@ -339,10 +291,7 @@ impl Turn {
         ids: &mut CallIds,
         out: Option<&mut Vec<StreamEvent>>,
     ) {
-        let arguments = call
-            .args
-            .map(|raw| raw.get().to_string())
-            .unwrap_or_default();
+        let arguments = call.args.map(|raw| raw.get().to_string()).unwrap_or_default();
         // The whole payload parsed, so the raw object always parses too; the
         // fallback only keeps a decode from failing on a value we cannot read.
         let input = parse_arguments(&arguments).unwrap_or(Value::Null);
@@ -362,26 +311,14 @@ impl Turn {
         };
         let name = call.name.unwrap_or_default();
         if let Some(out) = out {
-            out.push(StreamEvent::ToolCallStarted {
-                id: id.clone(),
-                name: name.clone(),
-            });
+            out.push(StreamEvent::ToolCallStarted { id: id.clone(), name: name.clone() });
             // Gemini sends each call whole: one fragment carries all of it.
             if !arguments.is_empty() {
-                out.push(StreamEvent::ToolCallDelta {
-                    id: id.clone(),
-                    arguments: arguments.clone(),
-                });
+                out.push(StreamEvent::ToolCallDelta { id: id.clone(), arguments: arguments.clone() });
             }
         }
         let provider_data = (!data.is_empty()).then_some(Value::Object(data));
-        self.blocks.push(Block::ToolCall(ToolCall {
-            id,
-            name,
-            input,
-            arguments,
-            provider_data,
-        }));
+        self.blocks.push(Block::ToolCall(ToolCall { id, name, input, arguments, provider_data }));
     }
 
     /// Whether the stream said it is over (a finish reason, or a blocked prompt).
@@ -395,31 +332,16 @@ impl Turn {
     fn into_response(self, stream: bool) -> Result<TurnResponse, RemoteError> {
         let has_calls = self.blocks.iter().any(|b| matches!(b, Block::ToolCall(_)));
         let stop = if let Some(raw) = self.finish {
-            Stop {
-                reason: map_finish_reason(&raw, has_calls),
-                raw: Some(raw),
-            }
+            Stop { reason: map_finish_reason(&raw, has_calls), raw: Some(raw) }
         } else if let Some(raw) = self.block_reason {
             // The prompt itself was blocked: no candidate, nothing generated.
-            Stop {
-                reason: StopReason::ContentFilter,
-                raw: Some(raw),
-            }
+            Stop { reason: StopReason::ContentFilter, raw: Some(raw) }
         } else if stream {
-            return Err(
-                DecodeError::Truncated("the stream ended before any finishReason".into()).into(),
-            );
+            return Err(DecodeError::Truncated("the stream ended before any finishReason".into()).into());
         } else if !self.saw_candidate {
-            return Err(DecodeError::Shape(
-                "no candidates, promptFeedback.blockReason or error".into(),
-            )
-            .into());
+            return Err(DecodeError::Shape("no candidates, promptFeedback.blockReason or error".into()).into());
         } else {
-            let reason = if has_calls {
-                StopReason::ToolUse
-            } else {
-                StopReason::EndTurn
-            };
+            let reason = if has_calls { StopReason::ToolUse } else { StopReason::EndTurn };
             Stop { reason, raw: None }
         };
         Ok(TurnResponse {
@@ -481,12 +403,7 @@ impl Assembler {
     /// retryable when its status names a transient condition); a payload that
     /// is not a response is a [`RemoteError::Decode`]. The first failure is
     /// returned again by every later call.
-    pub fn push(
-        &mut self,
-        event: &SseEvent,
-        ids: &mut CallIds,
-        out: &mut Vec<StreamEvent>,
-    ) -> Result<(), RemoteError> {
+    pub fn push(&mut self, event: &SseEvent, ids: &mut CallIds, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
@@ -521,9 +438,7 @@ impl Assembler {
             return Err(err.clone());
         }
         if !self.turn.ended() {
-            return Err(
-                DecodeError::Truncated("the stream ended before any finishReason".into()).into(),
-            );
+            return Err(DecodeError::Truncated("the stream ended before any finishReason".into()).into());
         }
         std::mem::take(&mut self.turn).into_response(true)
     }

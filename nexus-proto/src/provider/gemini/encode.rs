@@ -18,15 +18,9 @@ use super::signature;
 /// empty text part, and it means the same as none).
 pub fn encode_body(call: &ModelCall<'_>) -> Value {
     let mut body = Map::new();
-    body.insert(
-        "contents".into(),
-        Value::Array(encode_contents(call.messages)),
-    );
+    body.insert("contents".into(), Value::Array(encode_contents(call.messages)));
     if let Some(system) = call.system.filter(|s| !s.is_empty()) {
-        body.insert(
-            "systemInstruction".into(),
-            json!({ "parts": [{ "text": system }] }),
-        );
+        body.insert("systemInstruction".into(), json!({ "parts": [{ "text": system }] }));
     }
     if !call.tools.is_empty() {
         body.insert("tools".into(), gemini_tools(call.tools));
@@ -47,10 +41,7 @@ struct CallIndex<'a> {
 
 impl<'a> CallIndex<'a> {
     fn new(messages: &'a [Message]) -> CallIndex<'a> {
-        let mut index = CallIndex {
-            generated: HashSet::new(),
-            names: HashMap::new(),
-        };
+        let mut index = CallIndex { generated: HashSet::new(), names: HashMap::new() };
         for call in messages.iter().flat_map(Message::tool_calls) {
             if is_generated(call) {
                 index.generated.insert(call.id.as_str());
@@ -63,11 +54,7 @@ impl<'a> CallIndex<'a> {
 
 /// Whether the core generated this call's id because Gemini sent none.
 fn is_generated(call: &ToolCall) -> bool {
-    call.provider_data
-        .as_ref()
-        .and_then(|d| d.pointer("/nexus/generatedId"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
+    call.provider_data.as_ref().and_then(|d| d.pointer("/nexus/generatedId")).and_then(Value::as_bool).unwrap_or(false)
 }
 
 /// One `Content` per run of same-role messages. Consecutive turns of one role
@@ -79,11 +66,7 @@ fn encode_contents(messages: &[Message]) -> Vec<Value> {
     let index = CallIndex::new(messages);
     let mut contents: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for message in messages {
-        let parts: Vec<Value> = message
-            .content
-            .iter()
-            .filter_map(|b| encode_block(b, &index))
-            .collect();
+        let parts: Vec<Value> = message.content.iter().filter_map(|b| encode_block(b, &index)).collect();
         if parts.is_empty() {
             continue;
         }
@@ -96,10 +79,7 @@ fn encode_contents(messages: &[Message]) -> Vec<Value> {
             _ => contents.push((role, parts)),
         }
     }
-    contents
-        .into_iter()
-        .map(|(role, parts)| json!({ "role": role, "parts": parts }))
-        .collect()
+    contents.into_iter().map(|(role, parts)| json!({ "role": role, "parts": parts })).collect()
 }
 
 /// A part with its one data field, plus the block's thought signature when
@@ -115,10 +95,7 @@ fn part(data_key: &str, data: Value, sig: Option<&str>) -> Value {
 
 fn encode_block(block: &Block, index: &CallIndex<'_>) -> Option<Value> {
     match block {
-        Block::Text {
-            text,
-            provider_data,
-        } => {
+        Block::Text { text, provider_data } => {
             let sig = signature(provider_data.as_ref());
             // An empty part is only worth sending when it carries a signature.
             if text.is_empty() && sig.is_none() {
@@ -126,11 +103,7 @@ fn encode_block(block: &Block, index: &CallIndex<'_>) -> Option<Value> {
             }
             Some(part("text", Value::String(text.clone()), sig))
         }
-        Block::Reasoning {
-            text,
-            provider_data,
-            ..
-        } => {
+        Block::Reasoning { text, provider_data, .. } => {
             // `signature` and `redacted` are Anthropic's and mean nothing to
             // Gemini: only Gemini's own thought signature is sent. Redacted
             // reasoning from elsewhere (no text, no Gemini signature) has no
@@ -159,19 +132,11 @@ fn encode_image(media_type: &str, source: &ImageSource) -> Value {
         ImageSource::Url { url } => match parse_data_url(url) {
             Some((mime, data)) => (mime.unwrap_or_else(|| media_type.to_string()), data),
             None => {
-                return part(
-                    "fileData",
-                    json!({ "mimeType": media_type, "fileUri": url }),
-                    None,
-                );
+                return part("fileData", json!({ "mimeType": media_type, "fileUri": url }), None);
             }
         },
     };
-    part(
-        "inlineData",
-        json!({ "mimeType": mime, "data": data }),
-        None,
-    )
+    part("inlineData", json!({ "mimeType": mime, "data": data }), None)
 }
 
 /// `functionCall: {name, args, id?}`. `args` must be an object: the parsed
@@ -192,11 +157,7 @@ fn encode_call(call: &ToolCall, index: &CallIndex<'_>) -> Value {
     if !call.id.is_empty() && !index.generated.contains(call.id.as_str()) {
         fc.insert("id".into(), Value::String(call.id.clone()));
     }
-    part(
-        "functionCall",
-        Value::Object(fc),
-        signature(call.provider_data.as_ref()),
-    )
+    part("functionCall", Value::Object(fc), signature(call.provider_data.as_ref()))
 }
 
 /// `functionResponse: {name, response, id?}`, following the documented
@@ -206,11 +167,7 @@ fn encode_call(call: &ToolCall, index: &CallIndex<'_>) -> Value {
 /// failure.
 fn encode_result(result: &ToolResultBlock, index: &CallIndex<'_>) -> Value {
     let name = match result.name.as_str() {
-        "" => index
-            .names
-            .get(result.call_id.as_str())
-            .copied()
-            .unwrap_or_default(),
+        "" => index.names.get(result.call_id.as_str()).copied().unwrap_or_default(),
         name => name,
     };
     let key = if result.is_error { "error" } else { "output" };
@@ -226,23 +183,13 @@ fn encode_result(result: &ToolResultBlock, index: &CallIndex<'_>) -> Value {
 /// `data:[<mime>][;params][;base64],<data>` → (mime if given, base64 data).
 /// Percent-encoded (non-base64) payloads are decoded and re-encoded as base64.
 fn parse_data_url(url: &str) -> Option<(Option<String>, String)> {
-    let rest = url
-        .get(..5)
-        .filter(|s| s.eq_ignore_ascii_case("data:"))
-        .and(url.get(5..))?;
+    let rest = url.get(..5).filter(|s| s.eq_ignore_ascii_case("data:")).and(url.get(5..))?;
     let (header, payload) = rest.split_once(',')?;
     let mut params = header.split(';');
-    let mime = params
-        .next()
-        .map(str::trim)
-        .filter(|m| !m.is_empty())
-        .map(str::to_string);
+    let mime = params.next().map(str::trim).filter(|m| !m.is_empty()).map(str::to_string);
     let is_base64 = params.any(|p| p.trim().eq_ignore_ascii_case("base64"));
     let data = if is_base64 {
-        payload
-            .chars()
-            .filter(|c| !c.is_ascii_whitespace())
-            .collect()
+        payload.chars().filter(|c| !c.is_ascii_whitespace()).collect()
     } else {
         base64_encode(&percent_decode(payload))
     };
@@ -254,9 +201,7 @@ fn percent_decode(s: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok());
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
         match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
             (b'%', Some(b)) => {
                 out.push(b);
@@ -276,11 +221,7 @@ fn base64_encode(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
+        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
             if i <= chunk.len() {
@@ -316,19 +257,10 @@ mod tests {
 
     #[test]
     fn data_urls_become_base64() {
-        assert_eq!(
-            parse_data_url("data:image/png;base64,AAAA"),
-            Some((Some("image/png".into()), "AAAA".into()))
-        );
+        assert_eq!(parse_data_url("data:image/png;base64,AAAA"), Some((Some("image/png".into()), "AAAA".into())));
         // "hi!" percent-encoded; base64 of "hi!" is "aGkh" (RFC 4648 alphabet by hand).
-        assert_eq!(
-            parse_data_url("data:image/svg+xml,hi%21"),
-            Some((Some("image/svg+xml".into()), "aGkh".into()))
-        );
-        assert_eq!(
-            parse_data_url("DATA:;base64,QQ=="),
-            Some((None, "QQ==".into()))
-        );
+        assert_eq!(parse_data_url("data:image/svg+xml,hi%21"), Some((Some("image/svg+xml".into()), "aGkh".into())));
+        assert_eq!(parse_data_url("DATA:;base64,QQ=="), Some((None, "QQ==".into())));
         assert_eq!(parse_data_url("https://example.com/a.png"), None);
         assert_eq!(parse_data_url("data:image/png;base64"), None);
     }

@@ -46,11 +46,7 @@ pub fn error_details(body: &[u8]) -> Option<(String, String)> {
     if let Value::String(message) = err {
         return Some(("error".to_string(), message.clone()));
     }
-    let message = err
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+    let message = err.get("message").and_then(Value::as_str).unwrap_or_default().to_string();
     let kind = match (err.get("status"), err.get("code")) {
         (Some(Value::String(s)), _) if !s.is_empty() => s.clone(),
         (_, Some(Value::Number(n))) => n.to_string(),
@@ -62,9 +58,5 @@ pub fn error_details(body: &[u8]) -> Option<(String, String)> {
 
 /// The Gemini thought signature held in `provider_data`, if any.
 fn signature(provider_data: Option<&Value>) -> Option<&str> {
-    provider_data?
-        .get(STYLE_KEY)?
-        .get("thoughtSignature")?
-        .as_str()
-        .filter(|s| !s.is_empty())
+    provider_data?.get(STYLE_KEY)?.get("thoughtSignature")?.as_str().filter(|s| !s.is_empty())
 }

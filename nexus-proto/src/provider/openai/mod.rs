@@ -1,7 +1,7 @@
 //! The OpenAI Chat Completions wire format (`POST {base}/chat/completions`),
 //! which many OpenAI-compatible servers speak too.
 //!
-//! A whole body and a stream decode through the same [`Parts`] builder, so a
+//! A whole body and a stream decode through the same `Parts` builder, so a
 //! streamed turn is equal to the same turn delivered as one JSON body: blocks
 //! always come out as reasoning, text, refusal, then tool calls (the order in
 //! which a Chat Completions message holds them and a stream produces them).
@@ -41,15 +41,9 @@ pub fn endpoint(base_url: &str) -> String {
 pub fn encode_body(call: &ModelCall<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), Value::String(call.model.to_string()));
-    body.insert(
-        "messages".into(),
-        Value::Array(encode_messages(call.system, call.messages)),
-    );
+    body.insert("messages".into(), Value::Array(encode_messages(call.system, call.messages)));
     if !call.tools.is_empty() {
-        body.insert(
-            "tools".into(),
-            Value::Array(call.tools.iter().map(|t| t.to_openai()).collect()),
-        );
+        body.insert("tools".into(), Value::Array(call.tools.iter().map(|t| t.to_openai()).collect()));
     }
     if call.stream {
         body.insert("stream".into(), Value::Bool(true));
@@ -140,15 +134,8 @@ fn encode_assistant(message: &Message) -> Value {
     let mut calls = Vec::new();
     for block in &message.content {
         match block {
-            Block::Text {
-                text: t,
-                provider_data,
-            } => {
-                let slot = if is_refusal(provider_data.as_ref()) {
-                    &mut refusal
-                } else {
-                    &mut text
-                };
+            Block::Text { text: t, provider_data } => {
+                let slot = if is_refusal(provider_data.as_ref()) { &mut refusal } else { &mut text };
                 slot.get_or_insert_with(String::new).push_str(t);
             }
             Block::ToolCall(call) => calls.push(encode_tool_call(call)),
@@ -185,12 +172,11 @@ fn encode_assistant(message: &Message) -> Value {
 /// text as the model produced it (never re-encoded).
 fn encode_tool_call(call: &ToolCall) -> Value {
     // A call built in code may carry only `input`; then its JSON is the text.
-    let arguments =
-        if call.arguments.is_empty() && call.input.as_object().is_some_and(|o| !o.is_empty()) {
-            call.input.to_string()
-        } else {
-            call.arguments.clone()
-        };
+    let arguments = if call.arguments.is_empty() && call.input.as_object().is_some_and(|o| !o.is_empty()) {
+        call.input.to_string()
+    } else {
+        call.arguments.clone()
+    };
     json!({
         "id": call.id,
         "type": "function",
@@ -199,11 +185,7 @@ fn encode_tool_call(call: &ToolCall) -> Value {
 }
 
 fn is_refusal(provider_data: Option<&Value>) -> bool {
-    provider_data
-        .and_then(|d| d.get(KEY))
-        .and_then(|d| d.get("refusal"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
+    provider_data.and_then(|d| d.get(KEY)).and_then(|d| d.get("refusal")).and_then(Value::as_bool).unwrap_or(false)
 }
 
 // ---------------------------------------------------------------- decoding
@@ -223,17 +205,12 @@ pub fn decode_response(body: &[u8], ids: &mut CallIds) -> Result<TurnResponse, R
     let Some(choices) = completion.choices else {
         return Err(DecodeError::Shape("no `choices` in the chat completion".into()).into());
     };
-    let mut parts = Parts {
-        usage: completion.usage.map(Usage::from),
-        model: completion.model.0,
-        ..Parts::default()
-    };
+    let mut parts = Parts { usage: completion.usage.map(Usage::from), model: completion.model.0, ..Parts::default() };
     // Zero choices is an empty turn (a server may legitimately return none).
     if let Some(choice) = choices.into_iter().min_by_key(|c| c.index.unwrap_or(0)) {
         parts.finish = choice.finish_reason;
         if let Some(message) = choice.message {
-            parts.reasoning =
-                pick_reasoning(message.reasoning_content, message.reasoning).unwrap_or_default();
+            parts.reasoning = pick_reasoning(message.reasoning_content, message.reasoning).unwrap_or_default();
             parts.text = message.content.map(|c| c.0).unwrap_or_default();
             parts.refusal = message.refusal.unwrap_or_default();
             for call in message.tool_calls.unwrap_or_default() {
@@ -247,12 +224,7 @@ pub fn decode_response(body: &[u8], ids: &mut CallIds) -> Result<TurnResponse, R
                 }
                 let generated = id.is_none();
                 let id = id.unwrap_or_else(|| ids.next_id());
-                parts.calls.push(RawCall {
-                    id,
-                    generated,
-                    name,
-                    arguments,
-                });
+                parts.calls.push(RawCall { id, generated, name, arguments });
             }
         }
     }
@@ -271,10 +243,7 @@ pub fn error_details(body: &[u8]) -> Option<(String, String)> {
     let obj = v.as_object()?;
     match obj.get("error") {
         Some(Value::Object(err)) => Some(details_of(err)),
-        Some(Value::String(message)) => Some((
-            kind_of(obj).unwrap_or_else(|| "error".into()),
-            message.clone(),
-        )),
+        Some(Value::String(message)) => Some((kind_of(obj).unwrap_or_else(|| "error".into()), message.clone())),
         _ if obj.get("object").and_then(Value::as_str) == Some("error") => Some(details_of(obj)),
         _ => None,
     }
@@ -285,11 +254,7 @@ fn details_of(err: &Map<String, Value>) -> (String, String) {
     let message = match err.get("message").and_then(Value::as_str) {
         Some(m) => m.to_string(),
         // No message: the error object itself says more than nothing.
-        None => Value::Object(err.clone())
-            .to_string()
-            .chars()
-            .take(500)
-            .collect(),
+        None => Value::Object(err.clone()).to_string().chars().take(500).collect(),
     };
     (kind, message)
 }
@@ -297,13 +262,11 @@ fn details_of(err: &Map<String, Value>) -> (String, String) {
 /// OpenAI names the error class in `type` (`code` refines it and is the only
 /// name when `type` is null); Gemini's compatible endpoint uses `status`.
 fn kind_of(err: &Map<String, Value>) -> Option<String> {
-    ["type", "status", "code"]
-        .iter()
-        .find_map(|k| match err.get(*k) {
-            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-            Some(Value::Number(n)) => Some(n.to_string()),
-            _ => None,
-        })
+    ["type", "status", "code"].iter().find_map(|k| match err.get(*k) {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    })
 }
 
 /// The typed error for an error body that arrived where a success was expected.
@@ -332,8 +295,7 @@ fn is_error_body(body: &[u8]) -> bool {
         },
         v => v,
     };
-    v.get("error").is_some_and(|e| !e.is_null())
-        || v.get("object").and_then(Value::as_str) == Some("error")
+    v.get("error").is_some_and(|e| !e.is_null()) || v.get("object").and_then(Value::as_str) == Some("error")
 }
 
 /// The argument text exactly as sent: a string's contents, or the raw JSON
@@ -344,8 +306,7 @@ fn raw_arguments(raw: Option<&RawValue>) -> Result<String, RemoteError> {
     };
     let text = raw.get();
     if text.starts_with('"') {
-        return serde_json::from_str::<String>(text)
-            .map_err(|e| DecodeError::Json(e.to_string()).into());
+        return serde_json::from_str::<String>(text).map_err(|e| DecodeError::Json(e.to_string()).into());
     }
     if text == "null" {
         return Ok(String::new());
@@ -356,10 +317,7 @@ fn raw_arguments(raw: Option<&RawValue>) -> Result<String, RemoteError> {
 /// `reasoning_content` (DeepSeek, older vLLM) or `reasoning` (OpenRouter,
 /// newer vLLM). Servers in transition send both with the same text, so one
 /// is taken, never both.
-fn pick_reasoning(
-    reasoning_content: Option<Lenient>,
-    reasoning: Option<Lenient>,
-) -> Option<String> {
+fn pick_reasoning(reasoning_content: Option<Lenient>, reasoning: Option<Lenient>) -> Option<String> {
     let non_empty = |l: Option<Lenient>| l.and_then(|l| l.0).filter(|s| !s.is_empty());
     non_empty(reasoning_content).or_else(|| non_empty(reasoning))
 }
@@ -411,30 +369,20 @@ impl Parts {
             });
         }
         if !self.text.is_empty() {
-            content.push(Block::Text {
-                text: self.text,
-                provider_data: None,
-            });
+            content.push(Block::Text { text: self.text, provider_data: None });
         }
         let refused = !self.refusal.is_empty();
         if refused {
-            content.push(Block::Text {
-                text: self.refusal,
-                provider_data: Some(json!({ KEY: { "refusal": true } })),
-            });
+            content.push(Block::Text { text: self.refusal, provider_data: Some(json!({ KEY: { "refusal": true } })) });
         }
         for call in self.calls {
             // Arguments that are not JSON do not fail the turn: the loop
             // answers such a call with an error result instead of running it.
             // `input` then shows what was recoverable (text cut off by the
             // output cap), or null.
-            let input = parse_arguments(&call.arguments)
-                .ok()
-                .or_else(|| parse_partial(&call.arguments))
-                .unwrap_or(Value::Null);
-            let provider_data = call
-                .generated
-                .then(|| json!({ "nexus": { "generatedId": true } }));
+            let input =
+                parse_arguments(&call.arguments).ok().or_else(|| parse_partial(&call.arguments)).unwrap_or(Value::Null);
+            let provider_data = call.generated.then(|| json!({ "nexus": { "generatedId": true } }));
             content.push(Block::ToolCall(ToolCall {
                 id: call.id,
                 name: call.name,
@@ -446,10 +394,7 @@ impl Parts {
         let reason = map_finish_reason(self.finish.as_deref(), refused);
         TurnResponse {
             content,
-            stop: Stop {
-                reason,
-                raw: self.finish,
-            },
+            stop: Stop { reason, raw: self.finish },
             usage: self.usage.unwrap_or_default(),
             usage_reported: self.usage.is_some(),
             model: self.model.filter(|m| !m.is_empty()),
@@ -533,15 +478,8 @@ impl From<WireUsage> for Usage {
         let prompt = u.prompt_tokens.unwrap_or(0);
         let completion = u.completion_tokens.unwrap_or(0);
         // Some compatible servers send a zero total; the sum is then the truth.
-        let total = u
-            .total_tokens
-            .filter(|t| *t > 0)
-            .unwrap_or(prompt.saturating_add(completion));
-        Usage {
-            prompt_tokens: prompt,
-            completion_tokens: completion,
-            total_tokens: total,
-        }
+        let total = u.total_tokens.filter(|t| *t > 0).unwrap_or(prompt.saturating_add(completion));
+        Usage { prompt_tokens: prompt, completion_tokens: completion, total_tokens: total }
     }
 }
 

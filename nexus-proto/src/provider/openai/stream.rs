@@ -18,8 +18,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{
-    decode_failure, pick_reasoning, provider_error, raw_arguments, Content, Lenient, Parts,
-    RawCall, WireFunction, WireUsage,
+    decode_failure, pick_reasoning, provider_error, raw_arguments, Content, Lenient, Parts, RawCall, WireFunction,
+    WireUsage,
 };
 use crate::error::{DecodeError, RemoteError};
 use crate::event::StreamEvent;
@@ -67,12 +67,7 @@ impl StreamCall {
 
 impl Assembler {
     /// Feeds one SSE event; appends the deltas it yields to `out`.
-    pub fn push(
-        &mut self,
-        event: &SseEvent,
-        ids: &mut CallIds,
-        out: &mut Vec<StreamEvent>,
-    ) -> Result<(), RemoteError> {
+    pub fn push(&mut self, event: &SseEvent, ids: &mut CallIds, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
         if self.done {
             return Ok(());
         }
@@ -126,9 +121,7 @@ impl Assembler {
             return Err(err.clone());
         }
         if !self.done {
-            return Err(
-                DecodeError::Truncated("the stream ended before `data: [DONE]`".into()).into(),
-            );
+            return Err(DecodeError::Truncated("the stream ended before `data: [DONE]`".into()).into());
         }
         let mut parts = self.parts.clone();
         parts.calls = self
@@ -160,12 +153,7 @@ impl Assembler {
         out.push(event);
     }
 
-    fn apply(
-        &mut self,
-        delta: Delta<'_>,
-        ids: &mut CallIds,
-        out: &mut Vec<StreamEvent>,
-    ) -> Result<(), RemoteError> {
+    fn apply(&mut self, delta: Delta<'_>, ids: &mut CallIds, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
         if let Some(text) = pick_reasoning(delta.reasoning_content, delta.reasoning) {
             self.parts.reasoning.push_str(&text);
             self.emit(out, StreamEvent::ReasoningDelta { text });
@@ -193,10 +181,7 @@ impl Assembler {
     ) -> Result<(), RemoteError> {
         let id = piece.id.filter(|s| !s.is_empty());
         let (name, fragment) = match piece.function {
-            Some(f) => (
-                f.name.filter(|s| !s.is_empty()),
-                raw_arguments(f.arguments)?,
-            ),
+            Some(f) => (f.name.filter(|s| !s.is_empty()), raw_arguments(f.arguments)?),
             None => (None, String::new()),
         };
         let pos = self.route(piece.index, id.as_deref(), name.as_deref());
@@ -215,13 +200,7 @@ impl Assembler {
         if call.started {
             if !fragment.is_empty() {
                 let id = call.id.clone().unwrap_or_default();
-                self.emit(
-                    out,
-                    StreamEvent::ToolCallDelta {
-                        id,
-                        arguments: fragment,
-                    },
-                );
+                self.emit(out, StreamEvent::ToolCallDelta { id, arguments: fragment });
             }
             return Ok(());
         }
@@ -251,13 +230,7 @@ impl Assembler {
         call.started = true;
         let name = call.name.clone();
         let arguments = call.arguments.clone();
-        self.emit(
-            out,
-            StreamEvent::ToolCallStarted {
-                id: id.clone(),
-                name,
-            },
-        );
+        self.emit(out, StreamEvent::ToolCallStarted { id: id.clone(), name });
         if !arguments.is_empty() {
             self.emit(out, StreamEvent::ToolCallDelta { id, arguments });
         }
@@ -266,19 +239,11 @@ impl Assembler {
     /// The call a piece belongs to (see the module docs), creating it when new.
     fn route(&mut self, index: Option<i64>, id: Option<&str>, name: Option<&str>) -> usize {
         let current = match index {
-            Some(i) => self
-                .by_index
-                .iter()
-                .find(|(k, _)| *k == i)
-                .map(|(_, pos)| *pos),
+            Some(i) => self.by_index.iter().find(|(k, _)| *k == i).map(|(_, pos)| *pos),
             None => self.last,
         };
         let pos = match id {
-            Some(id) => match self
-                .calls
-                .iter()
-                .position(|c| !c.generated && c.id.as_deref() == Some(id))
-            {
+            Some(id) => match self.calls.iter().position(|c| !c.generated && c.id.as_deref() == Some(id)) {
                 Some(pos) => Some(pos),
                 None => current.filter(|&pos| {
                     self.calls.get(pos).is_some_and(|c| {
@@ -289,9 +254,7 @@ impl Assembler {
                 }),
             },
             None => current.filter(|&pos| {
-                self.calls
-                    .get(pos)
-                    .is_some_and(|c| c.name.is_empty() || name.is_none_or(|n| n == c.name))
+                self.calls.get(pos).is_some_and(|c| c.name.is_empty() || name.is_none_or(|n| n == c.name))
             }),
         };
         let pos = pos.unwrap_or_else(|| {
