@@ -46,7 +46,9 @@ install_postgres() {
   if ! grep -qs '^create_main_cluster' /etc/postgresql-common/createcluster.conf; then
     echo 'create_main_cluster = false' >>/etc/postgresql-common/createcluster.conf
   fi
-  apt-get install -y -qq --no-install-recommends postgresql >&2
+  # confold: keep the createcluster.conf written above (no conffile prompt).
+  apt-get install -y -qq --no-install-recommends \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold postgresql >&2
 }
 
 # As root: the user the server runs as (created when the package did not).

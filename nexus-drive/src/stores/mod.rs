@@ -35,7 +35,7 @@
 //!         └─ release_claim    (failed: claim released, last saved state kept)
 //! ```
 //!
-//! What a run waits for is read from its state ([`Run::outstanding`] of the
+//! What a run waits for is read from its state ([`Run::outstanding`](nexus_proto::Run::outstanding) of the
 //! restored run), so the store always lists what the next claimer will see,
 //! `in_doubt` requests included. Every state write drops the recorded
 //! answers whose request is no longer pending: the answers left are exactly
@@ -49,7 +49,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use nexus_proto::{Answer, Message, Request, Run};
+use nexus_proto::{Answer, Message, Request};
 
 use crate::result::SuspendedRun;
 use crate::store::{ConversationStore, RunStore, StoreError};
@@ -57,6 +57,8 @@ use crate::store::{ConversationStore, RunStore, StoreError};
 mod checkpoints;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod shared;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
@@ -287,70 +289,6 @@ pub trait ClaimStore: RunStore + ConversationStore {
 /// take no time) and for [`Checkpoints`] by default.
 pub fn wall_clock_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
-}
-
-/// What the store keeps about a state besides its bytes.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Described {
-    /// What the next claimer will be asked, as JSON text of a `Request` array.
-    pub pending_json: String,
-    /// The pending request ids.
-    pub pending_ids: Vec<String>,
-    /// The earliest `expiresAt`, in ms since the epoch.
-    pub expires_ms: Option<u64>,
-}
-
-/// Reads what a state waits for by restoring it, exactly as the next
-/// claimer will: calls that were running come back as `in_doubt` requests.
-pub(crate) fn describe(run_id: &str, state: &[u8]) -> Result<Described, StoreError> {
-    let run =
-        Run::restore(state).map_err(|e| StoreError::Corrupt { id: run_id.to_string(), message: e.to_string() })?;
-    Ok(describe_requests(&run.outstanding()))
-}
-
-/// [`describe`] for the plain [`RunStore`] methods, which take any bytes:
-/// a state that does not restore waits for nothing the store can list.
-pub(crate) fn describe_lenient(run_id: &str, state: &[u8]) -> Described {
-    describe(run_id, state).unwrap_or_else(|_| describe_requests(&[]))
-}
-
-fn describe_requests(pending: &[Request]) -> Described {
-    Described {
-        // Requests are strings and JSON values only: serializing cannot fail.
-        pending_json: serde_json::to_string(pending).unwrap_or_else(|_| "[]".into()),
-        pending_ids: pending.iter().map(|r| r.id.clone()).collect(),
-        expires_ms: pending.iter().filter_map(|r| r.expires_at.as_deref().and_then(parse_rfc3339_ms)).min(),
-    }
-}
-
-/// Parses a stored pending list back (lenient: a list that does not parse is empty).
-pub(crate) fn parse_pending(json: &str) -> Vec<Request> {
-    serde_json::from_str(json).unwrap_or_default()
-}
-
-/// Parses a stored answer, naming the run when it is corrupt.
-pub(crate) fn parse_answer(run_id: &str, json: &str) -> Result<Answer, StoreError> {
-    serde_json::from_str(json)
-        .map_err(|e| StoreError::Corrupt { id: run_id.to_string(), message: format!("stored answer: {e}") })
-}
-
-/// The answer as stored (JSON text).
-pub(crate) fn answer_json(answer: &Answer) -> String {
-    // Answers are strings, bools and JSON values only: serializing cannot fail.
-    serde_json::to_string(answer).unwrap_or_default()
-}
-
-/// Refuses ids no store can key on.
-pub(crate) fn check_id(id: &str) -> Result<(), StoreError> {
-    if id.is_empty() {
-        return Err(StoreError::InvalidId(id.to_string()));
-    }
-    Ok(())
-}
-
-/// The conflict error for a write under `lease` that found `found`.
-pub(crate) fn lease_conflict(lease: &Lease, found: Option<u64>) -> StoreError {
-    StoreError::Conflict { id: lease.run_id.clone(), expected: Some(lease.version), found }
 }
 
 /// An RFC 3339 timestamp (`2025-06-01T12:00:00Z`, `…T12:00:00.250+02:00`)

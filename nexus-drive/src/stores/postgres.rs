@@ -41,9 +41,11 @@ use nexus_proto::{Answer, Message};
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement, Transaction};
 
+use super::shared::{
+    answer_json, check_id, describe, describe_lenient, lease_conflict, parse_answer, parse_pending, Described,
+};
 use super::{
-    answer_json, check_id, describe, describe_lenient, lease_conflict, parse_answer, parse_pending, wall_clock_ms,
-    AnswerStatus, Claim, ClaimStore, ConversationDeleted, Described, Lease, RunFilter, RunInfo, DEFAULT_LEASE_MS,
+    wall_clock_ms, AnswerStatus, Claim, ClaimStore, ConversationDeleted, Lease, RunFilter, RunInfo, DEFAULT_LEASE_MS,
     DEFAULT_MAX_FAILURES,
 };
 use crate::result::SuspendedRun;

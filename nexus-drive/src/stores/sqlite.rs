@@ -27,9 +27,11 @@ use std::time::{Duration, Instant};
 use nexus_proto::{Answer, Message};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 
+use super::shared::{
+    answer_json, check_id, describe, describe_lenient, lease_conflict, parse_answer, parse_pending, Described,
+};
 use super::{
-    answer_json, check_id, describe, describe_lenient, lease_conflict, parse_answer, parse_pending, wall_clock_ms,
-    AnswerStatus, Claim, ClaimStore, ConversationDeleted, Described, Lease, RunFilter, RunInfo, DEFAULT_LEASE_MS,
+    wall_clock_ms, AnswerStatus, Claim, ClaimStore, ConversationDeleted, Lease, RunFilter, RunInfo, DEFAULT_LEASE_MS,
     DEFAULT_MAX_FAILURES,
 };
 use crate::result::SuspendedRun;
