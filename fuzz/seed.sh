@@ -40,7 +40,17 @@ for style in anthropic openai gemini; do
                 seed "decode_$style" "$f"
                 ;;
         esac
+        # Translation reads the same bytes as a provider answer to turn back into OpenAI.
+        case "$f" in
+            *.expected.json) ;;
+            *.sse | *.json) seed translate "$f" "${style}_$(basename "$f")" ;;
+        esac
     done
+done
+
+# OpenAI-shaped requests to translate into the other formats.
+for f in "$wire"/*/requests/*.json; do
+    if [ -f "$f" ]; then seed translate "$f" "request_$(basename "$f")"; fi
 done
 
 # Saved run states: the format fixtures every release keeps.

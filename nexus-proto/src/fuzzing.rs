@@ -18,8 +18,10 @@ use crate::rng::SplitMix64;
 use crate::sse::{SseDecoder, SseEvent};
 
 mod machine;
+mod translate;
 
 pub use machine::{machine, state};
+pub use translate::translate;
 
 /// Decodes `data` as an SSE stream whole, split in two at a data-derived
 /// point, in data-derived chunks, and one byte at a time; every way must give

@@ -1,0 +1,149 @@
+//! The translation fuzz target's body: [`translate`] reads arbitrary bytes as
+//! an OpenAI request to translate, and as a provider response and stream to
+//! translate back.
+
+use serde_json::Value;
+
+use crate::provider::Style;
+use crate::sse::SseEvent;
+use crate::translate::{openai_request_bytes_to, response_to_openai, StreamTranslator};
+
+/// Translates `data` both ways, in every direction the gateway uses:
+///
+/// - as an OpenAI Chat Completions request body into Anthropic and Gemini:
+///   a request or a typed 4xx error, the same every time; a translated body
+///   is a JSON object; an OpenAI pass-through forwards the bytes unchanged;
+/// - as an Anthropic or Gemini response body back into a completion: an
+///   object with one choice, or a typed error;
+/// - as an Anthropic or Gemini SSE stream back into OpenAI chunks, whole and
+///   in data-derived chunks: every line is `data: <json>` or `data: [DONE]`,
+///   nothing follows `[DONE]` or an error line, and chunking changes nothing.
+pub fn translate(data: &[u8]) {
+    for style in [Style::Anthropic, Style::Gemini, Style::OpenAi] {
+        let first = openai_request_bytes_to(style, data);
+        assert_eq!(first, openai_request_bytes_to(style, data), "request translation is not deterministic");
+        match first {
+            Ok(req) if style == Style::OpenAi => assert_eq!(req.body, data, "pass-through changed the bytes"),
+            Ok(req) => {
+                let body: Value = serde_json::from_slice(&req.body)
+                    .unwrap_or_else(|e| panic!("{} body is not JSON: {e}", style.name()));
+                assert!(body.is_object(), "{} body is not an object", style.name());
+                assert!(!req.model.is_empty(), "a translated request without a model");
+                let _ = (req.url("http://h"), req.headers(Some("k")));
+            }
+            Err(e) => {
+                assert!((400..600).contains(&e.status), "status {} out of range", e.status);
+                assert!(e.to_json()["error"]["message"].is_string(), "error without a message");
+            }
+        }
+    }
+
+    for style in [Style::Anthropic, Style::Gemini] {
+        match response_to_openai(style, data, "m") {
+            Ok(v) => assert_eq!(v["choices"].as_array().map(Vec::len), Some(1), "completion without one choice"),
+            Err(e) => assert!((400..600).contains(&e.status), "status {} out of range", e.status),
+        }
+
+        let events = super::decode_sse(&[data]);
+        let whole = stream_lines(style, &events);
+        check_lines(&whole);
+        let mut rng = super::rng_for(data);
+        let chunked = super::decode_sse(&super::chunk(data, &mut rng));
+        assert_eq!(stream_lines(style, &chunked), whole, "chunking changed the translated stream");
+    }
+}
+
+fn stream_lines(style: Style, events: &[SseEvent]) -> Vec<String> {
+    let mut t = StreamTranslator::new(style, "m", true);
+    let mut out: Vec<String> = events.iter().flat_map(|ev| t.push(ev)).collect();
+    out.extend(t.finish());
+    assert!(t.finish().is_empty(), "finish yielded twice");
+    out
+}
+
+/// Each line is one SSE `data:` event holding JSON or `[DONE]`; the stream
+/// stops at `[DONE]` or at its first error line.
+fn check_lines(lines: &[String]) {
+    for (i, line) in lines.iter().enumerate() {
+        let payload = line
+            .strip_prefix("data: ")
+            .and_then(|l| l.strip_suffix("\n\n"))
+            .unwrap_or_else(|| panic!("not one SSE data event: {line:?}"));
+        let last = i + 1 == lines.len();
+        if payload == "[DONE]" {
+            assert!(last, "lines after [DONE]");
+            continue;
+        }
+        let v: Value = serde_json::from_str(payload).unwrap_or_else(|e| panic!("chunk is not JSON ({e}): {payload}"));
+        if v.get("error").is_some() {
+            assert!(last, "lines after an error line");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The recorded requests, responses and streams of the wire corpus, when it is beside the repository.
+    fn corpus() -> Vec<Vec<u8>> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/wire-corpus");
+        let mut out = Vec::new();
+        for dir in ["openai/requests", "openai", "anthropic", "gemini"] {
+            for entry in std::fs::read_dir(root.join(dir)).into_iter().flatten().flatten() {
+                let path = entry.path();
+                let name = path.to_string_lossy();
+                if (name.ends_with(".json") || name.ends_with(".sse")) && !name.ends_with(".expected.json") {
+                    out.extend(std::fs::read(&path));
+                }
+            }
+        }
+        out
+    }
+
+    const REQUEST: &str = r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},
+        "messages":[{"role":"system","content":"s"},{"role":"user","content":"weather?"},
+        {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+        "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
+        {"role":"tool","tool_call_id":"c1","content":"Sunny"}],
+        "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+        "properties":{"city":{"type":"string"}}}}}],"temperature":0.5}"#;
+
+    #[test]
+    fn translate_body_on_the_corpus_and_its_prefixes() {
+        let mut inputs = corpus();
+        inputs.push(REQUEST.as_bytes().to_vec());
+        for bytes in inputs {
+            translate(&bytes);
+            for n in (0..bytes.len()).step_by(bytes.len() / 16 + 1) {
+                translate(&bytes[..n]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_valid_request_translates() {
+        for style in [Style::Anthropic, Style::Gemini] {
+            let req = openai_request_bytes_to(style, REQUEST.as_bytes()).expect("translates");
+            assert!(req.stream && req.include_usage);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn translate_body_on_mutated_requests(at in any::<usize>(), byte in any::<u8>()) {
+            let mut bytes = REQUEST.as_bytes().to_vec();
+            let i = at % bytes.len();
+            bytes[i] = byte;
+            translate(&bytes);
+        }
+
+        #[test]
+        fn translate_body_on_random_bytes(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+            translate(&data);
+        }
+    }
+}
