@@ -85,6 +85,10 @@ pub struct ClientConfig {
     /// Whether the host fixed the seed; otherwise every run draws its own,
     /// so run ids (and the idempotency keys built from them) never repeat.
     pub(crate) fixed_seed: bool,
+    /// Whether the host set the base URL; a client that did sends the runs it
+    /// resumes there too (runs of its own style), since a stored run may have
+    /// been started against an endpoint that has moved since.
+    pub(crate) base_url_set: bool,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -178,6 +182,7 @@ impl ClientBuilder {
                 cancel: CancelToken::new(),
                 tap: None,
                 fixed_seed: false,
+                base_url_set: false,
             },
             key: KeySource::Default,
             error: None,
@@ -188,9 +193,12 @@ impl ClientBuilder {
         self.error.get_or_insert(e);
     }
 
-    /// The API base URL (default: the provider's public one).
+    /// The API base URL (default: the provider's public one). Runs this
+    /// client resumes from a stored state are sent here too when they are of
+    /// the client's style: where a run executes is the host's to decide.
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.cfg.run.base_url = url.into();
+        self.cfg.base_url_set = true;
         self
     }
 

@@ -131,6 +131,9 @@ impl Engine {
     }
 
     fn with_run(cfg: Arc<ClientConfig>, cancel: CancelToken, mut run: Run) -> Engine {
+        if cfg.base_url_set && run.config().style == cfg.run.style && run.config().base_url != cfg.run.base_url {
+            run.set_base_url(cfg.run.base_url.clone());
+        }
         if let Some(key) = &cfg.api_key {
             run.set_api_key(key.clone());
         }

@@ -190,9 +190,9 @@
 //! | `blocking` | yes | [`blocking::Client`] on ureq, and the [`serve`] gateway |
 //! | `async` | yes | [`asynk::AsyncClient`] on smol, with its own HTTP/1.1 client and rustls |
 //! | `builtins` | yes | the [`builtins`] module (compiled in, every tool still off until enabled) |
-//! | `cli` | yes | the `nexus` binary (`run`, `resume`, `replay`, `demo`, `tools`, `decode`, `serve`) |
+//! | `cli` | yes | the `nexus` binary (`run`, `resume`, `runs`, `replay`, `demo`, `tools`, `decode`, `serve`); includes `sqlite` for `--store sqlite:PATH` |
 //! | `schemars` | no | `Toolbox::add_derived` and `tool::schema_for`: input schemas derived from argument types |
-//! | `sqlite` | no | `stores::sqlite::SqliteStore` (SQLite compiled in) |
+//! | `sqlite` | with `cli` | `stores::sqlite::SqliteStore` (SQLite compiled in) |
 //! | `postgres` | no | `stores::postgres::PostgresStore`, for many workers over one database |
 //!
 //! ## Examples

@@ -278,6 +278,15 @@ impl Run {
         self.secrets.headers.push((name.into(), value.into()));
     }
 
+    /// Points the run's later model calls at another API root: a resumed run
+    /// whose deployment moved, or a host that sends through a proxy. The
+    /// endpoint belongs to where the run executes, not to the conversation,
+    /// so the host that resumes a stored run decides it. The new root is kept
+    /// in the snapshot from here on; a request already emitted keeps its URL.
+    pub fn set_base_url(&mut self, base_url: impl Into<String>) {
+        self.state.config.base_url = base_url.into();
+    }
+
     /// The run id.
     pub fn id(&self) -> &str {
         &self.state.run_id

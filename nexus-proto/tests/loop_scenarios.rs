@@ -129,6 +129,36 @@ fn durable_halt_resumes_from_a_snapshot() {
 }
 
 #[test]
+fn a_restored_run_can_be_pointed_at_a_new_endpoint() {
+    each(|style, stream| {
+        let mut sim = Sim::new(style, stream, tools(), script(vec![vec![call("c1", "login", "{}")]], "done"));
+        let Stop::Suspended(reqs) = sim.drive(&mut tool) else { panic!() };
+        let mut run = nexus_proto::Run::restore(&sim.run.snapshot()).unwrap();
+        run.set_base_url("http://10.9.8.7:4000/api");
+        // The new root is part of the run from now on, restores included.
+        let run = nexus_proto::Run::restore(&run.snapshot()).unwrap();
+        assert_eq!(run.config().base_url, "http://10.9.8.7:4000/api");
+        sim.run = run;
+        sim.answer(Answer::ok(reqs[0].id.clone(), None)).unwrap();
+        let url = loop {
+            match sim.run.poll_output() {
+                nexus_proto::Output::Send(req) => break req.url,
+                nexus_proto::Output::RunTools(batch) => {
+                    for inv in &batch.calls {
+                        let reply = tool(inv);
+                        let input = nexus_proto::Input::ToolReply { call_id: inv.call_id.clone(), reply };
+                        sim.run.handle_input(sim.now, input).unwrap();
+                    }
+                }
+                nexus_proto::Output::Event(_) => {}
+                other => panic!("{style:?}: no request after the answer: {other:?}"),
+            }
+        };
+        assert!(url.starts_with("http://10.9.8.7:4000/api/"), "{style:?}: {url}");
+    });
+}
+
+#[test]
 fn two_suspensions_surface_at_once_and_completed_results_are_kept() {
     each(|style, stream| {
         let mut sim = Sim::new(

@@ -48,6 +48,7 @@ scenarios!(
     streaming_and_whole_responses_give_the_same_transcript,
     connections_are_kept_alive_across_turns,
     async_tools_run_in_both_drivers,
+    a_resumed_run_goes_to_the_resuming_clients_endpoint,
 );
 
 // ------------------------------------------------------------------ scenarios
@@ -217,6 +218,40 @@ fn durable_suspend_survives_a_file_and_a_fresh_client(d: Drv) {
         assert_eq!(adds.load(Ordering::SeqCst), 1, "{ctx}");
         assert_eq!(transfers.load(Ordering::SeqCst), 4, "{ctx}");
         assert!(fake.failures().is_empty(), "{ctx}: {:?}", fake.failures());
+    }
+}
+
+/// A stored run started against one endpoint and resumed by a client set up
+/// for another (the deployment moved) talks to the new one.
+fn a_resumed_run_goes_to_the_resuming_clients_endpoint(d: Drv) {
+    for style in STYLES {
+        let ctx = format!("{d:?} {style:?}");
+        let scripts = || {
+            Scripts::new(KEY).model(
+                "m-moved",
+                script(vec![Turn::default().call("transfer", r#"{"amount":5}"#), Turn::text("moved and done")])
+                    .expect_final(expect_results(1, &["sent 5"])),
+            )
+        };
+        let (old, new) = (FakeProvider::start(scripts()), FakeProvider::start(scripts()));
+        let (transfers, adds) = (counter(), counter());
+        let first =
+            d.client(transfer_tools(builder(&old, style, "m-moved", false), &transfers, &adds).build().unwrap());
+        let r = first.run("pay").unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert_eq!(r.status, RunStatus::Pending, "{ctx}");
+        let state = r.suspended.expect("pending").state;
+        let old_requests = old.requests().len();
+        drop(old);
+
+        let moved =
+            d.client(transfer_tools(builder(&new, style, "m-moved", false), &transfers, &adds).build().unwrap());
+        let answer = Answer::ok(r.pending[0].id.clone(), None);
+        let done = moved.resume(&state, vec![answer]).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert_eq!(done.status, RunStatus::Done, "{ctx}");
+        assert_eq!(done.text, "moved and done", "{ctx}");
+        assert_eq!(old_requests, 1, "{ctx}");
+        assert_eq!(new.requests().len(), 1, "{ctx}: the continuation went to the new endpoint");
+        assert!(new.failures().is_empty(), "{ctx}: {:?}", new.failures());
     }
 }
 

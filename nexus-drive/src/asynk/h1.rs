@@ -30,6 +30,31 @@ const MAX_IDLE: usize = 16;
 /// A response head larger than this is refused.
 const MAX_HEAD: usize = 256 * 1024;
 const READ_BUF: usize = 16 * 1024;
+/// Room for a request head; grown on demand up to [`MAX_HEAD`].
+const HEAD_BUF: usize = 8 * 1024;
+
+/// A connection's buffers. They live as long as the connection and go back
+/// to the pool with it, so a request on a reused connection allocates (and
+/// zeroes) nothing: the head scratch, the outgoing bytes, what was read off
+/// the socket, and the decoded body a driver borrows from.
+struct Buffers {
+    head: Vec<u8>,
+    wire: Vec<u8>,
+    read: Vec<u8>,
+    body: Vec<u8>,
+}
+
+impl Buffers {
+    fn new() -> Buffers {
+        Buffers { head: vec![0; HEAD_BUF], wire: Vec::new(), read: vec![0; READ_BUF], body: vec![0; READ_BUF] }
+    }
+}
+
+/// A connection with its buffers.
+struct Link {
+    conn: Conn,
+    bufs: Buffers,
+}
 
 /// How an exchange failed.
 #[derive(Debug)]
@@ -92,7 +117,7 @@ impl AsyncWrite for Conn {
 
 /// Keep-alive connections, shared by the runs of one client.
 pub(crate) struct Pool {
-    idle: Mutex<Vec<(Key, Conn)>>,
+    idle: Mutex<Vec<(Key, Link)>>,
     tls: OnceLock<Result<TlsConnector, String>>,
     connect_timeout: Duration,
 }
@@ -102,18 +127,18 @@ impl Pool {
         Pool { idle: Mutex::new(Vec::new()), tls: OnceLock::new(), connect_timeout }
     }
 
-    fn take(&self, key: &Key) -> Option<Conn> {
+    fn take(&self, key: &Key) -> Option<Link> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let pos = idle.iter().rposition(|(k, _)| k == key)?;
         Some(idle.remove(pos).1)
     }
 
-    fn put(&self, key: Key, conn: Conn) {
+    fn put(&self, key: Key, link: Link) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() >= MAX_IDLE {
             idle.remove(0);
         }
-        idle.push((key, conn));
+        idle.push((key, link));
     }
 
     fn tls(&self) -> Result<TlsConnector, Failure> {
@@ -181,11 +206,11 @@ pub(crate) async fn send(pool: &Arc<Pool>, req: &HttpRequest) -> Result<Response
     for attempt in 0..2 {
         let pooled = if attempt == 0 { pool.take(&key) } else { None };
         let reused = pooled.is_some();
-        let conn = match pooled {
-            Some(c) => c,
-            None => pool.connect(&key).await?,
+        let link = match pooled {
+            Some(link) => link,
+            None => Link { conn: pool.connect(&key).await?, bufs: Buffers::new() },
         };
-        match exchange(conn, &uri, req, key.clone(), pool.clone()).await {
+        match exchange(link, &uri, req, key.clone(), pool.clone()).await {
             Ok(r) => return Ok(r),
             Err(Stage::BeforeResponse(_)) if reused => continue,
             Err(Stage::BeforeResponse(f)) | Err(Stage::After(f)) => return Err(f),
@@ -206,7 +231,7 @@ fn build(uri: &http::Uri, req: &HttpRequest) -> Result<http::Request<()>, Failur
 }
 
 async fn exchange(
-    mut conn: Conn,
+    link: Link,
     uri: &http::Uri,
     req: &HttpRequest,
     key: Key,
@@ -215,9 +240,10 @@ async fn exchange(
     let before = |f: Failure| Stage::BeforeResponse(f);
     let call = Call::new(build(uri, req).map_err(before)?).map_err(|e| before(connect_err(e.to_string())))?;
     let mut call = call.proceed();
+    let Link { mut conn, bufs } = link;
+    let Buffers { head: mut out, mut wire, read: mut buf, body: decoded } = bufs;
     // The request head, then the body as is (it has a content-length).
-    let mut out = vec![0u8; 8 * 1024];
-    let mut wire = Vec::with_capacity(1024 + req.body.len());
+    wire.clear();
     while !call.can_proceed() {
         match call.write(&mut out) {
             Ok(n) => wire.extend_from_slice(out.get(..n).unwrap_or_default()),
@@ -240,8 +266,11 @@ async fn exchange(
         conn.flush().await
     };
     sent.await.map_err(|e| before(io_err(format!("send: {e}"))))?;
+    // A large request body is not kept around with an idle connection.
+    if wire.capacity() > 4 * READ_BUF {
+        wire = Vec::new();
+    }
 
-    let mut buf = vec![0u8; READ_BUF];
     let (mut start, mut end) = (0usize, 0usize);
     let mut got_any = false;
     let response = loop {
@@ -279,7 +308,18 @@ async fn exchange(
         .iter()
         .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
         .collect();
-    let mut body = Body { conn: Some(conn), call: None, buf, start, end, close_delimited: false, key, pool };
+    let mut body = Body {
+        conn: Some(conn),
+        call: None,
+        buf,
+        start,
+        end,
+        decoded,
+        spare: Some((out, wire)),
+        close_delimited: false,
+        key,
+        pool,
+    };
     match call.proceed() {
         Some(RecvResponseResult::RecvBody(c)) => {
             body.close_delimited = matches!(c.body_mode(), BodyMode::CloseDelimited);
@@ -287,10 +327,9 @@ async fn exchange(
         }
         Some(RecvResponseResult::Cleanup(c)) => {
             if !c.must_close_connection() && body.start == body.end {
-                if let Some(conn) = body.conn.take() {
-                    body.pool.put(body.key.clone(), conn);
-                }
+                body.release();
             }
+            body.conn = None;
         }
         Some(RecvResponseResult::Redirect(_)) | None => body.conn = None,
     }
@@ -310,23 +349,30 @@ fn compact(buf: &mut [u8], start: &mut usize, end: &mut usize) {
 pub(crate) struct Body {
     conn: Option<Conn>,
     call: Option<Call<RecvBody>>,
+    /// Bytes read off the socket; `start..end` not yet decoded.
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// The decoded body piece [`read`](Self::read) produced last.
+    decoded: Vec<u8>,
+    /// The head and wire buffers, returned to the pool with the connection.
+    spare: Option<(Vec<u8>, Vec<u8>)>,
     close_delimited: bool,
     key: Key,
     pool: Arc<Pool>,
 }
 
 impl Body {
-    /// The next piece of the body (0 at its end).
-    pub(crate) async fn read(&mut self, out: &mut [u8]) -> Result<usize, Failure> {
+    /// Decodes the next piece of the body into [`chunk`](Self::chunk) and
+    /// returns its length (0 at its end).
+    pub(crate) async fn read(&mut self) -> Result<usize, Failure> {
         loop {
             let Some(call) = self.call.as_mut() else {
                 return Ok(0);
             };
             let input = self.buf.get(self.start..self.end).unwrap_or_default();
-            let (used, produced) = call.read(input, out).map_err(|e| io_err(format!("response body: {e}")))?;
+            let (used, produced) =
+                call.read(input, &mut self.decoded).map_err(|e| io_err(format!("response body: {e}")))?;
             self.start += used;
             if produced > 0 {
                 return Ok(produced);
@@ -359,6 +405,11 @@ impl Body {
         }
     }
 
+    /// The first `n` bytes of the piece [`read`](Self::read) decoded last.
+    pub(crate) fn chunk(&self, n: usize) -> &[u8] {
+        self.decoded.get(..n).unwrap_or_default()
+    }
+
     /// The body ended: the connection goes back to the pool when it can be reused.
     fn finish(&mut self) {
         let Some(call) = self.call.take() else { return };
@@ -366,9 +417,16 @@ impl Body {
             Some(RecvBodyResult::Cleanup(c)) => !c.must_close_connection(),
             _ => false,
         };
-        if let (true, true, Some(conn)) = (reusable, self.start == self.end, self.conn.take()) {
-            self.pool.put(self.key.clone(), conn);
+        if reusable && self.start == self.end {
+            self.release();
         }
         self.conn = None;
+    }
+
+    /// Gives the connection and every buffer back to the pool.
+    fn release(&mut self) {
+        let (Some(conn), Some((head, wire))) = (self.conn.take(), self.spare.take()) else { return };
+        let bufs = Buffers { head, wire, read: std::mem::take(&mut self.buf), body: std::mem::take(&mut self.decoded) };
+        self.pool.put(self.key.clone(), Link { conn, bufs });
     }
 }

@@ -211,13 +211,12 @@ struct Driver {
     pool: Arc<h1::Pool>,
     body: Option<(ExchangeId, h1::Body)>,
     work: Vec<Work>,
-    buf: Vec<u8>,
     done: bool,
 }
 
 impl Driver {
     fn new(pool: Arc<h1::Pool>, engine: Engine) -> Driver {
-        Driver { engine, pool, body: None, work: Vec::new(), buf: Vec::new(), done: false }
+        Driver { engine, pool, body: None, work: Vec::new(), done: false }
     }
 
     async fn next(&mut self) -> Option<Result<StreamItem, DriveError>> {
@@ -305,7 +304,7 @@ impl Driver {
     async fn wait(&mut self, until: Option<Timestamp>, busy: bool) -> Result<(), DriveError> {
         let nap = until.map(|t| self.engine.until(t));
         let cancel = self.engine.cancel_token().clone();
-        let Driver { body, work, buf, .. } = self;
+        let Driver { body, work, .. } = self;
         if body.is_none() && work.is_empty() && nap.is_none() {
             return Err(DriveError::Input(InputError::OutOfOrder(if busy {
                 "the run waits on work this driver lost"
@@ -315,10 +314,7 @@ impl Driver {
         }
         let progress = async {
             if let Some((id, b)) = body.as_mut() {
-                if buf.is_empty() {
-                    buf.resize(16 * 1024, 0);
-                }
-                return Woke::Chunk(*id, b.read(buf).await);
+                return Woke::Chunk(*id, b.read().await);
             }
             if !work.is_empty() {
                 return Woke::Work(first_done(work).await);
@@ -341,8 +337,12 @@ impl Driver {
                 self.engine.on_end(id);
             }
             Woke::Chunk(id, Ok(n)) => {
-                let chunk = self.buf.get(..n).unwrap_or_default();
-                if !self.engine.on_body(id, chunk) {
+                // The body lends its own buffer: nothing is copied or kept per run.
+                let keep = match &self.body {
+                    Some((_, b)) => self.engine.on_body(id, b.chunk(n)),
+                    None => false,
+                };
+                if !keep {
                     self.body = None;
                 }
             }

@@ -1,10 +1,12 @@
 //! Tool calls and host answers in flight on threads, collected as they finish.
 //!
-//! A lone job with no timeout to enforce runs inline on the driver thread
-//! (no thread spawn); this set is for everything else.
+//! One call of a batch runs inline on the driver thread when nothing needs
+//! watching meanwhile; this set is for everything else. The threads come
+//! from the client's [`Workers`], so a busy client spawns none.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nexus_proto::{Answer, Request, ToolReply};
@@ -12,6 +14,8 @@ use nexus_proto::{Answer, Request, ToolReply};
 use crate::cancel::{CancelGuard, CancelToken};
 use crate::config::WaitFor;
 use crate::tool::{timed_out, ToolJob};
+
+use super::workers::Workers;
 
 enum Msg {
     Tool(String, ToolReply),
@@ -33,24 +37,34 @@ struct Waiting {
     key: String,
     /// Tool timeouts: when to give up and the timeout given.
     limit: Option<(Instant, Duration, String)>,
+    /// A tool call no thread has started yet: the driver may take it back.
+    unstarted: Option<Slot>,
 }
+
+/// A tool call handed to a worker, taken by whichever of the worker and the
+/// driver gets to it first. A driver that finished its own call would
+/// otherwise wait for a parked thread to wake up (a scheduler tick on a busy
+/// machine) to run a call it can run itself at once; a worker that did start
+/// keeps it, so calls that take time still run side by side.
+type Slot = Arc<Mutex<Option<ToolJob>>>;
 
 pub(crate) struct Jobs {
     tx: Sender<Msg>,
     rx: Receiver<Msg>,
     waiting: Vec<Waiting>,
+    workers: Arc<Workers>,
     _cancel: CancelGuard,
 }
 
 impl Jobs {
-    pub(crate) fn new(cancel: &CancelToken) -> Jobs {
+    pub(crate) fn new(cancel: &CancelToken, workers: Arc<Workers>) -> Jobs {
         let (tx, rx) = channel();
         let wake = tx.clone();
         let guard = cancel.on_cancel(move || {
             // The receiver may be gone already; nothing then waits to be woken.
             let _ = wake.send(Msg::Cancelled);
         });
-        Jobs { tx, rx, waiting: Vec::new(), _cancel: guard }
+        Jobs { tx, rx, waiting: Vec::new(), workers, _cancel: guard }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -59,19 +73,37 @@ impl Jobs {
 
     pub(crate) fn spawn_tool(&mut self, job: ToolJob) {
         let limit = job.timeout.map(|d| (Instant::now() + d, d, job.ctx.name().to_string()));
-        self.waiting.push(Waiting { key: job.call_id.clone(), limit });
+        let key = job.call_id.clone();
+        let slot: Slot = Arc::new(Mutex::new(Some(job)));
+        // A call with a timeout stays with its thread, which the timeout watches.
+        let unstarted = limit.is_none().then(|| slot.clone());
+        self.waiting.push(Waiting { key, limit, unstarted });
         let tx = self.tx.clone();
-        std::thread::spawn(move || {
+        self.workers.run(move || {
+            let Some(job) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+                return; // the driver ran it
+            };
             let id = job.call_id.clone();
             let reply = job.run_blocking();
             let _ = tx.send(Msg::Tool(id, reply));
         });
     }
 
+    /// Takes back a tool call no worker has started, to run it on the driver thread.
+    pub(crate) fn take_unstarted(&mut self) -> Option<ToolJob> {
+        let (pos, job) = self.waiting.iter().enumerate().find_map(|(i, w)| {
+            let slot = w.unstarted.as_ref()?;
+            let job = slot.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+            Some((i, job))
+        })?;
+        self.waiting.swap_remove(pos);
+        Some(job)
+    }
+
     pub(crate) fn spawn_answer(&mut self, wait_for: WaitFor, request: Request) {
-        self.waiting.push(Waiting { key: request.id.clone(), limit: None });
+        self.waiting.push(Waiting { key: request.id.clone(), limit: None, unstarted: None });
         let tx = self.tx.clone();
-        std::thread::spawn(move || {
+        self.workers.run(move || {
             let _ = tx.send(Msg::Answer(answer_blocking(&wait_for, request)));
         });
     }

@@ -5,6 +5,7 @@
 
 mod http;
 mod jobs;
+mod workers;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,12 +19,15 @@ use crate::error::DriveError;
 use crate::result::{RunResult, StreamItem};
 use crate::store::RunStore;
 use jobs::{Jobs, Next};
+use workers::Workers;
 
-/// A blocking client. Cheap to clone; clones share the connection pool.
+/// A blocking client. Cheap to clone; clones share the connection pool and
+/// the threads that run tools.
 #[derive(Clone)]
 pub struct Client {
     cfg: Arc<ClientConfig>,
     agent: ureq::Agent,
+    workers: Arc<Workers>,
     cancel: CancelToken,
 }
 
@@ -38,12 +42,12 @@ impl Client {
     pub fn new(config: ClientConfig) -> Client {
         let agent = http::agent(config.connect_timeout);
         let cancel = config.cancel.clone();
-        Client { cfg: Arc::new(config), agent, cancel }
+        Client { cfg: Arc::new(config), agent, workers: Arc::default(), cancel }
     }
 
     /// A handle on the same client (and pool) whose runs use `token`.
     pub fn with_cancel(&self, token: CancelToken) -> Client {
-        Client { cfg: self.cfg.clone(), agent: self.agent.clone(), cancel: token }
+        Client { cfg: self.cfg.clone(), agent: self.agent.clone(), workers: self.workers.clone(), cancel: token }
     }
 
     /// The config.
@@ -220,15 +224,28 @@ impl<'c> Driver<'c> {
                         Err((kind, message)) => self.transport_error(req.exchange, kind, message),
                     }
                 }
-                Step::RunTools(jobs) => {
-                    let lone = jobs.len() == 1 && self.idle_jobs() && self.engine.deadline().is_none();
+                Step::RunTools(mut jobs) => {
+                    // One call of the batch runs on this thread and the others on
+                    // threads of their own, so a batch of n costs n - 1 spawns and a
+                    // lone call none. Only when nothing needs watching meanwhile: no
+                    // other work in flight, no deadline, no timeout on that call.
+                    let inline = if self.idle_jobs() && self.engine.deadline().is_none() {
+                        jobs.iter().rposition(|j| j.timeout.is_none()).map(|i| jobs.remove(i))
+                    } else {
+                        None
+                    };
                     for job in jobs {
-                        if lone && job.timeout.is_none() {
+                        self.jobs_mut().spawn_tool(job);
+                    }
+                    if let Some(job) = inline {
+                        let id = job.call_id.clone();
+                        let reply = job.run_blocking();
+                        self.engine.on_tool_reply(&id, reply);
+                        // Calls no worker has started yet are quicker run here than waited for.
+                        while let Some(job) = self.jobs.as_mut().and_then(Jobs::take_unstarted) {
                             let id = job.call_id.clone();
                             let reply = job.run_blocking();
                             self.engine.on_tool_reply(&id, reply);
-                        } else {
-                            self.jobs_mut().spawn_tool(job);
                         }
                     }
                 }
@@ -270,7 +287,7 @@ impl<'c> Driver<'c> {
     }
 
     fn jobs_mut(&mut self) -> &mut Jobs {
-        self.jobs.get_or_insert_with(|| Jobs::new(self.engine.cancel_token()))
+        self.jobs.get_or_insert_with(|| Jobs::new(self.engine.cancel_token(), self.client.workers.clone()))
     }
 
     /// Makes progress on whatever is in flight, or sleeps until `until`.

@@ -1,7 +1,9 @@
 //! `nexus`: the tool-calling loop from a shell.
 //!
 //! Exit codes: 0 done, 3 pending (state written), 4 incomplete, 2 usage or
-//! config error, 1 runtime error. Errors go to stderr as one line.
+//! config error, 1 runtime error, 5 a stored run that cannot be claimed
+//! (another resume holds it, or it is no longer waiting). Errors go to
+//! stderr as one line.
 #![forbid(unsafe_code)]
 
 mod args;
@@ -11,6 +13,7 @@ mod demo;
 mod replay;
 mod run;
 mod serve;
+mod store;
 mod tools;
 mod trace;
 
@@ -26,6 +29,8 @@ usage:
                                          its resume, replayed offline through the real machine
   nexus run [options] PROMPT             run the loop against a provider
   nexus resume --state FILE --answer ANSWERS.json [--json] [--stream]
+  nexus resume --store STORE --run ID --answer ANSWERS.json [--json] [--stream]
+  nexus runs --store STORE [--json]      list the suspended runs a store holds
   nexus replay CASSETTE [--json]         re-run a recorded session against its recording
   nexus tools [--builtins[=NAMES]] [--relay FILE] [--style S]
   nexus decode --style S [--stream] FILE decode one captured response body or SSE stream
@@ -33,7 +38,8 @@ usage:
 
 `nexus COMMAND --help` describes each command.
 
-exit codes: 0 done · 3 pending (state written) · 4 incomplete · 2 usage or config error · 1 runtime error";
+exit codes: 0 done · 3 pending (state written) · 4 incomplete · 2 usage or config error · 1 runtime error
+            · 5 stored run not claimable (another resume holds it, or it is no longer waiting)";
 
 /// Why a command stopped early: an exit code and one line for stderr.
 #[derive(Debug)]
@@ -53,6 +59,14 @@ impl Fail {
     /// A runtime error (exit 1).
     pub fn runtime(message: impl Into<String>) -> Fail {
         Fail { code: 1, message: message.into() }
+    }
+
+    /// A stored run this process may not resume (exit 5): another resume
+    /// holds it, it is no longer waiting, or it moved on under our claim.
+    /// Its own code, so a script can tell "someone else has it" from a
+    /// failure worth retrying.
+    pub fn conflict(message: impl Into<String>) -> Fail {
+        Fail { code: 5, message: message.into() }
     }
 }
 
@@ -99,6 +113,7 @@ fn dispatch(argv: &[String]) -> Result<i32, Fail> {
     let (help, main): (&str, Command) = match command.as_str() {
         "run" => (run::RUN_HELP, run::run_main),
         "resume" => (run::RESUME_HELP, run::resume_main),
+        "runs" => (store::RUNS_HELP, store::runs_main),
         "replay" => (replay::HELP, replay::main),
         "demo" => (demo::HELP, demo::main),
         "tools" => (tools::HELP, tools::main),

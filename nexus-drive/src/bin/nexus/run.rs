@@ -1,6 +1,6 @@
 //! `nexus run` and `nexus resume`: the loop against a provider, with the
-//! state written to a file when the run suspends and continued from it by
-//! another process.
+//! state written to a file (or kept in a `--store`) when the run suspends
+//! and continued from it by another process.
 
 use std::fs;
 use std::io::{self, Write};
@@ -14,18 +14,31 @@ use nexus_drive::{ClientBuilder, ClientConfig, DriveError, RunResult, RunStatus,
 use nexus_proto::{Answer, Input, InputError, Run, RunConfig, StreamEvent, Style, Timestamp};
 
 use crate::args::{parse, Parsed, Spec};
+use crate::store::{self, Held, Store};
 use crate::{builtins, out, out_inline, parse_style, read_input, tools, Fail};
 
 const RUN_SPEC: Spec = Spec {
     command: "run",
-    values: &["style", "base-url", "model", "api-key-env", "system", "max-turns", "relay", "state", "record"],
+    values: &[
+        "style",
+        "base-url",
+        "model",
+        "api-key-env",
+        "system",
+        "max-turns",
+        "relay",
+        "root",
+        "state",
+        "store",
+        "record",
+    ],
     switches: &["stream", "json"],
     optional: &["builtins"],
 };
 
 const RESUME_SPEC: Spec = Spec {
     command: "resume",
-    values: &["state", "answer", "api-key-env", "record"],
+    values: &["state", "store", "run", "answer", "api-key-env", "root", "record"],
     switches: &["json", "stream"],
     optional: &[],
 };
@@ -36,8 +49,8 @@ pub const DEFAULT_STATE: &str = "nexus-state.json";
 pub const RUN_HELP: &str = "\
 nexus run [--style anthropic|openai|gemini] [--base-url URL] [--model M]
           [--api-key-env VAR] [--system TEXT] [--max-turns N] [--stream]
-          [--relay TOOLS.json] [--builtins[=NAMES]] [--state FILE]
-          [--record FILE] [--json] PROMPT
+          [--relay TOOLS.json] [--builtins[=NAMES]] [--root DIR]
+          [--state FILE | --store STORE] [--record FILE] [--json] PROMPT
 
 Runs the tool-calling loop on PROMPT (`-` reads it from standard input).
 
@@ -51,18 +64,27 @@ Runs the tool-calling loop on PROMPT (`-` reads it from standard input).
                  with one `tool_call` request per turn
   --builtins     turn on the built-in tools (bash, read, write, edit, grep, glob,
                  webfetch, question, apply_patch, todowrite), or only a comma list
-                 of them; path tools are confined to the current directory
+                 of them; path tools are confined to --root
+  --root         the directory the built-in path tools are confined to
+                 (default: the current directory)
   --state        where the state goes when the run suspends (default nexus-state.json);
                  it never contains the API key
+  --store        keep a suspended run in a store, under its run id, instead of a
+                 state file: sqlite:PATH (a SQLite file), dir:PATH or a directory
+                 path (a file per run). The run id is printed (the first line of
+                 output, `runId` with --json); resume it with nexus resume --store
   --record       write the session to a cassette (see nexus replay)
   --stream       print text as it arrives (with --json: every event as a JSON line)
   --json         print the result as one JSON object: status, text, toolCalls,
-                 turns, usage, model, limit (when incomplete), pending (when pending)
+                 turns, usage, model, limit (when incomplete), pending (when pending),
+                 runId (with --store)
 
 exit codes: 0 done · 3 pending (state written) · 4 incomplete · 2 usage or config error · 1 runtime error";
 
 pub const RESUME_HELP: &str = "\
-nexus resume --state FILE --answer ANSWERS.json [--api-key-env VAR] [--record FILE] [--json] [--stream]
+nexus resume --state FILE --answer ANSWERS.json [--api-key-env VAR] [--root DIR]
+             [--record FILE] [--json] [--stream]
+nexus resume --store STORE --run ID --answer ANSWERS.json [...the same options]
 
 Continues a suspended run in this process. ANSWERS.json holds one answer or
 an array of them: {\"id\": \"<request id>\", \"ok\": true, \"data\": {...}}; a relay
@@ -71,7 +93,19 @@ Answers for only some requests leave the run pending on the rest (the state
 file is replaced atomically); an answer whose id matches no outstanding
 request changes nothing and exits 1. When the run finishes, the state file
 is removed. The API key is read from the environment again. With --record,
-the session is appended to that cassette.";
+the session is appended to that cassette. Give the run's --root again: the
+built-in path tools are confined to it (default: the current directory).
+
+With --store, the run ID is claimed in STORE first (sqlite:PATH, dir:PATH
+or a directory path, as given to nexus run --store): one resume at a time
+per suspension. When the run suspends again its new state replaces the old
+and the claim is released; when it finishes it is removed from the store.
+A run another resume holds, or one no longer waiting there (finished, or
+never stored), is refused with exit code 5 and nothing is changed; so is an
+outcome a resume cannot save because its claim ran out (SQLite claims last
+5 minutes; a dir: claim lasts until its resume ends). A resume that fails
+gives the claim back with the state it found. `nexus runs --store STORE`
+lists the stored runs.";
 
 fn default_model(style: Style) -> &'static str {
     match style {
@@ -112,13 +146,30 @@ fn recorder(p: &Parsed, append: bool, key: &str) -> Result<Option<Arc<Recorder>>
     Ok(Some(Arc::new(rec)))
 }
 
+/// Where a suspended run is kept.
+enum Keep {
+    /// A state file, written when the run suspends.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The run was resumed from `path`: remove it once the run is over.
+        resumed: bool,
+    },
+    /// A store: a new run is inserted under its run id; a claimed one is
+    /// written under its claim.
+    Store {
+        /// The open store (boxed: a SQLite connection is large).
+        store: Box<Store>,
+        /// The run this process claimed, when resuming.
+        held: Option<Held>,
+    },
+}
+
 struct Ctx {
     json: bool,
     stream: bool,
-    state: PathBuf,
+    keep: Keep,
     record: Option<Arc<Recorder>>,
-    /// The run was resumed from `state`: remove it once the run is over.
-    resumed: bool,
 }
 
 /// Runs `nexus run`.
@@ -140,7 +191,14 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
     if max_turns == Some(0) {
         return Err(Fail::usage("--max-turns must be at least 1"));
     }
-    let builtin_tools = if p.switch("builtins") { builtins::select(p.value("builtins"))? } else { Vec::new() };
+    if p.value("state").is_some() && p.value("store").is_some() {
+        return Err(Fail::usage("--state and --store both say where the run is kept: give one"));
+    }
+    if let Some(spec) = p.value("store") {
+        store::parse_location(spec)?;
+    }
+    let root = builtins::root(p.value("root"))?;
+    let builtin_tools = if p.switch("builtins") { builtins::select(p.value("builtins"), &root)? } else { Vec::new() };
     let relay = p.value("relay").map(tools::load_relay).transpose()?.unwrap_or_default();
     let toolbox = tools::toolbox(builtin_tools, relay)?;
     let key = api_key(&p, style)?;
@@ -155,18 +213,19 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
     if let Some(n) = max_turns {
         b = b.max_turns(n);
     }
+    // Opened once everything else is known to be right (a mistake must not
+    // leave an empty store behind), and before the run (a store that cannot
+    // be opened must not cost a model call whose outcome could not be kept).
+    let keep = match p.value("store") {
+        Some(spec) => Keep::Store { store: Box::new(Store::open(spec, true)?), held: None },
+        None => Keep::File { path: PathBuf::from(p.value("state").unwrap_or(DEFAULT_STATE)), resumed: false },
+    };
     let record = recorder(&p, false, &key)?;
     if let Some(r) = &record {
         b = b.tap(r.clone());
     }
     let client = Client::new(b.build().map_err(drive_fail)?);
-    let ctx = Ctx {
-        json: p.switch("json"),
-        stream: p.switch("stream"),
-        state: PathBuf::from(p.value("state").unwrap_or(DEFAULT_STATE)),
-        record,
-        resumed: false,
-    };
+    let ctx = Ctx { json: p.switch("json"), stream: p.switch("stream"), keep, record };
     let items = client.stream(prompt);
     finish(&ctx, items)
 }
@@ -179,32 +238,107 @@ pub fn resume_main(args: &[String]) -> Result<i32, Fail> {
             "resume takes no positional argument (got {extra:?}); answers go in --answer FILE"
         )));
     }
-    let state_path = p.value("state").ok_or_else(|| Fail::usage("resume needs --state FILE"))?;
+    let from_store = match (p.value("state"), p.value("store"), p.value("run")) {
+        (Some(_), Some(_), _) => {
+            return Err(Fail::usage("--state and --store both say where the run is kept: give one"))
+        }
+        (Some(_), None, Some(_)) => {
+            return Err(Fail::usage("--run names a run in a --store; a --state file holds one run"))
+        }
+        (None, None, _) => return Err(Fail::usage("resume needs --state FILE, or --store STORE --run ID")),
+        (None, Some(_), None) => {
+            return Err(Fail::usage("resume --store needs --run ID (nexus runs --store STORE lists them)"))
+        }
+        (None, Some(spec), Some(id)) => Some((spec, id)),
+        (Some(_), None, None) => None,
+    };
     let answer_path = p.value("answer").ok_or_else(|| Fail::usage("resume needs --answer ANSWERS.json"))?;
+    let root = builtins::root(p.value("root"))?;
+    match from_store {
+        Some((spec, id)) => resume_stored(&p, spec, id, answer_path, &root),
+        None => resume_file(&p, p.value("state").unwrap_or(DEFAULT_STATE), answer_path, &root),
+    }
+}
+
+/// `nexus resume --state FILE`.
+fn resume_file(p: &Parsed, state_path: &str, answer_path: &str, root: &Path) -> Result<i32, Fail> {
     let state = fs::read(state_path).map_err(|e| Fail::runtime(format!("cannot read state file {state_path}: {e}")))?;
     let run = Run::restore(&state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
     let answers = load_answers(answer_path)?;
     check_answers(&state, &answers, state_path)?;
+    let keep = Keep::File { path: PathBuf::from(state_path), resumed: true };
+    let (client, record) = resume_client(p, &run, &state, root)?;
+    let ctx = Ctx { json: p.switch("json"), stream: p.switch("stream"), keep, record };
+    let items = client.stream_resume(&state, answers);
+    finish(&ctx, items)
+}
 
-    let config: RunConfig = run.config().clone();
-    let key = api_key(&p, config.style)?;
-    let toolbox: Toolbox = tools::rebind(run.tools())?;
-    let mut b = ClientBuilder::from_run_config(config).api_key(key.clone()).toolbox(toolbox);
-    let record = recorder(&p, true, &key)?;
-    if let Some(r) = &record {
-        r.resume(&state);
-        b = b.tap(r.clone());
-    }
-    let client = Client::new(b.build().map_err(drive_fail)?);
+/// `nexus resume --store STORE --run ID`: everything that can be refused is
+/// checked on a look at the stored run before it is claimed, so a mistake
+/// leaves the store untouched; once claimed, any failure gives it back.
+fn resume_stored(p: &Parsed, spec: &str, id: &str, answer_path: &str, root: &Path) -> Result<i32, Fail> {
+    let store = Store::open(spec, false)?;
+    let answers = load_answers(answer_path)?;
+    let label = format!("run {id} in {spec}");
+    let peeked = store.peek(id)?;
+    let run = Run::restore(&peeked).map_err(|e| Fail::runtime(format!("{label}: {e}")))?;
+    check_answers(&peeked, &answers, &label)?;
+    api_key(p, run.config().style)?;
+
+    let held = store.claim(id)?;
+    let answers = with_recorded(answers, &held.recorded);
+    // The record may have moved on between the look and the claim (another
+    // resume suspended it again), and recorded answers join ours: check again.
+    let prepared = Run::restore(&held.state).map_err(|e| Fail::runtime(format!("{label}: {e}"))).and_then(|run| {
+        check_answers(&held.state, &answers, &label)?;
+        resume_client(p, &run, &held.state, root)
+    });
+    let (client, record) = match prepared {
+        Ok(ready) => ready,
+        Err(fail) => {
+            // Refused before anything ran: the claim goes back as it was.
+            return Err(match store.release(&held, None) {
+                Ok(()) => fail,
+                Err(e) => Fail { code: fail.code, message: format!("{}; and {}", fail.message, e.message) },
+            });
+        }
+    };
+    let state = held.state.clone();
     let ctx = Ctx {
         json: p.switch("json"),
         stream: p.switch("stream"),
-        state: PathBuf::from(state_path),
+        keep: Keep::Store { store: Box::new(store), held: Some(held) },
         record,
-        resumed: true,
     };
     let items = client.stream_resume(&state, answers);
     finish(&ctx, items)
+}
+
+/// The answers given, then those recorded in the store for requests they
+/// do not answer (the store asks a claimer to feed every recorded answer;
+/// for a request answered both ways, the one given here wins).
+fn with_recorded(mut answers: Vec<Answer>, recorded: &[Answer]) -> Vec<Answer> {
+    for a in recorded {
+        if !answers.iter().any(|b| b.id == a.id) {
+            answers.push(a.clone());
+        }
+    }
+    answers
+}
+
+/// The client that continues `run` (its config and tools, the key from the
+/// environment again), and the cassette it appends to.
+fn resume_client(p: &Parsed, run: &Run, state: &[u8], root: &Path) -> Result<(Client, Option<Arc<Recorder>>), Fail> {
+    let config: RunConfig = run.config().clone();
+    let key = api_key(p, config.style)?;
+    let toolbox: Toolbox = tools::rebind(run.tools(), root)?;
+    let mut b = ClientBuilder::from_run_config(config).api_key(key.clone()).toolbox(toolbox);
+    let record = recorder(p, true, &key)?;
+    if let Some(r) = &record {
+        r.resume(state);
+        b = b.tap(r.clone());
+    }
+    Ok((Client::new(b.build().map_err(drive_fail)?), record))
 }
 
 /// `ANSWERS.json`: one answer or an array of them.
@@ -228,8 +362,9 @@ fn load_answers(path: &str) -> Result<Vec<Answer>, Fail> {
 
 /// Feeds the answers to a scratch copy of the run first, so an answer the
 /// run would refuse is reported before anything is sent, recorded or written.
-fn check_answers(state: &[u8], answers: &[Answer], state_path: &str) -> Result<(), Fail> {
-    let mut probe = Run::restore(state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
+/// `source` names where the run came from, for messages.
+fn check_answers(state: &[u8], answers: &[Answer], source: &str) -> Result<(), Fail> {
+    let mut probe = Run::restore(state).map_err(|e| Fail::runtime(format!("{source}: {e}")))?;
     let mut now = Timestamp(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0));
     for a in answers {
         let fed = match probe.handle_input(now, Input::Answer(a.clone())) {
@@ -243,7 +378,7 @@ fn check_answers(state: &[u8], answers: &[Answer], state_path: &str) -> Result<(
             Ok(()) => {}
             Err(InputError::Finished) => {
                 return Err(Fail::runtime(format!(
-                    "the run in {state_path} has already finished; there is nothing to answer"
+                    "the run in {source} has already finished; there is nothing to answer"
                 )))
             }
             Err(e) => {
@@ -284,8 +419,9 @@ fn finish(ctx: &Ctx, items: impl Iterator<Item = Result<StreamItem, DriveError>>
                 if streamed_text {
                     out("");
                 }
+                let fail = drive_fail(e);
                 close_record(ctx)?;
-                return Err(drive_fail(e));
+                return Err(give_back(ctx, fail));
             }
         }
     }
@@ -294,7 +430,7 @@ fn finish(ctx: &Ctx, items: impl Iterator<Item = Result<StreamItem, DriveError>>
     }
     let Some(result) = result else {
         close_record(ctx)?;
-        return Err(Fail::runtime("the run ended without a result"));
+        return Err(give_back(ctx, Fail::runtime("the run ended without a result")));
     };
     let code = match result.status {
         RunStatus::Done => 0,
@@ -303,21 +439,44 @@ fn finish(ctx: &Ctx, items: impl Iterator<Item = Result<StreamItem, DriveError>>
     };
     if result.status == RunStatus::Pending {
         save_state(ctx, &result)?;
-    } else if ctx.resumed {
-        // The run this file held is over; leaving it would invite a second resume.
-        let _ = fs::remove_file(&ctx.state);
+    } else {
+        match &ctx.keep {
+            // The run this file held is over; leaving it would invite a second resume.
+            Keep::File { path, resumed: true } => {
+                let _ = fs::remove_file(path);
+            }
+            Keep::Store { store, held: Some(held) } => store.finish(held)?,
+            _ => {}
+        }
     }
     close_record(ctx)?;
     show(ctx, &result, streamed_text);
     Ok(code)
 }
 
+/// A resume that failed gives its claim back with the state it found
+/// (nothing it did is saved, as with a state file left as it was), so the
+/// run can be resumed again.
+fn give_back(ctx: &Ctx, fail: Fail) -> Fail {
+    let Keep::Store { store, held: Some(held) } = &ctx.keep else {
+        return fail;
+    };
+    match store.release(held, Some(&fail.message)) {
+        Ok(()) => fail,
+        Err(e) => Fail { code: fail.code, message: format!("{}; and {}", fail.message, e.message) },
+    }
+}
+
 fn save_state(ctx: &Ctx, result: &RunResult) -> Result<(), Fail> {
     let Some(s) = &result.suspended else {
-        return Err(Fail::runtime("the run is pending but the driver gave no state to save"));
+        return Err(give_back(ctx, Fail::runtime("the run is pending but the driver gave no state to save")));
     };
-    write_atomic(&ctx.state, &s.state)
-        .map_err(|e| Fail::runtime(format!("cannot write state file {}: {e}", ctx.state.display())))?;
+    match &ctx.keep {
+        Keep::File { path, .. } => write_atomic(path, &s.state)
+            .map_err(|e| Fail::runtime(format!("cannot write state file {}: {e}", path.display())))?,
+        Keep::Store { store, held: None } => store.insert(s)?,
+        Keep::Store { store, held: Some(held) } => store.suspend(held, &s.state)?,
+    }
     if let Some(r) = &ctx.record {
         r.pending(&s.pending);
     }
@@ -331,9 +490,23 @@ fn close_record(ctx: &Ctx) -> Result<(), Fail> {
     }
 }
 
+/// The id a stored run is kept under (`None` with a state file).
+fn stored_id<'a>(ctx: &'a Ctx, result: &'a RunResult) -> Option<&'a str> {
+    match &ctx.keep {
+        Keep::File { .. } => None,
+        Keep::Store { held: Some(held), .. } => Some(&held.run_id),
+        Keep::Store { held: None, .. } => result.suspended.as_ref().map(|s| s.run_id.as_str()),
+    }
+}
+
 fn show(ctx: &Ctx, result: &RunResult, streamed_text: bool) {
+    let run_id = stored_id(ctx, result);
     if ctx.json {
-        out(&serde_json::to_string(result).unwrap_or_default());
+        let mut value = serde_json::to_value(result).unwrap_or_default();
+        if let (Some(id), Some(obj)) = (run_id, value.as_object_mut()) {
+            obj.insert("runId".into(), id.into());
+        }
+        out(&value.to_string());
     }
     match result.status {
         _ if ctx.json && result.status != RunStatus::Pending => {}
@@ -350,14 +523,26 @@ fn show(ctx: &Ctx, result: &RunResult, streamed_text: bool) {
         }
         RunStatus::Pending => {
             if !ctx.json {
+                if let Some(id) = run_id {
+                    out(id);
+                }
                 out(&serde_json::to_string_pretty(&result.pending).unwrap_or_default());
             }
-            eprintln!(
-                "nexus: run suspended on {} request(s); state saved to {}. Continue with: nexus resume --state {} --answer ANSWERS.json",
-                result.pending.len(),
-                ctx.state.display(),
-                ctx.state.display()
-            );
+            match (&ctx.keep, run_id) {
+                (Keep::Store { store, .. }, Some(id)) => eprintln!(
+                    "nexus: run suspended on {} request(s); stored as run {id} in {}. Continue with: nexus resume --store {} --run {id} --answer ANSWERS.json",
+                    result.pending.len(),
+                    store.spec,
+                    store.spec
+                ),
+                (Keep::File { path, .. }, _) => eprintln!(
+                    "nexus: run suspended on {} request(s); state saved to {}. Continue with: nexus resume --state {} --answer ANSWERS.json",
+                    result.pending.len(),
+                    path.display(),
+                    path.display()
+                ),
+                (Keep::Store { .. }, None) => {}
+            }
         }
     }
 }

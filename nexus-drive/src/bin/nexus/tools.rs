@@ -1,6 +1,8 @@
 //! The tools a CLI run declares (relay declarations from a file, built-ins),
 //! and `nexus tools`, which prints them as each provider receives them.
 
+use std::path::Path;
+
 use nexus_drive::{DynTool, Toolbox};
 use nexus_proto::provider::ModelCall;
 use nexus_proto::{Message, Style, ToolDecl, ToolKind};
@@ -67,8 +69,8 @@ pub fn toolbox(builtin_tools: Vec<DynTool>, relay: Vec<ToolDecl>) -> Result<Tool
 }
 
 /// The toolbox that serves a restored run: every relay declaration it holds,
-/// and each executed tool bound again by name.
-pub fn rebind(decls: &[ToolDecl]) -> Result<Toolbox, Fail> {
+/// and each executed tool bound again by name, confined to `root`.
+pub fn rebind(decls: &[ToolDecl], root: &Path) -> Result<Toolbox, Fail> {
     let mut relay = Vec::new();
     let mut names = Vec::new();
     for d in decls {
@@ -77,7 +79,7 @@ pub fn rebind(decls: &[ToolDecl]) -> Result<Toolbox, Fail> {
             _ => names.push(d.name.as_str()),
         }
     }
-    let executed = builtins::by_names(&names)
+    let executed = builtins::by_names(&names, root)
         .map_err(|e| Fail::runtime(format!("the saved run declares a tool this program cannot run: {e}")))?;
     toolbox(executed, relay)
 }
@@ -105,7 +107,8 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
         return Err(Fail::usage(format!("tools takes no positional argument (got {extra:?})")));
     }
     let style = p.value("style").map(parse_style).transpose()?;
-    let builtin_tools = if p.switch("builtins") { builtins::select(p.value("builtins"))? } else { Vec::new() };
+    let builtin_tools =
+        if p.switch("builtins") { builtins::select(p.value("builtins"), &builtins::root(None)?)? } else { Vec::new() };
     let relay = match p.value("relay") {
         Some(path) => load_relay(path)?,
         None => Vec::new(),

@@ -1,0 +1,336 @@
+//! `--store`: where `nexus run` keeps a suspended run under its run id and
+//! where `nexus resume` claims it, so that two resumes of one suspension can
+//! never both go ahead; and `nexus runs`, which lists what a store holds.
+//!
+//! * `sqlite:PATH` — a [`SqliteStore`] file. A claim is a lease
+//!   ([`DEFAULT_LEASE_MS`]): if the resuming process dies, the run can be
+//!   claimed again once the lease runs out.
+//! * `dir:PATH`, or a plain directory path — a [`FileRunStore`]: one
+//!   `<id>.run` file per run, each write under a lock. Its claim is held
+//!   until the resume ends.
+
+use std::path::PathBuf;
+
+use nexus_drive::stores::sqlite::SqliteStore;
+use nexus_drive::stores::{wall_clock_ms, ClaimStore, Lease, RunFilter, DEFAULT_LEASE_MS};
+use nexus_drive::{FileRunStore, RunStore, StoreError, SuspendedRun};
+use nexus_proto::{Answer, Request, Run};
+use serde_json::{json, Value};
+
+use crate::args::{parse, Spec};
+use crate::{out, Fail};
+
+/// Where a `--store` value points.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// `sqlite:PATH`.
+    Sqlite(PathBuf),
+    /// `dir:PATH` or a plain path: the file store.
+    Dir(PathBuf),
+}
+
+/// Reads a `--store` value. A prefix that looks like a scheme (two or more
+/// of `[A-Za-z0-9+.-]`, starting with a letter, then `:`) must be one we
+/// know; anything else is a directory path (one-letter prefixes stay paths
+/// so that `C:\runs` means a directory). A directory whose name has such a
+/// prefix is written `dir:NAME`.
+pub fn parse_location(spec: &str) -> Result<Location, Fail> {
+    let scheme = spec.split_once(':').filter(|(s, _)| {
+        s.len() >= 2
+            && s.starts_with(|c: char| c.is_ascii_alphabetic())
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-'))
+    });
+    let (location, path) = match scheme {
+        Some(("sqlite", path)) => (Location::Sqlite(PathBuf::from(path)), path),
+        Some(("dir", path)) => (Location::Dir(PathBuf::from(path)), path),
+        Some((other, _)) => {
+            return Err(Fail::usage(format!(
+                "--store {spec:?}: unknown store scheme {other:?}; use sqlite:PATH, dir:PATH or a directory path"
+            )))
+        }
+        None => (Location::Dir(PathBuf::from(spec)), spec),
+    };
+    if path.is_empty() {
+        return Err(Fail::usage(format!("--store {spec:?}: no path after the scheme")));
+    }
+    Ok(location)
+}
+
+enum Backend {
+    /// The store and its directory (listing reads it).
+    File(FileRunStore, PathBuf),
+    Sqlite(SqliteStore),
+}
+
+/// An open store.
+pub struct Store {
+    /// The `--store` value as given, for messages.
+    pub spec: String,
+    backend: Backend,
+}
+
+/// A run this process has claimed: writes name the version of the claim.
+pub struct Held {
+    /// The run id.
+    pub run_id: String,
+    /// The state as claimed.
+    pub state: Vec<u8>,
+    /// Answers recorded in the store for its pending requests (SQLite; a
+    /// host sharing the database may have recorded some).
+    pub recorded: Vec<Answer>,
+    version: u64,
+    claimed_until: u64,
+}
+
+impl Held {
+    fn lease(&self) -> Lease {
+        Lease { run_id: self.run_id.clone(), version: self.version, claimed_until: self.claimed_until }
+    }
+}
+
+/// A stored run, as `nexus runs` lists it.
+pub struct Listed {
+    /// The run id.
+    pub run_id: String,
+    /// Whether a resume holds it now.
+    pub claimed: bool,
+    /// The record version.
+    pub version: u64,
+    /// What it waits for.
+    pub pending: Vec<Request>,
+}
+
+/// The exit-5 refusal for a run that cannot be claimed.
+fn refused(e: StoreError, run_id: &str, spec: &str) -> Fail {
+    match e {
+        StoreError::Claimed(_) => Fail::conflict(format!(
+            "run {run_id} in {spec} is claimed: another resume of this suspension is under way; nothing was changed"
+        )),
+        StoreError::NotFound(_) => Fail::conflict(format!(
+            "run {run_id} is not waiting in {spec}: it was already resumed to the end, or never suspended there; nothing was changed"
+        )),
+        other => Fail::runtime(format!("{spec}: {other}")),
+    }
+}
+
+impl Store {
+    /// Opens the store `--store spec` names. `create`: make it if missing
+    /// (`nexus run`); otherwise a missing store is an error rather than an
+    /// empty new one (a mistyped path must not look like "no such run").
+    pub fn open(spec: &str, create: bool) -> Result<Store, Fail> {
+        let location = parse_location(spec)?;
+        let path = match &location {
+            Location::Sqlite(p) | Location::Dir(p) => p.as_path(),
+        };
+        if !create && !path.exists() {
+            return Err(Fail::runtime(format!("no store at {}: {spec} does not exist", path.display())));
+        }
+        let fail = |e: StoreError| Fail::runtime(format!("cannot open the store {spec}: {e}"));
+        let backend = match &location {
+            Location::Sqlite(p) => Backend::Sqlite(SqliteStore::open(p).map_err(fail)?),
+            Location::Dir(p) => Backend::File(FileRunStore::open(p).map_err(fail)?, p.clone()),
+        };
+        Ok(Store { spec: spec.to_string(), backend })
+    }
+
+    /// Stores a run that has just suspended. An id already stored is an
+    /// error (run ids are drawn at random per run: it means a clash).
+    pub fn insert(&self, run: &SuspendedRun) -> Result<(), Fail> {
+        let stored = match &self.backend {
+            Backend::Sqlite(s) => s.insert_run(run, None, wall_clock_ms()).map(|_| ()),
+            Backend::File(s, _) => s.save(&run.run_id, &run.state, None).map(|_| ()),
+        };
+        stored.map_err(|e| Fail::runtime(format!("cannot store run {} in {}: {e}", run.run_id, self.spec)))
+    }
+
+    /// The state stored for `run_id`, without claiming it.
+    pub fn peek(&self, run_id: &str) -> Result<Vec<u8>, Fail> {
+        let record = match &self.backend {
+            Backend::Sqlite(s) => s.load(run_id),
+            Backend::File(s, _) => s.load(run_id),
+        };
+        match record {
+            Ok(Some(r)) => Ok(r.state),
+            Ok(None) => Err(refused(StoreError::NotFound(run_id.to_string()), run_id, &self.spec)),
+            Err(e) => Err(refused(e, run_id, &self.spec)),
+        }
+    }
+
+    /// Claims `run_id`: this process alone may now resume it.
+    pub fn claim(&self, run_id: &str) -> Result<Held, Fail> {
+        let held = match &self.backend {
+            Backend::Sqlite(s) => s.claim_run(run_id, wall_clock_ms(), DEFAULT_LEASE_MS).map(|c| Held {
+                run_id: run_id.to_string(),
+                state: c.state,
+                recorded: c.answers,
+                version: c.lease.version,
+                claimed_until: c.lease.claimed_until,
+            }),
+            Backend::File(s, _) => s.claim(run_id).map(|r| Held {
+                run_id: run_id.to_string(),
+                state: r.state,
+                recorded: Vec::new(),
+                version: r.version,
+                claimed_until: 0,
+            }),
+        };
+        held.map_err(|e| refused(e, run_id, &self.spec))
+    }
+
+    /// The claimed run suspended again: writes its new state and releases the claim.
+    pub fn suspend(&self, held: &Held, state: &[u8]) -> Result<(), Fail> {
+        let written = match &self.backend {
+            Backend::Sqlite(s) => s.suspend_claimed(&held.lease(), state, wall_clock_ms()).map(|_| ()),
+            Backend::File(s, _) => s.save(&held.run_id, state, Some(held.version)).map(|_| ()),
+        };
+        written.map_err(|e| self.lost(held, e))
+    }
+
+    /// The claimed run is over (done or incomplete): removes it.
+    pub fn finish(&self, held: &Held) -> Result<(), Fail> {
+        let removed = match &self.backend {
+            Backend::Sqlite(s) => s.finish_claimed(&held.lease(), None, wall_clock_ms()),
+            Backend::File(s, _) => s.delete(&held.run_id, held.version),
+        };
+        removed.map_err(|e| self.lost(held, e))
+    }
+
+    /// Gives the claimed run back unchanged, so it can be resumed again.
+    /// `error` says why this resume failed (SQLite counts and keeps it).
+    pub fn release(&self, held: &Held, error: Option<&str>) -> Result<(), Fail> {
+        let released = match &self.backend {
+            Backend::Sqlite(s) => s.release_claim(&held.lease(), error, wall_clock_ms()).map(|_| ()),
+            Backend::File(s, _) => s.save(&held.run_id, &held.state, Some(held.version)).map(|_| ()),
+        };
+        released.map_err(|e| self.lost(held, e))
+    }
+
+    /// A write under the claim was refused: the record moved on without us.
+    fn lost(&self, held: &Held, e: StoreError) -> Fail {
+        match e {
+            StoreError::Conflict { .. } => Fail::conflict(format!(
+                "run {} in {} changed while this resume held it (its claim ran out and another resume took it): \
+                 this resume's outcome was not saved",
+                held.run_id, self.spec
+            )),
+            other => Fail::runtime(format!("cannot write run {} in {}: {other}", held.run_id, self.spec)),
+        }
+    }
+
+    /// Every stored run, oldest first (SQLite) or by id (files).
+    pub fn list(&self) -> Result<Vec<Listed>, Fail> {
+        let fail = |e: StoreError| Fail::runtime(format!("cannot list {}: {e}", self.spec));
+        match &self.backend {
+            Backend::Sqlite(s) => {
+                let now = wall_clock_ms();
+                let infos = s.list_runs(&RunFilter::new(), now).map_err(fail)?;
+                Ok(infos
+                    .into_iter()
+                    .map(|i| Listed {
+                        claimed: i.is_claimed(now),
+                        version: i.version,
+                        pending: i.pending,
+                        run_id: i.run_id,
+                    })
+                    .collect())
+            }
+            Backend::File(s, dir) => {
+                let mut ids: Vec<String> = std::fs::read_dir(dir)
+                    .map_err(|e| fail(e.into()))?
+                    .filter_map(|entry| entry.ok())
+                    .filter_map(|entry| entry.file_name().to_str()?.strip_suffix(".run").and_then(decode_stem))
+                    .collect();
+                ids.sort();
+                let mut out = Vec::with_capacity(ids.len());
+                for id in ids {
+                    // Removed between the directory read and now: finished, not listed.
+                    let Some(record) = s.load(&id).map_err(fail)? else { continue };
+                    let pending = Run::restore(&record.state).map(|r| r.outstanding()).unwrap_or_default();
+                    out.push(Listed { run_id: id, claimed: record.claimed, version: record.version, pending });
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// The file store's names back to ids: `%XX` is the byte `XX`, the rest is
+/// as written. `None` for a name the store cannot have written.
+fn decode_stem(stem: &str) -> Option<String> {
+    let bytes = stem.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok().filter(|s| !s.is_empty())
+}
+
+const RUNS_SPEC: Spec = Spec { command: "runs", values: &["store"], switches: &["json"], optional: &[] };
+
+pub const RUNS_HELP: &str = "\
+nexus runs --store STORE [--json]
+
+Lists the suspended runs STORE holds (sqlite:PATH, dir:PATH or a directory
+path): one line per run with its id, whether a resume holds it, and what it
+waits for (kind and request id). With --json, an array of
+{runId, claimed, version, pending}.";
+
+/// Runs `nexus runs`.
+pub fn runs_main(args: &[String]) -> Result<i32, Fail> {
+    let p = parse(args, &RUNS_SPEC)?;
+    if let Some(extra) = p.positionals.first() {
+        return Err(Fail::usage(format!("runs takes no positional argument (got {extra:?})")));
+    }
+    let spec = p.value("store").ok_or_else(|| Fail::usage("runs needs --store STORE"))?;
+    let runs = Store::open(spec, false)?.list()?;
+    if p.switch("json") {
+        let list: Vec<Value> = runs
+            .iter()
+            .map(|r| json!({"runId": r.run_id, "claimed": r.claimed, "version": r.version, "pending": r.pending}))
+            .collect();
+        out(&Value::Array(list).to_string());
+        return Ok(0);
+    }
+    for r in &runs {
+        let waits: Vec<String> = r.pending.iter().map(|q| format!("{}:{}", q.kind, q.id)).collect();
+        let state = if r.claimed { "claimed" } else { "waiting" };
+        out(&format!("{}\t{state}\t{}", r.run_id, waits.join(" ")));
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_locations() {
+        assert_eq!(parse_location("sqlite:runs.db").unwrap(), Location::Sqlite("runs.db".into()));
+        assert_eq!(parse_location("sqlite:/a:b/runs.db").unwrap(), Location::Sqlite("/a:b/runs.db".into()));
+        assert_eq!(parse_location("dir:runs").unwrap(), Location::Dir("runs".into()));
+        assert_eq!(parse_location("dir:odd:name").unwrap(), Location::Dir("odd:name".into()));
+        assert_eq!(parse_location("./runs").unwrap(), Location::Dir("./runs".into()));
+        assert_eq!(parse_location("/var/lib/nexus").unwrap(), Location::Dir("/var/lib/nexus".into()));
+        assert_eq!(parse_location("C:\\runs").unwrap(), Location::Dir("C:\\runs".into()));
+        for bad in ["postgres://localhost/db", "redis:x", "sqlite:", "dir:"] {
+            assert_eq!(parse_location(bad).unwrap_err().code, 2, "{bad}");
+        }
+    }
+
+    #[test]
+    fn file_names_decode_to_ids() {
+        assert_eq!(decode_stem("run_00ff").as_deref(), Some("run_00ff"));
+        assert_eq!(decode_stem("r%2F1").as_deref(), Some("r/1"));
+        assert_eq!(decode_stem("bad%2"), None);
+        assert_eq!(decode_stem("bad%zz"), None);
+        assert_eq!(decode_stem(""), None);
+    }
+}

@@ -1,0 +1,97 @@
+//! Parked threads that run a client's tool calls and host answers.
+//!
+//! Spawning a thread per call costs a `clone`, a stack mapping and its
+//! teardown: tens of microseconds, more than a typical tool. A client keeps
+//! the threads that finish a job parked for a while and hands the next job to
+//! one of them; only when none is idle is a new one spawned. A thread idle for
+//! [`IDLE`] exits, so an idle client holds no threads.
+
+use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long a finished thread waits for another job before it exits.
+const IDLE: Duration = Duration::from_secs(10);
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The idle threads of one client, each reachable through its own channel.
+#[derive(Default)]
+pub(crate) struct Workers {
+    idle: Mutex<Vec<Sender<Job>>>,
+}
+
+impl Workers {
+    /// Runs `job` on an idle thread, or on a new one when none is idle.
+    pub(crate) fn run(self: &Arc<Self>, job: impl FnOnce() + Send + 'static) {
+        let mut job: Job = Box::new(job);
+        loop {
+            let parked = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let Some(tx) = parked else { break };
+            // A thread that timed out between being parked and now has dropped
+            // its receiver: the job comes back and the next one is tried.
+            match tx.send(job) {
+                Ok(()) => return,
+                Err(back) => job = back.0,
+            }
+        }
+        let workers = Arc::downgrade(self);
+        std::thread::spawn(move || {
+            job();
+            let (tx, rx) = channel::<Job>();
+            loop {
+                // The client is gone: nobody will hand this thread work again.
+                let Some(workers) = workers.upgrade() else { return };
+                workers.idle.lock().unwrap_or_else(|e| e.into_inner()).push(tx.clone());
+                drop(workers);
+                match rx.recv_timeout(IDLE) {
+                    Ok(next) => next(),
+                    Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => return,
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::sync::mpsc::channel;
+
+    #[test]
+    fn finished_threads_take_the_next_jobs() {
+        let workers = Arc::new(Workers::default());
+        let (tx, rx) = channel();
+        let mut seen = HashSet::new();
+        for _ in 0..20 {
+            let tx = tx.clone();
+            workers.run(move || tx.send(std::thread::current().id()).unwrap());
+            // One job at a time: each finds the thread the last one parked.
+            seen.insert(rx.recv().unwrap());
+            // The thread parks itself after sending; wait until it has.
+            while workers.idle.lock().unwrap().is_empty() {
+                std::thread::yield_now();
+            }
+        }
+        assert_eq!(seen.len(), 1, "jobs run one after another spawned {} threads", seen.len());
+    }
+
+    #[test]
+    fn concurrent_jobs_get_threads_of_their_own() {
+        let workers = Arc::new(Workers::default());
+        let barrier = Arc::new(std::sync::Barrier::new(4));
+        let (tx, rx) = channel();
+        for _ in 0..4 {
+            let (b, tx) = (barrier.clone(), tx.clone());
+            // Every job waits for all four: they can only finish if they run at once.
+            workers.run(move || {
+                b.wait();
+                tx.send(()).unwrap();
+            });
+        }
+        for _ in 0..4 {
+            rx.recv_timeout(Duration::from_secs(30)).expect("jobs ran concurrently");
+        }
+    }
+}
