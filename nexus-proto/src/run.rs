@@ -197,6 +197,8 @@ struct Inflight {
     retry_after: Option<String>,
     body: Vec<u8>,
     stream: Option<(SseDecoder, Assembler)>,
+    /// Bytes of a stream read so far, held to `max_body_bytes` like a whole body.
+    streamed: usize,
 }
 
 /// Secrets: in memory only, never serialized.
@@ -406,8 +408,13 @@ impl Run {
             Input::ResponseBody { chunk, .. } => self.on_body(now, chunk),
             Input::ResponseEnd { .. } => self.on_end(now),
             Input::TransportError { kind, message, .. } => {
-                let retryable = matches!(kind, TransportErrorKind::Connect | TransportErrorKind::Io);
-                self.fail_exchange(now, RunError::Transport { kind, message }, retryable, None);
+                if let Some(turn) = self.complete_stream() {
+                    self.inflight = None;
+                    self.accept_turn(turn);
+                } else {
+                    let retryable = matches!(kind, TransportErrorKind::Connect | TransportErrorKind::Io);
+                    self.fail_exchange(now, RunError::Transport { kind, message }, retryable, None);
+                }
             }
             Input::ToolReply { call_id, reply } => {
                 if let Phase::Tools { batch } = &mut self.state.phase {
@@ -552,7 +559,8 @@ impl Run {
         if attempt == 0 {
             self.events.push_back(StreamEvent::TurnStarted { turn: self.state.turns + 1 });
         }
-        self.inflight = Some(Inflight { exchange, status: None, retry_after: None, body: Vec::new(), stream: None });
+        self.inflight =
+            Some(Inflight { exchange, status: None, retry_after: None, body: Vec::new(), stream: None, streamed: 0 });
         self.state.phase = Phase::Awaiting { exchange, attempt };
         Ok(request)
     }
@@ -578,6 +586,12 @@ impl Run {
         let ok = f.status.is_some_and(|s| (200..300).contains(&s));
         match &mut f.stream {
             Some((decoder, assembler)) if ok => {
+                // A stream that never ends is as unbounded as a huge body.
+                f.streamed = f.streamed.saturating_add(chunk.len());
+                if f.streamed > limit {
+                    self.fail_exchange(now, RunError::Decode(DecodeError::TooLarge { limit }), false, None);
+                    return;
+                }
                 decoder.feed(chunk, &mut self.sse_scratch);
                 let mut failure = None;
                 for ev in self.sse_scratch.drain(..) {
@@ -641,6 +655,22 @@ impl Run {
                 self.fail_remote(now, e);
             }
         }
+    }
+
+    /// The turn of a stream cut after its provider's end marker (Anthropic
+    /// `message_stop`, OpenAI `[DONE]`, Gemini's last chunk): only the
+    /// connection's own end was lost (the chunked terminator, or the close
+    /// of a close-delimited body). Such a turn is whole, and the host may
+    /// have shown all of it; failing would throw it away, and retrying after
+    /// visible output is not allowed. `None` when the cut came earlier.
+    fn complete_stream(&self) -> Option<TurnResponse> {
+        let f = self.inflight.as_ref()?;
+        if !f.status.is_some_and(|s| (200..300).contains(&s)) {
+            return None;
+        }
+        // A copy: a cut stream keeps its state for the failure path.
+        let (_, assembler) = f.stream.as_ref()?;
+        assembler.clone().finish().ok()
     }
 
     fn fail_remote(&mut self, now: Timestamp, e: RemoteError) {

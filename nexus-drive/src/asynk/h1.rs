@@ -184,11 +184,24 @@ pub(crate) struct Response {
     pub(crate) body: Body,
 }
 
-/// Where an exchange failed: before any response byte (a reused connection
-/// the server had closed; safe to retry once on a fresh one), or after.
+/// Where an exchange failed: before the request was on the wire (the server
+/// cannot have seen it, so on a reused connection it goes again on a fresh
+/// one), or after it was sent. Then the server may have acted on it, and the
+/// failure goes to the run, whose retry budget decides: a request the driver
+/// re-sent on its own would be an attempt nobody counted.
 enum Stage {
-    BeforeResponse(Failure),
-    After(Failure),
+    Unsent(Failure),
+    Sent(Failure),
+}
+
+/// Whether an idle pooled connection can carry a request. It has nothing to
+/// read: a read that cannot complete at once means open; end of stream (the
+/// server closed it while it sat in the pool), an error, or stray bytes mean
+/// it cannot be used. Checked before every reuse, as ureq does, so a request
+/// is not written into a connection the server already closed.
+async fn still_open(conn: &mut Conn) -> bool {
+    let mut probe = [0u8; 1];
+    futures_lite::future::poll_once(conn.read(&mut probe)).await.is_none()
 }
 
 /// Sends `req` and reads the response head.
@@ -204,7 +217,15 @@ pub(crate) async fn send(pool: &Arc<Pool>, req: &HttpRequest) -> Result<Response
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
     let key = Key { tls, host, port };
     for attempt in 0..2 {
-        let pooled = if attempt == 0 { pool.take(&key) } else { None };
+        let mut pooled = None;
+        if attempt == 0 {
+            while let Some(mut link) = pool.take(&key) {
+                if still_open(&mut link.conn).await {
+                    pooled = Some(link);
+                    break;
+                }
+            }
+        }
         let reused = pooled.is_some();
         let link = match pooled {
             Some(link) => link,
@@ -212,8 +233,8 @@ pub(crate) async fn send(pool: &Arc<Pool>, req: &HttpRequest) -> Result<Response
         };
         match exchange(link, &uri, req, key.clone(), pool.clone()).await {
             Ok(r) => return Ok(r),
-            Err(Stage::BeforeResponse(_)) if reused => continue,
-            Err(Stage::BeforeResponse(f)) | Err(Stage::After(f)) => return Err(f),
+            Err(Stage::Unsent(_)) if reused => continue,
+            Err(Stage::Unsent(f)) | Err(Stage::Sent(f)) => return Err(f),
         }
     }
     Err(io_err("no connection could be used"))
@@ -237,7 +258,7 @@ async fn exchange(
     key: Key,
     pool: Arc<Pool>,
 ) -> Result<Response, Stage> {
-    let before = |f: Failure| Stage::BeforeResponse(f);
+    let before = |f: Failure| Stage::Unsent(f);
     let call = Call::new(build(uri, req).map_err(before)?).map_err(|e| before(connect_err(e.to_string())))?;
     let mut call = call.proceed();
     let Link { mut conn, bufs } = link;
@@ -272,12 +293,11 @@ async fn exchange(
     }
 
     let (mut start, mut end) = (0usize, 0usize);
-    let mut got_any = false;
     let response = loop {
         if end > start {
             let input = buf.get(start..end).unwrap_or_default();
             let (used, resp) =
-                call.try_response(input, false).map_err(|e| Stage::After(io_err(format!("response head: {e}"))))?;
+                call.try_response(input, false).map_err(|e| Stage::Sent(io_err(format!("response head: {e}"))))?;
             start += used;
             if let Some(resp) = resp {
                 break resp;
@@ -286,20 +306,17 @@ async fn exchange(
         compact(&mut buf, &mut start, &mut end);
         if end == buf.len() {
             if buf.len() >= MAX_HEAD {
-                return Err(Stage::After(io_err("response head too large")));
+                return Err(Stage::Sent(io_err("response head too large")));
             }
             buf.resize(buf.len() * 2, 0);
         }
         let n = match conn.read(buf.get_mut(end..).unwrap_or_default()).await {
             Ok(n) => n,
-            Err(e) if got_any => return Err(Stage::After(io_err(format!("read: {e}")))),
-            Err(e) => return Err(before(io_err(format!("read: {e}")))),
+            Err(e) => return Err(Stage::Sent(io_err(format!("read: {e}")))),
         };
         if n == 0 {
-            let f = io_err("the connection closed before the response head");
-            return Err(if got_any { Stage::After(f) } else { before(f) });
+            return Err(Stage::Sent(io_err("the connection closed before the response head")));
         }
-        got_any = true;
         end += n;
     };
     let status = response.status().as_u16();

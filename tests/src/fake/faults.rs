@@ -95,6 +95,9 @@ fn overloaded_status(style: Style) -> u16 {
 }
 
 fn normal(style: Style, ctx: &Ctx<'_>, framing: Framing) -> Reply {
+    if let Some(recorded) = &ctx.turn.recorded {
+        return Reply::recorded(recorded);
+    }
     match framing {
         Framing::Whole => Reply::json(200, whole_body(style, ctx)),
         Framing::Sse => Reply::stream(events(style, ctx, framing)),

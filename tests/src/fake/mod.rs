@@ -43,7 +43,7 @@ mod server;
 mod wire;
 
 pub use script::{
-    ExpectFinal, Fault, FaultKind, Script, Scripts, Thinking, ToolCallSpec, Turn, TurnUsage, DEFAULT_API_KEY,
+    ExpectFinal, Fault, FaultKind, Recorded, Script, Scripts, Thinking, ToolCallSpec, Turn, TurnUsage, DEFAULT_API_KEY,
 };
 
 use server::{lock, Shared};

@@ -9,6 +9,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::http::{write_chunk, write_full, write_head, write_last_chunk};
+use super::script::Recorded;
+
+/// Chunk sizes a recorded stream is cut into, used in turn. Starting at one
+/// byte and growing, the cuts fall inside events, `\r\n` pairs and UTF-8
+/// sequences alike; being fixed, a failure replays with the same cuts.
+const RECORDED_CHUNK_SIZES: [usize; 12] = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233];
 
 /// Where a whole-body response stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +95,25 @@ impl Reply {
             body: Body::Chunked { content_type: "text/event-stream", pieces, cut: StreamCut::None },
             stall_ms: 0,
         }
+    }
+
+    /// A recorded answer, sent as recorded: a whole body with its status, or
+    /// a stream cut into chunks of `RECORDED_CHUNK_SIZES`.
+    pub fn recorded(recorded: &Recorded) -> Reply {
+        if !recorded.stream {
+            return Reply::json(recorded.status, recorded.body.clone());
+        }
+        let mut pieces = Vec::new();
+        let mut rest = recorded.body.as_slice();
+        for size in RECORDED_CHUNK_SIZES.iter().cycle() {
+            if rest.is_empty() {
+                break;
+            }
+            let (piece, tail) = rest.split_at((*size).min(rest.len()));
+            pieces.push(piece.to_vec());
+            rest = tail;
+        }
+        Reply { status: recorded.status, ..Reply::stream(pieces) }
     }
 
     /// Adds a header.
@@ -192,4 +217,29 @@ pub fn write(
         return Ok(false);
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorded_stream_is_cut_into_varied_chunks_that_add_up_to_it() {
+        let body: Vec<u8> = "data: {\"é\":1}\r\n\r\n".repeat(40).into_bytes();
+        let reply = Reply::recorded(&Recorded { status: 200, stream: true, body: body.clone() });
+        let Body::Chunked { content_type, pieces, cut } = &reply.body else { panic!("chunked: {reply:?}") };
+        assert_eq!((*content_type, *cut, reply.status), ("text/event-stream", StreamCut::None, 200));
+        assert_eq!(pieces.concat(), body);
+        let sizes: Vec<usize> = pieces.iter().map(Vec::len).collect();
+        assert_eq!(sizes[..RECORDED_CHUNK_SIZES.len()], RECORDED_CHUNK_SIZES);
+        assert!(sizes.iter().all(|&n| n > 0), "an empty chunk would end the body");
+    }
+
+    #[test]
+    fn a_recorded_body_keeps_its_status_and_bytes() {
+        let body = br#"{"error":{"code":400}}"#.to_vec();
+        let reply = Reply::recorded(&Recorded { status: 400, stream: false, body: body.clone() });
+        assert_eq!(reply.status, 400);
+        assert_eq!(reply.body, Body::Full { content_type: "application/json", bytes: body, cut: FullCut::None });
+    }
 }

@@ -133,6 +133,10 @@ pub struct Turn {
     /// used up the turn is answered normally.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<Fault>,
+    /// A recorded provider answer to send byte for byte instead of one
+    /// rendered from the fields above (which are then not used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<Recorded>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -197,6 +201,43 @@ impl Turn {
         self.faults.push(fault);
         self
     }
+
+    /// A turn answering with a recorded whole body (`application/json`,
+    /// Content-Length) and the status it was recorded with.
+    pub fn recorded_body(status: u16, body: impl Into<Vec<u8>>) -> Turn {
+        Turn { recorded: Some(Recorded { status, stream: false, body: body.into() }), ..Turn::default() }
+    }
+
+    /// A turn answering with a recorded SSE body (status 200).
+    pub fn recorded_stream(body: impl Into<Vec<u8>>) -> Turn {
+        Turn { recorded: Some(Recorded { status: 200, stream: true, body: body.into() }), ..Turn::default() }
+    }
+}
+
+/// A provider answer replayed verbatim: real traffic (the shared wire
+/// corpus) goes through the same server, HTTP framing and fault handling as
+/// scripted turns, so a client can be checked against bytes the fake's own
+/// encoders did not produce.
+///
+/// JSON: `{"status": 400, "stream": false, "body": [123, 125]}` (`body` is a
+/// byte array, so recordings that are not UTF-8 fit too).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recorded {
+    /// The HTTP status (200 for answers; the recorded status for error bodies).
+    #[serde(default = "ok_status")]
+    pub status: u16,
+    /// `true`: sent as `text/event-stream`, chunked, in many chunks of
+    /// varying size that ignore event, line and UTF-8 boundaries (so the
+    /// client meets arbitrary cuts); `false`: one `application/json` body.
+    #[serde(default)]
+    pub stream: bool,
+    /// The body, exactly as recorded.
+    pub body: Vec<u8>,
+}
+
+fn ok_status() -> u16 {
+    200
 }
 
 /// Reasoning text and the signature that must be echoed back.
