@@ -230,9 +230,10 @@ fn check_turn(turn: &TurnResponse) {
                 params: &params,
             };
             let body: Value = style.encode_body(&call);
-            if let Err(e) = serde_json::to_vec(&body) {
-                panic!("{} body does not serialize: {e}", style.name());
-            }
+            let bytes =
+                serde_json::to_vec(&body).unwrap_or_else(|e| panic!("{} body does not serialize: {e}", style.name()));
+            // The loop sends the direct writer's bytes: they must be the tree's, exactly.
+            assert_eq!(style.body_bytes(&call), bytes, "{} writer disagrees with encode_body", style.name());
         }
     }
 }

@@ -537,7 +537,7 @@ impl Run {
             stream: cfg.stream,
             params: &cfg.params,
         };
-        let body = serde_json::to_vec(&cfg.style.encode_body(&call)).unwrap_or_default();
+        let body = cfg.style.body_bytes(&call);
         let mut headers = cfg.style.base_headers();
         if let Some(key) = &self.secrets.api_key {
             headers.push(cfg.style.auth_header(key));

@@ -106,7 +106,7 @@ const NON_OPENAPI_KEYWORDS: &[&str] = &[
     "patternProperties",
 ];
 
-fn uses_keywords_outside_openapi(schema: &Value) -> bool {
+pub(crate) fn uses_keywords_outside_openapi(schema: &Value) -> bool {
     match schema {
         Value::Object(map) => {
             map.keys().any(|k| NON_OPENAPI_KEYWORDS.contains(&k.as_str()))

@@ -12,9 +12,11 @@ use crate::sse::SseEvent;
 use crate::tool::ToolDecl;
 
 pub mod anthropic;
+mod body;
 pub mod gemini;
 pub mod openai;
 mod partial_json;
+mod wire;
 
 /// Which wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -97,6 +99,8 @@ impl Style {
 
     /// The request body for one model call. Caller params are merged last
     /// (caller keys win) except the keys that carry the conversation itself.
+    /// To send the body, [`write_body`](Self::write_body) writes the same
+    /// bytes without building this tree.
     pub fn encode_body(self, call: &ModelCall<'_>) -> Value {
         let mut body = match self {
             Style::Anthropic => anthropic::encode_body(call),
@@ -123,6 +127,33 @@ impl Style {
             }
         }
         body
+    }
+
+    /// The request body of [`encode_body`](Self::encode_body) as JSON bytes,
+    /// appended to `out`: exactly the bytes `serde_json::to_vec(&self.encode_body(call))`
+    /// gives (caller params included), written from the transcript without
+    /// building the `Value` tree.
+    ///
+    /// Object keys come out in byte order, as serde_json's map orders them
+    /// when its `preserve_order` feature is off (it is off in this crate's
+    /// dependency graph; a build that turns it on gets insertion order from
+    /// `encode_body` and still byte order here: the same JSON, other bytes).
+    pub fn write_body(self, call: &ModelCall<'_>, out: &mut Vec<u8>) {
+        let written = match self {
+            Style::Anthropic => body::write(anthropic::body_fields(call), call.params, out),
+            Style::OpenAi => body::write(openai::body_fields(call), call.params, out),
+            Style::Gemini => body::write(gemini::body_fields(call), call.params, out),
+        };
+        if !written {
+            out.extend(serde_json::to_vec(&self.encode_body(call)).unwrap_or_default());
+        }
+    }
+
+    /// [`write_body`](Self::write_body) into a new buffer.
+    pub fn body_bytes(self, call: &ModelCall<'_>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(1024);
+        self.write_body(call, &mut out);
+        out
     }
 
     /// Decodes one whole (non-streaming) success body.
@@ -395,6 +426,37 @@ pub(crate) fn generic_error_details(body: &[u8], kind_keys: &[&str]) -> Option<(
         })
         .unwrap_or_else(|| "error".to_string());
     Some((kind, message))
+}
+
+/// A serde failure reading remote `text`: valid JSON of the wrong type is a
+/// wrong shape; anything else (bad bytes, bad UTF-8, an early end) is
+/// malformed JSON, reported with the start of the text, so the error says
+/// what arrived and not only where the parser stopped.
+pub(crate) fn serde_failure(e: serde_json::Error, text: &[u8]) -> DecodeError {
+    match e.classify() {
+        serde_json::error::Category::Data => DecodeError::Shape(e.to_string()),
+        _ => DecodeError::Json(format!("{e}; the text starts `{}`", text_excerpt(text))),
+    }
+}
+
+/// At most 120 characters of `text` (lossy UTF-8), marked when cut, with
+/// control characters escaped so the message stays on one line.
+pub(crate) fn text_excerpt(text: &[u8]) -> String {
+    const KEEP: usize = 120;
+    let lossy = String::from_utf8_lossy(text.get(..KEEP * 4).unwrap_or(text));
+    let mut out = String::with_capacity(KEEP + 8);
+    for (n, c) in lossy.chars().enumerate() {
+        if n == KEEP {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Parses JSON text into a value; empty (or all-whitespace) text is `{}`.

@@ -1,5 +1,7 @@
 //! Neutral transcript → Messages API request body.
 
+use std::borrow::Cow;
+
 use serde_json::{json, Map, Value};
 
 use super::{KEY, OPAQUE, TOOL_USE_EXTRAS};
@@ -15,8 +17,8 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// true`), and gateways in front of it reject empty content outright; a short
 /// explicit text keeps the request valid and tells the model plainly that the
 /// tool printed nothing.
-const EMPTY_OUTPUT: &str = "(no output)";
-const EMPTY_ERROR_OUTPUT: &str = "(the tool failed without output)";
+pub(super) const EMPTY_OUTPUT: &str = "(no output)";
+pub(super) const EMPTY_ERROR_OUTPUT: &str = "(the tool failed without output)";
 
 /// The request body: `{model, max_tokens, system?, messages, tools?, stream?}`.
 ///
@@ -64,10 +66,26 @@ fn encode_message(message: &Message) -> Option<Value> {
     Some(json!({ "role": role, "content": content }))
 }
 
+/// Whether [`encode_block`] sends `block` (`Some`) or leaves it out.
+pub(super) fn keeps_block(block: &Block) -> bool {
+    match block {
+        Block::Text { text, provider_data } => !text.is_empty() || opaque_block(provider_data.as_ref()).is_some(),
+        Block::Reasoning { signature, redacted, .. } => {
+            redacted.is_some() || signature.as_deref().is_some_and(|s| !s.is_empty())
+        }
+        Block::Image { .. } | Block::ToolCall(_) | Block::ToolResult(_) => true,
+    }
+}
+
+/// The verbatim wire block a text block stands for, if it stands for one.
+pub(super) fn opaque_block(provider_data: Option<&Value>) -> Option<&Value> {
+    own_data(provider_data).and_then(|d| d.get(OPAQUE)).filter(|b| b.is_object())
+}
+
 fn encode_block(block: &Block) -> Option<Value> {
     match block {
         Block::Text { text, provider_data } => {
-            if let Some(raw) = own_data(provider_data.as_ref()).and_then(|d| d.get(OPAQUE)).filter(|b| b.is_object()) {
+            if let Some(raw) = opaque_block(provider_data.as_ref()) {
                 // A block the transcript has no variant for, sent back as it came.
                 return Some(raw.clone());
             }
@@ -112,7 +130,7 @@ fn base64_image(media_type: &str, data: &str) -> Value {
 }
 
 /// `data:<type>;base64,<data>` → `(type, data)`.
-fn split_data_url(url: &str) -> Option<(&str, &str)> {
+pub(super) fn split_data_url(url: &str) -> Option<(&str, &str)> {
     let rest = url.strip_prefix("data:")?;
     let (head, data) = rest.split_once(',')?;
     let media_type = head.strip_suffix(";base64")?;
@@ -124,12 +142,10 @@ fn encode_call(call: &ToolCall) -> Value {
     block.insert("type".into(), Value::from("tool_use"));
     block.insert("id".into(), Value::from(call.id.as_str()));
     block.insert("name".into(), Value::from(call.name.as_str()));
-    block.insert("input".into(), call_input(call));
-    if let Some(own) = own_data(call.provider_data.as_ref()) {
-        for key in TOOL_USE_EXTRAS {
-            if let Some(v) = own.get(*key).filter(|v| !v.is_null()) {
-                block.insert((*key).to_string(), v.clone());
-            }
+    block.insert("input".into(), call_input(call).into_owned());
+    for key in TOOL_USE_EXTRAS {
+        if let Some(v) = tool_use_extra(call, key) {
+            block.insert((*key).to_string(), v.clone());
         }
     }
     Value::Object(block)
@@ -138,12 +154,18 @@ fn encode_call(call: &ToolCall) -> Value {
 /// `input` must be an object. The raw `arguments` are the provider's own
 /// words, so they win when they parse to one; otherwise the parsed `input`
 /// (for arguments cut off mid-way, the part that was complete); otherwise `{}`.
-fn call_input(call: &ToolCall) -> Value {
+pub(super) fn call_input(call: &ToolCall) -> Cow<'_, Value> {
     match serde_json::from_str::<Value>(&call.arguments) {
-        Ok(v @ Value::Object(_)) => v,
-        _ if call.input.is_object() => call.input.clone(),
-        _ => Value::Object(Map::new()),
+        Ok(v @ Value::Object(_)) => Cow::Owned(v),
+        _ if call.input.is_object() => Cow::Borrowed(&call.input),
+        _ => Cow::Owned(Value::Object(Map::new())),
     }
+}
+
+/// A `tool_use` key kept in the call's `provider_data` (one of
+/// `TOOL_USE_EXTRAS`), unless absent or null.
+pub(super) fn tool_use_extra<'a>(call: &'a ToolCall, key: &str) -> Option<&'a Value> {
+    own_data(call.provider_data.as_ref())?.get(key).filter(|v| !v.is_null())
 }
 
 fn encode_result(result: &ToolResultBlock) -> Value {

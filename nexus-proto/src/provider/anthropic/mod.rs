@@ -25,6 +25,7 @@
 
 mod encode;
 mod stream;
+mod write;
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -38,6 +39,7 @@ use crate::provider::{parse_arguments, CallIds, Stop, StopReason, Style, TurnRes
 
 pub use encode::encode_body;
 pub use stream::Assembler;
+pub(crate) use write::fields as body_fields;
 
 /// This style's key in `provider_data`.
 const KEY: &str = "anthropic";
@@ -74,7 +76,7 @@ pub fn decode_response(body: &[u8], ids: &mut CallIds) -> Result<TurnResponse, R
             if is_error_body(body) {
                 return Err(Style::Anthropic.decode_error(None, None, body).into());
             }
-            return Err(classify(e).into());
+            return Err(super::serde_failure(e, body).into());
         }
     };
     if msg.error.is_some() || msg.kind.as_deref() == Some("error") {

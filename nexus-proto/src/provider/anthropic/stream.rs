@@ -25,6 +25,7 @@ use crate::error::{DecodeError, RemoteError};
 use crate::event::StreamEvent;
 use crate::message::Block;
 use crate::provider::partial_json::parse_partial;
+use crate::provider::wire::{MapOnly, WireStr};
 use crate::provider::{parse_arguments, CallIds, Style, TurnResponse};
 use crate::sse::SseEvent;
 
@@ -140,7 +141,17 @@ impl Assembler {
         if event.data.trim().is_empty() {
             return Ok(()); // nothing to read: a keep-alive
         }
-        let ev: WireEvent<'_> = serde_json::from_str(&event.data).map_err(classify)?;
+        // One pass reads the event with its delta (strings borrowed from the
+        // payload). When that fails, the delta is read again on its own,
+        // since only some delta shapes are errors (see `delta`): the second
+        // pass keeps the delta raw and decides.
+        let ev: WireEvent<'_, Delta<'_>> =
+            match serde_json::from_str::<WireEvent<'_, MapOnly<AnyDelta<'_>>>>(&event.data) {
+                Ok(ev) => ev.map_delta(|d| Delta::Read(d.0)),
+                Err(_) => serde_json::from_str::<WireEvent<'_, &RawValue>>(&event.data)
+                    .map_err(|e| crate::provider::serde_failure(e, event.data.as_bytes()))?
+                    .map_delta(Delta::Raw),
+            };
         if !is_object_text(event.data.as_bytes()) {
             return Err(DecodeError::Shape(format!("event data is not a JSON object: {}", excerpt(&event.data))).into());
         }
@@ -165,8 +176,15 @@ impl Assembler {
                 self.start_block(ev.index, raw, ids, out)?;
             }
             "content_block_delta" => {
-                let raw = ev.delta.ok_or_else(|| DecodeError::Shape("content_block_delta without a delta".into()))?;
-                self.delta(ev.index, raw, out)?;
+                let delta = ev.delta.ok_or_else(|| DecodeError::Shape("content_block_delta without a delta".into()))?;
+                let fields = match delta {
+                    Delta::Read(any) => any.block_fields(),
+                    Delta::Raw(raw) => match block_delta(raw)? {
+                        Some(fields) => fields,
+                        None => return Ok(()),
+                    },
+                };
+                self.delta(ev.index, fields, out)?;
             }
             "content_block_stop" => {
                 let slot = match ev.index {
@@ -179,14 +197,18 @@ impl Assembler {
                 }
             }
             "message_delta" => {
-                if let Some(raw) = ev.delta {
-                    if !is_object_text(raw.get().as_bytes()) {
-                        return Err(DecodeError::Shape("message_delta.delta is not an object".into()).into());
+                let stop_reason = match ev.delta {
+                    None => None,
+                    Some(Delta::Read(any)) => any.stop_reason,
+                    Some(Delta::Raw(raw)) => {
+                        if !is_object_text(raw.get().as_bytes()) {
+                            return Err(DecodeError::Shape("message_delta.delta is not an object".into()).into());
+                        }
+                        serde_json::from_str::<WireMessageDelta<'_>>(raw.get()).map_err(classify)?.stop_reason
                     }
-                    let delta: WireMessageDelta = serde_json::from_str(raw.get()).map_err(classify)?;
-                    if delta.stop_reason.is_some() {
-                        self.stop_raw = delta.stop_reason;
-                    }
+                };
+                if let Some(reason) = stop_reason {
+                    self.stop_raw = Some(reason.into_owned());
                 }
                 self.take_usage(ev.usage);
             }
@@ -275,28 +297,14 @@ impl Assembler {
         self.slots.len() - 1
     }
 
-    fn delta(&mut self, index: Option<u64>, raw: &RawValue, out: &mut Vec<StreamEvent>) -> Result<(), RemoteError> {
-        if !is_object_text(raw.get().as_bytes()) {
-            return Err(DecodeError::Shape(format!(
-                "content_block_delta.delta is not an object: {}",
-                excerpt(raw.get())
-            ))
-            .into());
-        }
-        let delta = match serde_json::from_str::<WireDelta>(raw.get()) {
-            Ok(d) => d,
-            Err(e) => {
-                // Delta types this does not read may use these field names
-                // with other types; only the ones it reads must be right.
-                let kind = serde_json::from_str::<super::KindOnly>(raw.get()).map_err(classify)?.kind;
-                return match kind.as_deref() {
-                    Some(k) if !READ_DELTAS.contains(&k) => Ok(()),
-                    _ => Err(classify(e).into()),
-                };
-            }
-        };
+    fn delta(
+        &mut self,
+        index: Option<u64>,
+        delta: WireDelta<'_>,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), RemoteError> {
         let kind = match delta.kind.as_deref() {
-            Some(k) if READ_DELTAS.contains(&k) => k.to_string(),
+            Some(k) if READ_DELTAS.contains(&k) => k,
             // `citations_delta` (citations are not kept) and later additions.
             _ => return Ok(()),
         };
@@ -308,29 +316,37 @@ impl Assembler {
             let at = index.map_or_else(|| "without an index".to_string(), |i| format!("for block {i}"));
             return Err(DecodeError::Shape(format!("{kind} {at}, which never started")).into());
         };
-        let piece = delta.into_piece(&kind);
-        match (kind.as_str(), slot) {
+        // The piece is borrowed from the payload: copied once into the
+        // block, and once more into the delta event.
+        let piece = match kind {
+            "text_delta" => &delta.text,
+            "thinking_delta" => &delta.thinking,
+            "signature_delta" => &delta.signature,
+            _ => &delta.partial_json,
+        };
+        let piece = piece.as_deref().unwrap_or_default();
+        match (kind, slot) {
             ("text_delta", Slot::Text(text)) => {
-                text.push_str(&piece);
+                text.push_str(piece);
                 if !piece.is_empty() {
-                    out.push(StreamEvent::TextDelta { text: piece });
+                    out.push(StreamEvent::TextDelta { text: piece.to_owned() });
                 }
             }
             ("thinking_delta", Slot::Reasoning { text, .. }) => {
-                text.push_str(&piece);
+                text.push_str(piece);
                 if !piece.is_empty() {
-                    out.push(StreamEvent::ReasoningDelta { text: piece });
+                    out.push(StreamEvent::ReasoningDelta { text: piece.to_owned() });
                 }
             }
-            ("signature_delta", Slot::Reasoning { signature, .. }) => signature.push_str(&piece),
+            ("signature_delta", Slot::Reasoning { signature, .. }) => signature.push_str(piece),
             ("input_json_delta", Slot::Tool(call)) => {
                 // A stopped call's arguments are final; a late piece must not change them.
                 if !call.closed && !piece.is_empty() {
-                    call.arguments.push_str(&piece);
-                    out.push(StreamEvent::ToolCallDelta { id: call.id.clone(), arguments: piece });
+                    call.arguments.push_str(piece);
+                    out.push(StreamEvent::ToolCallDelta { id: call.id.clone(), arguments: piece.to_owned() });
                 }
             }
-            ("input_json_delta", Slot::Opaque { json, .. }) => json.push_str(&piece),
+            ("input_json_delta", Slot::Opaque { json, .. }) => json.push_str(piece),
             (kind, slot) => {
                 return Err(DecodeError::Shape(format!("{kind} for a {} block", slot.kind_name())).into());
             }
@@ -396,21 +412,42 @@ impl Slot {
     }
 }
 
-/// One stream event's payload. Unknown fields are ignored.
+/// One stream event's payload. Unknown fields are ignored. `D` is how the
+/// delta is read: in the same pass (`MapOnly<AnyDelta>`) or kept raw.
 #[derive(Deserialize)]
-struct WireEvent<'a> {
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
+#[serde(bound(deserialize = "D: Deserialize<'de>"))]
+struct WireEvent<'a, D> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<WireStr<'a>>,
     #[serde(default)]
     index: Option<u64>,
     #[serde(default, borrow)]
     content_block: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    delta: Option<&'a RawValue>,
+    #[serde(default)]
+    delta: Option<D>,
     #[serde(default)]
     message: Option<WireStart>,
     #[serde(default)]
     usage: Option<WireUsage>,
+}
+
+impl<'a, D> WireEvent<'a, D> {
+    fn map_delta<E>(self, f: impl FnOnce(D) -> E) -> WireEvent<'a, E> {
+        WireEvent {
+            kind: self.kind,
+            index: self.index,
+            content_block: self.content_block,
+            delta: self.delta.map(f),
+            message: self.message,
+            usage: self.usage,
+        }
+    }
+}
+
+/// An event's `delta`, read along with the event or kept raw.
+enum Delta<'a> {
+    Read(AnyDelta<'a>),
+    Raw(&'a RawValue),
 }
 
 /// `message_start.message`: the message with no content yet.
@@ -424,37 +461,150 @@ struct WireStart {
     usage: Option<WireUsage>,
 }
 
-/// `content_block_delta.delta`: each type carries its piece under its own name.
+/// The fields of both kinds of `delta` (`content_block_delta`'s and
+/// `message_delta`'s), for the one-pass read. Reading succeeds only where
+/// reading the raw delta as [`WireDelta`] or [`WireMessageDelta`] would:
+/// it takes the same fields with the same types, and an object only.
 #[derive(Deserialize)]
-struct WireDelta {
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
-    #[serde(default)]
-    text: Option<String>,
-    #[serde(default)]
-    thinking: Option<String>,
-    #[serde(default)]
-    signature: Option<String>,
-    #[serde(default)]
-    partial_json: Option<String>,
+struct AnyDelta<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    text: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    thinking: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    signature: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    partial_json: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<WireStr<'a>>,
 }
 
-impl WireDelta {
-    /// The piece a read delta type carries (absent counts as empty).
-    fn into_piece(self, kind: &str) -> String {
-        match kind {
-            "text_delta" => self.text,
-            "thinking_delta" => self.thinking,
-            "signature_delta" => self.signature,
-            _ => self.partial_json,
+impl<'a> AnyDelta<'a> {
+    fn block_fields(self) -> WireDelta<'a> {
+        WireDelta {
+            kind: self.kind,
+            text: self.text,
+            thinking: self.thinking,
+            signature: self.signature,
+            partial_json: self.partial_json,
         }
-        .unwrap_or_default()
+    }
+}
+
+/// `content_block_delta.delta`: each type carries its piece under its own name.
+#[derive(Deserialize)]
+struct WireDelta<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    text: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    thinking: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    signature: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    partial_json: Option<WireStr<'a>>,
+}
+
+/// Reads a raw `content_block_delta.delta`. `None`: a delta type this does
+/// not read, which may use the read types' field names with other types.
+fn block_delta(raw: &RawValue) -> Result<Option<WireDelta<'_>>, RemoteError> {
+    if !is_object_text(raw.get().as_bytes()) {
+        return Err(
+            DecodeError::Shape(format!("content_block_delta.delta is not an object: {}", excerpt(raw.get()))).into()
+        );
+    }
+    match serde_json::from_str::<WireDelta<'_>>(raw.get()) {
+        Ok(d) => Ok(Some(d)),
+        Err(e) => {
+            // Only the delta types read here must have their fields right.
+            let kind = serde_json::from_str::<super::KindOnly>(raw.get()).map_err(classify)?.kind;
+            match kind.as_deref() {
+                Some(k) if !READ_DELTAS.contains(&k) => Ok(None),
+                _ => Err(classify(e).into()),
+            }
+        }
     }
 }
 
 /// `message_delta.delta`.
 #[derive(Deserialize)]
-struct WireMessageDelta {
-    #[serde(default)]
-    stop_reason: Option<String>,
+struct WireMessageDelta<'a> {
+    #[serde(default, borrow)]
+    stop_reason: Option<WireStr<'a>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(payloads: &[&str]) -> (Vec<Result<(), RemoteError>>, Vec<StreamEvent>, Assembler) {
+        let mut a = Assembler::default();
+        let (mut ids, mut out) = (CallIds::new("c"), Vec::new());
+        let pushes = payloads
+            .iter()
+            .map(|p| a.push(&SseEvent { event: None, data: (*p).into(), id: None }, &mut ids, &mut out))
+            .collect();
+        (pushes, out, a)
+    }
+
+    const START: &str = r#"{"type":"message_start","message":{"model":"m","usage":{"input_tokens":1}}}"#;
+    const TEXT: &str = r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#;
+    const STOP: &str = r#"{"type":"message_stop"}"#;
+
+    fn shape(r: &Result<(), RemoteError>) -> String {
+        match r {
+            Err(RemoteError::Decode(DecodeError::Shape(m))) => m.clone(),
+            other => panic!("expected a shape error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn escaped_and_plain_pieces_read_alike() {
+        let (pushes, out, mut a) = run(&[
+            START,
+            TEXT,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"plain "}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"q\"\n\u00e9\ud83d\ude00"}}"#,
+            STOP,
+        ]);
+        assert!(pushes.iter().all(Result::is_ok), "{pushes:?}");
+        assert_eq!(
+            out,
+            [StreamEvent::TextDelta { text: "plain ".into() }, StreamEvent::TextDelta { text: "q\"\né😀".into() }]
+        );
+        assert_eq!(a.finish().unwrap().text(), "plain q\"\né😀");
+    }
+
+    /// Deltas the one-pass read refuses go through the raw read, which
+    /// decides as the assembler always has.
+    #[test]
+    fn deltas_the_one_pass_read_refuses_are_decided_by_the_raw_read() {
+        let delta = |d: &str| format!(r#"{{"type":"content_block_delta","index":0,"delta":{d}}}"#);
+        // Fields of the other delta kind with another type do not matter.
+        let (pushes, _, mut a) = run(&[
+            START,
+            TEXT,
+            &delta(r#"{"type":"text_delta","text":"a","stop_reason":5}"#),
+            r#"{"type":"ping","delta":[1, 2]}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","text":5},"usage":{"output_tokens":2}}"#,
+            STOP,
+        ]);
+        assert!(pushes.iter().all(Result::is_ok), "{pushes:?}");
+        let turn = a.finish().unwrap();
+        assert_eq!((turn.text().as_str(), turn.stop.raw.as_deref()), ("a", Some("end_turn")));
+        // Positional (array) deltas are refused, not read by position.
+        let (pushes, _, _) = run(&[START, TEXT, &delta(r#"["text_delta", "x"]"#)]);
+        assert_eq!(shape(&pushes[2]), r#"content_block_delta.delta is not an object: ["text_delta", "x"]"#);
+        let (pushes, _, _) = run(&[START, r#"{"type":"message_delta","delta":["end_turn"]}"#]);
+        assert_eq!(shape(&pushes[1]), "message_delta.delta is not an object");
+        // A read delta type with a duplicate field is an error; an unknown one is skipped.
+        let (pushes, _, _) = run(&[START, TEXT, &delta(r#"{"type":"text_delta","text":"a","text":"b"}"#)]);
+        assert!(shape(&pushes[2]).contains("duplicate field `text`"), "{pushes:?}");
+        let (pushes, _, mut a) = run(&[START, TEXT, &delta(r#"{"type":"future_delta","text":"a","text":1}"#), STOP]);
+        assert!(pushes.iter().all(Result::is_ok), "{pushes:?}");
+        assert_eq!(a.finish().unwrap().text(), "");
+    }
 }

@@ -10,7 +10,8 @@ use serde_json::{json, Map, Value};
 use crate::error::{DecodeError, RemoteError};
 use crate::event::StreamEvent;
 use crate::message::{Block, ImageSource, ToolCall, Usage};
-use crate::provider::{parse_arguments, CallIds, Stop, StopReason, Style, TurnResponse};
+use crate::provider::wire::WireStr;
+use crate::provider::{parse_arguments, serde_failure, CallIds, Stop, StopReason, Style, TurnResponse};
 use crate::sse::SseEvent;
 
 use super::{signature, STYLE_KEY};
@@ -19,22 +20,30 @@ use super::{signature, STYLE_KEY};
 /// field is optional and unknown fields are ignored: Google adds fields often
 /// (`responseId`, `safetyRatings`, `citationMetadata`, …) and none of them
 /// changes what the turn says.
+///
+/// Strings that are copied anyway or rarely sent are owned; text, signatures
+/// and the model name are borrowed from the payload (see [`WireStr`]), since
+/// a stream repeats them in every chunk.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-struct WireResponse {
-    candidates: Option<Vec<WireCandidate>>,
+struct WireResponse<'a> {
+    #[serde(borrow)]
+    candidates: Option<Vec<WireCandidate<'a>>>,
     prompt_feedback: Option<WirePromptFeedback>,
     usage_metadata: Option<WireUsage>,
-    model_version: Option<String>,
+    #[serde(borrow)]
+    model_version: Option<WireStr<'a>>,
     /// Present on error payloads (some servers answer 200 with one, and the
     /// stream carries them mid-way). Kept raw: only its presence matters here.
-    error: Option<Box<RawValue>>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-struct WireCandidate {
-    content: Option<WireContent>,
+struct WireCandidate<'a> {
+    #[serde(borrow)]
+    content: Option<WireContent<'a>>,
     finish_reason: Option<String>,
     /// Omitted for candidate 0 (proto3 drops default values).
     index: Option<u64>,
@@ -42,28 +51,33 @@ struct WireCandidate {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-struct WireContent {
-    parts: Option<Vec<WirePart>>,
+struct WireContent<'a> {
+    #[serde(borrow)]
+    parts: Option<Vec<WirePart<'a>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-struct WirePart {
-    text: Option<String>,
+struct WirePart<'a> {
+    #[serde(borrow)]
+    text: Option<WireStr<'a>>,
     thought: Option<bool>,
-    thought_signature: Option<String>,
-    function_call: Option<WireFunctionCall>,
+    #[serde(borrow)]
+    thought_signature: Option<WireStr<'a>>,
+    #[serde(borrow)]
+    function_call: Option<WireFunctionCall<'a>>,
     inline_data: Option<WireBlob>,
     file_data: Option<WireFileData>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-struct WireFunctionCall {
+struct WireFunctionCall<'a> {
     id: Option<String>,
     name: Option<String>,
     /// Raw so the argument text reaches the transcript byte for byte.
-    args: Option<Box<RawValue>>,
+    #[serde(borrow)]
+    args: Option<&'a RawValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -106,15 +120,6 @@ impl WireUsage {
             completion_tokens: completion,
             total_tokens: self.total_token_count.unwrap_or(prompt.saturating_add(completion)),
         }
-    }
-}
-
-/// Syntax errors (bad bytes, bad UTF-8, early EOF) are malformed JSON; data
-/// errors (valid JSON of the wrong type) are a wrong shape.
-fn classify(e: serde_json::Error) -> DecodeError {
-    match e.classify() {
-        serde_json::error::Category::Data => DecodeError::Shape(e.to_string()),
-        _ => DecodeError::Json(e.to_string()),
     }
 }
 
@@ -179,13 +184,16 @@ struct Turn {
 
 impl Turn {
     /// Takes in one response object; deltas go to `out` when streaming.
-    fn absorb(&mut self, resp: WireResponse, ids: &mut CallIds, mut out: Option<&mut Vec<StreamEvent>>) {
+    fn absorb(&mut self, resp: WireResponse<'_>, ids: &mut CallIds, mut out: Option<&mut Vec<StreamEvent>>) {
         // Later payloads win: the last usage and model seen are the final ones.
         if let Some(usage) = &resp.usage_metadata {
             self.usage = Some(usage.to_usage());
         }
         if let Some(model) = resp.model_version.filter(|m| !m.is_empty()) {
-            self.model = Some(model);
+            // Every chunk names the model; it is copied only when it changes.
+            if self.model.as_deref() != Some(&*model) {
+                self.model = Some(model.into_owned());
+            }
         }
         if let Some(reason) = resp.prompt_feedback.and_then(|f| f.block_reason).filter(|r| !r.is_empty()) {
             self.block_reason = Some(reason);
@@ -204,12 +212,12 @@ impl Turn {
         }
     }
 
-    fn part(&mut self, part: WirePart, ids: &mut CallIds, out: Option<&mut Vec<StreamEvent>>) {
+    fn part(&mut self, part: WirePart<'_>, ids: &mut CallIds, out: Option<&mut Vec<StreamEvent>>) {
         let thought = part.thought.unwrap_or(false);
-        let sig = part.thought_signature.filter(|s| !s.is_empty());
+        let sig = part.thought_signature.as_deref().filter(|s| !s.is_empty());
         if let Some(call) = part.function_call {
             self.call(call, sig, ids, out);
-        } else if let Some(text) = part.text {
+        } else if let Some(text) = &part.text {
             self.text(text, thought, sig, out);
         } else if thought {
             // A thought that is not text (interim "thought images") has no
@@ -231,7 +239,7 @@ impl Turn {
         } else if sig.is_some() {
             // A signature on a part with no data field we know: keep it on an
             // empty text part, the form Gemini itself uses for a bare signature.
-            self.text(String::new(), false, sig, out);
+            self.text("", false, sig, out);
         }
         // Parts of other kinds (executableCode, codeExecutionResult) come only
         // from server-side tools the loop never declares.
@@ -242,13 +250,13 @@ impl Turn {
     /// chunks. A signature attaches to the block it extends, unless that block
     /// already carries a different one: then the part starts a new block so
     /// neither signature is lost.
-    fn text(&mut self, text: String, thought: bool, sig: Option<String>, out: Option<&mut Vec<StreamEvent>>) {
+    fn text(&mut self, text: &str, thought: bool, sig: Option<&str>, out: Option<&mut Vec<StreamEvent>>) {
         if !text.is_empty() {
             if let Some(out) = out {
                 out.push(if thought {
-                    StreamEvent::ReasoningDelta { text: text.clone() }
+                    StreamEvent::ReasoningDelta { text: text.to_owned() }
                 } else {
-                    StreamEvent::TextDelta { text: text.clone() }
+                    StreamEvent::TextDelta { text: text.to_owned() }
                 });
             }
         }
@@ -258,13 +266,13 @@ impl Turn {
             _ => None,
         };
         if let Some((existing, data)) = open {
-            let clash = match (&sig, signature(data.as_ref())) {
+            let clash = match (sig, signature(data.as_ref())) {
                 (Some(new), Some(old)) => new != old,
                 _ => false,
             };
             if !clash {
-                existing.push_str(&text);
-                if let Some(sig) = &sig {
+                existing.push_str(text);
+                if let Some(sig) = sig {
                     *data = Some(signature_data(sig));
                 }
                 return;
@@ -276,7 +284,8 @@ impl Turn {
         if text.is_empty() && sig.is_none() {
             return;
         }
-        let provider_data = sig.as_deref().map(signature_data);
+        let provider_data = sig.map(signature_data);
+        let text = text.to_owned();
         self.blocks.push(if thought {
             Block::Reasoning { text, signature: None, redacted: None, provider_data }
         } else {
@@ -286,8 +295,8 @@ impl Turn {
 
     fn call(
         &mut self,
-        call: WireFunctionCall,
-        sig: Option<String>,
+        call: WireFunctionCall<'_>,
+        sig: Option<&str>,
         ids: &mut CallIds,
         out: Option<&mut Vec<StreamEvent>>,
     ) {
@@ -296,7 +305,7 @@ impl Turn {
         // fallback only keeps a decode from failing on a value we cannot read.
         let input = parse_arguments(&arguments).unwrap_or(Value::Null);
         let mut data = Map::new();
-        if let Some(sig) = &sig {
+        if let Some(sig) = sig {
             data.insert(STYLE_KEY.to_string(), json!({ "thoughtSignature": sig }));
         }
         // Gemini usually sends no id: one is generated so results can be
@@ -365,10 +374,10 @@ impl Turn {
 /// [`DecodeError::Shape`].
 pub fn decode_response(body: &[u8], ids: &mut CallIds) -> Result<TurnResponse, RemoteError> {
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    let responses: Vec<WireResponse> = if first == Some(&b'[') {
-        serde_json::from_slice(body).map_err(classify)?
+    let responses: Vec<WireResponse<'_>> = if first == Some(&b'[') {
+        serde_json::from_slice(body).map_err(|e| serde_failure(e, body))?
     } else {
-        vec![serde_json::from_slice(body).map_err(classify)?]
+        vec![serde_json::from_slice(body).map_err(|e| serde_failure(e, body))?]
     };
     if responses.iter().any(|r| r.error.is_some()) {
         return Err(payload_error(body));
@@ -411,8 +420,8 @@ impl Assembler {
         if data.is_empty() {
             return Ok(());
         }
-        let result = match serde_json::from_str::<WireResponse>(data) {
-            Err(e) => Err(RemoteError::Decode(classify(e))),
+        let result = match serde_json::from_str::<WireResponse<'_>>(data) {
+            Err(e) => Err(RemoteError::Decode(serde_failure(e, data.as_bytes()))),
             Ok(resp) if resp.error.is_some() => Err(payload_error(data.as_bytes())),
             Ok(resp) => {
                 let before = out.len();

@@ -34,13 +34,13 @@ pub fn encode_body(call: &ModelCall<'_>) -> Value {
 /// What the encoder needs to know about the transcript's tool calls when it
 /// writes their results: which ids the core generated (never sent to Gemini)
 /// and each call's name (Gemini matches results by name).
-struct CallIndex<'a> {
-    generated: HashSet<&'a str>,
-    names: HashMap<&'a str, &'a str>,
+pub(super) struct CallIndex<'a> {
+    pub(super) generated: HashSet<&'a str>,
+    pub(super) names: HashMap<&'a str, &'a str>,
 }
 
 impl<'a> CallIndex<'a> {
-    fn new(messages: &'a [Message]) -> CallIndex<'a> {
+    pub(super) fn new(messages: &'a [Message]) -> CallIndex<'a> {
         let mut index = CallIndex { generated: HashSet::new(), names: HashMap::new() };
         for call in messages.iter().flat_map(Message::tool_calls) {
             if is_generated(call) {
@@ -182,7 +182,7 @@ fn encode_result(result: &ToolResultBlock, index: &CallIndex<'_>) -> Value {
 
 /// `data:[<mime>][;params][;base64],<data>` → (mime if given, base64 data).
 /// Percent-encoded (non-base64) payloads are decoded and re-encoded as base64.
-fn parse_data_url(url: &str) -> Option<(Option<String>, String)> {
+pub(super) fn parse_data_url(url: &str) -> Option<(Option<String>, String)> {
     let rest = url.get(..5).filter(|s| s.eq_ignore_ascii_case("data:")).and(url.get(5..))?;
     let (header, payload) = rest.split_once(',')?;
     let mut params = header.split(';');

@@ -15,9 +15,11 @@ use serde_json::Value;
 
 mod decode;
 mod encode;
+mod write;
 
 pub use decode::{decode_response, Assembler};
 pub use encode::encode_body;
+pub(crate) use write::fields as body_fields;
 
 /// The `provider_data` key this style reads and writes.
 const STYLE_KEY: &str = "gemini";

@@ -21,8 +21,10 @@ use crate::provider::partial_json::parse_partial;
 use crate::provider::{parse_arguments, CallIds, ModelCall, Stop, StopReason, Style, TurnResponse};
 
 mod stream;
+mod write;
 
 pub use stream::Assembler;
+pub(crate) use write::fields as body_fields;
 
 /// This style's key in `provider_data`.
 const KEY: &str = "openai";
@@ -280,7 +282,7 @@ fn decode_failure(e: serde_json::Error, body: &[u8]) -> RemoteError {
     match e.classify() {
         serde_json::error::Category::Data if is_error_body(body) => provider_error(body),
         serde_json::error::Category::Data => DecodeError::Shape(e.to_string()).into(),
-        _ => DecodeError::Json(e.to_string()).into(),
+        _ => super::serde_failure(e, body).into(),
     }
 }
 

@@ -24,6 +24,7 @@ use super::{
 use crate::error::{DecodeError, RemoteError};
 use crate::event::StreamEvent;
 use crate::message::Usage;
+use crate::provider::wire::{LenientStr, WireStr};
 use crate::provider::{CallIds, TurnResponse};
 use crate::sse::SseEvent;
 
@@ -94,7 +95,7 @@ impl Assembler {
             return Err(self.fail(provider_error(data.as_bytes())));
         }
         if self.parts.model.is_none() {
-            self.parts.model = chunk.model.0.filter(|m| !m.is_empty());
+            self.parts.model = chunk.model.0.filter(|m| !m.is_empty()).map(WireStr::into_owned);
         }
         if let Some(usage) = chunk.usage {
             // Servers that repeat usage send running totals: the last one counts.
@@ -301,8 +302,9 @@ struct Chunk<'a> {
     choices: Option<Vec<ChunkChoice<'a>>>,
     #[serde(default)]
     usage: Option<WireUsage>,
-    #[serde(default)]
-    model: Lenient,
+    /// Borrowed: every chunk repeats it, and only the first is kept.
+    #[serde(default, borrow)]
+    model: LenientStr<'a>,
     #[serde(default, borrow)]
     error: Option<&'a RawValue>,
 }

@@ -1,0 +1,161 @@
+//! Request bodies written straight to bytes.
+//!
+//! [`Style::encode_body`](super::Style::encode_body) builds a
+//! [`serde_json::Value`] tree, which copies every string of the transcript and
+//! every tool schema into it, only for the tree to be serialized and dropped.
+//! The writers here serialize from borrowed views of the transcript instead
+//! and produce the same bytes `serde_json::to_vec` produces for that tree.
+//!
+//! Matching those bytes takes two rules. serde_json (built without
+//! `preserve_order`) keeps object keys in a `BTreeMap`, so every object is
+//! written with its keys in byte order: the view structs declare their fields
+//! in that order, and the top-level keys are sorted here. And caller params
+//! are merged the way `encode_body` merges them: conversation keys are
+//! skipped, a caller key replaces ours, and when both are objects the caller's
+//! inner keys are inserted into ours.
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{Map, Value};
+
+use super::RESERVED_PARAMS;
+
+/// The value of one top-level body key.
+pub(crate) enum Field<'a, P> {
+    /// A string of ours (`model`, Anthropic's `system`).
+    Str(&'a str),
+    /// A count of ours (`max_tokens`).
+    U32(u32),
+    /// `true` (`stream`).
+    True,
+    /// A small object of ours that caller params may merge into
+    /// (`stream_options`, `generationConfig`).
+    Owned(Value),
+    /// A caller param.
+    Param(&'a Value),
+    /// A part of the conversation: the style's own writer.
+    Part(P),
+}
+
+impl<P: Serialize> Serialize for Field<'_, P> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Field::Str(v) => s.serialize_str(v),
+            // `Value::from(u32)` is an unsigned number: the same digits.
+            Field::U32(v) => s.serialize_u32(*v),
+            Field::True => s.serialize_bool(true),
+            Field::Owned(v) => v.serialize(s),
+            Field::Param(v) => v.serialize(s),
+            Field::Part(p) => p.serialize(s),
+        }
+    }
+}
+
+/// The top-level keys of a body, before caller params are merged in.
+pub(crate) type Fields<'a, P> = Vec<(&'a str, Field<'a, P>)>;
+
+/// Merges `params` into `fields` and appends the body to `out`.
+///
+/// Returns `false`, writing nothing, when a param names a key whose value is a
+/// conversation part. Those keys are all reserved, so this cannot happen
+/// today; the caller then takes the `Value` path, which is right whatever
+/// the keys become.
+pub(crate) fn write<'a, P: Serialize>(
+    mut fields: Fields<'a, P>,
+    params: &'a Map<String, Value>,
+    out: &mut Vec<u8>,
+) -> bool {
+    for (key, theirs) in params {
+        if RESERVED_PARAMS.contains(&key.as_str()) {
+            continue;
+        }
+        match fields.iter_mut().find(|(name, _)| *name == key.as_str()) {
+            None => fields.push((key.as_str(), Field::Param(theirs))),
+            Some((_, Field::Part(_))) => return false,
+            Some((_, Field::Owned(Value::Object(ours)))) if theirs.is_object() => {
+                if let Value::Object(theirs) = theirs {
+                    for (k, v) in theirs {
+                        ours.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            Some((_, ours)) => *ours = Field::Param(theirs),
+        }
+    }
+    fields.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let start = out.len();
+    let mut ser = serde_json::Serializer::new(&mut *out);
+    let result = (|| {
+        let mut map = ser.serialize_map(Some(fields.len()))?;
+        for (key, value) in &fields {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    })();
+    if result.is_err() {
+        // Writing to a Vec cannot fail and no view returns an error; should
+        // one ever, the body is empty, as `to_vec(..).unwrap_or_default()` gives.
+        out.truncate(start);
+    }
+    true
+}
+
+/// A JSON string made of several pieces, written without joining them first.
+/// serde_json escapes what a `Display` writes piece by piece, and escaping
+/// works per character, so the bytes equal those of the joined string.
+pub(crate) struct Joined<I>(pub I);
+
+impl<'a, I: Iterator<Item = &'a str> + Clone> std::fmt::Display for Joined<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for piece in self.0.clone() {
+            f.write_str(piece)?;
+        }
+        Ok(())
+    }
+}
+
+impl<'a, I: Iterator<Item = &'a str> + Clone> Serialize for Joined<I> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Serializes a sequence from an iterator (cloned, since `serialize` takes `&self`).
+pub(crate) struct Seq<I>(pub I);
+
+impl<I> Serialize for Seq<I>
+where
+    I: Iterator + Clone,
+    I::Item: Serialize,
+{
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.clone())
+    }
+}
+
+/// Whether `text` is exactly serde_json's compact encoding of `value`. Then
+/// parsing `text` gives `value` back and re-encoding it gives `text` again
+/// (numbers round-trip: serde_json is built with `float_roundtrip`), so a
+/// writer may serialize `value` in place of parsing `text`. Compares while
+/// serializing, without a buffer.
+pub(crate) fn is_encoding_of(text: &str, value: &Value) -> bool {
+    /// Matches written bytes against what is left of `text`.
+    struct Prefix<'a> {
+        rest: &'a [u8],
+        differs: bool,
+    }
+    impl std::io::Write for Prefix<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            // A mismatch is recorded, not returned: an error would allocate.
+            match self.rest.strip_prefix(buf) {
+                Some(rest) if !self.differs => self.rest = rest,
+                _ => self.differs = true,
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = Prefix { rest: text.as_bytes(), differs: false };
+    serde_json::to_writer(&mut w, value).is_ok() && !w.differs && w.rest.is_empty()
+}

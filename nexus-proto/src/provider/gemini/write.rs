@@ -1,0 +1,272 @@
+//! The `generateContent` request body written straight to bytes: the same
+//! bytes as `serde_json::to_vec(&encode_body(call))`, from borrowed views (see
+//! [`crate::provider::body`]). Every rule lives in [`super::encode`]; this
+//! file only mirrors its shapes, with each struct's fields in key order.
+
+use std::borrow::Cow;
+
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde::Serialize as DeriveSerialize;
+use serde_json::{Map, Value};
+
+use super::encode::{parse_data_url, CallIndex};
+use super::signature;
+use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock};
+use crate::provider::body::{Field, Fields, Seq};
+use crate::provider::ModelCall;
+use crate::tool::{uses_keywords_outside_openapi, ToolDecl};
+
+/// The top-level keys of [`super::encode_body`].
+pub(crate) fn fields<'a>(call: &ModelCall<'a>) -> Fields<'a, Part<'a>> {
+    let mut f = Vec::with_capacity(4 + call.params.len());
+    f.push(("contents", Field::Part(Part::Contents(call.messages))));
+    if let Some(system) = call.system.filter(|s| !s.is_empty()) {
+        f.push(("systemInstruction", Field::Part(Part::System(system))));
+    }
+    if !call.tools.is_empty() {
+        f.push(("tools", Field::Part(Part::Tools(call.tools))));
+    }
+    if let Some(max) = call.max_tokens {
+        f.push(("generationConfig", Field::Owned(serde_json::json!({ "maxOutputTokens": max }))));
+    }
+    f
+}
+
+/// The conversation's keys.
+pub(crate) enum Part<'a> {
+    Contents(&'a [Message]),
+    System(&'a str),
+    Tools(&'a [ToolDecl]),
+}
+
+impl Serialize for Part<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match *self {
+            Part::Contents(messages) => contents(messages, s),
+            Part::System(text) => {
+                let mut map = s.serialize_map(Some(1))?;
+                map.serialize_entry("parts", &[TextPart { text, thought: None, thought_signature: None }])?;
+                map.end()
+            }
+            Part::Tools(tools) => {
+                let declarations = Seq(tools.iter().map(Declaration));
+                let mut seq = s.serialize_seq(Some(1))?;
+                seq.serialize_element(&FunctionDeclarations { function_declarations: declarations })?;
+                seq.end()
+            }
+        }
+    }
+}
+
+/// One `Content` per run of same-role messages that have parts, as
+/// `encode_contents` groups them (messages without parts do not break a run).
+fn contents<S: Serializer>(messages: &[Message], s: S) -> Result<S::Ok, S::Error> {
+    let index = CallIndex::new(messages);
+    let has_parts = |m: &Message| m.content.iter().any(keeps_block);
+    let mut seq = s.serialize_seq(None)?;
+    let mut i = 0;
+    while let Some(first) = messages.get(i) {
+        if !has_parts(first) {
+            i += 1;
+            continue;
+        }
+        // `end` is one past the run's last message with parts; `next` is where
+        // the next run may start.
+        let (mut end, mut next) = (i + 1, i + 1);
+        while let Some(m) = messages.get(next) {
+            if !has_parts(m) {
+                next += 1;
+            } else if m.role == first.role {
+                next += 1;
+                end = next;
+            } else {
+                break;
+            }
+        }
+        let run = messages.get(i..end).unwrap_or_default();
+        seq.serialize_element(&ContentView { run, role: first.role, index: &index })?;
+        i = next;
+    }
+    seq.end()
+}
+
+/// Whether `encode_block` gives the block a part.
+fn keeps_block(block: &Block) -> bool {
+    match block {
+        Block::Text { text, provider_data } | Block::Reasoning { text, provider_data, .. } => {
+            !text.is_empty() || signature(provider_data.as_ref()).is_some()
+        }
+        Block::Image { .. } | Block::ToolCall(_) | Block::ToolResult(_) => true,
+    }
+}
+
+/// `{parts, role}` for a run of messages.
+struct ContentView<'a> {
+    run: &'a [Message],
+    role: Role,
+    index: &'a CallIndex<'a>,
+}
+
+impl Serialize for ContentView<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let index = self.index;
+        let parts = self.run.iter().flat_map(|m| &m.content).filter(|b| keeps_block(b)).map(|b| PartView(b, index));
+        let mut map = s.serialize_map(Some(2))?;
+        map.serialize_entry("parts", &Seq(parts))?;
+        map.serialize_entry(
+            "role",
+            match self.role {
+                Role::User => "user",
+                Role::Assistant => "model",
+            },
+        )?;
+        map.end()
+    }
+}
+
+/// One part of a block [`keeps_block`] keeps.
+struct PartView<'a>(&'a Block, &'a CallIndex<'a>);
+
+impl Serialize for PartView<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Block::Text { text, provider_data } => {
+                TextPart { text, thought: None, thought_signature: signature(provider_data.as_ref()) }.serialize(s)
+            }
+            Block::Reasoning { text, provider_data, .. } => {
+                TextPart { text, thought: Some(true), thought_signature: signature(provider_data.as_ref()) }
+                    .serialize(s)
+            }
+            Block::Image { media_type, source } => image(media_type, source, s),
+            Block::ToolCall(call) => function_call(call, self.1).serialize(s),
+            Block::ToolResult(result) => function_response(result, self.1).serialize(s),
+        }
+    }
+}
+
+#[derive(DeriveSerialize)]
+#[serde(rename_all = "camelCase")]
+struct TextPart<'a> {
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thought: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thought_signature: Option<&'a str>,
+}
+
+fn image<S: Serializer>(media_type: &str, source: &ImageSource, s: S) -> Result<S::Ok, S::Error> {
+    let mut map = s.serialize_map(Some(1))?;
+    match source {
+        ImageSource::Base64 { data } => map.serialize_entry("inlineData", &Blob { data, mime_type: media_type })?,
+        ImageSource::Url { url } => match parse_data_url(url) {
+            Some((mime, data)) => map.serialize_entry(
+                "inlineData",
+                &Blob { data: &data, mime_type: mime.as_deref().unwrap_or(media_type) },
+            )?,
+            None => map.serialize_entry("fileData", &FileData { file_uri: url, mime_type: media_type })?,
+        },
+    }
+    map.end()
+}
+
+#[derive(DeriveSerialize)]
+#[serde(rename_all = "camelCase")]
+struct Blob<'a> {
+    data: &'a str,
+    mime_type: &'a str,
+}
+
+#[derive(DeriveSerialize)]
+#[serde(rename_all = "camelCase")]
+struct FileData<'a> {
+    file_uri: &'a str,
+    mime_type: &'a str,
+}
+
+#[derive(DeriveSerialize)]
+#[serde(rename_all = "camelCase")]
+struct FunctionCallPart<'a> {
+    function_call: FunctionCall<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thought_signature: Option<&'a str>,
+}
+
+#[derive(DeriveSerialize)]
+struct FunctionCall<'a> {
+    args: Cow<'a, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    name: &'a str,
+}
+
+fn function_call<'a>(call: &'a ToolCall, index: &CallIndex<'_>) -> FunctionCallPart<'a> {
+    let args = match &call.input {
+        Value::Object(_) => Cow::Borrowed(&call.input),
+        _ => match serde_json::from_str::<Value>(&call.arguments) {
+            Ok(v @ Value::Object(_)) => Cow::Owned(v),
+            _ => Cow::Owned(Value::Object(Map::new())),
+        },
+    };
+    let id = (!call.id.is_empty() && !index.generated.contains(call.id.as_str())).then_some(call.id.as_str());
+    FunctionCallPart {
+        function_call: FunctionCall { args, id, name: &call.name },
+        thought_signature: signature(call.provider_data.as_ref()),
+    }
+}
+
+#[derive(DeriveSerialize)]
+#[serde(rename_all = "camelCase")]
+struct FunctionResponsePart<'a> {
+    function_response: FunctionResponse<'a>,
+}
+
+#[derive(DeriveSerialize)]
+struct FunctionResponse<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    name: &'a str,
+    response: Response<'a>,
+}
+
+/// `{"output": text}`, or `{"error": text}` for an error result.
+struct Response<'a>(&'a ToolResultBlock);
+
+impl Serialize for Response<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(1))?;
+        map.serialize_entry(if self.0.is_error { "error" } else { "output" }, &self.0.output)?;
+        map.end()
+    }
+}
+
+fn function_response<'a>(result: &'a ToolResultBlock, index: &CallIndex<'a>) -> FunctionResponsePart<'a> {
+    let name = match result.name.as_str() {
+        "" => index.names.get(result.call_id.as_str()).copied().unwrap_or_default(),
+        name => name,
+    };
+    let id = (!result.call_id.is_empty() && !index.generated.contains(result.call_id.as_str()))
+        .then_some(result.call_id.as_str());
+    FunctionResponsePart { function_response: FunctionResponse { id, name, response: Response(result) } }
+}
+
+#[derive(DeriveSerialize)]
+#[serde(rename_all = "camelCase")]
+struct FunctionDeclarations<I> {
+    function_declarations: I,
+}
+
+/// One declaration, under `parameters` or `parametersJsonSchema` as
+/// [`ToolDecl::to_gemini`] chooses.
+struct Declaration<'a>(&'a ToolDecl);
+
+impl Serialize for Declaration<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let t = self.0;
+        let key = if uses_keywords_outside_openapi(&t.input_schema) { "parametersJsonSchema" } else { "parameters" };
+        let mut map = s.serialize_map(Some(3))?;
+        map.serialize_entry("description", &t.description)?;
+        map.serialize_entry("name", &t.name)?;
+        map.serialize_entry(key, &t.input_schema)?;
+        map.end()
+    }
+}

@@ -1,0 +1,198 @@
+//! Deserialization helpers the stream assemblers share to read payloads
+//! without copying them.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::Deref;
+
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+/// A JSON string borrowed from the payload when it holds no escape, owned
+/// (unescaped) otherwise. `Option<Cow<str>>` cannot do this: serde's `Cow`
+/// always owns, and `&str` fails on escapes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WireStr<'a>(pub(crate) Cow<'a, str>);
+
+impl WireStr<'_> {
+    /// The string, owned.
+    pub(crate) fn into_owned(self) -> String {
+        self.0.into_owned()
+    }
+}
+
+impl Deref for WireStr<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for WireStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = WireStr<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(WireStr(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(WireStr(Cow::Owned(v.to_owned())))
+            }
+
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(WireStr(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A string field that is `None` when a server sends another type. Other
+/// values are read as a `Value` would read them (so a number out of range is
+/// an error as it would be there), but only a string is kept, borrowed when
+/// it can be.
+#[derive(Debug, Default)]
+pub(crate) struct LenientStr<'a>(pub(crate) Option<WireStr<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for LenientStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = LenientStr<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(LenientStr(Some(WireStr(Cow::Borrowed(v)))))
+            }
+
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(LenientStr(Some(WireStr(Cow::Owned(v.to_owned())))))
+            }
+
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(LenientStr(Some(WireStr(Cow::Owned(v)))))
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(LenientStr(None))
+            }
+
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(LenientStr(None))
+            }
+
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(LenientStr(None))
+            }
+
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(LenientStr(None))
+            }
+
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(LenientStr(None))
+            }
+
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(LenientStr(None))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                Value::deserialize(SeqAccessDeserializer::new(seq)).map(|_| LenientStr(None))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                Value::deserialize(MapAccessDeserializer::new(map)).map(|_| LenientStr(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A struct read from a JSON object only. serde reads a struct from an array
+/// too, by position; where the wire says "object", an array must fail.
+pub(crate) struct MapOnly<T>(pub(crate) T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = MapOnly<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map)).map(MapOnly)
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize)]
+    struct S<'a> {
+        #[serde(borrow)]
+        s: Option<WireStr<'a>>,
+    }
+
+    #[test]
+    fn strings_without_escapes_are_borrowed() {
+        let s: S<'_> = serde_json::from_str(r#"{"s":"plain é"}"#).unwrap();
+        assert!(matches!(s.s.unwrap().0, Cow::Borrowed("plain é")));
+        let s: S<'_> = serde_json::from_str(r#"{"s":"a\nb\u00e9"}"#).unwrap();
+        assert_eq!(s.s.unwrap().0, Cow::<str>::Owned("a\nbé".into()));
+        let s: S<'_> = serde_json::from_str(r#"{"s":null}"#).unwrap();
+        assert!(s.s.is_none());
+        assert!(serde_json::from_str::<S<'_>>(r#"{"s":1}"#).is_err());
+    }
+
+    #[derive(serde::Deserialize)]
+    struct L<'a> {
+        #[serde(default, borrow)]
+        m: LenientStr<'a>,
+    }
+
+    #[test]
+    fn lenient_strings_keep_strings_only_and_read_the_rest_as_values() {
+        let m = |json: &str| serde_json::from_str::<L<'_>>(json).map(|l| l.m.0.map(WireStr::into_owned));
+        assert_eq!(m(r#"{"m":"gpt"}"#).unwrap().as_deref(), Some("gpt"));
+        assert_eq!(m(r#"{"m":"a\"b"}"#).unwrap().as_deref(), Some("a\"b"));
+        for other in
+            ["null", "1", "-1", "1.5", "true", "[1,{\"a\":[]}]", "{\"a\":{\"b\":null}}", "18446744073709551616"]
+        {
+            assert_eq!(m(&format!(r#"{{"m":{other}}}"#)).unwrap(), None, "{other}");
+        }
+        assert_eq!(m("{}").unwrap(), None);
+        // What a `Value` refuses is refused here too.
+        for bad in ["1e400", "[1e400]", "{\"a\":-1e400}"] {
+            let want = serde_json::from_str::<Value>(&format!(r#"{{"m":{bad}}}"#)).unwrap_err().to_string();
+            assert_eq!(m(&format!(r#"{{"m":{bad}}}"#)).unwrap_err().to_string(), want, "{bad}");
+        }
+    }
+
+    #[test]
+    fn map_only_refuses_arrays() {
+        let ok: MapOnly<S<'_>> = serde_json::from_str(r#"{"s":"x","other":[1]}"#).unwrap();
+        assert_eq!(ok.0.s.as_deref(), Some("x"));
+        assert!(serde_json::from_str::<MapOnly<S<'_>>>(r#"["x"]"#).is_err());
+        assert!(serde_json::from_str::<S<'_>>(r#"["x"]"#).is_ok(), "the case MapOnly exists for");
+    }
+}
