@@ -248,9 +248,12 @@ fn wave(mock: &str, n: usize, http: usize) -> Wave {
         let rss = rss_kib();
         drop(gate_tx);
         let mut results = Vec::with_capacity(n);
-        for task in tasks {
-            results.push(task.await);
+        if settled {
+            for task in tasks {
+                results.push(task.await);
+            }
         }
+        // Otherwise the tasks are dropped, which cancels runs stuck on a wedged mock.
         (settled, parked, parked_at, rss, results)
     }));
     let (settled, parked, parked_at, rss, results) = outcome;
@@ -265,7 +268,7 @@ fn wave(mock: &str, n: usize, http: usize) -> Wave {
     Wave {
         n,
         parked_ms: parked_at.as_secs_f64() * 1e3,
-        resumed_ms: (total - parked_at).as_secs_f64() * 1e3,
+        resumed_ms: total.saturating_sub(parked_at).as_secs_f64() * 1e3,
         cpu_ms: cpu,
         rss_parked_kib: rss.unwrap_or(0),
         transcript_bytes,

@@ -6,8 +6,8 @@
 //! returns two parallel tool calls, `get_weather(city="Paris")` and
 //! `add(a=2,b=2)`, which run as native typed tools; turn 2 returns the final
 //! text. So one request = 2 model round trips + 2 tool executions, all
-//! through the loop (request encoding, response decoding, the pre-send gate,
-//! the tool ledger, hooks and metrics plumbing).
+//! through the loop: request encoding, response decoding, the pre-send gate,
+//! the tool ledger and the result, exactly as an application runs it.
 //!
 //! ```text
 //! MOCK_URL=http://127.0.0.1:PORT overhead [--driver blocking|async] [--stream]
@@ -336,13 +336,15 @@ impl Bench {
             if self.error.is_none() {
                 self.error = Some(truncate(
                     &format!(
-                        "request {} not as scripted: status {:?}, {} turns, {} tool calls, tool runs {:?} -> {:?}",
+                        "request {} not as scripted: status {:?}, {} turns, {} tool calls, \
+                         (get_weather, add, bad arguments) {:?} -> {:?}, text {:?}",
                         self.requests,
                         result.status,
                         result.turns,
                         result.tool_calls.len(),
                         before,
-                        after
+                        after,
+                        result.text
                     ),
                     500,
                 ));

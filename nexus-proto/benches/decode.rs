@@ -5,9 +5,7 @@
 
 mod harness;
 
-use std::time::{Duration, Instant};
-
-use harness::{mb_per_s, micros, samples, Stats};
+use harness::{mb_per_s, micros, paired, samples};
 use nexus_proto::provider::{decode_stream_chunks, CallIds, Style};
 use nexus_proto::{SseDecoder, SseEvent};
 use serde_json::{json, Value};
@@ -105,45 +103,6 @@ fn capture(style: Style, n: usize) -> Vec<u8> {
     out.into_bytes()
 }
 
-/// Times `ours` and `floor` in alternating pairs (which of the two runs first
-/// alternates too), so a change in machine load during the run hits both
-/// sides of a pair alike. Returns the per-side timings and the median of the
-/// per-pair ratios `floor / ours`.
-fn paired(samples: usize, mut ours: impl FnMut(), mut floor: impl FnMut()) -> (Stats, Stats, f64) {
-    for _ in 0..(samples / 5).max(1) {
-        ours();
-        floor();
-    }
-    let time = |f: &mut dyn FnMut()| {
-        let t = Instant::now();
-        f();
-        t.elapsed()
-    };
-    let mut a = Vec::with_capacity(samples);
-    let mut b = Vec::with_capacity(samples);
-    let mut ratios = Vec::with_capacity(samples);
-    for i in 0..samples {
-        let (o, f) = if i % 2 == 0 {
-            let o = time(&mut ours);
-            (o, time(&mut floor))
-        } else {
-            let f = time(&mut floor);
-            (time(&mut ours), f)
-        };
-        a.push(o);
-        b.push(f);
-        ratios.push(f.as_secs_f64() / o.as_secs_f64());
-    }
-    ratios.sort_by(f64::total_cmp);
-    (stats(a), stats(b), ratios[ratios.len() / 2])
-}
-
-fn stats(mut times: Vec<Duration>) -> Stats {
-    times.sort();
-    let pick = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize];
-    Stats { median: pick(0.5), p95: pick(0.95), min: times[0] }
-}
-
 fn main() {
     let n = 20_000;
     let s = samples(21);
@@ -171,6 +130,7 @@ fn main() {
         assert!(turn.text().len() > n * 10);
         let (ours, floor, ratio) = paired(
             s,
+            1,
             || {
                 let t = decode_stream_chunks(style, bytes.chunks(16 * 1024), &mut CallIds::new("c")).unwrap();
                 std::hint::black_box(t);

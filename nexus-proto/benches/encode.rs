@@ -6,9 +6,7 @@
 
 mod harness;
 
-use std::time::{Duration, Instant};
-
-use harness::{micros, samples, Stats};
+use harness::{micros, paired, samples};
 use nexus_proto::provider::ModelCall;
 use nexus_proto::{Block, Message, Role, Style, ToolCall, ToolDecl, ToolResultBlock};
 use serde_json::{json, Map, Value};
@@ -71,41 +69,6 @@ fn transcript(rounds: usize) -> Vec<Message> {
         round(i, i + 1 < rounds, &mut out);
     }
     out
-}
-
-fn paired(samples: usize, inner: usize, mut ours: impl FnMut(), mut theirs: impl FnMut()) -> (Stats, Stats, f64) {
-    let time = |f: &mut dyn FnMut()| {
-        let t = Instant::now();
-        for _ in 0..inner {
-            f();
-        }
-        t.elapsed() / inner as u32
-    };
-    for _ in 0..(samples / 5).max(1) {
-        time(&mut ours);
-        time(&mut theirs);
-    }
-    let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..samples {
-        let (o, t) = if i % 2 == 0 {
-            let o = time(&mut ours);
-            (o, time(&mut theirs))
-        } else {
-            let t = time(&mut theirs);
-            (time(&mut ours), t)
-        };
-        a.push(o);
-        b.push(t);
-        ratios.push(t.as_secs_f64() / o.as_secs_f64());
-    }
-    ratios.sort_by(f64::total_cmp);
-    (stats(a), stats(b), ratios[ratios.len() / 2])
-}
-
-fn stats(mut times: Vec<Duration>) -> Stats {
-    times.sort();
-    let pick = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize];
-    Stats { median: pick(0.5), p95: pick(0.95), min: times[0] }
 }
 
 fn main() {

@@ -17,7 +17,7 @@ pub fn measure(samples: usize, inner: usize, mut f: impl FnMut()) -> Stats {
     for _ in 0..(samples / 5).max(1) {
         f();
     }
-    let mut times: Vec<Duration> = (0..samples)
+    let times: Vec<Duration> = (0..samples)
         .map(|_| {
             let t = Instant::now();
             for _ in 0..inner {
@@ -26,6 +26,45 @@ pub fn measure(samples: usize, inner: usize, mut f: impl FnMut()) -> Stats {
             t.elapsed() / inner as u32
         })
         .collect();
+    stats(times)
+}
+
+/// Times `ours` and `theirs` in alternating pairs (which of the two runs
+/// first alternates too), each sample running its side `inner` times, so a
+/// change in machine load during the run hits both sides of a pair alike.
+/// Returns the per-side timings and the median of the per-pair ratios
+/// `theirs / ours`.
+pub fn paired(samples: usize, inner: usize, mut ours: impl FnMut(), mut theirs: impl FnMut()) -> (Stats, Stats, f64) {
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        for _ in 0..inner {
+            f();
+        }
+        t.elapsed() / inner as u32
+    };
+    for _ in 0..(samples / 5).max(1) {
+        time(&mut ours);
+        time(&mut theirs);
+    }
+    let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..samples {
+        let (o, t) = if i % 2 == 0 {
+            let o = time(&mut ours);
+            (o, time(&mut theirs))
+        } else {
+            let t = time(&mut theirs);
+            (time(&mut ours), t)
+        };
+        a.push(o);
+        b.push(t);
+        ratios.push(t.as_secs_f64() / o.as_secs_f64());
+    }
+    ratios.sort_by(f64::total_cmp);
+    (stats(a), stats(b), ratios[ratios.len() / 2])
+}
+
+/// Median, p95 and minimum of `times`.
+pub fn stats(mut times: Vec<Duration>) -> Stats {
     times.sort();
     let pick = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize];
     Stats { median: pick(0.5), p95: pick(0.95), min: times[0] }

@@ -189,6 +189,21 @@ struct Body {
     reader: ureq::BodyReader<'static>,
 }
 
+/// Bytes read from a response body at a time.
+const READ_BUF_LEN: usize = 16 * 1024;
+
+thread_local! {
+    /// The read buffer of the last run this thread drove, for the next one:
+    /// a run would otherwise allocate and zero 16 KiB for its first body.
+    static READ_BUF: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl Drop for Driver<'_> {
+    fn drop(&mut self) {
+        READ_BUF.set(std::mem::take(&mut self.buf));
+    }
+}
+
 /// One run being pumped.
 struct Driver<'c> {
     client: &'c Client,
@@ -201,7 +216,8 @@ struct Driver<'c> {
 
 impl<'c> Driver<'c> {
     fn new(client: &'c Client, engine: Engine) -> Driver<'c> {
-        Driver { client, engine, body: None, jobs: None, buf: Vec::new(), done: false }
+        let buf = READ_BUF.take();
+        Driver { client, engine, body: None, jobs: None, buf, done: false }
     }
 
     fn next(&mut self) -> Option<Result<StreamItem, DriveError>> {
@@ -294,7 +310,7 @@ impl<'c> Driver<'c> {
     fn wait(&mut self, until: Option<nexus_proto::Timestamp>, busy: bool) -> Result<(), DriveError> {
         if let Some(body) = &mut self.body {
             if self.buf.is_empty() {
-                self.buf = vec![0; 16 * 1024];
+                self.buf = vec![0; READ_BUF_LEN];
             }
             let id = body.id;
             match http::read(&mut body.reader, &mut self.buf, self.engine.cancel_token()) {
