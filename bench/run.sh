@@ -17,6 +17,7 @@
 #   BENCH_SITTINGS overhead sittings back to back     [3]
 #   BENCH_TIMEOUT  seconds one cargo bench may run   [900]
 #   ONLY=overhead|cargo   run one part only
+#   NEXUS_PG_URL   a PostgreSQL to add to the stores bench (.ci/postgres.sh start)
 #   CARGO_TARGET_DIR      as usual
 #   plus the harness's own: BENCH_RUNS, BENCH_WARMUP, BENCH_ROUNDS, BENCH_SEED, BENCH_PIN, BENCH_ONLY
 set -euo pipefail
@@ -171,6 +172,11 @@ for line in sys.stdin:
     dest="$out/bench-$pkg-$bench.md"
     feat=()
     [ "$features" = "-" ] || feat=(--features "$features")
+    # With a database to talk to (`eval "$(.ci/postgres.sh start)"`), the
+    # stores bench measures PostgreSQL too.
+    if [ "$bench" = stores ] && [ -n "${NEXUS_PG_URL:-}" ]; then
+      if [ "$features" = "-" ]; then feat=(--features postgres); else feat=(--features "$features,postgres"); fi
+    fi
     # Built by cargo, then run directly (from the package directory, as
     # cargo does) under a time limit, so a bench that hangs cannot stall the
     # sitting and a killed bench leaves nothing behind.
