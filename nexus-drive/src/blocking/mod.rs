@@ -200,7 +200,10 @@ thread_local! {
 
 impl Drop for Driver<'_> {
     fn drop(&mut self) {
-        READ_BUF.set(std::mem::take(&mut self.buf));
+        // A run that never read a body keeps none: the cached one stays.
+        if self.buf.capacity() > 0 {
+            READ_BUF.set(std::mem::take(&mut self.buf));
+        }
     }
 }
 
@@ -242,11 +245,15 @@ impl<'c> Driver<'c> {
                 }
                 Step::RunTools(mut jobs) => {
                     // One call of the batch runs on this thread and the others on
-                    // threads of their own, so a batch of n costs n - 1 spawns and a
-                    // lone call none. Only when nothing needs watching meanwhile: no
-                    // other work in flight, no deadline, no timeout on that call.
-                    let inline = if self.idle_jobs() && self.engine.deadline().is_none() {
-                        jobs.iter().rposition(|j| j.timeout.is_none()).map(|i| jobs.remove(i))
+                    // parked threads, so a lone call costs no handoff. Only when
+                    // nothing needs watching while this thread is busy: no other
+                    // work in flight, no deadline, and no timeout on any call of
+                    // the batch (a sibling's timeout would go unwatched).
+                    let inline = if self.idle_jobs()
+                        && self.engine.deadline().is_none()
+                        && jobs.iter().all(|j| j.timeout.is_none())
+                    {
+                        jobs.pop()
                     } else {
                         None
                     };

@@ -25,14 +25,17 @@ impl Workers {
     /// Runs `job` on an idle thread, or on a new one when none is idle.
     pub(crate) fn run(self: &Arc<Self>, job: impl FnOnce() + Send + 'static) {
         let mut job: Job = Box::new(job);
-        loop {
-            let parked = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-            let Some(tx) = parked else { break };
-            // A thread that timed out between being parked and now has dropped
-            // its receiver: the job comes back and the next one is tried.
-            match tx.send(job) {
-                Ok(()) => return,
-                Err(back) => job = back.0,
+        {
+            // Sent under the lock, so a thread that times out cannot drop its
+            // receiver between being picked and being sent to (see below).
+            let mut idle = lock(&self.idle);
+            while let Some(tx) = idle.pop() {
+                // A thread that timed out has dropped its receiver: the job
+                // comes back and the next one is tried.
+                match tx.send(job) {
+                    Ok(()) => return,
+                    Err(back) => job = back.0,
+                }
             }
         }
         let workers = Arc::downgrade(self);
@@ -41,16 +44,36 @@ impl Workers {
             let (tx, rx) = channel::<Job>();
             loop {
                 // The client is gone: nobody will hand this thread work again.
-                let Some(workers) = workers.upgrade() else { return };
-                workers.idle.lock().unwrap_or_else(|e| e.into_inner()).push(tx.clone());
-                drop(workers);
+                let Some(parked) = workers.upgrade() else { return };
+                lock(&parked.idle).push(tx.clone());
+                drop(parked);
                 match rx.recv_timeout(IDLE) {
                     Ok(next) => next(),
-                    Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => return,
+                    Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+                        let Some(parked) = workers.upgrade() else { return };
+                        let idle = lock(&parked.idle);
+                        // A job sent before this lock was taken is in the
+                        // channel; once it is released the receiver is gone
+                        // and a send fails back to `run`. No job is lost.
+                        match rx.try_recv() {
+                            Ok(next) => {
+                                drop(idle);
+                                next();
+                            }
+                            Err(_) => {
+                                drop(rx);
+                                return;
+                            }
+                        }
+                    }
                 }
             }
         });
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
