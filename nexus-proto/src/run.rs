@@ -593,16 +593,9 @@ impl Run {
                     return;
                 }
                 decoder.feed(chunk, &mut self.sse_scratch);
-                let mut failure = None;
-                for ev in self.sse_scratch.drain(..) {
-                    if let Err(e) = assembler.push(&ev, &mut self.state.call_ids, &mut self.delta_scratch) {
-                        failure = Some(e);
-                        break;
-                    }
-                }
-                self.sse_scratch.clear();
+                let res = assemble(assembler, &mut self.state.call_ids, &mut self.sse_scratch, &mut self.delta_scratch);
                 self.events.extend(self.delta_scratch.drain(..));
-                if let Some(e) = failure {
+                if let Err(e) = res {
                     self.fail_remote(now, e);
                 }
             }
@@ -632,17 +625,15 @@ impl Run {
         }
         let result = match &mut f.stream {
             Some((decoder, assembler)) => {
-                decoder.finish(&mut self.sse_scratch);
-                let mut res = Ok(());
-                for ev in self.sse_scratch.drain(..) {
-                    if let Err(e) = assembler.push(&ev, &mut self.state.call_ids, &mut self.delta_scratch) {
-                        res = Err(e);
-                        break;
-                    }
-                }
-                self.sse_scratch.clear();
+                let res = finish_stream(
+                    decoder,
+                    assembler,
+                    &mut self.state.call_ids,
+                    &mut self.sse_scratch,
+                    &mut self.delta_scratch,
+                );
                 self.events.extend(self.delta_scratch.drain(..));
-                res.and_then(|()| assembler.finish())
+                res
             }
             None => style.decode_response(&f.body, &mut self.state.call_ids).inspect(|turn| {
                 push_whole_deltas(turn, &mut self.events);
@@ -663,14 +654,23 @@ impl Run {
     /// of a close-delimited body). Such a turn is whole, and the host may
     /// have shown all of it; failing would throw it away, and retrying after
     /// visible output is not allowed. `None` when the cut came earlier.
-    fn complete_stream(&self) -> Option<TurnResponse> {
+    ///
+    /// The stream is finished exactly as at a clean end, so a last event
+    /// missing only its blank line counts here as it does there.
+    fn complete_stream(&mut self) -> Option<TurnResponse> {
         let f = self.inflight.as_ref()?;
         if !f.status.is_some_and(|s| (200..300).contains(&s)) {
             return None;
         }
-        // A copy: a cut stream keeps its state for the failure path.
-        let (_, assembler) = f.stream.as_ref()?;
-        assembler.clone().finish().ok()
+        // Copies: a stream that turns out incomplete keeps its state (and
+        // the run its call ids) for the failure path.
+        let (decoder, assembler) = f.stream.as_ref()?;
+        let (mut decoder, mut assembler, mut ids) = (decoder.clone(), assembler.clone(), self.state.call_ids.clone());
+        let mut deltas = Vec::new();
+        let turn = finish_stream(&mut decoder, &mut assembler, &mut ids, &mut self.sse_scratch, &mut deltas).ok()?;
+        self.state.call_ids = ids;
+        self.events.extend(deltas);
+        Some(turn)
     }
 
     fn fail_remote(&mut self, now: Timestamp, e: RemoteError) {
@@ -817,6 +817,34 @@ impl Run {
 /// Empty text is `{}`; anything else must be one complete JSON value.
 fn arguments_valid(raw: &str) -> bool {
     raw.trim().is_empty() || serde_json::from_str::<serde::de::IgnoredAny>(raw).is_ok()
+}
+
+/// Ends a stream: the event the decoder still holds (a last `data:` line
+/// without its blank line) goes to the assembler, which then gives the turn.
+/// Deltas of that event land in `deltas`.
+fn finish_stream(
+    decoder: &mut SseDecoder,
+    assembler: &mut Assembler,
+    ids: &mut CallIds,
+    sse: &mut Vec<SseEvent>,
+    deltas: &mut Vec<StreamEvent>,
+) -> Result<TurnResponse, RemoteError> {
+    decoder.finish(sse);
+    assemble(assembler, ids, sse, deltas)?;
+    assembler.finish()
+}
+
+/// Feeds decoded SSE events to the assembler, up to the first that fails.
+/// `sse` is left empty either way (events after a failure are dropped).
+fn assemble(
+    assembler: &mut Assembler,
+    ids: &mut CallIds,
+    sse: &mut Vec<SseEvent>,
+    deltas: &mut Vec<StreamEvent>,
+) -> Result<(), RemoteError> {
+    let res = sse.iter().try_for_each(|ev| assembler.push(ev, ids, deltas));
+    sse.clear();
+    res
 }
 
 /// A whole body yields the same delta events a stream of it would.

@@ -174,14 +174,7 @@ impl SseDecoder {
             None => (text, ""),
         };
         match field {
-            "event" => match &mut self.event {
-                // A second `event:` line in one event reuses the first's buffer.
-                Some(event) => {
-                    event.clear();
-                    event.push_str(value);
-                }
-                None => self.event = Some(value.to_string()),
-            },
+            "event" => self.event = Some(value.to_string()),
             "data" => {
                 if self.has_data {
                     self.data.push('\n');

@@ -129,6 +129,36 @@ fn durable_halt_resumes_from_a_snapshot() {
 }
 
 #[test]
+fn a_stream_cut_after_its_last_event_lost_only_the_blank_line_completes() {
+    // The connection drops after the provider's last `data:` line but before
+    // the blank line that would dispatch it: a clean end accepts such a
+    // stream, so a transport error there must accept it too.
+    for style in STYLES {
+        let mut sim = Sim::new(style, true, tools(), vec![Turn::text("all of it")]);
+        let Output::Send(req) = sim.run.poll_output() else { panic!("{style:?}: no request") };
+        let bytes = sim::wire(style, &Turn::text("all of it"), true);
+        let cut =
+            bytes.strip_suffix(b"\r\n\r\n").or_else(|| bytes.strip_suffix(b"\n\n")).expect("ends with a blank line");
+        let head = Input::ResponseHead {
+            exchange: req.exchange,
+            status: 200,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+        };
+        sim.run.handle_input(sim.now, head).unwrap();
+        sim.run.handle_input(sim.now, Input::ResponseBody { exchange: req.exchange, chunk: cut }).unwrap();
+        let lost = Input::TransportError {
+            exchange: req.exchange,
+            kind: nexus_proto::TransportErrorKind::Io,
+            message: "connection reset".into(),
+        };
+        sim.run.handle_input(sim.now, lost).unwrap();
+        assert_eq!(sim.drive(&mut tool), Stop::Done(Outcome::Done), "{style:?}");
+        assert_eq!(sim.run.final_text(), "all of it", "{style:?}");
+        assert_eq!(sim.sent.len(), 0, "{style:?}: the turn was retried instead of completed");
+    }
+}
+
+#[test]
 fn a_restored_run_can_be_pointed_at_a_new_endpoint() {
     each(|style, stream| {
         let mut sim = Sim::new(style, stream, tools(), script(vec![vec![call("c1", "login", "{}")]], "done"));

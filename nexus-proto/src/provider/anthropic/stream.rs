@@ -11,6 +11,7 @@
 //! that started last; a repeated `content_block_start` for a call id already
 //! seen continues that call rather than duplicating it.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
@@ -303,7 +304,8 @@ impl Assembler {
         delta: WireDelta<'_>,
         out: &mut Vec<StreamEvent>,
     ) -> Result<(), RemoteError> {
-        let kind = match delta.kind.as_deref() {
+        let WireDelta { kind, text, thinking, signature, partial_json } = delta;
+        let kind = match kind.as_deref() {
             Some(k) if READ_DELTAS.contains(&k) => k,
             // `citations_delta` (citations are not kept) and later additions.
             _ => return Ok(()),
@@ -316,37 +318,38 @@ impl Assembler {
             let at = index.map_or_else(|| "without an index".to_string(), |i| format!("for block {i}"));
             return Err(DecodeError::Shape(format!("{kind} {at}, which never started")).into());
         };
-        // The piece is borrowed from the payload: copied once into the
-        // block, and once more into the delta event.
+        // The piece is borrowed from the payload where it has no escapes:
+        // appended to the block, then moved (or copied, when borrowed) into
+        // the delta event.
         let piece = match kind {
-            "text_delta" => &delta.text,
-            "thinking_delta" => &delta.thinking,
-            "signature_delta" => &delta.signature,
-            _ => &delta.partial_json,
+            "text_delta" => text,
+            "thinking_delta" => thinking,
+            "signature_delta" => signature,
+            _ => partial_json,
         };
-        let piece = piece.as_deref().unwrap_or_default();
+        let piece = piece.map_or(Cow::Borrowed(""), |w| w.0);
         match (kind, slot) {
             ("text_delta", Slot::Text(text)) => {
-                text.push_str(piece);
+                text.push_str(&piece);
                 if !piece.is_empty() {
-                    out.push(StreamEvent::TextDelta { text: piece.to_owned() });
+                    out.push(StreamEvent::TextDelta { text: piece.into_owned() });
                 }
             }
             ("thinking_delta", Slot::Reasoning { text, .. }) => {
-                text.push_str(piece);
+                text.push_str(&piece);
                 if !piece.is_empty() {
-                    out.push(StreamEvent::ReasoningDelta { text: piece.to_owned() });
+                    out.push(StreamEvent::ReasoningDelta { text: piece.into_owned() });
                 }
             }
-            ("signature_delta", Slot::Reasoning { signature, .. }) => signature.push_str(piece),
+            ("signature_delta", Slot::Reasoning { signature, .. }) => signature.push_str(&piece),
             ("input_json_delta", Slot::Tool(call)) => {
                 // A stopped call's arguments are final; a late piece must not change them.
                 if !call.closed && !piece.is_empty() {
-                    call.arguments.push_str(piece);
-                    out.push(StreamEvent::ToolCallDelta { id: call.id.clone(), arguments: piece.to_owned() });
+                    call.arguments.push_str(&piece);
+                    out.push(StreamEvent::ToolCallDelta { id: call.id.clone(), arguments: piece.into_owned() });
                 }
             }
-            ("input_json_delta", Slot::Opaque { json, .. }) => json.push_str(piece),
+            ("input_json_delta", Slot::Opaque { json, .. }) => json.push_str(&piece),
             (kind, slot) => {
                 return Err(DecodeError::Shape(format!("{kind} for a {} block", slot.kind_name())).into());
             }

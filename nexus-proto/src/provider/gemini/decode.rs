@@ -3,6 +3,8 @@
 //! builder, which is what makes a streamed turn equal to the same content
 //! delivered as one body.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
@@ -217,8 +219,8 @@ impl Turn {
         let sig = part.thought_signature.as_deref().filter(|s| !s.is_empty());
         if let Some(call) = part.function_call {
             self.call(call, sig, ids, out);
-        } else if let Some(text) = &part.text {
-            self.text(text, thought, sig, out);
+        } else if let Some(text) = part.text {
+            self.text(text.0, thought, sig, out);
         } else if thought {
             // A thought that is not text (interim "thought images") has no
             // neutral block and is not part of the answer.
@@ -239,7 +241,7 @@ impl Turn {
         } else if sig.is_some() {
             // A signature on a part with no data field we know: keep it on an
             // empty text part, the form Gemini itself uses for a bare signature.
-            self.text("", false, sig, out);
+            self.text(Cow::Borrowed(""), false, sig, out);
         }
         // Parts of other kinds (executableCode, codeExecutionResult) come only
         // from server-side tools the loop never declares.
@@ -250,16 +252,19 @@ impl Turn {
     /// chunks. A signature attaches to the block it extends, unless that block
     /// already carries a different one: then the part starts a new block so
     /// neither signature is lost.
-    fn text(&mut self, text: &str, thought: bool, sig: Option<&str>, out: Option<&mut Vec<StreamEvent>>) {
-        if !text.is_empty() {
-            if let Some(out) = out {
-                out.push(if thought {
-                    StreamEvent::ReasoningDelta { text: text.to_owned() }
-                } else {
-                    StreamEvent::TextDelta { text: text.to_owned() }
-                });
-            }
+    ///
+    /// The piece is borrowed from the payload where it has no escapes: it
+    /// goes into the block first and is then moved (or copied, when
+    /// borrowed) into the delta event.
+    fn text(&mut self, text: Cow<'_, str>, thought: bool, sig: Option<&str>, out: Option<&mut Vec<StreamEvent>>) {
+        self.extend_text(&text, thought, sig);
+        if let (false, Some(out)) = (text.is_empty(), out) {
+            let text = text.into_owned();
+            out.push(if thought { StreamEvent::ReasoningDelta { text } } else { StreamEvent::TextDelta { text } });
         }
+    }
+
+    fn extend_text(&mut self, text: &str, thought: bool, sig: Option<&str>) {
         let open = match self.blocks.last_mut() {
             Some(Block::Text { text: t, provider_data }) if !thought => Some((t, provider_data)),
             Some(Block::Reasoning { text: t, provider_data, .. }) if thought => Some((t, provider_data)),
