@@ -208,6 +208,27 @@ fn file_stem(id: &str) -> Result<String, StoreError> {
     Ok(s)
 }
 
+/// The id [`file_stem`] turned into `stem`, or `None` for a name it cannot
+/// have written (another file in the directory, a bad escape): a name only
+/// counts when it encodes back to itself.
+fn stem_id(stem: &str) -> Option<String> {
+    let bytes = stem.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    let id = String::from_utf8(out).ok()?;
+    (file_stem(&id).ok()? == stem).then_some(id)
+}
+
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Replaces `dir/name` so that a crash at any point leaves either the old
@@ -312,6 +333,24 @@ impl FileRunStore {
         let dir = dir.into();
         fs::create_dir_all(&dir)?;
         Ok(FileRunStore { dir })
+    }
+
+    /// The ids of the runs in the directory, sorted. The [`RunStore`] trait
+    /// has no listing; this reads the `<id>.run` names back into ids, so a
+    /// host can enumerate what it stored without knowing the name encoding.
+    /// Files the store did not write are skipped. A run removed while the
+    /// directory is read may still be listed: [`load`](RunStore::load) then
+    /// finds nothing.
+    pub fn ids(&self) -> Result<Vec<String>, StoreError> {
+        let mut ids = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let name = entry?.file_name();
+            if let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".run")).and_then(stem_id) {
+                ids.push(id);
+            }
+        }
+        ids.sort();
+        Ok(ids)
     }
 
     /// Runs `f` holding the record's lock. The OS releases the lock if the
@@ -443,6 +482,27 @@ mod tests {
         cas_contract(&store);
         assert_eq!(file_stem("a.b/c ü").unwrap(), "a%2Eb%2Fc%20%C3%BC");
         assert!(matches!(store.save("", b"x", None), Err(StoreError::InvalidId(_))));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn file_run_store_lists_its_ids() {
+        let dir = temp_dir("ids");
+        let store = FileRunStore::open(&dir).unwrap();
+        assert_eq!(store.ids().unwrap(), Vec::<String>::new());
+        for id in ["run_b", "a.b/c ü", "run_a"] {
+            store.save(id, b"s", None).unwrap();
+        }
+        // Neither a lock file, a temporary file, nor a name the store cannot
+        // have written (a bad or needless escape, an empty stem) is a run.
+        for other in ["x.txt", "bad%2.run", "bad%zz.run", "%61.run", ".run", ".run_a.run.tmp-1-1"] {
+            fs::write(dir.join(other), b"").unwrap();
+        }
+        assert_eq!(store.ids().unwrap(), ["a.b/c ü", "run_a", "run_b"]);
+        store.delete("run_a", 1).unwrap();
+        assert_eq!(store.ids().unwrap(), ["a.b/c ü", "run_b"]);
+        assert_eq!(stem_id("r%2F1").as_deref(), Some("r/1"));
+        assert_eq!(stem_id("r%2f1"), None, "the store writes upper-case escapes");
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -19,6 +19,11 @@ use serde_json::{json, Value};
 
 const MODEL: &str = "m-builtins";
 const QUESTIONS: &str = r#"{"questions":[{"question":"Pick a color?","options":["red","green"]}]}"#;
+/// The answer to the question: none of its options, so finding it in a
+/// request proves the answer reached the model, not an echo of the question.
+const ANSWER: &str = "teal";
+/// The tool result the answer becomes.
+const ANSWER_OUT: &str = r#"{"answer":"teal"}"#;
 /// What `read` and `grep` return for the files as the first process finds them.
 const READ_OUT: &str = "     1\t# Notes\n     2\tship it on monday\n";
 const GREP_OUT: &str = "src/lib.rs:1:// TODO: colors";
@@ -95,11 +100,11 @@ fn scripts() -> Scripts {
         Script::new(vec![
             Turn::default().call("read", r#"{"path":"notes.md"}"#).call("grep", r#"{"pattern":"TODO"}"#),
             Turn::default().call("question", QUESTIONS),
-            Turn::text("red it is"),
+            Turn::text("teal it is"),
         ])
         .expect_final(ExpectFinal {
             // Plain substrings: Gemini carries results as JSON text, escaped.
-            tool_result_contains: vec!["ship it on monday".into(), GREP_OUT.into(), "red".into()],
+            tool_result_contains: vec!["ship it on monday".into(), GREP_OUT.into(), ANSWER.into()],
             tool_results: Some(3),
             messages: None,
         }),
@@ -198,16 +203,16 @@ fn read_and_grep_then_a_question_resumed_from_the_store_once(style: &str, kind: 
     std::fs::write(root.join("src/lib.rs"), "// TODO: sizes\n").unwrap_or_else(|e| panic!("{e}"));
 
     // Process 2 answers the question; the run completes.
-    let answers = write_json(&dir, "answers.json", &json!({"id": question_id, "ok": true, "data": {"answer": "red"}}));
+    let answers = write_json(&dir, "answers.json", &json!({"id": question_id, "ok": true, "data": {"answer": ANSWER}}));
     let done = resume(&dir, style, kind.other_spelling(), &run_id, &answers, &root).expect(0).json();
     assert_eq!(done["status"], "done");
-    assert_eq!(done["text"], "red it is");
+    assert_eq!(done["text"], "teal it is");
     assert_eq!(done["runId"], run_id.as_str());
     let messages: Vec<Message> = serde_json::from_value(done["messages"].clone()).unwrap_or_default();
     let results: Vec<String> = messages.iter().flat_map(Message::tool_results).map(|b| b.output.clone()).collect();
     assert_eq!(
         results,
-        [READ_OUT, GREP_OUT, r#"{"answer":"red"}"#],
+        [READ_OUT, GREP_OUT, ANSWER_OUT],
         "the transcript holds the real file contents and match, from before the files changed"
     );
 
@@ -220,7 +225,11 @@ fn read_and_grep_then_a_question_resumed_from_the_store_once(style: &str, kind: 
     assert_eq!(final_results.len(), 2, "{final_results:?}");
     assert_eq!(final_results[0], first_results[0], "the same read and grep results, byte for byte");
     assert_eq!(final_results[1].len(), 1);
-    assert!(final_results[1][0].contains("red"), "{final_results:?}");
+    assert!(final_results[1][0].contains(ANSWER), "{final_results:?}");
+    assert!(
+        !final_results[1][0].contains("red") && !final_results[1][0].contains("green"),
+        "the answer, not the options: {final_results:?}"
+    );
     let text = final_request.to_string();
     assert!(!text.contains("friday") && !text.contains("sizes"), "no tool ran again: {text}");
     assert!(listed(&dir, kind.spec()).is_empty(), "the finished run is gone from the store");
@@ -272,7 +281,7 @@ fn a_claimed_run_is_refused_until_its_claim_is_given_back(style: &str, kind: Kin
     // Another resume holds the run: refused with exit 5, nothing sent.
     let give_back = claim_elsewhere(&dir, kind, &run_id);
     assert_eq!(listed(&dir, kind.spec())[0]["claimed"], true);
-    let answers = write_json(&dir, "answers.json", &json!({"id": question_id, "ok": true, "data": {"answer": "red"}}));
+    let answers = write_json(&dir, "answers.json", &json!({"id": question_id, "ok": true, "data": {"answer": ANSWER}}));
     let out = resume(&dir, style, kind.spec(), &run_id, &answers, &root).expect(5);
     assert!(out.stderr.contains(&run_id) && out.stderr.contains("claimed"), "{}", out.stderr);
     assert_eq!(fake.requests_for(MODEL).len(), 2, "nothing was sent");
@@ -280,7 +289,7 @@ fn a_claimed_run_is_refused_until_its_claim_is_given_back(style: &str, kind: Kin
     // Given back, it resumes.
     give_back();
     let done = resume(&dir, style, kind.spec(), &run_id, &answers, &root).expect(0).json();
-    assert_eq!(done["text"], "red it is");
+    assert_eq!(done["text"], "teal it is");
     assert!(fake.failures().is_empty(), "{:?}", fake.failures());
 }
 

@@ -258,8 +258,8 @@ async fn exchange(
     key: Key,
     pool: Arc<Pool>,
 ) -> Result<Response, Stage> {
-    let before = |f: Failure| Stage::Unsent(f);
-    let call = Call::new(build(uri, req).map_err(before)?).map_err(|e| before(connect_err(e.to_string())))?;
+    let unsent = |f: Failure| Stage::Unsent(f);
+    let call = Call::new(build(uri, req).map_err(unsent)?).map_err(|e| unsent(connect_err(e.to_string())))?;
     let mut call = call.proceed();
     let Link { mut conn, bufs } = link;
     let Buffers { head: mut out, mut wire, read: mut buf, body: decoded } = bufs;
@@ -269,24 +269,24 @@ async fn exchange(
         match call.write(&mut out) {
             Ok(n) => wire.extend_from_slice(out.get(..n).unwrap_or_default()),
             Err(ureq_proto::Error::OutputOverflow) if out.len() < MAX_HEAD => out.resize(out.len() * 2, 0),
-            Err(e) => return Err(before(connect_err(format!("request head: {e}")))),
+            Err(e) => return Err(unsent(connect_err(format!("request head: {e}")))),
         }
     }
-    let proto = |e: ureq_proto::Error| before(connect_err(format!("request: {e}")));
+    let proto = |e: ureq_proto::Error| unsent(connect_err(format!("request: {e}")));
     let mut call = match call.proceed().map_err(proto)? {
         Some(SendRequestResult::SendBody(mut c)) => {
             c.consume_direct_write(req.body.len()).map_err(proto)?;
             wire.extend_from_slice(&req.body);
-            c.proceed().ok_or_else(|| before(connect_err("request body incomplete")))?
+            c.proceed().ok_or_else(|| unsent(connect_err("request body incomplete")))?
         }
         Some(SendRequestResult::RecvResponse(c)) => c,
-        Some(SendRequestResult::Await100(_)) | None => return Err(before(connect_err("unexpected request state"))),
+        Some(SendRequestResult::Await100(_)) | None => return Err(unsent(connect_err("unexpected request state"))),
     };
     let sent = async {
         conn.write_all(&wire).await?;
         conn.flush().await
     };
-    sent.await.map_err(|e| before(io_err(format!("send: {e}"))))?;
+    sent.await.map_err(|e| unsent(io_err(format!("send: {e}"))))?;
     // A large request body is not kept around with an idle connection.
     if wire.capacity() > 4 * READ_BUF {
         wire = Vec::new();

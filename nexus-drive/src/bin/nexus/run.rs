@@ -97,15 +97,16 @@ the session is appended to that cassette. Give the run's --root again: the
 built-in path tools are confined to it (default: the current directory).
 
 With --store, the run ID is claimed in STORE first (sqlite:PATH, dir:PATH
-or a directory path, as given to nexus run --store): one resume at a time
-per suspension. When the run suspends again its new state replaces the old
-and the claim is released; when it finishes it is removed from the store.
-A run another resume holds, or one no longer waiting there (finished, or
-never stored), is refused with exit code 5 and nothing is changed; so is an
-outcome a resume cannot save because its claim ran out (SQLite claims last
-5 minutes; a dir: claim lasts until its resume ends). A resume that fails
-gives the claim back with the state it found. `nexus runs --store STORE`
-lists the stored runs.";
+or a directory path, as given to nexus run --store): while the claim holds,
+no other resume of that suspension can start. A dir: claim holds until its
+resume ends. A SQLite claim lasts 5 minutes and is not renewed: once it has
+run out, another resume can claim the run and go ahead too, and the first
+resume's outcome is then not saved (exit code 5). When the run suspends
+again its new state replaces the old and the claim is released; when it
+finishes it is removed from the store. A run another resume holds, or one
+no longer waiting there (finished, or never stored), is refused with exit
+code 5 and nothing is changed. A resume that fails gives the claim back
+with the state it found. `nexus runs --store STORE` lists the stored runs.";
 
 fn default_model(style: Style) -> &'static str {
     match style {
@@ -295,22 +296,17 @@ fn resume_stored(p: &Parsed, spec: &str, id: &str, answer_path: &str, root: &Pat
     });
     let (client, record) = match prepared {
         Ok(ready) => ready,
-        Err(fail) => {
-            // Refused before anything ran: the claim goes back as it was.
-            return Err(match store.release(&held, None) {
-                Ok(()) => fail,
-                Err(e) => Fail { code: fail.code, message: format!("{}; and {}", fail.message, e.message) },
-            });
-        }
+        // Refused before anything ran: the claim goes back as it was.
+        Err(fail) => return Err(release_after(&store, &held, fail, false)),
     };
-    let state = held.state.clone();
+    // The stream takes its own copy of the state, so the claim can move into the context.
+    let items = client.stream_resume(&held.state, answers);
     let ctx = Ctx {
         json: p.switch("json"),
         stream: p.switch("stream"),
         keep: Keep::Store { store: Box::new(store), held: Some(held) },
         record,
     };
-    let items = client.stream_resume(&state, answers);
     finish(&ctx, items)
 }
 
@@ -458,10 +454,19 @@ fn finish(ctx: &Ctx, items: impl Iterator<Item = Result<StreamItem, DriveError>>
 /// (nothing it did is saved, as with a state file left as it was), so the
 /// run can be resumed again.
 fn give_back(ctx: &Ctx, fail: Fail) -> Fail {
-    let Keep::Store { store, held: Some(held) } = &ctx.keep else {
-        return fail;
-    };
-    match store.release(held, Some(&fail.message)) {
+    match &ctx.keep {
+        Keep::Store { store, held: Some(held) } => release_after(store, held, fail, true),
+        _ => fail,
+    }
+}
+
+/// Gives `held` back unchanged after `fail`, which is what the command
+/// reports; a release that fails too is added to its message. `failed`:
+/// the resume ran and failed, and the store keeps `fail`'s message (SQLite
+/// counts it); otherwise it was refused before anything ran.
+fn release_after(store: &Store, held: &Held, fail: Fail, failed: bool) -> Fail {
+    let released = store.release(held, failed.then_some(fail.message.as_str()));
+    match released {
         Ok(()) => fail,
         Err(e) => Fail { code: fail.code, message: format!("{}; and {}", fail.message, e.message) },
     }

@@ -1,10 +1,17 @@
 //! `--store`: where `nexus run` keeps a suspended run under its run id and
-//! where `nexus resume` claims it, so that two resumes of one suspension can
-//! never both go ahead; and `nexus runs`, which lists what a store holds.
+//! where `nexus resume` claims it, so that while a claim holds no other
+//! resume of that suspension can start; and `nexus runs`, which lists what
+//! a store holds.
 //!
 //! * `sqlite:PATH` — a [`SqliteStore`] file. A claim is a lease
-//!   ([`DEFAULT_LEASE_MS`]): if the resuming process dies, the run can be
-//!   claimed again once the lease runs out.
+//!   ([`DEFAULT_LEASE_MS`], 5 minutes) taken once and not renewed (the
+//!   store renews a lease only with a progress write, and a resume here that
+//!   fails gives back the state it found). If the resuming process dies, the
+//!   run can be claimed again once the lease runs out. So can the run of a
+//!   resume still going by then: a second resume may claim it and go ahead
+//!   too, and the claim moves the record's version on, so the first
+//!   resume's outcome is refused when it writes it ([`Store::suspend`],
+//!   [`Store::finish`]: exit 5) and only the second one's is kept.
 //! * `dir:PATH`, or a plain directory path — a [`FileRunStore`]: one
 //!   `<id>.run` file per run, each write under a lock. Its claim is held
 //!   until the resume ends.
@@ -57,8 +64,7 @@ pub fn parse_location(spec: &str) -> Result<Location, Fail> {
 }
 
 enum Backend {
-    /// The store and its directory (listing reads it).
-    File(FileRunStore, PathBuf),
+    File(FileRunStore),
     Sqlite(SqliteStore),
 }
 
@@ -128,7 +134,7 @@ impl Store {
         let fail = |e: StoreError| Fail::runtime(format!("cannot open the store {spec}: {e}"));
         let backend = match &location {
             Location::Sqlite(p) => Backend::Sqlite(SqliteStore::open(p).map_err(fail)?),
-            Location::Dir(p) => Backend::File(FileRunStore::open(p).map_err(fail)?, p.clone()),
+            Location::Dir(p) => Backend::File(FileRunStore::open(p).map_err(fail)?),
         };
         Ok(Store { spec: spec.to_string(), backend })
     }
@@ -138,7 +144,7 @@ impl Store {
     pub fn insert(&self, run: &SuspendedRun) -> Result<(), Fail> {
         let stored = match &self.backend {
             Backend::Sqlite(s) => s.insert_run(run, None, wall_clock_ms()).map(|_| ()),
-            Backend::File(s, _) => s.save(&run.run_id, &run.state, None).map(|_| ()),
+            Backend::File(s) => s.save(&run.run_id, &run.state, None).map(|_| ()),
         };
         stored.map_err(|e| Fail::runtime(format!("cannot store run {} in {}: {e}", run.run_id, self.spec)))
     }
@@ -147,7 +153,7 @@ impl Store {
     pub fn peek(&self, run_id: &str) -> Result<Vec<u8>, Fail> {
         let record = match &self.backend {
             Backend::Sqlite(s) => s.load(run_id),
-            Backend::File(s, _) => s.load(run_id),
+            Backend::File(s) => s.load(run_id),
         };
         match record {
             Ok(Some(r)) => Ok(r.state),
@@ -156,7 +162,8 @@ impl Store {
         }
     }
 
-    /// Claims `run_id`: this process alone may now resume it.
+    /// Claims `run_id`: while the claim holds, this process alone may resume
+    /// it (a SQLite claim runs out after [`DEFAULT_LEASE_MS`]; see the module docs).
     pub fn claim(&self, run_id: &str) -> Result<Held, Fail> {
         let held = match &self.backend {
             Backend::Sqlite(s) => s.claim_run(run_id, wall_clock_ms(), DEFAULT_LEASE_MS).map(|c| Held {
@@ -166,7 +173,7 @@ impl Store {
                 version: c.lease.version,
                 claimed_until: c.lease.claimed_until,
             }),
-            Backend::File(s, _) => s.claim(run_id).map(|r| Held {
+            Backend::File(s) => s.claim(run_id).map(|r| Held {
                 run_id: run_id.to_string(),
                 state: r.state,
                 recorded: Vec::new(),
@@ -181,7 +188,7 @@ impl Store {
     pub fn suspend(&self, held: &Held, state: &[u8]) -> Result<(), Fail> {
         let written = match &self.backend {
             Backend::Sqlite(s) => s.suspend_claimed(&held.lease(), state, wall_clock_ms()).map(|_| ()),
-            Backend::File(s, _) => s.save(&held.run_id, state, Some(held.version)).map(|_| ()),
+            Backend::File(s) => s.save(&held.run_id, state, Some(held.version)).map(|_| ()),
         };
         written.map_err(|e| self.lost(held, e))
     }
@@ -190,7 +197,7 @@ impl Store {
     pub fn finish(&self, held: &Held) -> Result<(), Fail> {
         let removed = match &self.backend {
             Backend::Sqlite(s) => s.finish_claimed(&held.lease(), None, wall_clock_ms()),
-            Backend::File(s, _) => s.delete(&held.run_id, held.version),
+            Backend::File(s) => s.delete(&held.run_id, held.version),
         };
         removed.map_err(|e| self.lost(held, e))
     }
@@ -200,7 +207,7 @@ impl Store {
     pub fn release(&self, held: &Held, error: Option<&str>) -> Result<(), Fail> {
         let released = match &self.backend {
             Backend::Sqlite(s) => s.release_claim(&held.lease(), error, wall_clock_ms()).map(|_| ()),
-            Backend::File(s, _) => s.save(&held.run_id, &held.state, Some(held.version)).map(|_| ()),
+            Backend::File(s) => s.save(&held.run_id, &held.state, Some(held.version)).map(|_| ()),
         };
         released.map_err(|e| self.lost(held, e))
     }
@@ -234,13 +241,8 @@ impl Store {
                     })
                     .collect())
             }
-            Backend::File(s, dir) => {
-                let mut ids: Vec<String> = std::fs::read_dir(dir)
-                    .map_err(|e| fail(e.into()))?
-                    .filter_map(|entry| entry.ok())
-                    .filter_map(|entry| entry.file_name().to_str()?.strip_suffix(".run").and_then(decode_stem))
-                    .collect();
-                ids.sort();
+            Backend::File(s) => {
+                let ids = s.ids().map_err(fail)?;
                 let mut out = Vec::with_capacity(ids.len());
                 for id in ids {
                     // Removed between the directory read and now: finished, not listed.
@@ -252,25 +254,6 @@ impl Store {
             }
         }
     }
-}
-
-/// The file store's names back to ids: `%XX` is the byte `XX`, the rest is
-/// as written. `None` for a name the store cannot have written.
-fn decode_stem(stem: &str) -> Option<String> {
-    let bytes = stem.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        if b == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok().filter(|s| !s.is_empty())
 }
 
 const RUNS_SPEC: Spec = Spec { command: "runs", values: &["store"], switches: &["json"], optional: &[] };
@@ -323,14 +306,5 @@ mod tests {
         for bad in ["postgres://localhost/db", "redis:x", "sqlite:", "dir:"] {
             assert_eq!(parse_location(bad).unwrap_err().code, 2, "{bad}");
         }
-    }
-
-    #[test]
-    fn file_names_decode_to_ids() {
-        assert_eq!(decode_stem("run_00ff").as_deref(), Some("run_00ff"));
-        assert_eq!(decode_stem("r%2F1").as_deref(), Some("r/1"));
-        assert_eq!(decode_stem("bad%2"), None);
-        assert_eq!(decode_stem("bad%zz"), None);
-        assert_eq!(decode_stem(""), None);
     }
 }
