@@ -73,12 +73,20 @@ impl ToolDecl {
     /// keywords (`additionalProperties`, `$schema`, `$ref`, …); a schema that
     /// uses them goes under `parametersJsonSchema`, which takes full JSON Schema.
     pub fn to_gemini(&self) -> Value {
-        let key = if uses_keywords_outside_openapi(&self.input_schema) { "parametersJsonSchema" } else { "parameters" };
         json!({
             "name": self.name,
             "description": self.description,
-            key: self.input_schema,
+            self.gemini_parameters_key(): self.input_schema,
         })
+    }
+
+    /// The key the schema goes under in a Gemini declaration (see [`to_gemini`](Self::to_gemini)).
+    pub(crate) fn gemini_parameters_key(&self) -> &'static str {
+        if uses_keywords_outside_openapi(&self.input_schema) {
+            "parametersJsonSchema"
+        } else {
+            "parameters"
+        }
     }
 }
 
@@ -106,7 +114,7 @@ const NON_OPENAPI_KEYWORDS: &[&str] = &[
     "patternProperties",
 ];
 
-pub(crate) fn uses_keywords_outside_openapi(schema: &Value) -> bool {
+fn uses_keywords_outside_openapi(schema: &Value) -> bool {
     match schema {
         Value::Object(map) => {
             map.keys().any(|k| NON_OPENAPI_KEYWORDS.contains(&k.as_str()))

@@ -55,30 +55,26 @@ pub(crate) type Fields<'a, P> = Vec<(&'a str, Field<'a, P>)>;
 
 /// Merges `params` into `fields` and appends the body to `out`.
 ///
-/// Returns `false`, writing nothing, when a param names a key whose value is a
-/// conversation part. Those keys are all reserved, so this cannot happen
-/// today; the caller then takes the `Value` path, which is right whatever
-/// the keys become.
-pub(crate) fn write<'a, P: Serialize>(
-    mut fields: Fields<'a, P>,
-    params: &'a Map<String, Value>,
-    out: &mut Vec<u8>,
-) -> bool {
+/// A param never lands on a conversation part: every key whose value is a
+/// [`Field::Part`] is in [`RESERVED_PARAMS`], and reserved keys are skipped
+/// first (a test holds the styles to this). Were one to land there, a caller
+/// object would replace the part where `encode_body` merges into it.
+pub(crate) fn write<'a, P: Serialize>(mut fields: Fields<'a, P>, params: &'a Map<String, Value>, out: &mut Vec<u8>) {
     for (key, theirs) in params {
         if RESERVED_PARAMS.contains(&key.as_str()) {
             continue;
         }
-        match fields.iter_mut().find(|(name, _)| *name == key.as_str()) {
-            None => fields.push((key.as_str(), Field::Param(theirs))),
-            Some((_, Field::Part(_))) => return false,
-            Some((_, Field::Owned(Value::Object(ours)))) if theirs.is_object() => {
-                if let Value::Object(theirs) = theirs {
-                    for (k, v) in theirs {
-                        ours.insert(k.clone(), v.clone());
-                    }
+        match (fields.iter_mut().find(|(name, _)| *name == key.as_str()), theirs) {
+            (None, _) => fields.push((key.as_str(), Field::Param(theirs))),
+            (Some((_, Field::Owned(Value::Object(ours)))), Value::Object(theirs)) => {
+                for (k, v) in theirs {
+                    ours.insert(k.clone(), v.clone());
                 }
             }
-            Some((_, ours)) => *ours = Field::Param(theirs),
+            (Some((_, ours)), _) => {
+                debug_assert!(!matches!(ours, Field::Part(_)), "param `{key}` lands on a conversation part");
+                *ours = Field::Param(theirs);
+            }
         }
     }
     fields.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -96,7 +92,6 @@ pub(crate) fn write<'a, P: Serialize>(
         // one ever, the body is empty, as `to_vec(..).unwrap_or_default()` gives.
         out.truncate(start);
     }
-    true
 }
 
 /// A JSON string made of several pieces, written without joining them first.
@@ -158,4 +153,46 @@ pub(crate) fn is_encoding_of(text: &str, value: &Value) -> bool {
     }
     let mut w = Prefix { rest: text.as_bytes(), differs: false };
     serde_json::to_writer(&mut w, value).is_ok() && !w.differs && w.rest.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::message::Message;
+    use crate::provider::{anthropic, gemini, openai, ModelCall};
+    use crate::tool::ToolDecl;
+
+    /// The keys of `fields` whose value is a conversation part.
+    fn part_keys<P>(fields: Fields<'_, P>) -> Vec<&str> {
+        fields.into_iter().filter(|(_, v)| matches!(v, Field::Part(_))).map(|(k, _)| k).collect()
+    }
+
+    #[test]
+    fn every_conversation_key_is_reserved() {
+        // Every optional key present, so every part a style can write shows.
+        let messages = [Message::user("hi")];
+        let tools = [ToolDecl::new("t", "a tool", json!({"type": "object"}))];
+        let params = Map::new();
+        let call = ModelCall {
+            model: "m",
+            system: Some("be brief"),
+            messages: &messages,
+            tools: &tools,
+            max_tokens: Some(10),
+            stream: true,
+            params: &params,
+        };
+        let keys = [
+            part_keys(anthropic::body_fields(&call)),
+            part_keys(openai::body_fields(&call)),
+            part_keys(gemini::body_fields(&call)),
+        ];
+        let all: Vec<&str> = keys.concat();
+        assert_eq!(all, ["messages", "tools", "messages", "tools", "contents", "systemInstruction", "tools"]);
+        for key in all {
+            assert!(RESERVED_PARAMS.contains(&key), "`{key}` is a conversation part but not reserved");
+        }
+    }
 }

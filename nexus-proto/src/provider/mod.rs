@@ -139,13 +139,10 @@ impl Style {
     /// dependency graph; a build that turns it on gets insertion order from
     /// `encode_body` and still byte order here: the same JSON, other bytes).
     pub fn write_body(self, call: &ModelCall<'_>, out: &mut Vec<u8>) {
-        let written = match self {
+        match self {
             Style::Anthropic => body::write(anthropic::body_fields(call), call.params, out),
             Style::OpenAi => body::write(openai::body_fields(call), call.params, out),
             Style::Gemini => body::write(gemini::body_fields(call), call.params, out),
-        };
-        if !written {
-            out.extend(serde_json::to_vec(&self.encode_body(call)).unwrap_or_default());
         }
     }
 

@@ -6,7 +6,7 @@ use std::fmt;
 use std::ops::Deref;
 
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
-use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 /// A JSON string borrowed from the payload when it holds no escape, owned
@@ -32,27 +32,30 @@ impl Deref for WireStr<'_> {
 
 impl<'de: 'a, 'a> Deserialize<'de> for WireStr<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = WireStr<'de>;
+        d.deserialize_str(WireStrVisitor)
+    }
+}
 
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
+/// Reads a [`WireStr`] from a string, borrowed when the deserializer lends it.
+struct WireStrVisitor;
 
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(WireStr(Cow::Borrowed(v)))
-            }
+impl<'de> Visitor<'de> for WireStrVisitor {
+    type Value = WireStr<'de>;
 
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(WireStr(Cow::Owned(v.to_owned())))
-            }
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
 
-            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-                Ok(WireStr(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(WireStr(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(WireStr(Cow::Owned(v.to_owned())))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(WireStr(Cow::Owned(v)))
     }
 }
 
@@ -73,16 +76,16 @@ impl<'de: 'a, 'a> Deserialize<'de> for LenientStr<'a> {
                 f.write_str("any JSON value")
             }
 
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(LenientStr(Some(WireStr(Cow::Borrowed(v)))))
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                WireStrVisitor.visit_borrowed_str(v).map(|s| LenientStr(Some(s)))
             }
 
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(LenientStr(Some(WireStr(Cow::Owned(v.to_owned())))))
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                WireStrVisitor.visit_str(v).map(|s| LenientStr(Some(s)))
             }
 
-            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-                Ok(LenientStr(Some(WireStr(Cow::Owned(v)))))
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                WireStrVisitor.visit_string(v).map(|s| LenientStr(Some(s)))
             }
 
             fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {

@@ -6,6 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::{KEY, OPAQUE, TOOL_USE_EXTRAS};
 use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock};
+use crate::provider::body::is_encoding_of;
 use crate::provider::ModelCall;
 use crate::tool::ToolDecl;
 
@@ -51,10 +52,11 @@ fn encode_message(message: &Message) -> Option<Value> {
             // The API requires a user turn's tool_result blocks to come before
             // anything else in it; the rest keep their order.
             let is_result = |b: &&Block| matches!(b, Block::ToolResult(_));
-            content.extend(message.content.iter().filter(is_result).filter_map(encode_block));
-            content.extend(message.content.iter().filter(|b| !is_result(b)).filter_map(encode_block));
+            let results = message.content.iter().filter(is_result);
+            let others = message.content.iter().filter(|b| !is_result(b));
+            content.extend(results.chain(others).filter(|b| keeps_block(b)).map(encode_block));
         }
-        Role::Assistant => content.extend(message.content.iter().filter_map(encode_block)),
+        Role::Assistant => content.extend(message.content.iter().filter(|b| keeps_block(b)).map(encode_block)),
     }
     if content.is_empty() {
         return None;
@@ -66,7 +68,11 @@ fn encode_message(message: &Message) -> Option<Value> {
     Some(json!({ "role": role, "content": content }))
 }
 
-/// Whether [`encode_block`] sends `block` (`Some`) or leaves it out.
+/// Whether `block` has a place on this wire ([`encode_block`] is only given
+/// blocks it keeps). The API rejects empty text blocks ("text content blocks
+/// must be non-empty"), and it only takes back thinking it signed: reasoning
+/// without a signature (from another provider, or a stream cut before the
+/// signature came) is left out unless it is redacted thinking.
 pub(super) fn keeps_block(block: &Block) -> bool {
     match block {
         Block::Text { text, provider_data } => !text.is_empty() || opaque_block(provider_data.as_ref()).is_some(),
@@ -82,29 +88,23 @@ pub(super) fn opaque_block(provider_data: Option<&Value>) -> Option<&Value> {
     own_data(provider_data).and_then(|d| d.get(OPAQUE)).filter(|b| b.is_object())
 }
 
-fn encode_block(block: &Block) -> Option<Value> {
+/// One block that [`keeps_block`] keeps.
+fn encode_block(block: &Block) -> Value {
     match block {
-        Block::Text { text, provider_data } => {
-            if let Some(raw) = opaque_block(provider_data.as_ref()) {
-                // A block the transcript has no variant for, sent back as it came.
-                return Some(raw.clone());
+        Block::Text { text, provider_data } => match opaque_block(provider_data.as_ref()) {
+            // A block the transcript has no variant for, sent back as it came.
+            Some(raw) => raw.clone(),
+            None => json!({ "type": "text", "text": text }),
+        },
+        Block::Reasoning { text, signature, redacted, .. } => match redacted {
+            Some(data) => json!({ "type": "redacted_thinking", "data": data }),
+            None => {
+                json!({ "type": "thinking", "thinking": text, "signature": signature.as_deref().unwrap_or_default() })
             }
-            // The API rejects empty text blocks ("text content blocks must be non-empty").
-            (!text.is_empty()).then(|| json!({ "type": "text", "text": text }))
-        }
-        Block::Reasoning { text, signature, redacted, .. } => {
-            if let Some(data) = redacted {
-                return Some(json!({ "type": "redacted_thinking", "data": data }));
-            }
-            // Anthropic only takes back thinking it signed. Reasoning without a
-            // signature (from another provider, or a stream cut before the
-            // signature came) has no place here and is left out.
-            let signature = signature.as_deref().filter(|s| !s.is_empty())?;
-            Some(json!({ "type": "thinking", "thinking": text, "signature": signature }))
-        }
-        Block::Image { media_type, source } => Some(encode_image(media_type, source)),
-        Block::ToolCall(call) => Some(encode_call(call)),
-        Block::ToolResult(result) => Some(encode_result(result)),
+        },
+        Block::Image { media_type, source } => encode_image(media_type, source),
+        Block::ToolCall(call) => encode_call(call),
+        Block::ToolResult(result) => encode_result(result),
     }
 }
 
@@ -116,10 +116,8 @@ fn own_data(provider_data: Option<&Value>) -> Option<&Map<String, Value>> {
 fn encode_image(media_type: &str, source: &ImageSource) -> Value {
     match source {
         ImageSource::Base64 { data } => base64_image(media_type, data),
-        ImageSource::Url { url } => match split_data_url(url) {
-            // The url source fetches over the network; a data: URL is inline
-            // bytes, which this API takes as a base64 source.
-            Some((url_type, data)) => base64_image(if url_type.is_empty() { media_type } else { url_type }, data),
+        ImageSource::Url { url } => match inline_image(media_type, url) {
+            Some((media_type, data)) => base64_image(media_type, data),
             None => json!({ "type": "image", "source": { "type": "url", "url": url } }),
         },
     }
@@ -129,8 +127,17 @@ fn base64_image(media_type: &str, data: &str) -> Value {
     json!({ "type": "image", "source": { "type": "base64", "media_type": media_type, "data": data } })
 }
 
+/// A `data:` URL image as the `(media_type, data)` of a base64 source: the
+/// url source fetches over the network, while a data: URL is inline bytes,
+/// which this API takes as a base64 source. The URL's own media type wins;
+/// the block's stands in when the URL names none. `None` for any other URL.
+pub(super) fn inline_image<'a>(media_type: &'a str, url: &'a str) -> Option<(&'a str, &'a str)> {
+    let (url_type, data) = split_data_url(url)?;
+    Some((if url_type.is_empty() { media_type } else { url_type }, data))
+}
+
 /// `data:<type>;base64,<data>` → `(type, data)`.
-pub(super) fn split_data_url(url: &str) -> Option<(&str, &str)> {
+fn split_data_url(url: &str) -> Option<(&str, &str)> {
     let rest = url.strip_prefix("data:")?;
     let (head, data) = rest.split_once(',')?;
     let media_type = head.strip_suffix(";base64")?;
@@ -154,7 +161,13 @@ fn encode_call(call: &ToolCall) -> Value {
 /// `input` must be an object. The raw `arguments` are the provider's own
 /// words, so they win when they parse to one; otherwise the parsed `input`
 /// (for arguments cut off mid-way, the part that was complete); otherwise `{}`.
+///
+/// When the arguments are exactly the encoding of an object `input`, parsing
+/// them would give `input` back, so `input` is taken without parsing.
 pub(super) fn call_input(call: &ToolCall) -> Cow<'_, Value> {
+    if call.input.is_object() && is_encoding_of(&call.arguments, &call.input) {
+        return Cow::Borrowed(&call.input);
+    }
     match serde_json::from_str::<Value>(&call.arguments) {
         Ok(v @ Value::Object(_)) => Cow::Owned(v),
         _ if call.input.is_object() => Cow::Borrowed(&call.input),
@@ -169,14 +182,20 @@ pub(super) fn tool_use_extra<'a>(call: &'a ToolCall, key: &str) -> Option<&'a Va
 }
 
 fn encode_result(result: &ToolResultBlock) -> Value {
-    let content = match (result.output.is_empty(), result.is_error) {
-        (false, _) => result.output.as_str(),
-        (true, false) => EMPTY_OUTPUT,
-        (true, true) => EMPTY_ERROR_OUTPUT,
-    };
+    let content = result_content(result);
     let mut block = json!({ "type": "tool_result", "tool_use_id": result.call_id, "content": content });
     if result.is_error {
         block["is_error"] = Value::Bool(true);
     }
     block
+}
+
+/// A tool result's `content`: its output, or for empty output the text that
+/// stands in for it ([`EMPTY_OUTPUT`], [`EMPTY_ERROR_OUTPUT`]).
+pub(super) fn result_content(result: &ToolResultBlock) -> &str {
+    match (result.output.is_empty(), result.is_error) {
+        (false, _) => &result.output,
+        (true, false) => EMPTY_OUTPUT,
+        (true, true) => EMPTY_ERROR_OUTPUT,
+    }
 }

@@ -9,10 +9,10 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde::Serialize as DeriveSerialize;
 use serde_json::Value;
 
-use super::encode::{call_input, keeps_block, opaque_block, split_data_url, tool_use_extra, DEFAULT_MAX_TOKENS};
-use super::encode::{EMPTY_ERROR_OUTPUT, EMPTY_OUTPUT};
+use super::encode::DEFAULT_MAX_TOKENS;
+use super::encode::{call_input, inline_image, keeps_block, opaque_block, result_content, tool_use_extra};
 use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock};
-use crate::provider::body::{is_encoding_of, Field, Fields, Seq};
+use crate::provider::body::{Field, Fields, Seq};
 use crate::provider::ModelCall;
 use crate::tool::ToolDecl;
 
@@ -153,8 +153,8 @@ fn image<'a>(media_type: &'a str, source: &'a ImageSource) -> Image<'a> {
     let base64 = |media_type, data| Source::Base64 { data, media_type, kind: "base64" };
     let source = match source {
         ImageSource::Base64 { data } => base64(media_type, data),
-        ImageSource::Url { url } => match split_data_url(url) {
-            Some((url_type, data)) => base64(if url_type.is_empty() { media_type } else { url_type }, data),
+        ImageSource::Url { url } => match inline_image(media_type, url) {
+            Some((media_type, data)) => base64(media_type, data),
             None => Source::Url { kind: "url", url },
         },
     };
@@ -179,20 +179,10 @@ fn tool_use(call: &ToolCall) -> ToolUse<'_> {
     ToolUse {
         caller: tool_use_extra(call, "caller"),
         id: &call.id,
-        input: input(call),
+        input: call_input(call),
         name: &call.name,
         toolset_name: tool_use_extra(call, "toolset_name"),
         kind: "tool_use",
-    }
-}
-
-/// [`call_input`], without parsing the arguments when they are exactly the
-/// encoding of `input` (an object): parsing them would give `input` back.
-fn input(call: &ToolCall) -> Cow<'_, Value> {
-    if call.input.is_object() && is_encoding_of(&call.arguments, &call.input) {
-        Cow::Borrowed(&call.input)
-    } else {
-        call_input(call)
     }
 }
 
@@ -207,12 +197,12 @@ struct ToolResult<'a> {
 }
 
 fn tool_result(result: &ToolResultBlock) -> ToolResult<'_> {
-    let content = match (result.output.is_empty(), result.is_error) {
-        (false, _) => result.output.as_str(),
-        (true, false) => EMPTY_OUTPUT,
-        (true, true) => EMPTY_ERROR_OUTPUT,
-    };
-    ToolResult { content, is_error: result.is_error.then_some(true), tool_use_id: &result.call_id, kind: "tool_result" }
+    ToolResult {
+        content: result_content(result),
+        is_error: result.is_error.then_some(true),
+        tool_use_id: &result.call_id,
+        kind: "tool_result",
+    }
 }
 
 #[derive(DeriveSerialize)]

@@ -1,5 +1,6 @@
 //! Building the `generateContent` request body from the neutral transcript.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use serde_json::{json, Map, Value};
@@ -50,6 +51,24 @@ impl<'a> CallIndex<'a> {
         }
         index
     }
+
+    /// The id to send for a call or result: none when it is empty or the
+    /// core generated it (Gemini never saw it).
+    pub(super) fn sent_id<'i>(&self, id: &'i str) -> Option<&'i str> {
+        (!id.is_empty() && !self.generated.contains(id)).then_some(id)
+    }
+
+    /// The name a result is sent under: its own, or when it has none the name
+    /// of the call it answers (Gemini matches results by name).
+    pub(super) fn result_name<'r>(&self, result: &'r ToolResultBlock) -> &'r str
+    where
+        'a: 'r,
+    {
+        match result.name.as_str() {
+            "" => self.names.get(result.call_id.as_str()).copied().unwrap_or_default(),
+            name => name,
+        }
+    }
 }
 
 /// Whether the core generated this call's id because Gemini sent none.
@@ -66,7 +85,8 @@ fn encode_contents(messages: &[Message]) -> Vec<Value> {
     let index = CallIndex::new(messages);
     let mut contents: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for message in messages {
-        let parts: Vec<Value> = message.content.iter().filter_map(|b| encode_block(b, &index)).collect();
+        let parts: Vec<Value> =
+            message.content.iter().filter(|b| keeps_block(b)).map(|b| encode_block(b, &index)).collect();
         if parts.is_empty() {
             continue;
         }
@@ -93,34 +113,36 @@ fn part(data_key: &str, data: Value, sig: Option<&str>) -> Value {
     Value::Object(part)
 }
 
-fn encode_block(block: &Block, index: &CallIndex<'_>) -> Option<Value> {
+/// Whether `block` gets a part. An empty text part is only worth sending
+/// when it carries a signature. For reasoning, `signature` and `redacted` are
+/// Anthropic's and mean nothing to Gemini: only Gemini's own thought
+/// signature is sent, so redacted reasoning from elsewhere (no text, no
+/// Gemini signature) has no Gemini form and is left out.
+pub(super) fn keeps_block(block: &Block) -> bool {
+    match block {
+        Block::Text { text, provider_data } | Block::Reasoning { text, provider_data, .. } => {
+            !text.is_empty() || signature(provider_data.as_ref()).is_some()
+        }
+        Block::Image { .. } | Block::ToolCall(_) | Block::ToolResult(_) => true,
+    }
+}
+
+/// The part of a block [`keeps_block`] keeps.
+fn encode_block(block: &Block, index: &CallIndex<'_>) -> Value {
     match block {
         Block::Text { text, provider_data } => {
-            let sig = signature(provider_data.as_ref());
-            // An empty part is only worth sending when it carries a signature.
-            if text.is_empty() && sig.is_none() {
-                return None;
-            }
-            Some(part("text", Value::String(text.clone()), sig))
+            part("text", Value::String(text.clone()), signature(provider_data.as_ref()))
         }
         Block::Reasoning { text, provider_data, .. } => {
-            // `signature` and `redacted` are Anthropic's and mean nothing to
-            // Gemini: only Gemini's own thought signature is sent. Redacted
-            // reasoning from elsewhere (no text, no Gemini signature) has no
-            // Gemini form and is left out.
-            let sig = signature(provider_data.as_ref());
-            if text.is_empty() && sig.is_none() {
-                return None;
-            }
-            let mut p = part("text", Value::String(text.clone()), sig);
+            let mut p = part("text", Value::String(text.clone()), signature(provider_data.as_ref()));
             if let Value::Object(obj) = &mut p {
                 obj.insert("thought".into(), Value::Bool(true));
             }
-            Some(p)
+            p
         }
-        Block::Image { media_type, source } => Some(encode_image(media_type, source)),
-        Block::ToolCall(call) => Some(encode_call(call, index)),
-        Block::ToolResult(result) => Some(encode_result(result, index)),
+        Block::Image { media_type, source } => encode_image(media_type, source),
+        Block::ToolCall(call) => encode_call(call, index),
+        Block::ToolResult(result) => encode_result(result, index),
     }
 }
 
@@ -139,25 +161,29 @@ fn encode_image(media_type: &str, source: &ImageSource) -> Value {
     part("inlineData", json!({ "mimeType": mime, "data": data }), None)
 }
 
-/// `functionCall: {name, args, id?}`. `args` must be an object: the parsed
-/// input when it is one, else the raw arguments when they parse to one, else
-/// `{}` (a call whose arguments never parsed was not run, and Gemini has no
-/// way to carry unparsable text back).
+/// `functionCall: {name, args, id?}`.
 fn encode_call(call: &ToolCall, index: &CallIndex<'_>) -> Value {
-    let args = match &call.input {
-        Value::Object(_) => call.input.clone(),
-        _ => match serde_json::from_str::<Value>(&call.arguments) {
-            Ok(v @ Value::Object(_)) => v,
-            _ => Value::Object(Map::new()),
-        },
-    };
     let mut fc = Map::new();
     fc.insert("name".into(), Value::String(call.name.clone()));
-    fc.insert("args".into(), args);
-    if !call.id.is_empty() && !index.generated.contains(call.id.as_str()) {
-        fc.insert("id".into(), Value::String(call.id.clone()));
+    fc.insert("args".into(), call_args(call).into_owned());
+    if let Some(id) = index.sent_id(&call.id) {
+        fc.insert("id".into(), Value::from(id));
     }
     part("functionCall", Value::Object(fc), signature(call.provider_data.as_ref()))
+}
+
+/// A call's `args`, which must be an object: the parsed input when it is one,
+/// else the raw arguments when they parse to one, else `{}` (a call whose
+/// arguments never parsed was not run, and Gemini has no way to carry
+/// unparsable text back).
+pub(super) fn call_args(call: &ToolCall) -> Cow<'_, Value> {
+    match &call.input {
+        Value::Object(_) => Cow::Borrowed(&call.input),
+        _ => match serde_json::from_str::<Value>(&call.arguments) {
+            Ok(v @ Value::Object(_)) => Cow::Owned(v),
+            _ => Cow::Owned(Value::Object(Map::new())),
+        },
+    }
 }
 
 /// `functionResponse: {name, response, id?}`, following the documented
@@ -166,16 +192,12 @@ fn encode_call(call: &ToolCall, index: &CallIndex<'_>) -> Value {
 /// passed-through object with its own `error` key would otherwise read as a
 /// failure.
 fn encode_result(result: &ToolResultBlock, index: &CallIndex<'_>) -> Value {
-    let name = match result.name.as_str() {
-        "" => index.names.get(result.call_id.as_str()).copied().unwrap_or_default(),
-        name => name,
-    };
     let key = if result.is_error { "error" } else { "output" };
     let mut fr = Map::new();
-    fr.insert("name".into(), Value::String(name.to_string()));
+    fr.insert("name".into(), Value::from(index.result_name(result)));
     fr.insert("response".into(), json!({ key: result.output }));
-    if !result.call_id.is_empty() && !index.generated.contains(result.call_id.as_str()) {
-        fr.insert("id".into(), Value::String(result.call_id.clone()));
+    if let Some(id) = index.sent_id(&result.call_id) {
+        fr.insert("id".into(), Value::from(id));
     }
     part("functionResponse", Value::Object(fr), None)
 }

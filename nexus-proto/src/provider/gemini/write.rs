@@ -7,14 +7,14 @@ use std::borrow::Cow;
 
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize as DeriveSerialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::encode::{parse_data_url, CallIndex};
+use super::encode::{call_args, keeps_block, parse_data_url, CallIndex};
 use super::signature;
 use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock};
 use crate::provider::body::{Field, Fields, Seq};
 use crate::provider::ModelCall;
-use crate::tool::{uses_keywords_outside_openapi, ToolDecl};
+use crate::tool::ToolDecl;
 
 /// The top-level keys of [`super::encode_body`].
 pub(crate) fn fields<'a>(call: &ModelCall<'a>) -> Fields<'a, Part<'a>> {
@@ -70,34 +70,18 @@ fn contents<S: Serializer>(messages: &[Message], s: S) -> Result<S::Ok, S::Error
             i += 1;
             continue;
         }
-        // `end` is one past the run's last message with parts; `next` is where
-        // the next run may start.
-        let (mut end, mut next) = (i + 1, i + 1);
-        while let Some(m) = messages.get(next) {
-            if !has_parts(m) {
-                next += 1;
-            } else if m.role == first.role {
-                next += 1;
-                end = next;
-            } else {
-                break;
-            }
+        // The run goes up to the next message with parts of the other role.
+        // Messages without parts at its end add no part to it, and the next
+        // run skips them as well, so they may go either way.
+        let mut end = i + 1;
+        while messages.get(end).is_some_and(|m| m.role == first.role || !has_parts(m)) {
+            end += 1;
         }
         let run = messages.get(i..end).unwrap_or_default();
         seq.serialize_element(&ContentView { run, role: first.role, index: &index })?;
-        i = next;
+        i = end;
     }
     seq.end()
-}
-
-/// Whether `encode_block` gives the block a part.
-fn keeps_block(block: &Block) -> bool {
-    match block {
-        Block::Text { text, provider_data } | Block::Reasoning { text, provider_data, .. } => {
-            !text.is_empty() || signature(provider_data.as_ref()).is_some()
-        }
-        Block::Image { .. } | Block::ToolCall(_) | Block::ToolResult(_) => true,
-    }
 }
 
 /// `{parts, role}` for a run of messages.
@@ -200,16 +184,8 @@ struct FunctionCall<'a> {
 }
 
 fn function_call<'a>(call: &'a ToolCall, index: &CallIndex<'_>) -> FunctionCallPart<'a> {
-    let args = match &call.input {
-        Value::Object(_) => Cow::Borrowed(&call.input),
-        _ => match serde_json::from_str::<Value>(&call.arguments) {
-            Ok(v @ Value::Object(_)) => Cow::Owned(v),
-            _ => Cow::Owned(Value::Object(Map::new())),
-        },
-    };
-    let id = (!call.id.is_empty() && !index.generated.contains(call.id.as_str())).then_some(call.id.as_str());
     FunctionCallPart {
-        function_call: FunctionCall { args, id, name: &call.name },
+        function_call: FunctionCall { args: call_args(call), id: index.sent_id(&call.id), name: &call.name },
         thought_signature: signature(call.provider_data.as_ref()),
     }
 }
@@ -240,12 +216,7 @@ impl Serialize for Response<'_> {
 }
 
 fn function_response<'a>(result: &'a ToolResultBlock, index: &CallIndex<'a>) -> FunctionResponsePart<'a> {
-    let name = match result.name.as_str() {
-        "" => index.names.get(result.call_id.as_str()).copied().unwrap_or_default(),
-        name => name,
-    };
-    let id = (!result.call_id.is_empty() && !index.generated.contains(result.call_id.as_str()))
-        .then_some(result.call_id.as_str());
+    let (id, name) = (index.sent_id(&result.call_id), index.result_name(result));
     FunctionResponsePart { function_response: FunctionResponse { id, name, response: Response(result) } }
 }
 
@@ -262,11 +233,10 @@ struct Declaration<'a>(&'a ToolDecl);
 impl Serialize for Declaration<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let t = self.0;
-        let key = if uses_keywords_outside_openapi(&t.input_schema) { "parametersJsonSchema" } else { "parameters" };
         let mut map = s.serialize_map(Some(3))?;
         map.serialize_entry("description", &t.description)?;
         map.serialize_entry("name", &t.name)?;
-        map.serialize_entry(key, &t.input_schema)?;
+        map.serialize_entry(t.gemini_parameters_key(), &t.input_schema)?;
         map.end()
     }
 }

@@ -18,6 +18,7 @@ use serde_json::{json, Map, Value};
 use crate::error::{DecodeError, RemoteError};
 use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock, Usage};
 use crate::provider::partial_json::parse_partial;
+use crate::provider::wire::{LenientStr, WireStr};
 use crate::provider::{parse_arguments, CallIds, ModelCall, Stop, StopReason, Style, TurnResponse};
 
 mod stream;
@@ -173,17 +174,19 @@ fn encode_assistant(message: &Message) -> Value {
 /// `{id, type:"function", function:{name, arguments}}` with the raw argument
 /// text as the model produced it (never re-encoded).
 fn encode_tool_call(call: &ToolCall) -> Value {
-    // A call built in code may carry only `input`; then its JSON is the text.
-    let arguments = if call.arguments.is_empty() && call.input.as_object().is_some_and(|o| !o.is_empty()) {
-        call.input.to_string()
-    } else {
-        call.arguments.clone()
-    };
+    let arguments = if arguments_from_input(call) { call.input.to_string() } else { call.arguments.clone() };
     json!({
         "id": call.id,
         "type": "function",
         "function": { "name": call.name, "arguments": arguments },
     })
+}
+
+/// Whether a call's `arguments` go out as the JSON of its `input`: a call
+/// built in code may carry only `input` (a non-empty object), and then its
+/// JSON is the text.
+fn arguments_from_input(call: &ToolCall) -> bool {
+    call.arguments.is_empty() && call.input.as_object().is_some_and(|o| !o.is_empty())
 }
 
 fn is_refusal(provider_data: Option<&Value>) -> bool {
@@ -207,7 +210,8 @@ pub fn decode_response(body: &[u8], ids: &mut CallIds) -> Result<TurnResponse, R
     let Some(choices) = completion.choices else {
         return Err(DecodeError::Shape("no `choices` in the chat completion".into()).into());
     };
-    let mut parts = Parts { usage: completion.usage.map(Usage::from), model: completion.model.0, ..Parts::default() };
+    let model = completion.model.0.map(WireStr::into_owned);
+    let mut parts = Parts { usage: completion.usage.map(Usage::from), model, ..Parts::default() };
     // Zero choices is an empty turn (a server may legitimately return none).
     if let Some(choice) = choices.into_iter().min_by_key(|c| c.index.unwrap_or(0)) {
         parts.finish = choice.finish_reason;
@@ -276,12 +280,13 @@ fn provider_error(body: &[u8]) -> RemoteError {
     RemoteError::Provider(Style::OpenAi.decode_error(None, None, body))
 }
 
-/// A serde failure: bad JSON is [`DecodeError::Json`]; JSON of the wrong shape
-/// is [`DecodeError::Shape`], unless it is an error body.
+/// A serde failure: JSON of the wrong shape that is an error body is the
+/// provider's error; anything else is what [`super::serde_failure`] makes of
+/// it ([`DecodeError::Shape`] for the wrong shape, [`DecodeError::Json`] for
+/// bad JSON).
 fn decode_failure(e: serde_json::Error, body: &[u8]) -> RemoteError {
     match e.classify() {
         serde_json::error::Category::Data if is_error_body(body) => provider_error(body),
-        serde_json::error::Category::Data => DecodeError::Shape(e.to_string()).into(),
         _ => super::serde_failure(e, body).into(),
     }
 }
@@ -319,9 +324,9 @@ fn raw_arguments(raw: Option<&RawValue>) -> Result<String, RemoteError> {
 /// `reasoning_content` (DeepSeek, older vLLM) or `reasoning` (OpenRouter,
 /// newer vLLM). Servers in transition send both with the same text, so one
 /// is taken, never both.
-fn pick_reasoning(reasoning_content: Option<Lenient>, reasoning: Option<Lenient>) -> Option<String> {
-    let non_empty = |l: Option<Lenient>| l.and_then(|l| l.0).filter(|s| !s.is_empty());
-    non_empty(reasoning_content).or_else(|| non_empty(reasoning))
+fn pick_reasoning<'a>(reasoning_content: Option<LenientStr<'a>>, reasoning: Option<LenientStr<'a>>) -> Option<String> {
+    let non_empty = |l: Option<LenientStr<'a>>| l.and_then(|l| l.0).filter(|s| !s.is_empty());
+    non_empty(reasoning_content).or_else(|| non_empty(reasoning)).map(WireStr::into_owned)
 }
 
 fn map_finish_reason(raw: Option<&str>, refused: bool) -> StopReason {
@@ -416,12 +421,12 @@ struct Completion<'a> {
     choices: Option<Vec<Choice<'a>>>,
     #[serde(default)]
     usage: Option<WireUsage>,
-    #[serde(default)]
-    model: Lenient,
+    #[serde(default, borrow)]
+    model: LenientStr<'a>,
     #[serde(default, borrow)]
     error: Option<&'a RawValue>,
-    #[serde(default)]
-    object: Lenient,
+    #[serde(default, borrow)]
+    object: LenientStr<'a>,
 }
 
 #[derive(Deserialize)]
@@ -440,10 +445,10 @@ struct WireMessage<'a> {
     content: Option<Content>,
     #[serde(default)]
     refusal: Option<String>,
-    #[serde(default)]
-    reasoning_content: Option<Lenient>,
-    #[serde(default)]
-    reasoning: Option<Lenient>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<LenientStr<'a>>,
+    #[serde(default, borrow)]
+    reasoning: Option<LenientStr<'a>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<WireToolCall<'a>>>,
 }
@@ -519,18 +524,5 @@ fn kind_name(v: &Value) -> &'static str {
         Value::String(_) => "string",
         Value::Array(_) => "array",
         Value::Object(_) => "object",
-    }
-}
-
-/// A string field that is ignored (`None`) when a server sends another type.
-#[derive(Default)]
-struct Lenient(Option<String>);
-
-impl<'de> Deserialize<'de> for Lenient {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Lenient(match Value::deserialize(d)? {
-            Value::String(s) => Some(s),
-            _ => None,
-        }))
     }
 }

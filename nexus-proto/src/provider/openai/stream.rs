@@ -18,8 +18,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{
-    decode_failure, pick_reasoning, provider_error, raw_arguments, Content, Lenient, Parts, RawCall, WireFunction,
-    WireUsage,
+    decode_failure, pick_reasoning, provider_error, raw_arguments, Content, Parts, RawCall, WireFunction, WireUsage,
 };
 use crate::error::{DecodeError, RemoteError};
 use crate::event::StreamEvent;
@@ -325,10 +324,10 @@ struct Delta<'a> {
     content: Option<Content>,
     #[serde(default)]
     refusal: Option<String>,
-    #[serde(default)]
-    reasoning_content: Option<Lenient>,
-    #[serde(default)]
-    reasoning: Option<Lenient>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<LenientStr<'a>>,
+    #[serde(default, borrow)]
+    reasoning: Option<LenientStr<'a>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<DeltaCall<'a>>>,
 }

@@ -8,7 +8,7 @@ use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize as DeriveSerialize;
 use serde_json::Value;
 
-use super::is_refusal;
+use super::{arguments_from_input, is_refusal};
 use crate::message::{Block, ImageSource, Message, Role, ToolCall};
 use crate::provider::body::{Field, Fields, Joined, Seq};
 use crate::provider::ModelCall;
@@ -241,7 +241,7 @@ struct Arguments<'a>(&'a ToolCall);
 impl Serialize for Arguments<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let call = self.0;
-        if call.arguments.is_empty() && call.input.as_object().is_some_and(|o| !o.is_empty()) {
+        if arguments_from_input(call) {
             s.collect_str(&call.input)
         } else {
             s.serialize_str(&call.arguments)
