@@ -17,16 +17,7 @@ pub fn measure(samples: usize, inner: usize, mut f: impl FnMut()) -> Stats {
     for _ in 0..(samples / 5).max(1) {
         f();
     }
-    let times: Vec<Duration> = (0..samples)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..inner {
-                f();
-            }
-            t.elapsed() / inner as u32
-        })
-        .collect();
-    stats(times)
+    stats((0..samples).map(|_| time(inner, &mut f)).collect())
 }
 
 /// Times `ours` and `theirs` in alternating pairs (which of the two runs
@@ -35,25 +26,18 @@ pub fn measure(samples: usize, inner: usize, mut f: impl FnMut()) -> Stats {
 /// Returns the per-side timings and the median of the per-pair ratios
 /// `theirs / ours`.
 pub fn paired(samples: usize, inner: usize, mut ours: impl FnMut(), mut theirs: impl FnMut()) -> (Stats, Stats, f64) {
-    let time = |f: &mut dyn FnMut()| {
-        let t = Instant::now();
-        for _ in 0..inner {
-            f();
-        }
-        t.elapsed() / inner as u32
-    };
     for _ in 0..(samples / 5).max(1) {
-        time(&mut ours);
-        time(&mut theirs);
+        time(inner, &mut ours);
+        time(inner, &mut theirs);
     }
     let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..samples {
         let (o, t) = if i % 2 == 0 {
-            let o = time(&mut ours);
-            (o, time(&mut theirs))
+            let o = time(inner, &mut ours);
+            (o, time(inner, &mut theirs))
         } else {
-            let t = time(&mut theirs);
-            (time(&mut ours), t)
+            let t = time(inner, &mut theirs);
+            (time(inner, &mut ours), t)
         };
         a.push(o);
         b.push(t);
@@ -61,6 +45,15 @@ pub fn paired(samples: usize, inner: usize, mut ours: impl FnMut(), mut theirs: 
     }
     ratios.sort_by(f64::total_cmp);
     (stats(a), stats(b), ratios[ratios.len() / 2])
+}
+
+/// The time of one call of `f`, averaged over `inner` calls.
+fn time(inner: usize, f: &mut impl FnMut()) -> Duration {
+    let t = Instant::now();
+    for _ in 0..inner {
+        f();
+    }
+    t.elapsed() / inner as u32
 }
 
 /// Median, p95 and minimum of `times`.

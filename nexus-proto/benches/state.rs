@@ -5,7 +5,7 @@ mod harness;
 #[path = "../tests/sim/mod.rs"]
 mod sim;
 
-use harness::{measure, micros, samples};
+use harness::{micros, paired, samples};
 use nexus_proto::{Block, Message, Run, Style, ToolCall, ToolDecl, ToolResultBlock};
 use serde_json::json;
 
@@ -50,7 +50,7 @@ fn transcript(n: usize) -> Vec<Message> {
 fn main() {
     let s = samples(15);
     println!("## Durable state: snapshot + restore of a run vs a serde_json round trip of its transcript\n");
-    println!("| messages | transcript JSON | state size | size ratio | snapshot+restore median (p95) | transcript round trip median | time ratio |");
+    println!("| messages | transcript JSON | state size | size ratio | snapshot+restore median (p95) | transcript round trip median | time ratio (median of pairs) |");
     println!("|---|---|---|---|---|---|---|");
     for n in [10, 100, 1_000, 10_000] {
         let msgs = transcript(n);
@@ -59,15 +59,19 @@ fn main() {
         let plain = serde_json::to_vec(&msgs).unwrap();
         let state = run.snapshot();
         let inner = (10_000 / n).max(1);
-        let ours = measure(s, inner, || {
-            let bytes = run.snapshot();
-            std::hint::black_box(Run::restore(&bytes).unwrap());
-        });
-        let floor = measure(s, inner, || {
-            let bytes = serde_json::to_vec(&msgs).unwrap();
-            let back: Vec<Message> = serde_json::from_slice(&bytes).unwrap();
-            std::hint::black_box(back);
-        });
+        let (ours, floor, floor_over_ours) = paired(
+            s,
+            inner,
+            || {
+                let bytes = run.snapshot();
+                std::hint::black_box(Run::restore(&bytes).unwrap());
+            },
+            || {
+                let bytes = serde_json::to_vec(&msgs).unwrap();
+                let back: Vec<Message> = serde_json::from_slice(&bytes).unwrap();
+                std::hint::black_box(back);
+            },
+        );
         println!(
             "| {n} | {} B | {} B | {:.3} | {:.1} µs ({:.1}) | {:.1} µs | {:.2} |",
             plain.len(),
@@ -76,7 +80,7 @@ fn main() {
             micros(ours.median),
             micros(ours.p95),
             micros(floor.median),
-            ours.median.as_secs_f64() / floor.median.as_secs_f64()
+            1.0 / floor_over_ours
         );
     }
 }
