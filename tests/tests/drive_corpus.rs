@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 
 use drive_support::{builder, Drv, KEY};
 use nexus_drive::{DriveError, Message, RunError, RunResult, RunStatus, StopReason, StreamEvent};
-use nexus_tests::fake::{FakeProvider, Script, Scripts, Style, Turn};
+use nexus_tests::fake::{FakeProvider, RecordedRequest, Script, Scripts, Style, Turn};
+use nexus_tests::oracle::shared_dir;
 use serde_json::{json, Value};
 
 /// Request bodies recorded alongside the answers. A driver only ever
@@ -47,14 +48,10 @@ const PROMPT: &str = "Replay the recorded answer.";
 
 // ------------------------------------------------------------------ corpus
 
-/// `shared/wire-corpus` next to the repository (`NEXUS_SHARED` overrides
-/// `shared/`, as for the core's corpus tests).
+/// `shared/wire-corpus` (`NEXUS_SHARED` overrides `shared/`, as for the
+/// core's corpus tests and the oracles).
 fn corpus_dir() -> PathBuf {
-    let shared = match std::env::var("NEXUS_SHARED") {
-        Ok(dir) => PathBuf::from(dir),
-        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
-    };
-    shared.join("wire-corpus")
+    shared_dir().join("wire-corpus")
 }
 
 /// One recorded answer and what it must decode to.
@@ -480,6 +477,16 @@ fn assert_events_add_up(rec: &Recording, r: &RunResult, events: &[StreamEvent]) 
     assert_eq!(ends, [(1, r.stop_reason.expect("a stop reason"))], "{}: turn end", rec.rel);
 }
 
+/// Whether a request asks for what an `.sse` recording is, an SSE stream
+/// (`stream: true`, Gemini's `alt=sse`), rather than one body.
+fn asks_for_a_stream(style: Style, req: &RecordedRequest) -> bool {
+    if style == Style::Gemini {
+        req.target.contains(":streamGenerateContent") && req.target.contains("alt=sse")
+    } else {
+        req.json.as_ref().is_some_and(|j| j["stream"] == json!(true))
+    }
+}
+
 /// Replays every recording of `style` through both drivers and checks each end.
 fn replay_style(style: Style) {
     let recs = recordings(style);
@@ -514,11 +521,16 @@ fn replay_style(style: Style) {
             Err(e) => panic!("{}: the run failed: {e}", rec.rel),
         }
 
-        // Each of the four runs made exactly one request, answered with the recorded status.
+        // Each of the four runs made exactly one request, in the recording's
+        // form, answered with the recorded status.
         assert_eq!(fake.attempts(&rec.model(), 0), 4, "{}: requests", rec.rel);
-        let statuses: Vec<_> = fake.requests_for(&rec.model()).iter().map(|q| q.status).collect();
+        let requests = fake.requests_for(&rec.model());
+        let statuses: Vec<_> = requests.iter().map(|q| q.status).collect();
         assert_eq!(statuses, [Some(rec.status); 4], "{}: statuses sent", rec.rel);
+        let forms: Vec<bool> = requests.iter().map(|q| asks_for_a_stream(rec.style, q)).collect();
+        assert_eq!(forms, [rec.stream; 4], "{}: streamed requests (run and stream, per driver)", rec.rel);
     }
+    assert!(fake.failures().is_empty(), "{style:?}: {:?}", fake.failures());
     // Chat Completions carries no reasoning; the other two corpora do, signed.
     assert_eq!(signed > 0, style != Style::OpenAi, "{style:?}: recordings with signatures: {signed}");
 }
@@ -594,23 +606,4 @@ fn whole_and_streamed_recordings_of_one_answer_end_alike() {
         }
     }
     assert!(!compared.is_empty(), "the corpus holds at least one answer both whole and streamed");
-}
-
-/// The drivers ask the fake for what the recording is: an SSE stream
-/// (`stream: true` / Gemini's `alt=sse`) for `.sse` files, one body otherwise.
-#[test]
-fn each_recording_is_requested_in_its_own_form() {
-    let recs: Vec<Recording> = Style::ALL.into_iter().flat_map(recordings).collect();
-    let fake = fake_for(&recs);
-    for rec in &recs {
-        let _ = client(&fake, rec, Drv::Blocking).run(PROMPT);
-        let requests = fake.requests_for(&rec.model());
-        let req = requests.last().expect("a request");
-        let streamed = if rec.style == Style::Gemini {
-            req.target.contains(":streamGenerateContent") && req.target.contains("alt=sse")
-        } else {
-            req.json.as_ref().is_some_and(|j| j["stream"] == json!(true))
-        };
-        assert_eq!(streamed, rec.stream, "{}: {}", rec.rel, req.target);
-    }
 }

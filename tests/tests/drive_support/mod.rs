@@ -1,6 +1,6 @@
 //! Shared by the drivers' end-to-end tests: one handle over either
 //! driver, and builders, tools and checks for scenarios against the fake.
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -16,6 +16,19 @@ use nexus_tests::fake::{ExpectFinal, FakeProvider, Script, Style, Turn};
 use serde_json::{json, Map, Value};
 
 pub const KEY: &str = "sk-drive-test-key";
+
+/// Runs each listed case, a function taking a [`Drv`], once per driver:
+/// `blocking::CASE` and `asynk::CASE`. Every case must hold for both.
+macro_rules! both_drivers {
+    ($($name:ident),* $(,)?) => {
+        mod blocking {
+            $( #[test] fn $name() { super::$name($crate::drive_support::Drv::Blocking) } )*
+        }
+        mod asynk {
+            $( #[test] fn $name() { super::$name($crate::drive_support::Drv::Async) } )*
+        }
+    };
+}
 
 // ------------------------------------------------------------------ drivers
 
@@ -119,12 +132,69 @@ pub fn proto_style(s: Style) -> nexus_drive::Style {
 
 /// A builder aimed at the fake for `style`, with fast backoff.
 pub fn builder(fake: &FakeProvider, style: Style, model: &str, stream: bool) -> ClientBuilder {
+    builder_for_url(&fake.base_url(style), style, model, stream)
+}
+
+/// [`builder`] for a fake known only by its base URL (how a worker process
+/// reaches the fake its parent started).
+pub fn builder_for_url(base_url: &str, style: Style, model: &str, stream: bool) -> ClientBuilder {
     ClientConfig::builder(proto_style(style), model)
-        .base_url(fake.base_url(style))
+        .base_url(base_url)
         .api_key(KEY)
         .stream(stream)
         .seed(7)
         .retry_base_delay(Duration::from_millis(5))
+}
+
+/// Every event a client reported through `on_event`, in order.
+#[derive(Clone, Default)]
+pub struct Events(Arc<Mutex<Vec<StreamEvent>>>);
+
+impl Events {
+    /// `b`, reporting every event into a fresh `Events`.
+    pub fn record(b: ClientBuilder) -> (ClientBuilder, Events) {
+        let events = Events::default();
+        let sink = events.0.clone();
+        (b.on_event(move |e| sink.lock().unwrap().push(e.clone())), events)
+    }
+
+    /// The events so far.
+    pub fn recorded(&self) -> Vec<StreamEvent> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// `(retry number, delay, reason)` of every `retrying` event.
+pub fn retries_of(events: &[StreamEvent]) -> Vec<(u32, u64, String)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Retrying { attempt, delay_ms, reason } => Some((*attempt, *delay_ms, reason.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The visible text the host was shown, joined.
+pub fn shown_text(events: &[StreamEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::TextDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The turn numbers of the `turn finished` events.
+pub fn turns_finished(events: &[StreamEvent]) -> Vec<u32> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::TurnFinished { turn, .. } => Some(*turn),
+            _ => None,
+        })
+        .collect()
 }
 
 pub fn data(v: Value) -> Option<Map<String, Value>> {

@@ -14,13 +14,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use nexus_drive::{
-    Answer, ClientBuilder, ClientConfig, DriveError, DynTool, FileRunStore, Request, RunStore, StoreError, ToolOutcome,
-};
-use nexus_tests::fake::Style;
+use nexus_drive::{Answer, DriveError, DynTool, FileRunStore, Request, RunStore, StoreError, ToolOutcome};
+use nexus_tests::fake::{FakeProvider, Style};
 use serde_json::json;
 
-use crate::drive_support::{proto_style, Drv, KEY};
+use crate::drive_support::{builder_for_url, Drv};
 
 /// The variable that turns the test binary into a worker, and names its job.
 pub const WORKER_ENV: &str = "NEXUS_FAULT_WORKER";
@@ -42,6 +40,17 @@ pub fn worker(job: &str, env: &[(&str, String)]) -> Command {
         cmd.env(k, v);
     }
     cmd
+}
+
+/// What a worker needs to run a client of driver `d` against `fake`'s
+/// endpoint for `style`, asking for `model`.
+pub fn client_env(d: Drv, fake: &FakeProvider, style: Style, model: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("NEXUS_FW_DRV", drv_name(d).to_string()),
+        ("NEXUS_FW_STYLE", style.name().to_string()),
+        ("NEXUS_FW_BASE", fake.base_url(style)),
+        ("NEXUS_FW_MODEL", model.to_string()),
+    ]
 }
 
 /// The worker's replies (its `@@ ` lines, prefix removed), once it has exited.
@@ -100,17 +109,6 @@ impl Replies {
     }
 }
 
-/// A builder aimed at a fake known by its base URL (how a worker process
-/// reaches the parent's fake), with the settings of `drive_support::builder`.
-pub fn builder_for_url(base_url: &str, style: Style, model: &str, stream: bool) -> ClientBuilder {
-    ClientConfig::builder(proto_style(style), model)
-        .base_url(base_url)
-        .api_key(KEY)
-        .stream(stream)
-        .seed(7)
-        .retry_base_delay(Duration::from_millis(5))
-}
-
 /// A fresh directory under the system temp dir.
 pub fn temp_dir(tag: &str) -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -148,15 +146,18 @@ pub fn drv_name(d: Drv) -> &'static str {
     }
 }
 
+/// The driver [`drv_name`] named. An unknown name is a mistake in the
+/// parent, never a reason to test some other driver.
 fn drv_named(name: &str) -> Drv {
-    match name {
-        "async" => Drv::Async,
-        _ => Drv::Blocking,
-    }
+    [Drv::Blocking, Drv::Async]
+        .into_iter()
+        .find(|d| drv_name(*d) == name)
+        .unwrap_or_else(|| panic!("worker: unknown driver {name:?}"))
 }
 
+/// The wire format named `name`; unknown names panic, like [`drv_named`].
 fn style_named(name: &str) -> Style {
-    Style::ALL.into_iter().find(|s| s.name() == name).unwrap_or(Style::Anthropic)
+    Style::ALL.into_iter().find(|s| s.name() == name).unwrap_or_else(|| panic!("worker: unknown style {name:?}"))
 }
 
 /// A field of `/proc/self/status` in KiB (Linux), e.g. `VmHWM` (peak resident memory).
@@ -282,18 +283,25 @@ fn huge_once() {
     let d = drv_named(&var("NEXUS_FW_DRV"));
     let style = style_named(&var("NEXUS_FW_STYLE"));
     let limit: usize = var("NEXUS_FW_LIMIT").parse().expect("worker: a numeric limit");
-    let stream = var("NEXUS_FW_STREAM") == "1";
+    let stream = match var("NEXUS_FW_STREAM").as_str() {
+        "0" => false,
+        "1" => true,
+        other => panic!("worker: NEXUS_FW_STREAM is {other:?}, not 0 or 1"),
+    };
     let cfg = builder_for_url(&var("NEXUS_FW_BASE"), style, &var("NEXUS_FW_MODEL"), stream)
         .max_body_bytes(limit)
         .build()
         .expect("worker: the config builds");
     let client = d.client(cfg);
-    let before = proc_status_kib("VmRSS").unwrap_or(0);
+    // Unreadable figures fail the worker: a zero would pass the parent's
+    // growth check without measuring anything.
+    let kib = |field| proc_status_kib(field).unwrap_or_else(|| panic!("worker: no {field} in /proc/self/status"));
+    let before = kib("VmRSS");
     match client.run("say a lot") {
         Ok(r) => reply(&format!("ok {}", r.text.len())),
         Err(e) => reply(&format!("err {e:?}")),
     }
-    reply(&format!("memory {before} {}", proc_status_kib("VmHWM").unwrap_or(0)));
+    reply(&format!("memory {before} {}", kib("VmHWM")));
 }
 
 /// Reads a whole pipe (used for a worker's stderr in failure messages).
