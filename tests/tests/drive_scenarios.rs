@@ -19,7 +19,7 @@ use nexus_drive::{
     Answer, CancelToken, DriveError, DynTool, FileRunStore, Hooks, MemoryConversationStore, Request, RetryDecision,
     RunError, RunStatus, RunStore, StoreError, StreamEvent, ToolContext, ToolError, ToolOutcome, ToolReply, ToolResult,
 };
-use nexus_tests::fake::{FakeProvider, Fault, FaultKind, Scripts, Turn};
+use nexus_tests::fake::{FakeProvider, Fault, FaultKind, Scripts, Style, Turn};
 use serde_json::{json, Value};
 
 both_drivers!(
@@ -34,6 +34,7 @@ both_drivers!(
     conversation_and_run_stores_round_trip,
     a_stored_run_is_resumed_once,
     tool_failures_become_error_results,
+    a_timeout_is_kept_while_another_call_of_the_batch_runs,
     streaming_and_whole_responses_give_the_same_transcript,
     connections_are_kept_alive_across_turns,
     async_tools_run_in_both_drivers,
@@ -674,6 +675,39 @@ fn tool_failures_become_error_results(d: Drv) {
         assert!(calls[3].is_error && calls[3].output == "Unknown tool: nonexistent", "{ctx}: {:?}", calls[3]);
         assert!(!calls[4].is_error && calls[4].output == "42", "{ctx}: {:?}", calls[4]);
     }
+}
+
+/// A call with a timeout whose reply comes late must time out even while a
+/// call of the same batch without one is still running: nothing may leave
+/// the limit unwatched (say, by running that other call on the driver's own
+/// thread) and then take the late reply as if it were on time.
+fn a_timeout_is_kept_while_another_call_of_the_batch_runs(d: Drv) {
+    let style = Style::OpenAi;
+    let fake = FakeProvider::start(
+        Scripts::new(KEY).model(
+            "m-limit",
+            script(vec![Turn::default().call("limited", "{}").call("unlimited", "{}"), Turn::text("handled")])
+                .expect_final(expect_results(2, &["timed out", "finished"])),
+        ),
+    );
+    let cfg = builder(&fake, style, "m-limit", false)
+        .dyn_tool(
+            ok_tool("limited", |_, _| {
+                std::thread::sleep(Duration::from_millis(300));
+                "came back late".into()
+            })
+            .timeout(Duration::from_millis(100)),
+        )
+        .dyn_tool(ok_tool("unlimited", |_, _| {
+            std::thread::sleep(Duration::from_millis(900));
+            "finished".into()
+        }))
+        .build()
+        .unwrap();
+    let r = d.client(cfg).run("go").unwrap_or_else(|e| panic!("{d:?}: {e}"));
+    let results: Vec<(bool, &str)> = r.tool_calls.iter().map(|c| (c.is_error, c.output.as_str())).collect();
+    assert_eq!(results, [(true, "tool limited timed out after 100 ms"), (false, "finished")], "{d:?}");
+    assert!(fake.failures().is_empty(), "{d:?}: {:?}", fake.failures());
 }
 
 fn streaming_and_whole_responses_give_the_same_transcript(d: Drv) {
