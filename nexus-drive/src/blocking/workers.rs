@@ -16,9 +16,16 @@ const IDLE: Duration = Duration::from_secs(10);
 type Job = Box<dyn FnOnce() + Send>;
 
 /// The idle threads of one client, each reachable through its own channel.
-#[derive(Default)]
 pub(crate) struct Workers {
     idle: Mutex<Vec<Sender<Job>>>,
+    /// How long a parked thread waits for a job ([`IDLE`]).
+    linger: Duration,
+}
+
+impl Default for Workers {
+    fn default() -> Workers {
+        Workers { idle: Mutex::default(), linger: IDLE }
+    }
 }
 
 impl Workers {
@@ -46,8 +53,9 @@ impl Workers {
                 // The client is gone: nobody will hand this thread work again.
                 let Some(parked) = workers.upgrade() else { return };
                 lock(&parked.idle).push(tx.clone());
+                let linger = parked.linger;
                 drop(parked);
-                match rx.recv_timeout(IDLE) {
+                match rx.recv_timeout(linger) {
                     Ok(next) => next(),
                     Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
                         let Some(parked) = workers.upgrade() else { return };
@@ -116,5 +124,25 @@ mod tests {
         for _ in 0..4 {
             rx.recv_timeout(Duration::from_secs(30)).expect("jobs ran concurrently");
         }
+    }
+
+    #[test]
+    fn no_job_is_lost_to_a_thread_timing_out() {
+        // Threads that give up after 50 µs, and jobs arriving about that
+        // often: many are handed to a thread in the very moment it times out.
+        let workers = Arc::new(Workers { idle: Mutex::default(), linger: Duration::from_micros(50) });
+        let (tx, rx) = channel();
+        const JOBS: usize = 3_000;
+        for i in 0..JOBS {
+            let tx = tx.clone();
+            workers.run(move || tx.send(i).unwrap());
+            std::thread::sleep(Duration::from_micros((i % 7) as u64 * 15));
+        }
+        let mut seen = vec![false; JOBS];
+        for _ in 0..JOBS {
+            let i = rx.recv_timeout(Duration::from_secs(30)).expect("a job was lost");
+            seen[i] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
     }
 }
