@@ -89,6 +89,9 @@ pub struct ClientConfig {
     /// resumes there too (runs of its own style), since a stored run may have
     /// been started against an endpoint that has moved since.
     pub(crate) base_url_set: bool,
+    /// The skills runs may activate; their folders become readable once activated.
+    #[cfg(feature = "skills")]
+    pub(crate) skills: Option<Arc<crate::skills::Skills>>,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -183,6 +186,8 @@ impl ClientBuilder {
                 tap: None,
                 fixed_seed: false,
                 base_url_set: false,
+                #[cfg(feature = "skills")]
+                skills: None,
             },
             key: KeySource::Default,
             error: None,
@@ -433,11 +438,33 @@ impl ClientBuilder {
         self
     }
 
+    /// Agent Skills (see [`skills`](crate::skills)): at [`build`](Self::build)
+    /// their catalog is appended to the system prompt and the `skill` tool is
+    /// added; a run that activates a skill may `read` its folder. An empty
+    /// set adds nothing. A resumed run keeps the system prompt it started
+    /// with; give it the same skills so its `skill` calls and reads still work.
+    #[cfg(feature = "skills")]
+    pub fn skills(mut self, skills: crate::skills::Skills) -> Self {
+        self.cfg.skills = Some(Arc::new(skills));
+        self
+    }
+
     /// Checks and builds the config.
     pub fn build(self) -> Result<ClientConfig, DriveError> {
         let ClientBuilder { mut cfg, key, error } = self;
         if let Some(e) = error {
             return Err(e);
+        }
+        #[cfg(feature = "skills")]
+        if let Some(skills) = cfg.skills.clone().filter(|s| !s.is_empty()) {
+            let bound = |name: &str| cfg.toolbox.get(name).is_some_and(|e| e.handler.is_some());
+            let tool = skills.tool(bound("read"), bound("bash"));
+            cfg.toolbox.add_dyn(tool)?;
+            let catalog = skills.catalog().text;
+            cfg.run.system = Some(match cfg.run.system.take() {
+                Some(prompt) if !prompt.trim().is_empty() => format!("{prompt}\n\n{catalog}"),
+                _ => catalog,
+            });
         }
         cfg.run.validate()?;
         cfg.api_key = match key {

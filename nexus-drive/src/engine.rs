@@ -7,7 +7,8 @@
 // the rest is unused by design.
 #![cfg_attr(not(all(feature = "blocking", feature = "async")), allow(dead_code))]
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -86,6 +87,9 @@ pub(crate) struct Engine {
     /// Whether an input was accepted at our clock yet (before that, a
     /// restored run may hold a later time; see `feed`).
     synced: bool,
+    /// Events of the driver's own (a skill activation), shown before the
+    /// machine's next output.
+    queued: VecDeque<StreamEvent>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -155,6 +159,7 @@ impl Engine {
             failure: None,
             finished: false,
             synced: false,
+            queued: VecDeque::new(),
         }
     }
 
@@ -210,6 +215,9 @@ impl Engine {
             if self.finished {
                 return Step::Finished(Err(DriveError::Input(InputError::Finished)));
             }
+            if let Some(ev) = self.queued.pop_front() {
+                return Step::Event(ev);
+            }
             if self.cancel.is_cancelled() && self.run.outcome().is_none() {
                 self.exchange = None;
                 let _ = self.feed(Input::Cancel);
@@ -223,6 +231,11 @@ impl Engine {
                     match &ev {
                         StreamEvent::Retrying { attempt, .. } => self.attempt = *attempt,
                         StreamEvent::TurnFinished { stop, .. } => self.last_stop = Some(*stop),
+                        StreamEvent::ToolResult { call_id, name, result } => {
+                            if let Some(activated) = self.activation(call_id, name, result) {
+                                self.queued.push_back(activated);
+                            }
+                        }
                         _ => {}
                     }
                     return Step::Event(ev);
@@ -449,8 +462,31 @@ impl Engine {
         }
     }
 
+    /// The folders the run's calls may read besides the workspace: those of
+    /// the skills activated so far, found in the transcript (so a restored
+    /// run gets them back with no state of their own).
+    fn read_roots(&self) -> Vec<PathBuf> {
+        #[cfg(feature = "skills")]
+        if let Some(skills) = &self.cfg.skills {
+            return skills.granted_dirs(self.run.transcript());
+        }
+        Vec::new()
+    }
+
+    /// The event that shows a successful `skill` call, when this is one.
+    fn activation(&self, call_id: &str, name: &str, result: &ToolResult) -> Option<StreamEvent> {
+        #[cfg(feature = "skills")]
+        if self.cfg.skills.is_some() && name == crate::skills::SKILL_TOOL && !result.is_error {
+            let skill = result.metadata.as_ref()?.get("skill")?.as_str()?;
+            return Some(StreamEvent::SkillActivated { call_id: call_id.to_string(), name: skill.to_string() });
+        }
+        let _ = (call_id, name, result);
+        None
+    }
+
     fn prepare_tools(&mut self, batch: ToolBatch) -> Vec<ToolJob> {
         let mut jobs = Vec::with_capacity(batch.calls.len());
+        let mut grants: Option<Vec<PathBuf>> = None;
         for inv in batch.calls {
             let ToolInvocation { call_id, name, mut input, arguments, idempotency_key, answer } = inv;
             let started = Instant::now();
@@ -484,6 +520,7 @@ impl Engine {
                 continue;
             };
             let seen = self.cfg.hooks.after_tool.is_some().then(|| (input.clone(), idempotency_key.clone()));
+            let read_roots = grants.get_or_insert_with(|| self.read_roots()).clone();
             self.tools.push(Running { call_id: call_id.clone(), name: name.clone(), started, seen });
             let ctx = ToolContext {
                 call_id: call_id.clone(),
@@ -493,6 +530,7 @@ impl Engine {
                 idempotency_key,
                 answer,
                 cancel: self.cancel.clone(),
+                read_roots,
             };
             jobs.push(ToolJob { call_id, input, ctx, handler, timeout });
         }

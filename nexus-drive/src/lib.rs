@@ -178,6 +178,8 @@
 //! * [`cassette`]: record a session as JSON lines and replay it byte for byte.
 //! * [`builtins`]: ten built-in tools (`bash`, `read`, `edit`, `grep`, …),
 //!   each off until the host turns it on, confined to a root directory.
+//! * [`skills`]: Agent Skills (`SKILL.md` folders): a catalog in the system
+//!   prompt, a `skill` tool that loads one, its files readable once loaded.
 //! * [`serve`]: an OpenAI-compatible gateway in front of any of the three
 //!   providers.
 //! * [`CancelToken`], timeouts, retry policies, error classification: see
@@ -190,6 +192,7 @@
 //! | `blocking` | yes | [`blocking::Client`] on ureq, and the [`serve`] gateway |
 //! | `async` | yes | [`asynk::AsyncClient`] on smol, with its own HTTP/1.1 client and rustls |
 //! | `builtins` | yes | the [`builtins`] module (compiled in, every tool still off until enabled) |
+//! | `skills` | yes | the [`skills`] module: Agent Skills discovered in folders, loaded on demand (saphyr parses their YAML) |
 //! | `cli` | yes | the `nexus` binary (`run`, `resume`, `runs`, `replay`, `demo`, `tools`, `decode`, `serve`); includes `sqlite` for `--store sqlite:PATH` |
 //! | `schemars` | no | `Toolbox::add_derived` and `tool::schema_for`: input schemas derived from argument types |
 //! | `sqlite` | with `cli` | `stores::sqlite::SqliteStore` (SQLite compiled in) |
@@ -227,6 +230,8 @@ pub mod blocking;
 pub mod builtins;
 #[cfg(feature = "blocking")]
 pub mod serve;
+#[cfg(feature = "skills")]
+pub mod skills;
 
 pub use cancel::CancelToken;
 pub use config::{ClientBuilder, ClientConfig, FailureInfo, RetryDecision};

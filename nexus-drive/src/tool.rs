@@ -10,6 +10,7 @@ use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +40,7 @@ pub struct ToolContext {
     pub(crate) idempotency_key: String,
     pub(crate) answer: Option<Answer>,
     pub(crate) cancel: CancelToken,
+    pub(crate) read_roots: Vec<PathBuf>,
 }
 
 impl ToolContext {
@@ -53,7 +55,22 @@ impl ToolContext {
             arguments: String::new(),
             answer: None,
             cancel: CancelToken::new(),
+            read_roots: Vec::new(),
         }
+    }
+
+    /// Adds a folder this call may read besides the workspace (as the folder
+    /// of a skill the run activated is).
+    pub fn with_read_root(mut self, dir: impl Into<PathBuf>) -> ToolContext {
+        self.read_roots.push(dir.into());
+        self
+    }
+
+    /// The folders this call may read besides the workspace root: the
+    /// folders of the skills the run activated (see the `skills` module).
+    /// Only the `read` built-in honours them; nothing may write there.
+    pub fn read_roots(&self) -> &[PathBuf] {
+        &self.read_roots
     }
 
     /// Sets the answer (as on the retry after a suspension).

@@ -73,6 +73,15 @@ pub enum StreamEvent {
         /// What the run waits for.
         request: Request,
     },
+    /// The model activated a skill: a `skill` call succeeded. The machine
+    /// never emits this; a driver that loads skills does, right after that
+    /// call's [`StreamEvent::ToolResult`].
+    SkillActivated {
+        /// The `skill` call's id.
+        call_id: String,
+        /// The skill's name.
+        name: String,
+    },
     /// A failed model call will be retried.
     Retrying {
         /// 1-based retry number.

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::paths::Jail;
 use super::{cap_text, done, lenient_u64, looks_binary, Settings};
-use crate::tool::{ToolError, ToolOutcome};
+use crate::tool::{ToolContext, ToolError, ToolOutcome};
 
 /// Lines `read` returns when the model gives no limit.
 const DEFAULT_READ_LINES: u64 = 2000;
@@ -54,8 +54,10 @@ fn fail<T>(tool: &str, msg: impl std::fmt::Display) -> Result<T, ToolError> {
 }
 
 /// Numbered lines of a text file, a window at a time.
-pub(crate) fn read(s: &Settings, args: ReadArgs) -> Result<ToolOutcome<Value>, ToolError> {
-    let jail = Jail::open(&s.root).or_else(|e| fail("read", e))?;
+/// Besides the root, `read` reads inside the folders the run was granted
+/// (`ctx.read_roots()`: activated skills' folders); no other tool does.
+pub(crate) fn read(s: &Settings, args: ReadArgs, ctx: &ToolContext) -> Result<ToolOutcome<Value>, ToolError> {
+    let jail = Jail::open_with(&s.root, ctx.read_roots()).or_else(|e| fail("read", e))?;
     let path = jail.resolve(&args.path).or_else(|e| fail("read", e))?;
     let shown = jail.show(&path);
     let meta = fs::metadata(&path).or_else(|e| fail("read", format!("{shown}: {e}")))?;

@@ -352,7 +352,7 @@ fn canonical(name: &str) -> Result<&'static str, UnknownBuiltin> {
 fn dispatch(s: &Settings, name: &str, args: Value, ctx: &ToolContext) -> Result<ToolOutcome<Value>, ToolError> {
     match name {
         "bash" => bash::run(s, parse(name, args)?, ctx),
-        "read" => files::read(s, parse(name, args)?),
+        "read" => files::read(s, parse(name, args)?, ctx),
         "write" => files::write(s, parse(name, args)?),
         "edit" => files::edit(s, parse(name, args)?),
         "grep" => search::grep(s, parse(name, args)?),

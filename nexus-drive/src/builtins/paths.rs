@@ -15,17 +15,27 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-/// A canonical root that paths are resolved inside.
+/// A canonical root that paths are resolved inside, and the folders
+/// besides it that reading is granted in (activated skills' folders).
 pub(crate) struct Jail {
     root: PathBuf,
+    also: Vec<PathBuf>,
 }
 
 impl Jail {
     /// The root, canonicalized now (it may have been created since the tools were built).
     pub(crate) fn open(root: &Path) -> Result<Jail, String> {
         fs::canonicalize(root)
-            .map(|root| Jail { root })
+            .map(|root| Jail { root, also: Vec::new() })
             .map_err(|e| format!("the workspace root {} is not usable: {e}", root.display()))
+    }
+
+    /// The root, and the folders in `also` (canonicalized now; one that is
+    /// gone is left out) as further places a path may resolve inside.
+    pub(crate) fn open_with(root: &Path, also: &[PathBuf]) -> Result<Jail, String> {
+        let mut jail = Jail::open(root)?;
+        jail.also = also.iter().filter_map(|dir| fs::canonicalize(dir).ok()).collect();
+        Ok(jail)
     }
 
     /// The canonical root.
@@ -80,7 +90,7 @@ impl Jail {
                 }
             }
         }
-        if resolved.starts_with(&self.root) {
+        if resolved.starts_with(&self.root) || self.also.iter().any(|dir| resolved.starts_with(dir)) {
             Ok(resolved)
         } else {
             Err(format!("{input} is outside the workspace root {}; paths must stay inside it", self.root.display()))
@@ -139,6 +149,28 @@ mod tests {
         assert!(jail.resolve("out/new.txt").unwrap_err().contains("outside the workspace root"));
         assert!(jail.resolve("dangling").unwrap_err().contains("points nowhere"));
         assert_eq!(jail.resolve("inner/f").unwrap(), jail.root().join("sub/f"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn granted_folders_are_inside_but_links_out_of_them_are_not() {
+        let dir = scratch("granted");
+        fs::create_dir_all(dir.join("skill/references")).unwrap();
+        fs::write(dir.join("skill/references/a.md"), "a").unwrap();
+        fs::write(dir.join("secret.txt"), "s").unwrap();
+        std::os::unix::fs::symlink(dir.join("secret.txt"), dir.join("skill/leak")).unwrap();
+        let skill = dir.join("skill/references/a.md");
+        let plain = Jail::open(&dir.join("root")).unwrap();
+        assert!(plain.resolve(skill.to_str().unwrap()).unwrap_err().contains("outside the workspace root"));
+        let granted = Jail::open_with(&dir.join("root"), &[dir.join("skill"), dir.join("gone")]).unwrap();
+        let canonical = fs::canonicalize(&skill).unwrap();
+        assert_eq!(granted.resolve(skill.to_str().unwrap()).unwrap(), canonical);
+        assert_eq!(granted.show(&canonical), canonical.display().to_string());
+        assert!(granted.resolve(dir.join("skill/leak").to_str().unwrap()).is_err());
+        assert!(granted.resolve(dir.join("skill/../secret.txt").to_str().unwrap()).is_err());
+        // Relative paths still mean the workspace.
+        assert_eq!(granted.resolve("references/a.md").unwrap(), granted.root().join("references/a.md"));
         let _ = fs::remove_dir_all(&dir);
     }
 }
