@@ -29,9 +29,10 @@ pub struct Catalog {
 }
 
 /// Builds the catalog: skills in name order, each with its description
-/// while the text stays within `budget` bytes; from the first that does not
-/// fit on, names only (a skill must stay reachable even when its
-/// description does not fit, so the names are given whatever the budget).
+/// while the whole text — including the line that names the skills left
+/// without one — stays within `budget` bytes; from the first that does not
+/// fit on, names only. The names are given whatever the budget, so every
+/// skill stays reachable (a budget smaller than the names alone is exceeded).
 pub(crate) fn build(skills: &[Skill], budget: usize) -> Catalog {
     if skills.is_empty() {
         return Catalog { text: String::new(), described: Vec::new(), names_only: Vec::new() };
@@ -40,29 +41,37 @@ pub(crate) fn build(skills: &[Skill], budget: usize) -> Catalog {
     const CLOSE: &str = "</available_skills>";
     let mut text = format!("{INTRO}{OPEN}");
     let mut described = Vec::new();
-    let mut names_only = Vec::new();
-    for skill in skills {
+    let mut cut = skills.len();
+    for (i, skill) in skills.iter().enumerate() {
         let entry = format!(
             "<skill>\n<name>{}</name>\n<description>{}</description>\n</skill>\n",
             escape(&skill.name),
             escape(&skill.description)
         );
-        if names_only.is_empty() && text.len() + entry.len() + CLOSE.len() <= budget {
-            text.push_str(&entry);
-            described.push(skill.name.clone());
-        } else {
-            names_only.push(skill.name.clone());
+        let rest = names_line(&skills[i + 1..]).len();
+        if text.len() + entry.len() + rest + CLOSE.len() > budget {
+            cut = i;
+            break;
         }
+        text.push_str(&entry);
+        described.push(skill.name.clone());
     }
-    if !names_only.is_empty() {
-        text.push_str(&format!(
-            "<more_skills>Described by name only, for space (load one with the `{SKILL_TOOL}` tool to see what it \
-             is for): {}</more_skills>\n",
-            names_only.join(", ")
-        ));
-    }
+    text.push_str(&names_line(&skills[cut..]));
     text.push_str(CLOSE);
-    Catalog { text, described, names_only }
+    Catalog { text, described, names_only: skills[cut..].iter().map(|s| s.name.clone()).collect() }
+}
+
+/// The line naming the skills listed without a description (empty for none).
+fn names_line(skills: &[Skill]) -> String {
+    if skills.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = skills.iter().map(|s| escape(&s.name)).collect();
+    format!(
+        "<more_skills>Listed by name only, for space (load one with the `{SKILL_TOOL}` tool to see what it is \
+         for): {}</more_skills>\n",
+        names.join(", ")
+    )
 }
 
 /// What an activation returns: the instructions, where the skill lives, and

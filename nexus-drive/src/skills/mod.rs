@@ -52,7 +52,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use nexus_proto::{Message, ToolResult};
 use serde_json::{json, Value};
@@ -315,7 +314,6 @@ impl Skills {
     /// `read` and `bash` built-ins, so the model is told how (or whether) it
     /// can use the skill's files.
     pub fn tool(&self, can_read: bool, can_run: bool) -> DynTool {
-        let skills = Arc::new(self.skills.clone());
         let names: Vec<Value> = self.skills.iter().map(|s| Value::String(s.name.clone())).collect();
         let schema = json!({
             "type": "object",
@@ -325,16 +323,25 @@ impl Skills {
             "required": ["name"],
             "additionalProperties": false
         });
+        let this = self.clone();
         DynTool::new(SKILL_TOOL, catalog::TOOL_DESCRIPTION, schema, move |args, _ctx| {
             let name = args.get("name").and_then(Value::as_str).unwrap_or_default();
-            let Some(skill) = skills.iter().find(|s| s.name == name) else {
-                let known: Vec<&str> = skills.iter().map(|s| s.name.as_str()).collect();
-                return Err(ToolError::msg(format!("no skill named {name:?}; the skills are: {}", known.join(", "))));
-            };
-            let mut result = ToolResult::ok(catalog::activation_text(skill, can_read, can_run));
-            result.metadata = Some(json!({"skill": skill.name, "dir": skill.dir.display().to_string()}));
-            Ok(ToolOutcome::Result(result))
+            this.activate(name, can_read, can_run).map(ToolOutcome::Result)
         })
+    }
+
+    /// What the `skill` tool answers for `name`: the instructions, the skill
+    /// directory and the list of its files (and, in the result's metadata,
+    /// `{"skill": name, "dir": folder}`); an error naming the skills when
+    /// there is no such skill. `can_read`/`can_run` as for [`tool`](Self::tool).
+    pub fn activate(&self, name: &str, can_read: bool, can_run: bool) -> Result<ToolResult, ToolError> {
+        let Some(skill) = self.get(name) else {
+            let known: Vec<&str> = self.skills.iter().map(|s| s.name.as_str()).collect();
+            return Err(ToolError::msg(format!("no skill named {name:?}; the skills are: {}", known.join(", "))));
+        };
+        let mut result = ToolResult::ok(catalog::activation_text(skill, can_read, can_run));
+        result.metadata = Some(json!({"skill": skill.name, "dir": skill.dir.display().to_string()}));
+        Ok(result)
     }
 
     /// The folders of the skills activated in `transcript` (see
