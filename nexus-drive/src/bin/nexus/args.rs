@@ -21,10 +21,14 @@ pub struct Spec {
     pub optional: &'static [&'static str],
 }
 
+/// Value flags that may be given more than once (each time adds a value).
+const REPEATABLE: &[&str] = &["skills"];
+
 /// What was given.
 #[derive(Debug, Default)]
 pub struct Parsed {
     values: HashMap<&'static str, String>,
+    repeated: HashMap<&'static str, Vec<String>>,
     switches: HashSet<&'static str>,
     /// Positionals, in order.
     pub positionals: Vec<String>,
@@ -34,6 +38,11 @@ impl Parsed {
     /// The value of `--name`, if given.
     pub fn value(&self, name: &str) -> Option<&str> {
         self.values.get(name).map(String::as_str)
+    }
+
+    /// Every value of a repeatable `--name`, in the order given.
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        self.repeated.get(name).map(|v| v.iter().map(String::as_str).collect()).unwrap_or_default()
     }
 
     /// Whether the switch `--name` was given.
@@ -80,7 +89,10 @@ pub fn parse(args: &[String], spec: &Spec) -> Result<Parsed, Fail> {
                     .cloned()
                     .ok_or_else(|| Fail::usage(format!("--{flag} needs a value (nexus {} --help)", spec.command)))?,
             };
-            if out.values.insert(flag, value).is_some() {
+            if REPEATABLE.contains(&flag) {
+                out.repeated.entry(flag).or_default().push(value.clone());
+                out.values.entry(flag).or_insert(value);
+            } else if out.values.insert(flag, value).is_some() {
                 return Err(Fail::usage(format!("--{flag} is given twice")));
             }
         } else if let Some(flag) = known(spec.switches) {
@@ -130,6 +142,10 @@ mod tests {
         assert_eq!(p.value("builtins"), Some("read,grep"));
         assert_eq!(p.positionals, ["hello", "--not-a-flag"]);
         let p = parse(&args(&["--max-turns=3", "-"]), &SPEC).unwrap();
+        assert!(p.all("skills").is_empty());
+        let spec = Spec { command: "t", values: &["skills"], switches: &[], optional: &[] };
+        let repeated = parse(&args(&["--skills", "a", "--skills=b"]), &spec).unwrap();
+        assert_eq!(repeated.all("skills"), ["a", "b"]);
         assert_eq!(p.number::<u32>("max-turns").unwrap(), Some(3));
         assert_eq!(p.positionals, ["-"]);
     }

@@ -13,6 +13,7 @@ mod demo;
 mod replay;
 mod run;
 mod serve;
+mod skills;
 mod store;
 mod tools;
 mod trace;
@@ -32,7 +33,7 @@ usage:
   nexus resume --store STORE --run ID --answer ANSWERS.json [--json] [--stream]
   nexus runs --store STORE [--json]      list the suspended runs a store holds
   nexus replay CASSETTE [--json]         re-run a recorded session against its recording
-  nexus tools [--builtins[=NAMES]] [--relay FILE] [--style S]
+  nexus tools [--builtins[=NAMES]] [--relay FILE] [--skills DIR] [--style S]
   nexus decode --style S [--stream] FILE decode one captured response body or SSE stream
   nexus serve --listen ADDR --upstream-style S   an OpenAI-compatible gateway to S
 

@@ -15,7 +15,7 @@ use nexus_proto::{Answer, Input, InputError, Run, RunConfig, StreamEvent, Style,
 
 use crate::args::{parse, Parsed, Spec};
 use crate::store::{self, Held, Store};
-use crate::{builtins, out, out_inline, parse_style, read_input, tools, Fail};
+use crate::{builtins, out, out_inline, parse_style, read_input, skills, tools, Fail};
 
 const RUN_SPEC: Spec = Spec {
     command: "run",
@@ -31,6 +31,8 @@ const RUN_SPEC: Spec = Spec {
         "state",
         "store",
         "record",
+        "skills",
+        "skills-budget",
     ],
     switches: &["stream", "json"],
     optional: &["builtins"],
@@ -38,7 +40,7 @@ const RUN_SPEC: Spec = Spec {
 
 const RESUME_SPEC: Spec = Spec {
     command: "resume",
-    values: &["state", "store", "run", "answer", "api-key-env", "root", "record"],
+    values: &["state", "store", "run", "answer", "api-key-env", "root", "record", "skills"],
     switches: &["json", "stream"],
     optional: &[],
 };
@@ -50,6 +52,7 @@ pub const RUN_HELP: &str = "\
 nexus run [--style anthropic|openai|gemini] [--base-url URL] [--model M]
           [--api-key-env VAR] [--system TEXT] [--max-turns N] [--stream]
           [--relay TOOLS.json] [--builtins[=NAMES]] [--root DIR]
+          [--skills DIR]... [--skills-budget BYTES]
           [--state FILE | --store STORE] [--record FILE] [--json] PROMPT
 
 Runs the tool-calling loop on PROMPT (`-` reads it from standard input).
@@ -67,6 +70,13 @@ Runs the tool-calling loop on PROMPT (`-` reads it from standard input).
                  of them; path tools are confined to --root
   --root         the directory the built-in path tools are confined to
                  (default: the current directory)
+  --skills       a directory of Agent Skills (folders with a SKILL.md); repeat it
+                 for several (the first one given wins a name clash). Their names
+                 and descriptions go into the system prompt; the model loads one
+                 with the `skill` tool, and may then `read` its files (with
+                 --builtins including read). Broken skills are skipped with a warning
+  --skills-budget  the most bytes of system prompt the skills catalog may take
+                 (default 16384); skills past it are listed by name only
   --state        where the state goes when the run suspends (default nexus-state.json);
                  it never contains the API key
   --store        keep a suspended run in a store, under its run id, instead of a
@@ -83,7 +93,7 @@ exit codes: 0 done · 3 pending (state written) · 4 incomplete · 2 usage or co
 
 pub const RESUME_HELP: &str = "\
 nexus resume --state FILE --answer ANSWERS.json [--api-key-env VAR] [--root DIR]
-             [--record FILE] [--json] [--stream]
+             [--skills DIR]... [--record FILE] [--json] [--stream]
 nexus resume --store STORE --run ID --answer ANSWERS.json [...the same options]
 
 Continues a suspended run in this process. ANSWERS.json holds one answer or
@@ -95,6 +105,10 @@ request changes nothing and exits 1. When the run finishes, the state file
 is removed. The API key is read from the environment again. With --record,
 the session is appended to that cassette. Give the run's --root again: the
 built-in path tools are confined to it (default: the current directory).
+
+Give the run's --skills DIR again too when it was started with skills: the
+`skill` tool and its files are served from there (the catalog the run
+started with stays as it was).
 
 With --store, the run ID is claimed in STORE first (sqlite:PATH, dir:PATH
 or a directory path, as given to nexus run --store): while the claim holds,
@@ -202,9 +216,13 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
     let builtin_tools = if p.switch("builtins") { builtins::select(p.value("builtins"), &root)? } else { Vec::new() };
     let relay = p.value("relay").map(tools::load_relay).transpose()?.unwrap_or_default();
     let toolbox = tools::toolbox(builtin_tools, relay)?;
+    let found = skills::load(&p)?;
     let key = api_key(&p, style)?;
 
     let mut b = ClientConfig::builder(style, model).api_key(key.clone()).toolbox(toolbox).stream(p.switch("stream"));
+    if let Some(found) = found {
+        b = b.skills(found.skills);
+    }
     if let Some(url) = p.value("base-url") {
         b = b.base_url(url);
     }
@@ -328,7 +346,17 @@ fn resume_client(p: &Parsed, run: &Run, state: &[u8], root: &Path) -> Result<(Cl
     let config: RunConfig = run.config().clone();
     let key = api_key(p, config.style)?;
     let toolbox: Toolbox = tools::rebind(run.tools(), root)?;
+    let uses_skills = run.tools().iter().any(|d| d.name == nexus_drive::skills::SKILL_TOOL);
+    let found = skills::load(p)?;
+    if uses_skills && found.is_none() {
+        return Err(Fail::usage(
+            "the saved run uses Agent Skills: give its --skills DIR again (its skills' files are read from there)",
+        ));
+    }
     let mut b = ClientBuilder::from_run_config(config).api_key(key.clone()).toolbox(toolbox);
+    if let Some(found) = found {
+        b = b.skills(found.skills);
+    }
     let record = recorder(p, true, &key)?;
     if let Some(r) = &record {
         r.resume(state);

@@ -3,26 +3,39 @@
 
 use std::path::Path;
 
+use nexus_drive::skills::{Discovery, SKILL_TOOL};
 use nexus_drive::{DynTool, Toolbox};
 use nexus_proto::provider::ModelCall;
 use nexus_proto::{Message, Style, ToolDecl, ToolKind};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use crate::args::{parse, Spec};
 use crate::{builtins, out, parse_style, read_input, Fail};
 
-const SPEC: Spec = Spec { command: "tools", values: &["relay", "style"], switches: &[], optional: &["builtins"] };
+const SPEC: Spec = Spec {
+    command: "tools",
+    values: &["relay", "style", "skills", "skills-budget"],
+    switches: &[],
+    optional: &["builtins"],
+};
 
 pub const HELP: &str = "\
-nexus tools [--builtins[=NAMES]] [--relay TOOLS.json] [--style anthropic|openai|gemini]
+nexus tools [--builtins[=NAMES]] [--relay TOOLS.json] [--skills DIR]... [--skills-budget BYTES]
+            [--style anthropic|openai|gemini]
 
 Prints the tool declarations exactly as the provider receives them in the
 `tools` field of a request (the request encoder builds them). Without
 --style, prints an object with all three shapes.
 
 TOOLS.json is a JSON array of {\"name\", \"description\", \"input_schema\"}
-declaration-only (relay) tools.";
+declaration-only (relay) tools.
+
+With --skills, prints an object instead: `tools` (the declarations as above,
+with the `skill` tool), `skills` (each valid skill: name, description, path,
+files and its optional fields), `skipped` (each broken skill: path, field,
+error) and `catalog` (the text the system prompt gets, and which skills are
+listed by name only).";
 
 /// One relay declaration as written in a `--relay` file.
 #[derive(Deserialize)]
@@ -76,6 +89,8 @@ pub fn rebind(decls: &[ToolDecl], root: &Path) -> Result<Toolbox, Fail> {
     for d in decls {
         match d.kind {
             ToolKind::Relay => relay.push(d.clone()),
+            // Bound again by the client's skills (see `run::resume_client`).
+            _ if d.name == SKILL_TOOL => {}
             _ => names.push(d.name.as_str()),
         }
     }
@@ -113,7 +128,16 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
         Some(path) => load_relay(path)?,
         None => Vec::new(),
     };
-    let decls = toolbox(builtin_tools, relay)?.decls();
+    let found = crate::skills::load(&p)?;
+    let mut tb = toolbox(builtin_tools, relay)?;
+    if let Some(found) = &found {
+        if !found.skills.is_empty() {
+            let has = |name: &str| tb.names().any(|n| n == name);
+            let tool = found.skills.tool(has("read"), has("bash"));
+            tb.add_dyn(tool).map_err(|e| Fail::usage(e.to_string()))?;
+        }
+    }
+    let decls = tb.decls();
     let shown = match style {
         Some(s) => wire_tools(s, &decls),
         None => {
@@ -124,6 +148,55 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
             Value::Object(all)
         }
     };
+    let shown = match &found {
+        Some(found) => listing(found, shown),
+        None => shown,
+    };
     out(&serde_json::to_string_pretty(&shown).unwrap_or_default());
     Ok(0)
+}
+
+/// `nexus tools --skills`: the declarations, the skills, the skipped ones and the catalog.
+fn listing(found: &Discovery, tools: Value) -> Value {
+    let skills: Vec<Value> = found
+        .skills
+        .iter()
+        .map(|s| {
+            let mut v = json!({
+                "name": s.name(),
+                "description": s.description(),
+                "path": s.skill_md().display().to_string(),
+                "files": s.files(),
+            });
+            let obj = v.as_object_mut().expect("an object");
+            if let Some(l) = s.license() {
+                obj.insert("license".into(), l.into());
+            }
+            if let Some(c) = s.compatibility() {
+                obj.insert("compatibility".into(), c.into());
+            }
+            if !s.metadata().is_empty() {
+                obj.insert("metadata".into(), json!(s.metadata()));
+            }
+            if !s.allowed_tools().is_empty() {
+                obj.insert("allowedTools".into(), json!(s.allowed_tools()));
+            }
+            if s.files_truncated() {
+                obj.insert("filesTruncated".into(), true.into());
+            }
+            v
+        })
+        .collect();
+    let skipped: Vec<Value> = found
+        .errors
+        .iter()
+        .map(|e| json!({"path": e.path.display().to_string(), "field": e.field, "error": e.message}))
+        .collect();
+    let catalog = found.skills.catalog();
+    json!({
+        "tools": tools,
+        "skills": skills,
+        "skipped": skipped,
+        "catalog": {"text": catalog.text, "namesOnly": catalog.names_only},
+    })
 }
