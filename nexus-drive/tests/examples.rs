@@ -25,8 +25,8 @@ use serde_json::Value;
 const STYLES: [&str; 3] = ["openai", "anthropic", "gemini"];
 
 /// The examples this file runs (overhead has a harness of its own: BENCHMARKS.md).
-const TESTED: [&str; 6] =
-    ["quickstart", "quickstart_async", "approval", "durable_web_handler", "relay_proxy", "streaming"];
+const TESTED: [&str; 7] =
+    ["quickstart", "quickstart_async", "approval", "durable_web_handler", "relay_proxy", "streaming", "skills"];
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -340,6 +340,33 @@ fn streaming_prints_the_text_as_it_comes() {
             .unwrap_or_else(|| panic!("{what}: no delta count in {text}"));
         assert!(deltas > 2, "{what}: {deltas} deltas");
         assert_has(&text, "status: Done, turns: 2,", &what);
+    }
+}
+
+/// The skills example: the catalog of its two skills, one activated (the
+/// event, then the instructions as its result), its reference read through
+/// the granted folder, and the scripted answer.
+#[test]
+fn skills_activates_one_skill_and_reads_its_reference() {
+    for style in STYLES {
+        let what = format!("skills ({style})");
+        let text = ok(run_example("skills", style, &[], b""), &what);
+        for line in [
+            "skills: changelog-writer, sql-review",
+            "catalog: 2 described, 0 by name only",
+            "changelog-writer files: references/format.md, scripts/check.sh",
+            "[skill ok] <skill_content name=\"changelog-writer\">",
+            "[skill activated] changelog-writer",
+            "[read ok]      1\t# Keep a Changelog: sections",
+            "status: Done, turns: 3",
+            "answer:\n## [1.3.0] - 2026-12-03\n### Added\n- Load Agent Skills on demand",
+        ] {
+            assert_has(&text, line, &what);
+        }
+        // The result comes first, then the activation it shows.
+        let result = text.find("[skill ok]").unwrap_or(usize::MAX);
+        let activated = text.find("[skill activated]").unwrap_or(0);
+        assert!(result < activated, "{what}:\n{text}");
     }
 }
 
