@@ -57,6 +57,10 @@ done
 for f in "$root"/nexus-proto/tests/fixtures/state/*.json; do
     if [ -f "$f" ]; then seed state "$f"; fi
 done
+# SKILL.md files: the public skills kept as fixtures and the example's.
+for f in "$root"/nexus-drive/tests/fixtures/skills/*/*/SKILL.md "$root"/nexus-drive/examples/skills/*/SKILL.md; do
+    if [ -f "$f" ]; then seed skill_md "$f" "$(basename "$(dirname "$f")").md"; fi
+done
 # The machine target reads its script from raw bytes; an empty seed starts it.
 mkdir -p "$corpus/machine"
 : >"$corpus/machine/empty"

@@ -86,7 +86,7 @@ pub(crate) fn load(folder: &Path, limits: &SkillLimits) -> Result<Skill, SkillEr
     let text =
         String::from_utf8(bytes).map_err(|_| fail(SkillErrorKind::Unreadable, None, "is not UTF-8 text".into()))?;
     let (yaml, body) = parse::split(&text).map_err(|p| fail(SkillErrorKind::FrontMatter, p.field, p.message))?;
-    let fm = parse::front_matter(yaml, &folder_name).map_err(|p| {
+    let fm = parse::front_matter(yaml, Some(&folder_name)).map_err(|p| {
         let kind = if p.field.is_some() { SkillErrorKind::Field } else { SkillErrorKind::FrontMatter };
         fail(kind, p.field, p.message)
     })?;

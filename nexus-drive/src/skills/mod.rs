@@ -60,6 +60,8 @@ use crate::tool::{DynTool, ToolError, ToolOutcome};
 
 mod catalog;
 mod discover;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 mod parse;
 
 pub use catalog::Catalog;

@@ -73,8 +73,9 @@ fn strip_fence(text: &str) -> Option<&str> {
     rest.strip_prefix("\r\n").or_else(|| rest.strip_prefix('\n'))
 }
 
-/// Parses and checks the front matter of the skill in folder `folder`.
-pub(crate) fn front_matter(yaml: &str, folder: &str) -> Result<FrontMatter, Problem> {
+/// Parses and checks the front matter of the skill in folder `folder`
+/// (`None`: every rule but the folder-name one).
+pub(crate) fn front_matter(yaml: &str, folder: Option<&str>) -> Result<FrontMatter, Problem> {
     let mut parser = Parser::new_from_str(yaml);
     let mut loader: YamlLoader<'_, Yaml<'_>> = YamlLoader::default();
     loader.early_parse(false);
@@ -157,7 +158,7 @@ pub(crate) fn front_matter(yaml: &str, folder: &str) -> Result<FrontMatter, Prob
 /// hyphen first, last or twice in a row, and the same as the folder's name.
 /// Letters are Unicode lowercase letters, as in the format's reference
 /// validator (which also takes `é`).
-pub(crate) fn check_name(name: &str, folder: &str) -> Result<(), Problem> {
+pub(crate) fn check_name(name: &str, folder: Option<&str>) -> Result<(), Problem> {
     let bad = |why: String| Err(Problem::field("name", format!("{name:?} {why}")));
     let chars = name.chars().count();
     if chars > MAX_NAME_CHARS {
@@ -172,7 +173,7 @@ pub(crate) fn check_name(name: &str, folder: &str) -> Result<(), Problem> {
     if name.contains("--") {
         return bad("must not contain two hyphens in a row".into());
     }
-    if name != folder {
+    if let Some(folder) = folder.filter(|f| *f != name) {
         return bad(format!("must be the same as the skill's folder name {folder:?}"));
     }
     Ok(())
@@ -228,7 +229,7 @@ mod tests {
     use super::*;
 
     fn fm(yaml: &str, folder: &str) -> Result<FrontMatter, Problem> {
-        front_matter(yaml, folder)
+        front_matter(yaml, Some(folder))
     }
 
     #[test]
