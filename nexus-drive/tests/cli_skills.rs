@@ -155,3 +155,20 @@ fn run_and_resume_with_skills_across_processes() {
         assert!(fake.failures().is_empty(), "{style}: {:?}", fake.failures());
     }
 }
+
+/// Without --json, the activation is noted on stderr; stdout is the answer.
+#[test]
+fn a_plain_run_notes_the_activation_on_stderr() {
+    let dir = scratch("skills-plain");
+    let fake = fake(Scripts::new(KEY).model(
+        "plain-model",
+        Script::new(vec![Turn::default().call("skill", r#"{"name":"sql-review"}"#), Turn::text("Reviewed.")]),
+    ));
+    let examples = s(&example_skills());
+    let out = run(run_cmd(&dir, &fake, "openai", "plain-model", &["--skills", &examples, "review this"])).expect(0);
+    assert_eq!(out.stdout.trim(), "Reviewed.");
+    assert!(out.stderr.contains("nexus: skill sql-review loaded"), "{}", out.stderr);
+    // No `read` built-in in this run: the skill's result says its files cannot be opened.
+    let second = fake.requests_for("plain-model").pop().unwrap();
+    assert!(String::from_utf8_lossy(&second.body).contains("There is no `read` tool in this run"));
+}

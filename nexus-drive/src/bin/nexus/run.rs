@@ -428,6 +428,11 @@ fn finish(ctx: &Ctx, items: impl Iterator<Item = Result<StreamItem, DriveError>>
             Ok(StreamItem::Event(ev)) => {
                 if ctx.stream && ctx.json {
                     out(&serde_json::to_string(&ev).unwrap_or_default());
+                } else if let StreamEvent::SkillActivated { name, .. } = &ev {
+                    // Not part of the answer: the host's note of what the model loaded.
+                    if !ctx.json {
+                        eprintln!("nexus: skill {name} loaded");
+                    }
                 } else if ctx.stream {
                     if let StreamEvent::TextDelta { text } = &ev {
                         out_inline(text);
