@@ -160,6 +160,23 @@ fn broken_skills_are_each_skipped_with_the_file_and_field_while_the_rest_load() 
     let _ = fs::remove_dir_all(&root);
 }
 
+/// A skill folder linked into the skills directory is the host's choice: it
+/// loads, named after the link, with its real folder as its directory.
+#[cfg(unix)]
+#[test]
+fn a_linked_skill_folder_loads_from_where_it_really_is() {
+    let root = scratch("linked-folder");
+    let real = skill(&root, "real-place", "---\nname: shared\ndescription: d\n---\nBody.\n");
+    fs::create_dir_all(root.join("skills")).unwrap();
+    std::os::unix::fs::symlink(&real, root.join("skills/shared")).unwrap();
+    let found = Skills::discover([root.join("skills")]);
+    assert!(found.errors.is_empty(), "{:?}", found.errors);
+    let shared = found.skills.get("shared").unwrap();
+    assert_eq!(shared.dir(), fs::canonicalize(&real).unwrap());
+    assert_eq!(shared.body(), "Body.");
+    let _ = fs::remove_dir_all(&root);
+}
+
 #[test]
 fn directories_given_first_win_and_missing_ones_are_reported() {
     let a = scratch("first");

@@ -92,3 +92,16 @@ pub enum StreamEvent {
         reason: String,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skill_activated_has_a_tag_of_its_own() {
+        let ev = StreamEvent::SkillActivated { call_id: "c1".into(), name: "pdf".into() };
+        let v = serde_json::to_value(&ev).unwrap();
+        assert_eq!(v, serde_json::json!({"type": "skill_activated", "call_id": "c1", "name": "pdf"}));
+        assert_eq!(serde_json::from_value::<StreamEvent>(v).unwrap(), ev);
+    }
+}
