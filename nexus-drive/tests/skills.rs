@@ -214,6 +214,10 @@ fn activation_returns_the_body_and_files_and_grants_reading_the_folder_only_then
     assert!(r.output.contains(&format!("Skill directory: {}", dir.display())));
     assert!(r.output.contains("<file>reference/mcp_best_practices.md</file>"));
     assert!(r.output.contains("There is no `bash` tool in this run"));
+    let with_bash = skills.activate("mcp-builder", true, true).unwrap();
+    assert!(with_bash.output.contains("Run its scripts with the `bash` tool, by absolute path."));
+    let bare = skills.activate("mcp-builder", false, false).unwrap();
+    assert!(bare.output.contains("There is no `read` tool in this run: its files cannot be opened here."));
     assert_eq!(r.metadata.as_ref().unwrap()["skill"], "mcp-builder");
     let r = call(&skills, "nope");
     assert!(r.is_error && r.output.contains("no skill named \"nope\""), "{r:?}");

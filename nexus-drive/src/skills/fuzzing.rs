@@ -22,7 +22,7 @@ pub fn skill_md(data: &[u8]) {
     };
     let name_chars = fm.name.chars().count();
     assert!((1..=MAX_NAME_CHARS).contains(&name_chars), "{:?}", fm.name);
-    assert!(fm.name.chars().all(|c| c == '-' || c.is_numeric() || (c.is_alphabetic() && !c.is_uppercase())));
+    assert!(fm.name.chars().all(parse::name_char), "{:?}", fm.name);
     assert!(!fm.name.starts_with('-') && !fm.name.ends_with('-') && !fm.name.contains("--"));
     assert!(!fm.description.trim().is_empty());
     assert!(fm.description.chars().count() <= MAX_DESCRIPTION_CHARS);

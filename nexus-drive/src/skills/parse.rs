@@ -164,7 +164,7 @@ pub(crate) fn check_name(name: &str, folder: Option<&str>) -> Result<(), Problem
     if chars > MAX_NAME_CHARS {
         return bad(format!("is {chars} characters long; the limit is {MAX_NAME_CHARS}"));
     }
-    if let Some(c) = name.chars().find(|c| !(*c == '-' || c.is_numeric() || (c.is_alphabetic() && !c.is_uppercase()))) {
+    if let Some(c) = name.chars().find(|c| !name_char(*c)) {
         return bad(format!("contains {c:?}: only lowercase letters, digits and hyphens are allowed"));
     }
     if name.starts_with('-') || name.ends_with('-') {
@@ -177,6 +177,12 @@ pub(crate) fn check_name(name: &str, folder: Option<&str>) -> Result<(), Problem
         return bad(format!("must be the same as the skill's folder name {folder:?}"));
     }
     Ok(())
+}
+
+/// A letter or digit that lowercasing leaves as it is, or `-` (the
+/// reference validator's `isalnum()` and `name == name.lower()`).
+pub(crate) fn name_char(c: char) -> bool {
+    c == '-' || (c.is_alphanumeric() && c.to_lowercase().eq(std::iter::once(c)))
 }
 
 /// A required string field, present and not blank.
@@ -290,6 +296,8 @@ mod tests {
         assert!(fm(&format!("name: {}\ndescription: d\n", "a".repeat(64)), &"a".repeat(64)).is_ok());
         assert!(case("name: pdf\ndescription: d\n", "pdfs").message.contains("folder name \"pdfs\""));
         assert!(fm("name: café-2\ndescription: d\n", "café-2").is_ok());
+        // Titlecase letters change when lowercased: refused like uppercase ones.
+        assert!(case("name: ǅa\ndescription: d\n", "ǅa").message.contains("contains 'ǅ'"));
         let p = case(&format!("name: x\ndescription: {}\n", "d".repeat(1025)), "x");
         assert_eq!(p.field.as_deref(), Some("description"));
         assert!(p.message.contains("1025 characters long; the limit is 1024"), "{}", p.message);
