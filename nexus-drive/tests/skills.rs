@@ -109,6 +109,12 @@ fn broken_skills_are_each_skipped_with_the_file_and_field_while_the_rest_load() 
     let linked = skill(&root, "linked", "---\nname: linked\ndescription: d\n---\n");
     #[cfg(unix)]
     std::os::unix::fs::symlink(root.join("secret.txt"), linked.join("notes.md")).unwrap();
+    #[cfg(unix)]
+    let dangling = {
+        let dir = skill(&root, "dangling", "---\nname: dangling\ndescription: d\n---\n");
+        std::os::unix::fs::symlink(root.join("nowhere"), dir.join("gone.md")).unwrap();
+        dir
+    };
     let linked_md = root.join("linked-md");
     fs::create_dir_all(&linked_md).unwrap();
     fs::write(root.join("elsewhere.md"), "---\nname: linked-md\ndescription: d\n---\n").unwrap();
@@ -149,10 +155,12 @@ fn broken_skills_are_each_skipped_with_the_file_and_field_while_the_rest_load() 
         assert_eq!(e.kind, SkillErrorKind::Symlink);
         assert_eq!(e.path, linked.join("notes.md"));
         assert!(e.message.contains("symbolic link out of the skill folder"), "{e}");
+        let e = error_for(&dangling);
+        assert_eq!((e.kind, e.message.as_str()), (SkillErrorKind::Symlink, "is a symbolic link that points nowhere"));
         let e = error_for(&linked_md);
         assert_eq!(e.kind, SkillErrorKind::Symlink);
     }
-    assert_eq!(found.errors.len(), if cfg!(unix) { 8 } else { 6 }, "{:?}", found.errors);
+    assert_eq!(found.errors.len(), if cfg!(unix) { 9 } else { 6 }, "{:?}", found.errors);
 
     // A higher cap lets the huge one in; limits are the host's.
     let limits = SkillLimits { max_skill_md_bytes: 1024 * 1024, ..SkillLimits::default() };

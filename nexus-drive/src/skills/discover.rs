@@ -115,7 +115,13 @@ pub(crate) fn load(folder: &Path, limits: &SkillLimits) -> Result<Skill, SkillEr
 /// Where `path` (inside the skill folder `dir`) really is; an error when a
 /// link takes it out of the folder or nowhere.
 fn inside(dir: &Path, path: &Path) -> Result<PathBuf, String> {
-    let real = fs::canonicalize(path).map_err(|_| "is a symbolic link that points nowhere".to_string())?;
+    let real = fs::canonicalize(path).map_err(|e| {
+        if fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            "is a symbolic link that points nowhere".to_string()
+        } else {
+            format!("cannot be resolved: {e}")
+        }
+    })?;
     if real.starts_with(dir) {
         Ok(real)
     } else {
