@@ -171,4 +171,15 @@ fn a_plain_run_notes_the_activation_on_stderr() {
     // No `read` built-in in this run: the skill's result says its files cannot be opened.
     let second = fake.requests_for("plain-model").pop().unwrap();
     assert!(String::from_utf8_lossy(&second.body).contains("There is no `read` tool in this run"));
+
+    // With --stream --json the activation is one of the event lines, after the skill's result.
+    fake.clear_requests();
+    let args = ["--skills", &examples, "--stream", "--json", "review this"];
+    let out = run(run_cmd(&dir, &fake, "openai", "plain-model", &args)).expect(0);
+    let events: Vec<Value> = out.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let at = |kind: &str| events.iter().position(|e| e["type"] == kind).unwrap_or_else(|| panic!("{kind}: {events:?}"));
+    let activated = &events[at("skill_activated")];
+    assert_eq!(activated["name"], "sql-review");
+    assert!(at("tool_result") < at("skill_activated"));
+    assert_eq!(events[at("tool_result")]["call_id"], activated["call_id"]);
 }
