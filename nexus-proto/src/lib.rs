@@ -191,7 +191,7 @@ pub use error::{
 pub use event::StreamEvent;
 pub use gate::check as check_transcript;
 pub use http::{ExchangeId, HttpRequest};
-pub use ledger::{ToolBatch, ToolInvocation};
+pub use ledger::{ToolBatch, ToolInvocation, MAX_SUSPENSION_ROUNDS};
 pub use message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock, Usage};
 pub use provider::{CallIds, ModelCall, Stop, StopReason, Style, TurnResponse};
 pub use run::{Input, Outcome, Output, Run, Status, ToolCallRecord};
