@@ -135,6 +135,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! ## MCP servers
+//!
+//! [`mcp::Session`] is an MCP client for one server, driven the same way:
+//! the transport feeds it received messages and `now`, and sends what it
+//! says to transmit. A server's tools become ordinary tools of the loop, and
+//! a server asking the user something becomes a `Pending(Request)` like any
+//! other suspension. See the [`mcp`] module docs for its driving loop.
+//!
 //! ## Guarantees
 //!
 //! - **Balanced transcripts**: every request passes a pre-send gate; a tool

@@ -444,7 +444,8 @@ fn bad_server_input_is_a_typed_error_and_changes_nothing() {
     h.call("c1", "echo", json!({}));
     h.outputs();
     let before = format!("{:?}", h.s);
-    let cases: Vec<(&[u8], fn(&ProtocolError) -> bool)> = vec![
+    type Case = (&'static [u8], fn(&ProtocolError) -> bool);
+    let cases: Vec<Case> = vec![
         (b"{not json", |e| matches!(e, ProtocolError::Json(_))),
         (br#"[{"jsonrpc":"2.0","id":3,"result":{}}]"#, |e| matches!(e, ProtocolError::Batch)),
         (br#"{"jsonrpc":"1.0","id":3,"result":{}}"#, |e| matches!(e, ProtocolError::Version(_))),
