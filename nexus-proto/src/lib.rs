@@ -185,6 +185,7 @@ pub mod message;
 pub mod provider;
 mod rng;
 mod run;
+pub mod schema;
 pub mod sse;
 mod state;
 pub mod suspend;
