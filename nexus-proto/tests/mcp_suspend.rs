@@ -465,3 +465,88 @@ fn the_core_lets_a_tool_suspend_again_up_to_the_round_cap() {
     let rec = &run.tool_calls()[0];
     assert!(rec.is_error && rec.output == format!("unresolved: round {rounds}?"), "{rec:?}");
 }
+
+fn legacy_up(transport: TransportKind) -> Session {
+    let mut cfg = SessionConfig::new("srv", transport);
+    cfg.era = Some(Era::Legacy);
+    let mut s = Session::new(cfg).unwrap();
+    s.handle_input(now(), McpInput::ListTools).unwrap();
+    while !matches!(s.poll_output(), McpOutput::Wait { .. }) {}
+    let b = br#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{}}}"#;
+    s.handle_input(now(), McpInput::Received { message: b, stream_of: None }).unwrap();
+    while !matches!(s.poll_output(), McpOutput::Wait { .. }) {}
+    s
+}
+
+fn drain_all(s: &mut Session) -> Vec<McpOutput> {
+    let mut out = Vec::new();
+    loop {
+        match s.poll_output() {
+            McpOutput::Wait { .. } => return out,
+            o => out.push(o),
+        }
+    }
+}
+
+#[test]
+fn live_elicitations_follow_their_stream_url_mode_is_authorization_and_withdrawal_is_honoured() {
+    let mut s = legacy_up(TransportKind::Http);
+    for key in ["a", "b"] {
+        s.handle_input(
+            now(),
+            McpInput::Call(CallRequest { call: key.into(), tool: "t".into(), arguments: json!({}), resume: None }),
+        )
+        .unwrap();
+    }
+    let ids: Vec<RequestIdOf> = drain_all(&mut s)
+        .into_iter()
+        .filter_map(|o| match o {
+            McpOutput::Transmit(t) if t.call.is_some() => Some((t.call.unwrap(), t.id.unwrap())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids.len(), 2);
+    // A URL-mode elicitation on b's response stream belongs to b.
+    let msg = br#"{"jsonrpc":"2.0","id":5,"method":"elicitation/create","params":{"mode":"url","url":"https://auth.example/x","message":"Sign in","elicitationId":"e9"}}"#;
+    s.handle_input(now(), McpInput::Received { message: msg, stream_of: Some(ids[1].1.clone()) }).unwrap();
+    let outs = drain_all(&mut s);
+    let McpOutput::Elicit { call, request } = &outs[0] else { panic!("{outs:?}") };
+    assert_eq!(call.as_deref(), Some("b"));
+    assert_eq!(request.kind, "authorization");
+    assert_eq!(request.url.as_deref(), Some("https://auth.example/x"));
+    // The server withdraws it: the answer is no longer taken.
+    let cancel = br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"timeout"}}"#;
+    s.handle_input(now(), McpInput::Received { message: cancel, stream_of: None }).unwrap();
+    let outs = drain_all(&mut s);
+    assert!(matches!(&outs[0], McpOutput::Event(mcp::Event::ElicitationWithdrawn { request: r }) if *r == request.id));
+    assert!(s.handle_input(now(), McpInput::Answer(Answer::ok(&request.id, None))).is_err());
+    // Another one, accepted: URL mode sends no content.
+    let msg = br#"{"jsonrpc":"2.0","id":6,"method":"elicitation/create","params":{"mode":"url","url":"https://auth.example/y","message":"Sign in","elicitationId":"e10"}}"#;
+    s.handle_input(now(), McpInput::Received { message: msg, stream_of: Some(ids[0].1.clone()) }).unwrap();
+    let outs = drain_all(&mut s);
+    let McpOutput::Elicit { call, request } = &outs[0] else { panic!("{outs:?}") };
+    assert_eq!(call.as_deref(), Some("a"));
+    s.handle_input(now(), McpInput::Answer(Answer::ok(&request.id, None))).unwrap();
+    let outs = drain_all(&mut s);
+    let McpOutput::Transmit(t) = &outs[0] else { panic!() };
+    assert_eq!(
+        serde_json::from_slice::<Value>(&t.message).unwrap(),
+        json!({"jsonrpc":"2.0","id":6,"result":{"action":"accept"}})
+    );
+    // A call that ends while its question is open answers the question with cancel.
+    let msg = br#"{"jsonrpc":"2.0","id":7,"method":"elicitation/create","params":{"message":"Name?"}}"#;
+    s.handle_input(now(), McpInput::Received { message: msg, stream_of: Some(ids[0].1.clone()) }).unwrap();
+    drain_all(&mut s);
+    s.handle_input(now(), McpInput::Cancel { call: "a".into() }).unwrap();
+    let sent: Vec<Value> = drain_all(&mut s)
+        .iter()
+        .filter_map(|o| match o {
+            McpOutput::Transmit(t) => serde_json::from_slice(&t.message).ok(),
+            _ => None,
+        })
+        .collect();
+    assert!(sent.contains(&json!({"jsonrpc":"2.0","id":7,"result":{"action":"cancel"}})), "{sent:?}");
+    assert!(sent.iter().any(|m| m["method"] == "notifications/cancelled"));
+}
+
+type RequestIdOf = (String, mcp::RequestId);
