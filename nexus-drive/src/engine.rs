@@ -488,7 +488,7 @@ impl Engine {
         let mut jobs = Vec::with_capacity(batch.calls.len());
         let mut grants: Option<Vec<PathBuf>> = None;
         for inv in batch.calls {
-            let ToolInvocation { call_id, name, mut input, arguments, idempotency_key, answer } = inv;
+            let ToolInvocation { call_id, name, mut input, arguments, idempotency_key, answer, request } = inv;
             let started = Instant::now();
             if answer.is_none() {
                 if let Some(hook) = self.cfg.hooks.before_tool.clone() {
@@ -529,6 +529,7 @@ impl Engine {
                 arguments,
                 idempotency_key,
                 answer,
+                request,
                 cancel: self.cancel.clone(),
                 read_roots,
             };

@@ -39,6 +39,7 @@ pub struct ToolContext {
     pub(crate) arguments: String,
     pub(crate) idempotency_key: String,
     pub(crate) answer: Option<Answer>,
+    pub(crate) request: Option<Request>,
     pub(crate) cancel: CancelToken,
     pub(crate) read_roots: Vec<PathBuf>,
 }
@@ -54,6 +55,7 @@ impl ToolContext {
             turn: 0,
             arguments: String::new(),
             answer: None,
+            request: None,
             cancel: CancelToken::new(),
             read_roots: Vec::new(),
         }
@@ -108,6 +110,19 @@ impl ToolContext {
     /// On the retry after a suspension: the host's answer.
     pub fn answer(&self) -> Option<&Answer> {
         self.answer.as_ref()
+    }
+
+    /// On the retry after a suspension: the request the answer answers,
+    /// exactly as this tool made it (a tool keeps what it needs to go on
+    /// in the request's `data`, so the retry works in any process).
+    pub fn request(&self) -> Option<&Request> {
+        self.request.as_ref()
+    }
+
+    /// Sets the request being answered (as on the retry after a suspension).
+    pub fn with_request(mut self, request: Request) -> ToolContext {
+        self.request = Some(request);
+        self
     }
 
     /// Whether the run was cancelled (long tools may stop early; their result is discarded).
