@@ -180,7 +180,13 @@ impl Style {
             Style::Gemini => gemini::error_details(body),
             Style::OpenAiResponses => responses::error_details(body),
         };
-        provider_error(status, details, retry_after, body)
+        let mut error = provider_error(status, details, retry_after, body);
+        // OpenAI answers an exhausted quota with a 429 that no retry can
+        // get through (the account must be funded first).
+        if matches!(self, Style::OpenAi | Style::OpenAiResponses) && error.kind == "insufficient_quota" {
+            error.retryable = false;
+        }
+        error
     }
 
     /// A fresh stream assembler.

@@ -417,7 +417,7 @@ impl Ending {
 
 /// One output item, read.
 #[derive(Debug, Clone)]
-pub(super) enum Item {
+pub(crate) enum Item {
     /// Kept whole: it goes back verbatim.
     Reasoning {
         text: String,
@@ -440,7 +440,7 @@ pub(super) enum Item {
 
 impl Item {
     /// Reads an output item; unknown kinds are [`Item::Other`], not errors.
-    pub(super) fn read(item: Value) -> Result<Item, RemoteError> {
+    pub(crate) fn read(item: Value) -> Result<Item, RemoteError> {
         let Value::Object(mut obj) = item else {
             return Err(DecodeError::Shape("an output item is not an object".into()).into());
         };
@@ -507,7 +507,7 @@ impl Item {
         })
     }
 
-    fn into_blocks(self, out: &mut Vec<Block>) {
+    pub(crate) fn into_blocks(self, out: &mut Vec<Block>) {
         match self {
             Item::Reasoning { text, item } => out.push(Block::Reasoning {
                 text,
