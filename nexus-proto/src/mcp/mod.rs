@@ -76,7 +76,7 @@
 //! `ToolInvocation::answer` and `ToolInvocation::request`, which go into
 //! [`CallRequest::resume`]: the session sends the call again with a new id,
 //! `inputResponses` from the answer and the exact `requestState`. See
-//! [`elicit`] for the mapping and SPEC.md §10 for the whole contract.
+//! [`elicit`] for the mapping and SPEC.md §11 for the whole contract.
 
 mod calls;
 mod content;

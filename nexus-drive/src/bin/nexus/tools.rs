@@ -22,7 +22,7 @@ const SPEC: Spec = Spec {
 
 pub const HELP: &str = "\
 nexus tools [--builtins[=NAMES]] [--relay TOOLS.json] [--skills DIR]... [--skills-budget BYTES]
-            [--style anthropic|openai|gemini]
+            [--style anthropic|openai|gemini|openai-responses]
 
 Prints the tool declarations exactly as the provider receives them in the
 `tools` field of a request (the request encoder builds them). Without
@@ -142,7 +142,7 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
         Some(s) => wire_tools(s, &decls),
         None => {
             let mut all = Map::new();
-            for s in [Style::Anthropic, Style::OpenAi, Style::Gemini] {
+            for s in [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses] {
                 all.insert(s.name().into(), wire_tools(s, &decls));
             }
             Value::Object(all)
