@@ -118,6 +118,7 @@ fn a_skill_is_seen_in_the_catalog_activated_and_its_reference_read(d: Drv) {
                     nexus_tests::fake::Style::Anthropic => req.json.as_ref().unwrap()["system"].to_string(),
                     nexus_tests::fake::Style::Gemini => req.json.as_ref().unwrap()["systemInstruction"].to_string(),
                     nexus_tests::fake::Style::OpenAi => req.json.as_ref().unwrap()["messages"][0].to_string(),
+                    nexus_tests::fake::Style::OpenAiResponses => req.json.as_ref().unwrap()["instructions"].to_string(),
                 };
                 assert_eq!(text.matches(CATALOG).count(), 1, "{ctx} turn {turn}: the catalog once");
                 assert!(system.contains(CATALOG), "{ctx} turn {turn}: the catalog is in the system prompt");
