@@ -190,7 +190,15 @@ fn note_usage(ctx: &Ctx, v: &Value) {
 /// (closing that connection, which cancels the upstream request).
 fn stream(t: &TranslatedRequest, body: UpstreamBody, meta: CompletionMeta, ctx: Ctx) -> Reply {
     let translator = (t.style != Style::OpenAi).then(|| t.stream_translator(meta));
-    let state = Pump { body, translator, decoder: SseDecoder::new(), events: Vec::new(), done: false, ctx };
+    let state = Pump {
+        body,
+        translator,
+        decoder: SseDecoder::new(),
+        events: Vec::new(),
+        done: false,
+        usage: Usage::default(),
+        ctx,
+    };
     let chunks = futures_lite::stream::unfold(state, |mut p| async move {
         let out = p.next().await?;
         Some((out, p))
@@ -205,12 +213,26 @@ struct Pump {
     decoder: SseDecoder,
     events: Vec<SseEvent>,
     done: bool,
+    usage: Usage,
     ctx: Ctx,
 }
 
 impl Pump {
     async fn next(&mut self) -> Option<Bytes> {
-        let Pump { body, translator, decoder, events, done, ctx } = self;
+        let out = self.step().await;
+        if self.done {
+            // Counted once, before the last piece leaves: the request's record
+            // is finished as soon as the client has it.
+            let u = std::mem::take(&mut self.usage);
+            if u.input + u.output > 0 {
+                self.ctx.note_usage(u.input, u.output);
+            }
+        }
+        out
+    }
+
+    async fn step(&mut self) -> Option<Bytes> {
+        let Pump { body, translator, decoder, events, done, usage, .. } = self;
         loop {
             if *done {
                 return None;
@@ -219,11 +241,14 @@ impl Pump {
             match body.chunk().await {
                 Ok(Some(piece)) => {
                     let Some(tr) = translator.as_mut() else {
-                        scan_usage(ctx, piece);
+                        usage.scan_lines(piece);
                         return Some(Bytes::copy_from_slice(piece));
                     };
                     decoder.feed(piece, events);
-                    lines.extend(events.drain(..).flat_map(|ev| tr.push(&ev)));
+                    for ev in events.drain(..) {
+                        usage.scan(ev.data.as_bytes());
+                        lines.extend(tr.push(&ev));
+                    }
                     // After an error line nothing more is read: the upstream is done for.
                     *done = tr.error().is_some();
                 }
@@ -231,7 +256,10 @@ impl Pump {
                     *done = true;
                     let tr = translator.as_mut()?;
                     decoder.finish(events);
-                    lines.extend(events.drain(..).flat_map(|ev| tr.push(&ev)));
+                    for ev in events.drain(..) {
+                        usage.scan(ev.data.as_bytes());
+                        lines.extend(tr.push(&ev));
+                    }
                     lines.extend(tr.finish());
                 }
                 Err(e) => {
@@ -247,22 +275,48 @@ impl Pump {
             if lines.is_empty() {
                 continue;
             }
-            let text = lines.concat();
-            scan_usage(ctx, text.as_bytes());
-            return Some(Bytes::from(text));
+            return Some(Bytes::from(lines.concat()));
         }
     }
 }
 
-/// Counts the tokens of a usage chunk among `data:` lines, when one is there.
-fn scan_usage(ctx: &Ctx, piece: &[u8]) {
-    if !contains(piece, b"\"usage\":{") {
-        return;
+/// Token counts seen in an upstream stream, whatever the upstream reports
+/// and whether or not the client asked for a usage chunk. Providers report
+/// running totals (Anthropic's `message_delta`, Gemini's `usageMetadata`),
+/// so the largest value of each wins.
+#[derive(Default)]
+struct Usage {
+    input: u64,
+    output: u64,
+}
+
+impl Usage {
+    /// One event's JSON, read only when it mentions usage.
+    fn scan(&mut self, data: &[u8]) {
+        if !contains(data, b"usage") {
+            return;
+        }
+        let Ok(v) = serde_json::from_slice::<Value>(data) else { return };
+        let n = |v: Option<&Value>, k: &str| v.and_then(|u| u.get(k)).and_then(Value::as_u64).unwrap_or(0);
+        // Anthropic: message_start.message.usage and message_delta.usage.
+        for u in [v.get("usage"), v.get("message").and_then(|m| m.get("usage"))] {
+            self.input = self.input.max(n(u, "input_tokens")).max(n(u, "prompt_tokens"));
+            self.output = self.output.max(n(u, "output_tokens")).max(n(u, "completion_tokens"));
+        }
+        let g = v.get("usageMetadata");
+        self.input = self.input.max(n(g, "promptTokenCount"));
+        self.output = self.output.max(n(g, "candidatesTokenCount") + n(g, "thoughtsTokenCount"));
     }
-    for line in piece.split(|b| *b == b'\n') {
-        let Some(data) = line.strip_prefix(b"data: ") else { continue };
-        if let Ok(v) = serde_json::from_slice::<Value>(data) {
-            note_usage(ctx, &v);
+
+    /// The `data:` lines of a piece of an OpenAI stream.
+    fn scan_lines(&mut self, piece: &[u8]) {
+        if !contains(piece, b"\"usage\":{") {
+            return;
+        }
+        for line in piece.split(|b| *b == b'\n') {
+            if let Some(data) = line.strip_prefix(b"data: ") {
+                self.scan(data);
+            }
         }
     }
 }

@@ -210,6 +210,20 @@ impl Drop for Server {
     }
 }
 
+/// Connections the kernel may hold for the accept loop (it caps this at
+/// `net.core.somaxconn`): a burst of clients connecting at once is queued,
+/// not reset.
+const ACCEPT_BACKLOG: i32 = 4096;
+
+fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(ACCEPT_BACKLOG)?;
+    Ok(socket.into())
+}
+
 /// Starts the gateway on `config.listen` with the built-in surfaces and
 /// returns at once.
 ///
@@ -222,8 +236,7 @@ pub fn serve(config: ServeConfig) -> Result<Server, ServeError> {
 /// [`serve`] with these surfaces (in the order they claim paths).
 pub fn serve_with(config: ServeConfig, surfaces: Vec<Arc<dyn Surface>>) -> Result<Server, ServeError> {
     let listen = config.listen;
-    let std_listener =
-        std::net::TcpListener::bind(listen).map_err(|source| ServeError::Bind { addr: listen, source })?;
+    let std_listener = bind(listen).map_err(|source| ServeError::Bind { addr: listen, source })?;
     let addr = std_listener.local_addr().map_err(|source| ServeError::Bind { addr: listen, source })?;
     let listener =
         smol::net::TcpListener::try_from(std_listener).map_err(|source| ServeError::Bind { addr: listen, source })?;
