@@ -340,3 +340,19 @@ fn a_bad_configuration_file_is_refused_with_what_and_where() {
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("--upstream-style"), "{}", out.stderr);
 }
+
+#[test]
+fn the_readme_configuration_example_is_a_valid_configuration() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let block = readme
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("```").map(|(b, _)| b))
+        .find(|b| b.contains("[[upstreams]]"))
+        .expect("a configuration example in the README");
+    let config = nexus_drive::serve::ServeConfig::from_toml(block, |var| Some(format!("value-of-{var}")))
+        .unwrap_or_else(|e| panic!("the README example: {e}"));
+    assert_eq!(config.upstreams.len(), 2);
+    assert_eq!(config.routes.len(), 2);
+    assert_eq!(config.keys[0].max_concurrent, Some(8));
+}
