@@ -17,13 +17,13 @@ use super::http::{write_response, Chunked, Conn, Limits, ReadError, Request};
 use super::State;
 
 /// Error bodies read from the upstream are capped here: they are messages.
-const MAX_ERROR_BODY: usize = 1024 * 1024;
+pub(super) const MAX_ERROR_BODY: usize = 1024 * 1024;
 
 /// What answering a request left behind.
-struct Answered {
-    status: u16,
+pub(super) struct Answered {
+    pub(super) status: u16,
     /// The connection must close (a stream ended by EOF, a client gone, …).
-    close: bool,
+    pub(super) close: bool,
 }
 
 /// Answers a connection over the limit and closes it.
@@ -88,6 +88,10 @@ pub(super) fn connection(stream: TcpStream, state: &State) {
 }
 
 fn route(req: &Request, out: &mut TcpStream, state: &State, close: bool) -> Answered {
+    // The Anthropic and Gemini surfaces check their clients' own key headers.
+    if let Some(answered) = super::surfaces::route(req, out, state, close) {
+        return answered;
+    }
     let path = req.path().trim_end_matches('/');
     let path = path.strip_prefix("/v1").unwrap_or(path);
     if let Some(token) = &state.config.client_token {
@@ -286,7 +290,7 @@ fn models(req: &Request, out: &mut TcpStream, state: &State, id: Option<&str>, c
 }
 
 /// The upstream's model list, as model ids.
-fn upstream_models(req: &Request, state: &State) -> Result<Vec<String>, TranslateError> {
+pub(super) fn upstream_models(req: &Request, state: &State) -> Result<Vec<String>, TranslateError> {
     let style = state.config.upstream_style;
     let base = state.base_url.trim_end_matches('/');
     let url = match style {
@@ -325,7 +329,7 @@ fn upstream_models(req: &Request, state: &State) -> Result<Vec<String>, Translat
 }
 
 /// One upstream exchange up to its response head.
-fn send_upstream(
+pub(super) fn send_upstream(
     state: &State,
     method: &str,
     url: &str,
@@ -366,7 +370,7 @@ fn bearer(req: &Request) -> Option<&str> {
 
 /// `Retry-After` from an upstream refusal, passed on when it is delay-seconds
 /// (the OpenAI SDKs honour it).
-fn retry_after(response: &ureq::http::Response<ureq::Body>) -> Vec<(&'static str, String)> {
+pub(super) fn retry_after(response: &ureq::http::Response<ureq::Body>) -> Vec<(&'static str, String)> {
     response
         .headers()
         .get("retry-after")
@@ -378,7 +382,7 @@ fn retry_after(response: &ureq::http::Response<ureq::Body>) -> Vec<(&'static str
 
 /// Reads a body up to `cap` bytes; over it (or on a read error) returns
 /// what was read and why it stopped.
-fn read_capped(body: &mut impl Read, cap: usize) -> Result<Vec<u8>, (Vec<u8>, String)> {
+pub(super) fn read_capped(body: &mut impl Read, cap: usize) -> Result<Vec<u8>, (Vec<u8>, String)> {
     let mut out = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     loop {
@@ -395,7 +399,7 @@ fn read_capped(body: &mut impl Read, cap: usize) -> Result<Vec<u8>, (Vec<u8>, St
     }
 }
 
-fn server_error(status: u16, message: &str, code: &str) -> TranslateError {
+pub(super) fn server_error(status: u16, message: &str, code: &str) -> TranslateError {
     TranslateError {
         status,
         message: message.to_string(),
@@ -405,7 +409,7 @@ fn server_error(status: u16, message: &str, code: &str) -> TranslateError {
     }
 }
 
-fn send(out: &mut impl Write, status: u16, body: &[u8], extra: &[(&str, String)], close: bool) -> Answered {
+pub(super) fn send(out: &mut impl Write, status: u16, body: &[u8], extra: &[(&str, String)], close: bool) -> Answered {
     let written = write_response(out, status, "application/json", extra, body, close);
     Answered { status, close: close || written.is_err() }
 }
@@ -421,6 +425,6 @@ fn completion_id(state: &State) -> String {
     format!("chatcmpl-{:016x}{n:x}", state.epoch)
 }
 
-fn now_secs() -> u64 {
+pub(super) fn now_secs() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
 }

@@ -299,11 +299,20 @@ pub(crate) struct Chunked<'a, W: Write> {
 impl<'a, W: Write> Chunked<'a, W> {
     /// Writes the head of a `200` event stream.
     pub(crate) fn start(out: &'a mut W, close: bool) -> io::Result<Chunked<'a, W>> {
-        let head = format!(
+        Chunked::start_with(out, close, &[])
+    }
+
+    /// [`start`](Self::start) with extra response headers.
+    pub(crate) fn start_with(out: &'a mut W, close: bool, extra: &[(&str, String)]) -> io::Result<Chunked<'a, W>> {
+        let mut head = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ncache-control: no-cache\r\n\
-             transfer-encoding: chunked\r\nconnection: {}\r\n\r\n",
+             transfer-encoding: chunked\r\nconnection: {}\r\n",
             if close { "close" } else { "keep-alive" }
         );
+        for (k, v) in extra {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
         out.write_all(head.as_bytes())?;
         out.flush()?;
         Ok(Chunked { out })

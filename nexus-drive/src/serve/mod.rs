@@ -38,6 +38,7 @@
 
 mod handler;
 mod http;
+mod surfaces;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
