@@ -18,9 +18,14 @@ use crate::rng::SplitMix64;
 use crate::sse::{SseDecoder, SseEvent};
 
 mod machine;
+mod surfaces;
 mod translate;
 
 pub use machine::{machine, state};
+pub use surfaces::{
+    anthropic_lines, anthropic_request, anthropic_stream, built_events, check_anthropic, check_gemini, gemini_lines,
+    gemini_request, gemini_stream,
+};
 pub use translate::translate;
 
 /// Decodes `data` as an SSE stream whole, split in two at a data-derived

@@ -41,7 +41,7 @@ pub fn gemini_request_to(
         let upstream = TranslatedRequest { style, model, stream, include_usage: true, body: body.to_vec() };
         return Ok(SurfaceRequest { upstream, dropped: Vec::new() });
     }
-    let mut d = Decoder { style, dropped: Dropped::default() };
+    let mut d = Decoder { style, dropped: Dropped::default(), allowed: Vec::new() };
     let mut n = Neutral {
         settings: Settings { model, stream, include_usage: true, ..Settings::default() },
         ..Neutral::default()
@@ -64,6 +64,15 @@ pub fn gemini_request_to(
         }
     }
     n.messages = d.contents(obj.get("contents"))?;
+    // Several allowed names force a call among them: only all of the
+    // declared functions has a counterpart (`any` / `required`).
+    if !d.allowed.is_empty() && !n.tools.iter().all(|t| d.allowed.contains(&t.name)) {
+        return Err(TranslateError::unsupported(
+            "toolConfig.functionCallingConfig.allowedFunctionNames",
+            style,
+            "a call can be forced to one named function or to any declared one, not to a subset",
+        ));
+    }
     if let Some(Choice::Named(name)) = &n.settings.choice {
         if !n.tools.iter().any(|t| &t.name == name) {
             return Err(TranslateError::invalid(
@@ -78,6 +87,8 @@ pub fn gemini_request_to(
 struct Decoder {
     style: Style,
     dropped: Dropped,
+    /// `allowedFunctionNames` of an ANY choice naming several functions.
+    allowed: Vec<String>,
 }
 
 /// `obj[camel]`, else `obj[snake]`.
@@ -164,12 +175,10 @@ impl Decoder {
         s.choice = Some(match (mode, names.as_slice()) {
             ("ANY", [one]) => Choice::Named((*one).to_string()),
             ("ANY", []) => Choice::Required,
+            // Checked against the declared tools once they are read.
             ("ANY", _) => {
-                return Err(TranslateError::unsupported(
-                    "toolConfig.functionCallingConfig.allowedFunctionNames",
-                    self.style,
-                    "a call can be forced to one named function or to any, not to a subset",
-                ))
+                self.allowed = names.iter().map(|n| n.to_string()).collect();
+                Choice::Required
             }
             ("NONE", _) => Choice::None,
             ("AUTO" | "VALIDATED" | "MODE_UNSPECIFIED", _) => Choice::Auto,
