@@ -178,8 +178,9 @@
 //! * [`cassette`]: record a session as JSON lines and replay it byte for byte.
 //! * [`builtins`]: ten built-in tools (`bash`, `read`, `edit`, `grep`, …),
 //!   each off until the host turns it on, confined to a root directory.
-//! * [`serve`]: an OpenAI-compatible gateway in front of any of the three
-//!   providers.
+//! * [`serve`]: a gateway in front of any of the three providers (hyper on
+//!   smol, HTTP/1.1 and h2c), with routes, client keys, limits, health and
+//!   Prometheus metrics.
 //! * [`CancelToken`], timeouts, retry policies, error classification: see
 //!   [`ClientBuilder`].
 //!
@@ -187,9 +188,10 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `blocking` | yes | [`blocking::Client`] on ureq, and the [`serve`] gateway |
+//! | `blocking` | yes | [`blocking::Client`] on ureq |
 //! | `async` | yes | [`asynk::AsyncClient`] on smol, with its own HTTP/1.1 client and rustls |
 //! | `builtins` | yes | the [`builtins`] module (compiled in, every tool still off until enabled) |
+//! | `serve` | with `cli` | the [`serve`] gateway: hyper (HTTP/1.1 and h2c) on smol, the async driver's client upstream, TOML configuration |
 //! | `cli` | yes | the `nexus` binary (`run`, `resume`, `runs`, `replay`, `demo`, `tools`, `decode`, `serve`); includes `sqlite` for `--store sqlite:PATH` |
 //! | `schemars` | no | `Toolbox::add_derived` and `tool::schema_for`: input schemas derived from argument types |
 //! | `sqlite` | with `cli` | `stores::sqlite::SqliteStore` (SQLite compiled in) |
@@ -225,7 +227,7 @@ pub mod asynk;
 pub mod blocking;
 #[cfg(feature = "builtins")]
 pub mod builtins;
-#[cfg(feature = "blocking")]
+#[cfg(feature = "serve")]
 pub mod serve;
 
 pub use cancel::CancelToken;

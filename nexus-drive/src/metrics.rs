@@ -60,19 +60,37 @@ pub enum Metric {
 
 const BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
-#[derive(Debug, Default, Clone)]
-struct Histogram {
+/// Bucket bounds for sub-millisecond latencies (the gateway's own overhead
+/// sits there), up to a minute.
+#[cfg(feature = "serve")]
+pub(crate) const FINE_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+#[derive(Debug, Clone)]
+pub(crate) struct Histogram {
+    buckets: &'static [f64],
     counts: Vec<u64>,
     sum: f64,
     count: u64,
 }
 
+impl Default for Histogram {
+    fn default() -> Histogram {
+        Histogram::with_buckets(BUCKETS)
+    }
+}
+
 impl Histogram {
-    fn observe(&mut self, secs: f64) {
+    /// An empty histogram over these upper bounds (ascending; `+Inf` is implied).
+    pub(crate) fn with_buckets(buckets: &'static [f64]) -> Histogram {
+        Histogram { buckets, counts: Vec::new(), sum: 0.0, count: 0 }
+    }
+
+    pub(crate) fn observe(&mut self, secs: f64) {
         if self.counts.is_empty() {
-            self.counts = vec![0; BUCKETS.len()];
+            self.counts = vec![0; self.buckets.len()];
         }
-        for (i, b) in BUCKETS.iter().enumerate() {
+        for (i, b) in self.buckets.iter().enumerate() {
             if secs <= *b {
                 if let Some(c) = self.counts.get_mut(i) {
                     *c += 1;
@@ -163,7 +181,7 @@ impl Metrics {
 }
 
 /// `k="v",…` with Prometheus escaping (backslash, quote, newline).
-fn labels(pairs: &[(&str, &str)]) -> String {
+pub(crate) fn labels(pairs: &[(&str, &str)]) -> String {
     let mut s = String::new();
     for (i, (k, v)) in pairs.iter().enumerate() {
         if i > 0 {
@@ -184,17 +202,17 @@ fn labels(pairs: &[(&str, &str)]) -> String {
     s
 }
 
-fn counter(out: &mut String, name: &str, help: &str, series: &BTreeMap<String, u64>) {
+pub(crate) fn counter(out: &mut String, name: &str, help: &str, series: &BTreeMap<String, u64>) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
     for (l, v) in series {
         let _ = writeln!(out, "{name}{{{l}}} {v}");
     }
 }
 
-fn histogram(out: &mut String, name: &str, help: &str, series: &BTreeMap<String, Histogram>) {
+pub(crate) fn histogram(out: &mut String, name: &str, help: &str, series: &BTreeMap<String, Histogram>) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
     for (l, h) in series {
-        for (b, c) in BUCKETS.iter().zip(&h.counts) {
+        for (b, c) in h.buckets.iter().zip(&h.counts) {
             let _ = writeln!(out, "{name}_bucket{{{l},le=\"{b}\"}} {c}");
         }
         let _ = writeln!(out, "{name}_bucket{{{l},le=\"+Inf\"}} {}", h.count);

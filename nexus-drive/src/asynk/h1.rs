@@ -25,7 +25,7 @@ use ureq_proto::client::{Call, RecvBodyResult, RecvResponseResult, SendRequestRe
 use ureq_proto::http;
 use ureq_proto::BodyMode;
 
-/// Idle connections kept per pool.
+/// Idle connections a driver's pool keeps (the gateway sizes its own).
 const MAX_IDLE: usize = 16;
 /// A response head larger than this is refused.
 const MAX_HEAD: usize = 256 * 1024;
@@ -120,11 +120,19 @@ pub(crate) struct Pool {
     idle: Mutex<Vec<(Key, Link)>>,
     tls: OnceLock<Result<TlsConnector, String>>,
     connect_timeout: Duration,
+    max_idle: usize,
 }
 
 impl Pool {
     pub(crate) fn new(connect_timeout: Duration) -> Pool {
-        Pool { idle: Mutex::new(Vec::new()), tls: OnceLock::new(), connect_timeout }
+        Pool::with_max_idle(connect_timeout, MAX_IDLE)
+    }
+
+    /// A pool keeping up to `max_idle` idle connections: a gateway keeps as
+    /// many as it has requests in flight, so that every connection a burst
+    /// opened is reused by the next one instead of closed.
+    pub(crate) fn with_max_idle(connect_timeout: Duration, max_idle: usize) -> Pool {
+        Pool { idle: Mutex::new(Vec::new()), tls: OnceLock::new(), connect_timeout, max_idle }
     }
 
     fn take(&self, key: &Key) -> Option<Link> {
@@ -135,7 +143,10 @@ impl Pool {
 
     fn put(&self, key: Key, link: Link) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() >= MAX_IDLE {
+        if idle.len() >= self.max_idle {
+            if self.max_idle == 0 {
+                return;
+            }
             idle.remove(0);
         }
         idle.push((key, link));

@@ -3,7 +3,7 @@
 //! smol's blocking pool). The same pump as the blocking driver; only the I/O
 //! differs.
 
-mod h1;
+pub(crate) mod h1;
 
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -1,281 +1,354 @@
-//! One connection: its requests, their routes, and the upstream call each
-//! chat completion makes.
+//! The OpenAI Chat Completions surface: `POST /v1/chat/completions`
+//! translated to the routed upstream's wire and back, and `GET /v1/models`.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
-
+use bytes::Bytes;
 use nexus_proto::translate::{
-    error_to_openai, openai_request_bytes_to, response_to_openai_with, CompletionMeta, TranslateError,
-    TranslatedRequest,
+    error_to_openai, openai_request_bytes_to, openai_request_to, response_to_openai_with, CompletionMeta,
+    StreamTranslator, TranslateError, TranslatedRequest,
 };
-use nexus_proto::{SseDecoder, Style};
+use nexus_proto::{SseDecoder, SseEvent, Style};
 use serde_json::{json, Value};
 
-use super::http::{write_response, Chunked, Conn, Limits, ReadError, Request};
-use super::State;
+use super::gateway::{Ctx, Target, UpstreamBody, UpstreamRequest, UpstreamResponse};
+use super::surface::{BoxFuture, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
 /// Error bodies read from the upstream are capped here: they are messages.
-pub(super) const MAX_ERROR_BODY: usize = 1024 * 1024;
+const MAX_ERROR_BODY: usize = 1024 * 1024;
 
-/// What answering a request left behind.
-pub(super) struct Answered {
-    pub(super) status: u16,
-    /// The connection must close (a stream ended by EOF, a client gone, …).
-    pub(super) close: bool,
+/// `POST /v1/chat/completions` and `GET /v1/models[/{id}]` in OpenAI shapes.
+pub(crate) struct ChatCompletions;
+
+/// The path without a trailing slash or the `/v1` prefix.
+fn endpoint(path: &str) -> &str {
+    let path = path.trim_end_matches('/');
+    path.strip_prefix("/v1").unwrap_or(path)
 }
 
-/// Answers a connection over the limit and closes it.
-pub(super) fn refuse_busy(mut stream: TcpStream) {
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
-    let e = server_error(503, "the gateway is at its connection limit; retry shortly", "overloaded");
-    let _ = write_response(&mut stream, 503, "application/json", &[], e.to_json().to_string().as_bytes(), true);
-}
-
-/// Serves one connection until it closes, idles out, or the server stops.
-pub(super) fn connection(stream: TcpStream, state: &State) {
-    let Ok(mut conn) = Conn::new(stream) else {
-        return;
-    };
-    // A client that stops reading must not hold a thread forever.
-    let _ = conn.stream.set_write_timeout(Some(Duration::from_secs(60)));
-    let limits = Limits {
-        max_body: state.config.max_body_bytes,
-        idle: state.config.idle_timeout,
-        request: state.config.request_timeout,
-    };
-    loop {
-        let req = match conn.read_request(&limits, &state.stopping) {
-            Ok(req) => req,
-            Err(ReadError::Closed | ReadError::Io) => return,
-            Err(ReadError::TooLarge(max)) => {
-                let e = TranslateError {
-                    status: 413,
-                    message: format!("the request body is over the {max}-byte limit"),
-                    kind: "invalid_request_error".into(),
-                    param: None,
-                    code: Some("request_too_large".into()),
-                };
-                send_error(&mut conn.stream, &e, &[], true);
-                return;
-            }
-            Err(ReadError::Malformed(why)) => {
-                let e = TranslateError {
-                    param: None,
-                    ..TranslateError::invalid("", format!("malformed HTTP request: {why}"))
-                };
-                send_error(&mut conn.stream, &e, &[], true);
-                return;
-            }
-        };
-        let started = Instant::now();
-        let close = req.close || state.stopping.load(Ordering::SeqCst);
-        let answered = route(&req, &mut conn.stream, state, close);
-        if state.config.log_requests {
-            eprintln!(
-                "nexus serve: {} {} {} {}ms",
-                req.method,
-                req.path(),
-                answered.status,
-                started.elapsed().as_millis()
-            );
-        }
-        if close || answered.close {
-            return;
-        }
+impl Surface for ChatCompletions {
+    fn name(&self) -> &'static str {
+        "openai.chat"
     }
-}
 
-fn route(req: &Request, out: &mut TcpStream, state: &State, close: bool) -> Answered {
-    // The Anthropic and Gemini surfaces check their clients' own key headers.
-    if let Some(answered) = super::surfaces::route(req, out, state, close) {
-        return answered;
+    fn claims(&self, path: &str) -> bool {
+        let p = endpoint(path);
+        p == "/chat/completions" || p == "/models" || p.starts_with("/models/")
     }
-    let path = req.path().trim_end_matches('/');
-    let path = path.strip_prefix("/v1").unwrap_or(path);
-    if let Some(token) = &state.config.client_token {
-        if bearer(req) != Some(token.as_str()) {
-            let e = TranslateError {
-                status: 401,
-                message: "Incorrect API key provided.".into(),
-                kind: "authentication_error".into(),
-                param: None,
-                code: Some("invalid_api_key".into()),
+
+    fn error(&self, e: &GatewayError) -> Reply {
+        let mut reply = send_error(&openai_error(e), &[]);
+        for (k, v) in &e.headers {
+            reply = reply.with_header(k.clone(), v.clone());
+        }
+        reply
+    }
+
+    fn handle<'a>(&'a self, req: SurfaceRequest, ctx: Ctx) -> BoxFuture<'a, Reply> {
+        Box::pin(async move {
+            let p = endpoint(&req.path);
+            let allow = |method: &'static str| {
+                let mut e = GatewayError::new(
+                    ErrorKind::MethodNotAllowed,
+                    format!("{} is not allowed on {}; use {method}", req.method, req.path),
+                );
+                e.headers.push(("allow".into(), method.into()));
+                self.error(&e)
             };
-            return send_error(out, &e, &[], close);
-        }
+            match p {
+                "/chat/completions" if req.method == "POST" => chat_completion(&req, &ctx).await,
+                "/chat/completions" => allow("POST"),
+                // Anthropic clients ask the same path; they get their own shape.
+                "/models" if req.method == "GET" && req.header("anthropic-version").is_some() => {
+                    super::surfaces::anthropic_models(&ctx).await
+                }
+                "/models" if req.method == "GET" => models(&ctx, None).await,
+                "/models" => allow("GET"),
+                p if req.method == "GET" => models(&ctx, p.strip_prefix("/models/")).await,
+                _ => allow("GET"),
+            }
+        })
     }
-    let allow = |method: &'static str| {
-        let e = TranslateError {
-            status: 405,
-            message: format!("{} is not allowed on {}; use {method}", req.method, req.path()),
-            kind: "invalid_request_error".into(),
-            param: None,
-            code: Some("method_not_allowed".into()),
-        };
-        (e, [("allow", method.to_string())])
+}
+
+/// A gateway error as an OpenAI error object.
+fn openai_error(e: &GatewayError) -> TranslateError {
+    let (kind, code) = match e.kind {
+        ErrorKind::Unauthorized => ("authentication_error", "invalid_api_key"),
+        ErrorKind::RateLimited => ("requests", "rate_limit_exceeded"),
+        ErrorKind::TooLarge => ("invalid_request_error", "request_too_large"),
+        ErrorKind::NotFound => ("invalid_request_error", "unknown_url"),
+        ErrorKind::MethodNotAllowed => ("invalid_request_error", "method_not_allowed"),
+        ErrorKind::ModelNotFound => ("invalid_request_error", "model_not_found"),
+        ErrorKind::InvalidRequest => ("invalid_request_error", "invalid_request"),
+        ErrorKind::Timeout => ("server_error", "upstream_timeout"),
+        ErrorKind::Overloaded => ("server_error", "overloaded"),
+        _ => ("server_error", "upstream_error"),
     };
-    match path {
-        "/chat/completions" if req.method == "POST" => chat_completion(req, out, state, close),
-        "/chat/completions" => {
-            let (e, h) = allow("POST");
-            send_error(out, &e, &h, close)
-        }
-        "/models" if req.method == "GET" => models(req, out, state, None, close),
-        p if p.starts_with("/models/") && req.method == "GET" => {
-            let id = p.trim_start_matches("/models/");
-            models(req, out, state, Some(id), close)
-        }
-        "/models" => {
-            let (e, h) = allow("GET");
-            send_error(out, &e, &h, close)
-        }
-        _ => {
-            let e = TranslateError {
-                status: 404,
-                message: format!("Invalid URL ({} {})", req.method, req.path()),
-                kind: "invalid_request_error".into(),
-                param: None,
-                code: Some("unknown_url".into()),
-            };
-            send_error(out, &e, &[], close)
+    TranslateError {
+        status: e.status,
+        message: e.message.clone(),
+        kind: kind.into(),
+        param: e.param.clone(),
+        code: Some(code.into()),
+    }
+}
+
+/// The translated request and where it goes: routed by the request's model
+/// (renamed as the route says), or — with one catch-all route — straight to
+/// its upstream with the body read once.
+fn translate(req: &SurfaceRequest, ctx: &Ctx) -> Result<(TranslatedRequest, Target, String), TranslateError> {
+    if !ctx.routes_by_model() {
+        let target = ctx
+            .default_route()
+            .map(|r| r.primary)
+            .ok_or_else(|| openai_error(&GatewayError::new(ErrorKind::ModelNotFound, "no route is configured")))?;
+        let t = openai_request_bytes_to(target.style(), &req.body)?;
+        let model = t.model.clone();
+        return Ok((t, target, model));
+    }
+    let mut v: Value = match serde_json::from_slice(&req.body) {
+        Ok(v) => v,
+        // The translator words a body that is not JSON the way every surface expects.
+        Err(_) => return Err(openai_request_bytes_to(Style::OpenAi, &req.body).err().unwrap_or_else(not_json)),
+    };
+    let Some(model) = v.get("model").and_then(Value::as_str).map(str::to_string) else {
+        return Err(TranslateError::invalid("model", "you must provide a model parameter"));
+    };
+    let route = ctx.route(&model).map_err(|e| openai_error(&e))?;
+    let target = route.primary().clone();
+    if target.model() != model {
+        if let Some(m) = v.get_mut("model") {
+            *m = Value::String(target.model().to_string());
         }
     }
+    let t = openai_request_to(target.style(), &v)?;
+    Ok((t, target, model))
+}
+
+fn not_json() -> TranslateError {
+    TranslateError::invalid("", "the request body is not valid JSON")
 }
 
 /// `POST /v1/chat/completions`: translate, one upstream call, translate back.
-fn chat_completion(req: &Request, out: &mut TcpStream, state: &State, close: bool) -> Answered {
-    let style = state.config.upstream_style;
-    let t = match openai_request_bytes_to(style, &req.body) {
-        Ok(t) => t,
-        Err(e) => return send_error(out, &e, &[], close),
+async fn chat_completion(req: &SurfaceRequest, ctx: &Ctx) -> Reply {
+    let (t, target, client_model) = match translate(req, ctx) {
+        Ok(x) => x,
+        Err(e) => return send_error(&e, &[]),
     };
-    let meta = CompletionMeta { id: completion_id(state), model: t.model.clone(), created: now_secs() };
-    let key = upstream_key(req, state);
-    let response = match send_upstream(state, "POST", &t.url(&state.base_url), &t.headers(key.as_deref()), &t.body) {
+    ctx.note_model(&client_model);
+    let style = t.style;
+    let meta = CompletionMeta { id: ctx.response_id("chatcmpl-"), model: client_model, created: ctx.now_secs() };
+    let up = UpstreamRequest {
+        method: "POST",
+        url: t.url(target.base_url()),
+        headers: t.headers(None),
+        body: t.body.clone(),
+        stream: t.stream,
+    };
+    let response = match ctx.send(&target, up).await {
         Ok(r) => r,
-        Err(e) => return send_error(out, &e, &[], close),
+        Err(e) => return send_error(&openai_error(&e), &[]),
     };
-    let status = response.status().as_u16();
+    let status = response.status;
     let retry_after = retry_after(&response);
-    let mut body = response.into_body().into_reader();
+    let mut body = response.body;
     if !(200..300).contains(&status) {
-        let bytes = read_capped(&mut body, MAX_ERROR_BODY).unwrap_or_else(|(partial, _)| partial);
+        let bytes = body.read_to_end(MAX_ERROR_BODY).await.unwrap_or_default();
         if style == Style::OpenAi {
             // The upstream already speaks OpenAI: its own error, as sent.
-            return send(out, status, &bytes, &retry_after, close);
+            return with_headers(Reply::json(status, bytes), &retry_after);
         }
-        return send_error(out, &error_to_openai(style, status, &bytes), &retry_after, close);
+        return send_error(&error_to_openai(style, status, &bytes), &retry_after);
     }
     if t.stream {
-        return stream(&t, body, out, meta, close);
+        return stream(&t, body, meta, ctx.clone());
     }
-    let bytes = match read_capped(&mut body, state.config.max_upstream_body_bytes) {
+    let bytes = match body.read_to_end(ctx.max_upstream_body_bytes()).await {
         Ok(bytes) => bytes,
-        Err((_, why)) => return send_error(out, &server_error(502, &why, "upstream_body"), &[], close),
+        Err(e) => return send_error(&openai_error(&e), &[]),
     };
     if style == Style::OpenAi {
-        return send(out, status, &bytes, &[], close);
+        if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+            note_usage(ctx, &v);
+        }
+        return Reply::json(status, bytes);
     }
     match response_to_openai_with(style, &bytes, &meta) {
-        Ok(v) => send(out, 200, v.to_string().as_bytes(), &[], close),
-        Err(e) => send_error(out, &e, &[], close),
+        Ok(v) => {
+            note_usage(ctx, &v);
+            Reply::json(200, v.to_string())
+        }
+        Err(e) => send_error(&e, &[]),
     }
 }
 
-/// Pipes an upstream event stream to the client as OpenAI chunks, each
-/// written and flushed as soon as it is complete.
-fn stream(
-    t: &TranslatedRequest,
-    mut body: ureq::BodyReader<'static>,
-    out: &mut TcpStream,
-    meta: CompletionMeta,
-    close: bool,
-) -> Answered {
-    let Ok(mut client) = Chunked::start(out, close) else {
-        return Answered { status: 200, close: true };
+/// Counts an OpenAI `usage` object's tokens.
+fn note_usage(ctx: &Ctx, v: &Value) {
+    let Some(u) = v.get("usage") else { return };
+    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+    ctx.note_usage(n("prompt_tokens"), n("completion_tokens"));
+}
+
+/// An upstream event stream as OpenAI chunks, each sent as soon as it is
+/// complete. Pulled by the client's connection: a client that reads slowly
+/// slows the upstream read, and one that leaves drops the upstream body
+/// (closing that connection, which cancels the upstream request).
+fn stream(t: &TranslatedRequest, body: UpstreamBody, meta: CompletionMeta, ctx: Ctx) -> Reply {
+    let translator = (t.style != Style::OpenAi).then(|| t.stream_translator(meta));
+    let state = Pump {
+        body,
+        translator,
+        decoder: SseDecoder::new(),
+        events: Vec::new(),
+        done: false,
+        usage: Usage::default(),
+        ctx,
     };
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut ended_cleanly = true;
-    if t.style == Style::OpenAi {
-        // Same format both sides: the bytes go through as they come.
+    let chunks = futures_lite::stream::unfold(state, |mut p| async move {
+        let out = p.next().await?;
+        Some((out, p))
+    });
+    Reply::event_stream(Box::pin(chunks))
+}
+
+struct Pump {
+    body: UpstreamBody,
+    /// `None`: same format both sides, the bytes go through as they come.
+    translator: Option<StreamTranslator>,
+    decoder: SseDecoder,
+    events: Vec<SseEvent>,
+    done: bool,
+    usage: Usage,
+    ctx: Ctx,
+}
+
+impl Pump {
+    async fn next(&mut self) -> Option<Bytes> {
+        let out = self.step().await;
+        if self.done {
+            // Counted once, before the last piece leaves: the request's record
+            // is finished as soon as the client has it.
+            let u = std::mem::take(&mut self.usage);
+            if u.input + u.output > 0 {
+                self.ctx.note_usage(u.input, u.output);
+            }
+        }
+        out
+    }
+
+    async fn step(&mut self) -> Option<Bytes> {
+        let Pump { body, translator, decoder, events, done, usage, .. } = self;
         loop {
-            match body.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    if client.send(buf.get(..n).unwrap_or_default()).is_err() {
-                        return Answered { status: 200, close: true };
+            if *done {
+                return None;
+            }
+            let mut lines = Vec::new();
+            match body.chunk().await {
+                Ok(Some(piece)) => {
+                    let Some(tr) = translator.as_mut() else {
+                        usage.scan_lines(piece);
+                        return Some(Bytes::copy_from_slice(piece));
+                    };
+                    decoder.feed(piece, events);
+                    for ev in events.drain(..) {
+                        usage.scan(ev.data.as_bytes());
+                        lines.extend(tr.push(&ev));
+                    }
+                    // After an error line nothing more is read: the upstream is done for.
+                    *done = tr.error().is_some();
+                }
+                Ok(None) => {
+                    *done = true;
+                    let tr = translator.as_mut()?;
+                    decoder.finish(events);
+                    for ev in events.drain(..) {
+                        usage.scan(ev.data.as_bytes());
+                        lines.extend(tr.push(&ev));
+                    }
+                    lines.extend(tr.finish());
+                }
+                Err(e) => {
+                    *done = true;
+                    let e = openai_error(&e);
+                    match translator.as_mut() {
+                        Some(tr) => lines.extend(tr.abort(e)),
+                        // The blank line ends whatever event the upstream left half-written.
+                        None => return Some(Bytes::from(format!("\n\ndata: {}\n\n", e.to_json()))),
                     }
                 }
-                Err(e) => {
-                    let e = server_error(502, &format!("the upstream stream failed: {e}"), "upstream_stream");
-                    // The blank line ends whatever event the upstream left half-written.
-                    let _ = client.send(format!("\n\ndata: {}\n\n", e.to_json()).as_bytes());
-                    ended_cleanly = false;
-                    break;
-                }
             }
+            if lines.is_empty() {
+                continue;
+            }
+            return Some(Bytes::from(lines.concat()));
         }
-    } else {
-        let mut translator = t.stream_translator(meta);
-        let mut decoder = SseDecoder::new();
-        let mut events = Vec::new();
-        loop {
-            let mut lines = Vec::new();
-            let done = match body.read(&mut buf) {
-                Ok(0) => {
-                    decoder.finish(&mut events);
-                    lines.extend(events.drain(..).flat_map(|ev| translator.push(&ev)));
-                    lines.extend(translator.finish());
-                    true
-                }
-                Ok(n) => {
-                    decoder.feed(buf.get(..n).unwrap_or_default(), &mut events);
-                    lines.extend(events.drain(..).flat_map(|ev| translator.push(&ev)));
-                    // After an error line nothing more is read: the upstream is done for.
-                    translator.error().is_some()
-                }
-                Err(e) => {
-                    let e = server_error(502, &format!("the upstream stream failed: {e}"), "upstream_stream");
-                    lines.extend(translator.abort(e));
-                    true
-                }
-            };
-            if client.send(lines.concat().as_bytes()).is_err() {
-                // The client left: dropping the upstream body closes that connection too.
-                return Answered { status: 200, close: true };
-            }
-            if done {
-                ended_cleanly = translator.error().is_none();
-                break;
+    }
+}
+
+/// Token counts seen in an upstream stream, whatever the upstream reports
+/// and whether or not the client asked for a usage chunk. Providers report
+/// running totals (Anthropic's `message_delta`, Gemini's `usageMetadata`),
+/// so the largest value of each wins.
+#[derive(Default)]
+struct Usage {
+    input: u64,
+    output: u64,
+}
+
+impl Usage {
+    /// One event's JSON, read only when it mentions usage.
+    fn scan(&mut self, data: &[u8]) {
+        if !contains(data, b"usage") {
+            return;
+        }
+        let Ok(v) = serde_json::from_slice::<Value>(data) else { return };
+        let n = |v: Option<&Value>, k: &str| v.and_then(|u| u.get(k)).and_then(Value::as_u64).unwrap_or(0);
+        // Anthropic: message_start.message.usage and message_delta.usage.
+        for u in [v.get("usage"), v.get("message").and_then(|m| m.get("usage"))] {
+            self.input = self.input.max(n(u, "input_tokens")).max(n(u, "prompt_tokens"));
+            self.output = self.output.max(n(u, "output_tokens")).max(n(u, "completion_tokens"));
+        }
+        let g = v.get("usageMetadata");
+        self.input = self.input.max(n(g, "promptTokenCount"));
+        self.output = self.output.max(n(g, "candidatesTokenCount") + n(g, "thoughtsTokenCount"));
+    }
+
+    /// The `data:` lines of a piece of an OpenAI stream.
+    fn scan_lines(&mut self, piece: &[u8]) {
+        if !contains(piece, b"\"usage\":{") {
+            return;
+        }
+        for line in piece.split(|b| *b == b'\n') {
+            if let Some(data) = line.strip_prefix(b"data: ") {
+                self.scan(data);
             }
         }
     }
-    if client.end().is_err() {
-        return Answered { status: 200, close: true };
-    }
-    Answered { status: 200, close: close || !ended_cleanly }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// `GET /v1/models` and `GET /v1/models/{id}`: the configured models, or the upstream's.
-fn models(req: &Request, out: &mut TcpStream, state: &State, id: Option<&str>, close: bool) -> Answered {
-    let owner = state.config.upstream_style.name();
-    let names = if state.config.models.is_empty() {
-        match upstream_models(req, state) {
-            Ok(names) => names,
-            Err(e) => return send_error(out, &e, &[], close),
+async fn models(ctx: &Ctx, id: Option<&str>) -> Reply {
+    let route = ctx.default_route();
+    let owner = route.as_ref().map_or("nexus", |r| r.primary().style().name());
+    let mut names = ctx.listed_models();
+    if names.is_empty() {
+        if let Some(r) = &route {
+            names = match upstream_models(ctx, r.primary()).await {
+                Ok(names) => names,
+                Err(e) => return send_error(&e, &[]),
+            };
         }
-    } else {
-        state.config.models.clone()
-    };
+    }
     let object = |name: &str| json!({ "id": name, "object": "model", "created": 0, "owned_by": owner });
     match id {
         None => {
             let list = json!({ "object": "list", "data": names.iter().map(|n| object(n)).collect::<Vec<_>>() });
-            send(out, 200, list.to_string().as_bytes(), &[], close)
+            Reply::json(200, list.to_string())
         }
-        Some(id) if names.iter().any(|n| n == id) => send(out, 200, object(id).to_string().as_bytes(), &[], close),
+        Some(id) if names.iter().any(|n| n == id) => Reply::json(200, object(id).to_string()),
         Some(id) => {
             let e = TranslateError {
                 status: 404,
@@ -284,15 +357,15 @@ fn models(req: &Request, out: &mut TcpStream, state: &State, id: Option<&str>, c
                 param: None,
                 code: Some("model_not_found".into()),
             };
-            send_error(out, &e, &[], close)
+            send_error(&e, &[])
         }
     }
 }
 
 /// The upstream's model list, as model ids.
-pub(super) fn upstream_models(req: &Request, state: &State) -> Result<Vec<String>, TranslateError> {
-    let style = state.config.upstream_style;
-    let base = state.base_url.trim_end_matches('/');
+pub(super) async fn upstream_models(ctx: &Ctx, target: &Target) -> Result<Vec<String>, TranslateError> {
+    let style = target.style();
+    let base = target.base_url().trim_end_matches('/');
     let url = match style {
         Style::Anthropic if base.ends_with("/v1") => format!("{base}/models?limit=1000"),
         Style::Anthropic => format!("{base}/v1/models?limit=1000"),
@@ -301,19 +374,16 @@ pub(super) fn upstream_models(req: &Request, state: &State) -> Result<Vec<String
     };
     let mut headers = style.base_headers();
     headers.retain(|(k, _)| k != "content-type");
-    if let Some(key) = upstream_key(req, state) {
-        headers.push(style.auth_header(&key));
-    }
-    let response = send_upstream(state, "GET", &url, &headers, &[])?;
-    let status = response.status().as_u16();
-    let mut body = response.into_body().into_reader();
-    let bytes =
-        read_capped(&mut body, MAX_ERROR_BODY * 8).map_err(|(_, why)| server_error(502, &why, "upstream_body"))?;
+    let up = UpstreamRequest { method: "GET", url, headers, body: Vec::new(), stream: false };
+    let response = ctx.send(target, up).await.map_err(|e| openai_error(&e))?;
+    let status = response.status;
+    let mut body = response.body;
+    let bytes = body.read_to_end(MAX_ERROR_BODY * 8).await.map_err(|e| openai_error(&e))?;
     if !(200..300).contains(&status) {
         return Err(error_to_openai(style, status, &bytes));
     }
     let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        server_error(502, &format!("the upstream model list is not JSON: {e}"), "upstream_decode_error")
+        openai_error(&GatewayError::new(ErrorKind::Upstream, format!("the upstream model list is not JSON: {e}")))
     })?;
     let (items, key) = match style {
         Style::Gemini => (v.get("models"), "name"),
@@ -328,103 +398,23 @@ pub(super) fn upstream_models(req: &Request, state: &State) -> Result<Vec<String
         .collect())
 }
 
-/// One upstream exchange up to its response head.
-pub(super) fn send_upstream(
-    state: &State,
-    method: &str,
-    url: &str,
-    headers: &[(String, String)],
-    body: &[u8],
-) -> Result<ureq::http::Response<ureq::Body>, TranslateError> {
-    let mut builder = ureq::http::Request::builder().method(method).uri(url);
-    for (k, v) in headers {
-        builder = builder.header(k.as_str(), v.as_str());
-    }
-    let request = builder
-        .body(body)
-        .map_err(|e| server_error(500, &format!("the upstream request could not be built: {e}"), "upstream_request"))?;
-    state.agent.run(request).map_err(|e| match e {
-        ureq::Error::Timeout(_) => {
-            server_error(504, &format!("the upstream did not answer in time: {e}"), "upstream_timeout")
-        }
-        e => server_error(502, &format!("the upstream could not be reached: {e}"), "upstream_unreachable"),
-    })
-}
-
-/// The key sent upstream: the configured one, or — only when configured so —
-/// the client's own bearer token.
-fn upstream_key(req: &Request, state: &State) -> Option<String> {
-    if state.config.forward_client_key {
-        if let Some(token) = bearer(req) {
-            return Some(token.to_string());
-        }
-    }
-    state.config.api_key.clone()
-}
-
-fn bearer(req: &Request) -> Option<&str> {
-    let value = req.header("authorization")?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
-}
-
 /// `Retry-After` from an upstream refusal, passed on when it is delay-seconds
 /// (the OpenAI SDKs honour it).
-pub(super) fn retry_after(response: &ureq::http::Response<ureq::Body>) -> Vec<(&'static str, String)> {
+fn retry_after(response: &UpstreamResponse) -> Vec<(String, String)> {
     response
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok())
+        .header("retry-after")
         .filter(|v| nexus_proto::provider::parse_retry_after(v).is_some())
-        .map(|v| vec![("retry-after", v.trim().to_string())])
+        .map(|v| vec![("retry-after".to_string(), v.trim().to_string())])
         .unwrap_or_default()
 }
 
-/// Reads a body up to `cap` bytes; over it (or on a read error) returns
-/// what was read and why it stopped.
-pub(super) fn read_capped(body: &mut impl Read, cap: usize) -> Result<Vec<u8>, (Vec<u8>, String)> {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    loop {
-        match body.read(&mut buf) {
-            Ok(0) => return Ok(out),
-            Ok(n) => {
-                out.extend_from_slice(buf.get(..n).unwrap_or_default());
-                if out.len() > cap {
-                    return Err((out, format!("the upstream response is over the {cap}-byte limit")));
-                }
-            }
-            Err(e) => return Err((out, format!("the upstream response could not be read: {e}"))),
-        }
+fn with_headers(mut reply: Reply, extra: &[(String, String)]) -> Reply {
+    for (k, v) in extra {
+        reply = reply.with_header(k.clone(), v.clone());
     }
+    reply
 }
 
-pub(super) fn server_error(status: u16, message: &str, code: &str) -> TranslateError {
-    TranslateError {
-        status,
-        message: message.to_string(),
-        kind: "server_error".to_string(),
-        param: None,
-        code: Some(code.to_string()),
-    }
-}
-
-pub(super) fn send(out: &mut impl Write, status: u16, body: &[u8], extra: &[(&str, String)], close: bool) -> Answered {
-    let written = write_response(out, status, "application/json", extra, body, close);
-    Answered { status, close: close || written.is_err() }
-}
-
-fn send_error(out: &mut impl Write, e: &TranslateError, extra: &[(&str, String)], close: bool) -> Answered {
-    send(out, e.status, e.to_json().to_string().as_bytes(), extra, close)
-}
-
-/// `chatcmpl-<process epoch><counter>`: unique per response, so the call ids
-/// derived from it never repeat within a conversation.
-fn completion_id(state: &State) -> String {
-    let n = state.counter.fetch_add(1, Ordering::Relaxed);
-    format!("chatcmpl-{:016x}{n:x}", state.epoch)
-}
-
-pub(super) fn now_secs() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
+fn send_error(e: &TranslateError, extra: &[(String, String)]) -> Reply {
+    with_headers(Reply::json(e.status, e.to_json().to_string()), extra)
 }

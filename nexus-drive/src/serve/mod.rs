@@ -1,27 +1,69 @@
-//! `nexus serve`: an OpenAI-compatible gateway in front of Anthropic,
-//! Gemini or an OpenAI-compatible upstream.
+//! `nexus serve`: a gateway that lets clients of one wire format reach
+//! upstreams of any (Anthropic, Gemini, OpenAI-compatible), with routes,
+//! client keys, limits, health and metrics.
 //!
 //! Point the official OpenAI SDK (or anything that speaks Chat Completions)
-//! at it and each `POST /v1/chat/completions` is translated with
-//! [`nexus_proto::translate`], sent upstream as exactly one call, and
-//! answered in OpenAI shapes — streamed or not, tool calls included. The
-//! caller owns the conversation and runs its tools; the gateway keeps no
-//! state between requests and executes nothing.
+//! at it and each `POST /v1/chat/completions` is routed by its model,
+//! translated with [`nexus_proto::translate`], sent upstream as exactly one
+//! call, and answered in OpenAI shapes — streamed or not, tool calls
+//! included. The caller owns the conversation and runs its tools; the
+//! gateway keeps no state between requests and executes nothing.
 //!
-//! * `GET /v1/models` lists the configured models, or (when none are
-//!   configured) the upstream's own list, translated.
-//! * The upstream key comes from the configuration (the CLI reads it from
-//!   the environment); the client's bearer token is never forwarded unless
-//!   [`ServeConfig::forward_client_key`] says so, and when
-//!   [`ServeConfig::client_token`] is set the client must present it.
-//! * Each connection has its own thread, so requests and streams never wait
-//!   on one another; bodies over [`ServeConfig::max_body_bytes`] get 413.
-//! * Malformed JSON, untranslatable requests and upstream failures are
-//!   answered with OpenAI error objects and the matching status; upstream
-//!   errors keep the upstream's message.
+//! ## The server
+//!
+//! * [hyper] serves every connection: HTTP/1.1 with keep-alive and
+//!   pipelining, and HTTP/2 without TLS (h2c, prior knowledge) when a
+//!   connection opens with the HTTP/2 preface. Request heads are capped at
+//!   [`ServeConfig::max_header_bytes`], bodies at [`ServeConfig::max_body_bytes`]
+//!   (413 before the body is read when `content-length` says so).
+//! * Connections are tasks on a small smol executor
+//!   ([`ServeConfig::threads`], one per CPU by default): ten thousand idle
+//!   keep-alive connections or a thousand streams need no more threads.
+//! * Slow clients: a request head must arrive within
+//!   [`ServeConfig::idle_timeout`] of the connection going idle, a body within
+//!   [`ServeConfig::request_timeout`], and a response write that the client
+//!   does not take within `request_timeout` closes the connection.
+//! * Streams are pulled by the client connection (backpressure): an upstream
+//!   is read only as fast as its client reads, and a client that leaves drops
+//!   the upstream body, which closes that upstream connection and so cancels
+//!   the upstream request.
+//! * Upstream calls go through the async driver's HTTP client and one
+//!   keep-alive pool ([`ServeConfig::upstream_max_idle`] idle connections),
+//!   so connections opened in a burst are reused by the next.
 //! * [`ShutdownHandle::shutdown`] stops accepting, lets every request and
 //!   stream in flight finish (within [`ServeConfig::shutdown_grace`]), and
 //!   closes idle keep-alive connections; [`Server::wait`] returns after that.
+//!
+//! ## Routes, keys, limits
+//!
+//! [`ServeConfig::from_toml`] reads a configuration file (format in
+//! [`config`](ServeConfig::from_toml)'s docs): upstreams (style, base URL,
+//! key from an environment variable, extra headers), model routes (client
+//! model name or `*` pattern → upstreams in order + upstream model name),
+//! named client keys with a concurrency limit each. A request without a
+//! valid key gets 401 and one over its key's limit 429 with `Retry-After`,
+//! both in the surface's own error shape. Upstream keys and client keys are
+//! never logged, never metric labels and never in an error body; the
+//! client's key is not forwarded unless [`ServeConfig::forward_client_key`] says so.
+//!
+//! ## Operations
+//!
+//! * `GET /health`: 200 while the process serves.
+//! * `GET /ready`: 200 when upstreams are configured and the last probe of
+//!   each (a TCP connection every [`ServeConfig::probe_interval`], and every
+//!   real exchange) succeeded; 503 with the reason otherwise.
+//! * `GET /metrics`: Prometheus text — requests by surface, upstream, model,
+//!   status and outcome; histograms of time to first byte and to the end;
+//!   upstream errors by kind; tokens in and out; requests in flight.
+//! * With [`ServeConfig::log_requests`], one JSON line per request on stderr
+//!   (method, path, surface, key name, status, model, upstream, times,
+//!   tokens, upstream error) — never a body, a header or a key.
+//!
+//! ## Surfaces
+//!
+//! Each client dialect is a [`Surface`]: it claims its paths, shapes errors
+//! its clients parse, and answers a whole request with a whole or streamed
+//! reply through its [`Ctx`]. The server does everything around it.
 //!
 //! ```no_run
 //! use nexus_drive::serve::{serve, ServeConfig};
@@ -36,105 +78,26 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod config;
+mod gateway;
 mod handler;
-mod http;
+mod ops;
+mod server;
+mod surface;
 mod surfaces;
 
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use nexus_proto::Style;
+pub use config::{ClientKeyConfig, ConfigError, RouteConfig, ServeConfig, UpstreamConfig};
+pub use gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest, UpstreamResponse};
+pub use surface::{BoxFuture, ChunkStream, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
-/// How the gateway runs.
-#[derive(Debug, Clone)]
-pub struct ServeConfig {
-    /// The address to listen on (port 0 picks a free one; see [`Server::local_addr`]).
-    pub listen: SocketAddr,
-    /// The upstream's wire format.
-    pub upstream_style: Style,
-    /// The upstream's API root; `None` is the style's public API.
-    pub upstream_base_url: Option<String>,
-    /// The upstream key. Kept in memory only, never logged.
-    pub api_key: Option<String>,
-    /// Send the client's own bearer token upstream instead of [`api_key`](Self::api_key).
-    /// Off by default: a client's credentials stay with the gateway.
-    pub forward_client_key: bool,
-    /// When set, clients must send `Authorization: Bearer <this>`.
-    pub client_token: Option<String>,
-    /// Models `GET /v1/models` lists; empty asks the upstream.
-    pub models: Vec<String>,
-    /// Request bodies larger than this are refused with 413.
-    pub max_body_bytes: usize,
-    /// Upstream response bodies (non-streaming) larger than this fail with 502.
-    pub max_upstream_body_bytes: usize,
-    /// Connections served at once; more are answered 503 and closed.
-    pub max_connections: usize,
-    /// How long connecting to the upstream may take.
-    pub upstream_connect_timeout: Duration,
-    /// How long one upstream exchange may take, body included (`None`: no limit).
-    pub upstream_timeout: Option<Duration>,
-    /// How long an idle keep-alive connection is kept.
-    pub idle_timeout: Duration,
-    /// How long a request may take to arrive once it has begun.
-    pub request_timeout: Duration,
-    /// How long a shutdown waits for requests and streams in flight.
-    pub shutdown_grace: Duration,
-    /// Write one line per request to stderr (method, path, status, duration; never headers).
-    pub log_requests: bool,
-}
-
-impl ServeConfig {
-    /// Defaults: the style's public API, no key, 16 MiB request bodies, 512
-    /// connections, 10 s to connect, 10 min per upstream exchange, 60 s idle,
-    /// 30 s to receive a request, 60 s shutdown grace.
-    pub fn new(listen: SocketAddr, upstream_style: Style) -> ServeConfig {
-        ServeConfig {
-            listen,
-            upstream_style,
-            upstream_base_url: None,
-            api_key: None,
-            forward_client_key: false,
-            client_token: None,
-            models: Vec::new(),
-            max_body_bytes: 16 * 1024 * 1024,
-            max_upstream_body_bytes: 64 * 1024 * 1024,
-            max_connections: 512,
-            upstream_connect_timeout: Duration::from_secs(10),
-            upstream_timeout: Some(Duration::from_secs(600)),
-            idle_timeout: Duration::from_secs(60),
-            request_timeout: Duration::from_secs(30),
-            shutdown_grace: Duration::from_secs(60),
-            log_requests: false,
-        }
-    }
-
-    /// Sets the upstream API root.
-    pub fn upstream_base_url(mut self, url: impl Into<String>) -> ServeConfig {
-        self.upstream_base_url = Some(url.into());
-        self
-    }
-
-    /// Reads the upstream key from the environment variable `var` (left
-    /// unset when the variable is missing or empty).
-    pub fn api_key_from_env(mut self, var: &str) -> ServeConfig {
-        self.api_key = std::env::var(var).ok().filter(|k| !k.is_empty());
-        self
-    }
-
-    /// Sets the upstream key.
-    pub fn api_key(mut self, key: impl Into<String>) -> ServeConfig {
-        self.api_key = Some(key.into());
-        self
-    }
-
-    fn base_url(&self) -> String {
-        self.upstream_base_url.clone().unwrap_or_else(|| self.upstream_style.default_base_url().to_string())
-    }
-}
+use gateway::Shared;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -147,52 +110,38 @@ pub enum ServeError {
         /// Why.
         source: io::Error,
     },
-    /// The accept thread could not be started.
+    /// A server thread could not be started.
     #[error("cannot start the server thread: {0}")]
     Thread(io::Error),
 }
 
-/// What every connection thread shares.
-pub(crate) struct State {
-    pub(crate) config: ServeConfig,
-    pub(crate) base_url: String,
-    pub(crate) agent: ureq::Agent,
-    pub(crate) stopping: AtomicBool,
-    /// Connections being served, and the condition a shutdown waits on.
-    active: Mutex<usize>,
-    idle: Condvar,
-    /// Makes completion ids unique within this process.
-    pub(crate) counter: AtomicU64,
-    /// Distinguishes this process's ids from another's.
-    pub(crate) epoch: u64,
+/// The surfaces every server has, in the order they are asked to claim a
+/// path. The first also answers paths nobody claims (404 in its shape).
+/// A new dialect adds itself here.
+fn builtin_surfaces() -> Vec<Arc<dyn Surface>> {
+    vec![Arc::new(handler::ChatCompletions), Arc::new(surfaces::AnthropicMessages), Arc::new(surfaces::GeminiGenerate)]
 }
 
 /// Stops a running gateway: no new connections, in-flight work finishes.
 /// Cheap to clone; safe to call from any thread, any number of times.
 #[derive(Clone)]
 pub struct ShutdownHandle {
-    state: Arc<State>,
-    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: smol::channel::Sender<()>,
 }
 
 impl ShutdownHandle {
     /// Begins a graceful shutdown; returns at once ([`Server::wait`] waits).
     pub fn shutdown(&self) {
-        if self.state.stopping.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        // The accept loop blocks in accept(); a connection of our own wakes it.
-        let wake = match self.addr {
-            SocketAddr::V4(a) if a.ip().is_unspecified() => SocketAddr::from(([127, 0, 0, 1], a.port())),
-            SocketAddr::V6(a) if a.ip().is_unspecified() => SocketAddr::from(([0u16, 0, 0, 0, 0, 0, 0, 1], a.port())),
-            a => a,
-        };
-        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        // Closing the channel wakes every task waiting on it: the accept
+        // loop, each connection (to finish its requests and close), the probes.
+        self.stop.close();
     }
 
     /// Whether a shutdown has begun.
     pub fn is_shutting_down(&self) -> bool {
-        self.state.stopping.load(Ordering::SeqCst)
+        self.shared.stopping.load(Ordering::SeqCst)
     }
 }
 
@@ -200,7 +149,10 @@ impl ShutdownHandle {
 pub struct Server {
     addr: SocketAddr,
     handle: ShutdownHandle,
-    accept: Option<JoinHandle<()>>,
+    accept: Option<smol::Task<()>>,
+    /// Closed once everything has drained: the executor threads then return.
+    halt: smol::channel::Sender<()>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Server {
@@ -228,17 +180,23 @@ impl Server {
 
     fn join(&mut self) {
         if let Some(accept) = self.accept.take() {
-            let _ = accept.join();
+            smol::block_on(accept);
         }
-        let state = &self.handle.state;
-        let deadline = Instant::now() + state.config.shutdown_grace;
-        let mut active = state.active.lock().unwrap_or_else(|e| e.into_inner());
-        while *active > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
+        let shared = &self.handle.shared;
+        let deadline = Instant::now() + shared.config.shutdown_grace;
+        {
+            let mut active = shared.active.lock().unwrap_or_else(|e| e.into_inner());
+            while *active > 0 {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                active = shared.idle.wait_timeout(active, left).unwrap_or_else(|e| e.into_inner()).0;
             }
-            active = state.idle.wait_timeout(active, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        self.halt.close();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
         }
     }
 }
@@ -253,83 +211,64 @@ impl Drop for Server {
     }
 }
 
-/// Starts the gateway on `config.listen` and returns at once.
+/// Connections the kernel may hold for the accept loop (it caps this at
+/// `net.core.somaxconn`): a burst of clients connecting at once is queued,
+/// not reset.
+const ACCEPT_BACKLOG: i32 = 4096;
+
+fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(ACCEPT_BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// Starts the gateway on `config.listen` with the built-in surfaces and
+/// returns at once.
 ///
 /// The CLI wires SIGINT/SIGTERM to [`Server::shutdown_handle`] and then calls
 /// [`Server::wait`].
 pub fn serve(config: ServeConfig) -> Result<Server, ServeError> {
+    serve_with(config, builtin_surfaces())
+}
+
+/// [`serve`] with these surfaces (in the order they claim paths).
+pub fn serve_with(config: ServeConfig, surfaces: Vec<Arc<dyn Surface>>) -> Result<Server, ServeError> {
+    let listen = config.listen;
+    let std_listener = bind(listen).map_err(|source| ServeError::Bind { addr: listen, source })?;
+    let addr = std_listener.local_addr().map_err(|source| ServeError::Bind { addr: listen, source })?;
     let listener =
-        TcpListener::bind(config.listen).map_err(|source| ServeError::Bind { addr: config.listen, source })?;
-    let addr = listener.local_addr().map_err(|source| ServeError::Bind { addr: config.listen, source })?;
-    let agent_config = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .timeout_connect(Some(config.upstream_connect_timeout))
-        .timeout_global(config.upstream_timeout)
-        .build();
-    let epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or_default();
-    let state = Arc::new(State {
-        base_url: config.base_url(),
-        agent: ureq::Agent::new_with_config(agent_config),
-        config,
-        stopping: AtomicBool::new(false),
-        active: Mutex::new(0),
-        idle: Condvar::new(),
-        counter: AtomicU64::new(0),
-        epoch,
-    });
-    let for_loop = Arc::clone(&state);
-    let accept = std::thread::Builder::new()
-        .name("nexus-serve-accept".to_string())
-        .spawn(move || accept_loop(listener, for_loop))
-        .map_err(ServeError::Thread)?;
-    Ok(Server { addr, handle: ShutdownHandle { state, addr }, accept: Some(accept) })
-}
-
-fn accept_loop(listener: TcpListener, state: Arc<State>) {
-    for stream in listener.incoming() {
-        if state.stopping.load(Ordering::SeqCst) {
-            break;
-        }
-        let Ok(stream) = stream else { continue };
-        let admitted = {
-            let mut active = state.active.lock().unwrap_or_else(|e| e.into_inner());
-            let ok = *active < state.config.max_connections;
-            if ok {
-                *active += 1;
-            }
-            ok
-        };
-        if !admitted {
-            handler::refuse_busy(stream);
-            continue;
-        }
-        let for_conn = Arc::clone(&state);
-        let spawned = std::thread::Builder::new().name("nexus-serve-conn".to_string()).spawn(move || {
-            let _done = Finished(&for_conn);
-            handler::connection(stream, &for_conn);
+        smol::net::TcpListener::try_from(std_listener).map_err(|source| ServeError::Bind { addr: listen, source })?;
+    let threads = match config.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let shared = Arc::new(Shared::new(config, surfaces));
+    let ex = Arc::new(smol::Executor::new());
+    let (stop, stopped) = smol::channel::bounded::<()>(1);
+    let (halt, halted) = smol::channel::bounded::<()>(1);
+    let mut handles = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let (ex, halted) = (ex.clone(), halted.clone());
+        let spawned = std::thread::Builder::new().name(format!("nexus-serve-{i}")).spawn(move || {
+            smol::block_on(ex.run(async {
+                let _ = halted.recv().await;
+            }))
         });
-        if spawned.is_err() {
-            Finished(&state).drop_now();
+        match spawned {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                halt.close();
+                for h in handles {
+                    let _ = h.join();
+                }
+                return Err(ServeError::Thread(e));
+            }
         }
     }
-    // Dropping the listener here refuses new connections from now on.
-}
-
-/// Counts a connection out when its thread ends, however it ends.
-struct Finished<'a>(&'a State);
-
-impl Finished<'_> {
-    fn drop_now(self) {}
-}
-
-impl Drop for Finished<'_> {
-    fn drop(&mut self) {
-        let mut active = self.0.active.lock().unwrap_or_else(|e| e.into_inner());
-        *active = active.saturating_sub(1);
-        self.0.idle.notify_all();
-    }
+    ex.spawn(ops::probe_loop(shared.clone(), stopped.clone())).detach();
+    let accept = ex.spawn(server::accept_loop(shared.clone(), listener, ex.clone(), stopped));
+    Ok(Server { addr, handle: ShutdownHandle { shared, stop }, accept: Some(accept), halt, threads: handles })
 }

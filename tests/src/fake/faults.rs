@@ -176,6 +176,15 @@ pub fn answer(style: Style, ctx: &Ctx<'_>, framing: Framing, fault: Option<&Faul
             r.stall_ms = *ms;
             r
         }
+        FaultKind::StallMidStream { after_events, ms } => {
+            let mut r = normal(style, ctx, framing);
+            if streaming {
+                r.pause = Some((*after_events, *ms));
+            } else {
+                r.stall_ms = *ms;
+            }
+            r
+        }
         FaultKind::MalformedJson if streaming => {
             let mut pieces = events(style, ctx, framing);
             pieces.truncate(1);

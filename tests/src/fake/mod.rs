@@ -211,6 +211,12 @@ impl FakeProvider {
         lock(&self.shared.failures).clone()
     }
 
+    /// How many replies the client stopped taking before their end (the
+    /// connection was closed under a write): a client that cancels shows here.
+    pub fn replies_cut_by_client(&self) -> u64 {
+        self.shared.cut_by_client.load(Ordering::SeqCst)
+    }
+
     /// Stops the server and waits for its threads (what dropping it does).
     pub fn stop(self) {}
 }

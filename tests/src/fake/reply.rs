@@ -74,6 +74,8 @@ pub struct Reply {
     pub body: Body,
     /// Wait this long before writing anything.
     pub stall_ms: u64,
+    /// In a chunked body: after this many pieces, wait this many milliseconds.
+    pub pause: Option<(usize, u64)>,
 }
 
 impl Reply {
@@ -84,6 +86,7 @@ impl Reply {
             headers: Vec::new(),
             body: Body::Full { content_type: "application/json", bytes, cut: FullCut::None },
             stall_ms: 0,
+            pause: None,
         }
     }
 
@@ -94,6 +97,7 @@ impl Reply {
             headers: vec![("cache-control".to_string(), "no-cache".to_string())],
             body: Body::Chunked { content_type: "text/event-stream", pieces, cut: StreamCut::None },
             stall_ms: 0,
+            pause: None,
         }
     }
 
@@ -193,7 +197,12 @@ pub fn write(
                 StreamCut::AfterPieces(k) => (*k).min(pieces.len()),
                 _ => pieces.len(),
             };
-            for piece in pieces.iter().take(count) {
+            for (i, piece) in pieces.iter().take(count).enumerate() {
+                if let Some((after, ms)) = reply.pause {
+                    if i == after {
+                        stall(ms, shutdown);
+                    }
+                }
                 if shutdown.load(Ordering::SeqCst) {
                     return Ok(false);
                 }

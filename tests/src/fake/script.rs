@@ -25,7 +25,8 @@
 //! Fault kinds: `status` (`status`, `retry_after`, `body`),
 //! `reset_before_headers`, `reset_after_headers`, `reset_mid_stream`
 //! (`after_events`), `truncated_chunked`, `stall` (`ms`), `malformed_json`,
-//! `huge_body` (`bytes`), `stream_error` (`after_events`).
+//! `huge_body` (`bytes`), `stream_error` (`after_events`), `stall_mid_stream`
+//! (`after_events`, `ms`).
 
 use std::collections::BTreeMap;
 
@@ -386,6 +387,14 @@ pub enum FaultKind {
     StreamError {
         /// Events written before the error.
         after_events: usize,
+    },
+    /// In a stream, `after_events` events, then silence for `ms`, then the
+    /// rest (a non-streaming answer waits `ms` before it is sent).
+    StallMidStream {
+        /// Events written before the silence.
+        after_events: usize,
+        /// Milliseconds of silence.
+        ms: u64,
     },
 }
 

@@ -17,8 +17,9 @@ use super::script::{ExpectFinal, Scripts};
 use super::wire::{stable_id, Ctx, Parsed, Reject};
 use super::{anthropic, gemini, openai, RecordedRequest, Style};
 
-/// Connections served at once; more are closed on arrival.
-const MAX_CONNECTIONS: usize = 256;
+/// Connections served at once; more are closed on arrival. High enough for
+/// a gateway relaying a thousand concurrent streams.
+const MAX_CONNECTIONS: usize = 4096;
 
 /// State every connection thread shares.
 pub struct Shared {
@@ -27,6 +28,8 @@ pub struct Shared {
     pub attempts: Mutex<HashMap<(String, usize), u32>>,
     pub failures: Mutex<Vec<String>>,
     pub shutdown: Arc<AtomicBool>,
+    /// Replies the client stopped taking before their end (a write failed).
+    pub cut_by_client: AtomicU64,
     next_connection: AtomicU64,
 }
 
@@ -44,6 +47,7 @@ impl Shared {
             attempts: Mutex::new(HashMap::new()),
             failures: Mutex::new(Vec::new()),
             shutdown: Arc::new(AtomicBool::new(false)),
+            cut_by_client: AtomicU64::new(0),
             next_connection: AtomicU64::new(0),
         }
     }
@@ -93,7 +97,11 @@ fn serve(stream: TcpStream, shared: &Shared, connection: u64) {
                 lock(&shared.requests).push(record);
                 match reply::write(&mut conn.stream, &reply, http11, close, &shared.shutdown) {
                     Ok(true) => {}
-                    _ => break,
+                    Ok(false) => break,
+                    Err(_) => {
+                        shared.cut_by_client.fetch_add(1, Ordering::SeqCst);
+                        break;
+                    }
                 }
             }
             Err(ReadError::Bad(status, why)) => {

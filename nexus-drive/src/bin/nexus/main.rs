@@ -34,7 +34,7 @@ usage:
   nexus replay CASSETTE [--json]         re-run a recorded session against its recording
   nexus tools [--builtins[=NAMES]] [--relay FILE] [--style S]
   nexus decode --style S [--stream] FILE decode one captured response body or SSE stream
-  nexus serve --listen ADDR --upstream-style S   an OpenAI-compatible gateway to S
+  nexus serve --config FILE              the gateway (or --listen ADDR --upstream-style S for one upstream)
 
 `nexus COMMAND --help` describes each command.
 

@@ -1,159 +1,210 @@
-//! The HTTP side of the Anthropic Messages and Gemini surfaces: routes,
-//! client keys, the upstream exchange, and the answer in the surface's own
-//! shapes. The translation itself is [`nexus_proto::translate`]'s.
+//! The Anthropic Messages and Gemini surfaces: their routes, the upstream
+//! exchange, and the answer in each dialect's own shapes. The translation
+//! itself is [`nexus_proto::translate`]'s (one decoder and one encoder per
+//! dialect, through the neutral request and turn).
 //!
 //! * `POST /v1/messages` (`?beta=true` accepted) and
 //!   `POST /v1/messages/count_tokens`;
 //! * `POST /v1beta/models/{model}:generateContent` and
-//!   `:streamGenerateContent?alt=sse`;
+//!   `:streamGenerateContent?alt=sse`; `GET /v1beta/models`;
 //! * `GET /v1/models` asked by an Anthropic client (it sends
-//!   `anthropic-version`) and `GET /v1beta/models`: the model list in that
-//!   client's shape.
+//!   `anthropic-version`): the list in Anthropic's shape ([`anthropic_models`]).
 //!
 //! When client and upstream speak the same family the body passes through
 //! unchanged both ways (signatures, cache hints and betas included). What a
 //! translation left out is named in the `x-nexus-dropped` response header.
 
-use std::io::Read;
-use std::net::TcpStream;
-use std::sync::atomic::Ordering;
-
+use bytes::Bytes;
 use nexus_proto::translate::{
     anthropic_request_to, error_to_openai, gemini_request_to, response_to_anthropic, response_to_gemini,
-    AnthropicStream, CompletionMeta, GeminiStream, Surface, SurfaceRequest, TranslateError,
+    AnthropicStream, CompletionMeta, Emitter, GeminiStream, Surface as Dialect, SurfaceRequest as Translated,
+    SurfaceStream, TranslateError, TranslatedRequest,
 };
 use nexus_proto::{SseDecoder, SseEvent, Style};
 use serde_json::{json, Value};
 
-use super::handler::{
-    now_secs, read_capped, retry_after, send, send_upstream, server_error, upstream_models, Answered, MAX_ERROR_BODY,
-};
-use super::http::{Chunked, Request};
-use super::State;
+use super::gateway::{Ctx, Target, UpstreamBody, UpstreamRequest, UpstreamResponse};
+use super::surface::{BoxFuture, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
+
+/// Error bodies read from the upstream are capped here: they are messages.
+const MAX_ERROR_BODY: usize = 1024 * 1024;
 
 /// The header naming what a translation left out.
-pub(super) const DROPPED_HEADER: &str = "x-nexus-dropped";
+pub(crate) const DROPPED_HEADER: &str = "x-nexus-dropped";
 
-/// Answers the request when it belongs to one of these surfaces.
-pub(super) fn route(req: &Request, out: &mut TcpStream, state: &State, close: bool) -> Option<Answered> {
-    let path = req.path().trim_end_matches('/');
-    let surface = if path == "/v1/messages" || path == "/v1/messages/count_tokens" {
-        Surface::Anthropic
-    } else if path.starts_with("/v1beta/") {
-        Surface::Gemini
-    } else if path == "/v1/models" && req.header("anthropic-version").is_some() {
-        Surface::Anthropic
-    } else {
-        return None;
-    };
-    let cx = Cx { req, state, surface, close };
-    if let Err(e) = cx.check_client_key() {
-        return Some(cx.error(out, &e, &[]));
+/// `POST /v1/messages` and `/v1/messages/count_tokens` in Anthropic shapes.
+pub(crate) struct AnthropicMessages;
+
+/// `/v1beta/models/{model}:generateContent` and friends in Gemini shapes.
+pub(crate) struct GeminiGenerate;
+
+impl Surface for AnthropicMessages {
+    fn name(&self) -> &'static str {
+        "anthropic.messages"
     }
-    Some(match (surface, path) {
-        (Surface::Anthropic, "/v1/models") => cx.models(out),
-        (Surface::Gemini, "/v1beta/models") if req.method == "GET" => cx.models(out),
-        (_, _) if req.method != "POST" => {
-            let e = TranslateError {
-                status: 405,
-                message: format!("{} is not allowed on {}; use POST", req.method, req.path()),
-                kind: "invalid_request_error".into(),
-                param: None,
-                code: Some("method_not_allowed".into()),
-            };
-            cx.error(out, &e, &[("allow", "POST".to_string())])
-        }
-        (Surface::Anthropic, "/v1/messages") => cx.messages(out),
-        (Surface::Anthropic, _) => cx.count_tokens(out),
-        _ => cx.gemini(out, path),
-    })
+
+    fn claims(&self, path: &str) -> bool {
+        matches!(path.trim_end_matches('/'), "/v1/messages" | "/v1/messages/count_tokens")
+    }
+
+    fn error(&self, e: &GatewayError) -> Reply {
+        error_reply(Dialect::Anthropic, &gateway_error(e), &e.headers)
+    }
+
+    fn handle<'a>(&'a self, req: SurfaceRequest, ctx: Ctx) -> BoxFuture<'a, Reply> {
+        Box::pin(async move {
+            let cx = Cx { req: &req, ctx: &ctx, dialect: Dialect::Anthropic };
+            if req.method != "POST" {
+                return cx.not_allowed();
+            }
+            if req.path.trim_end_matches('/') == "/v1/messages" {
+                cx.messages().await
+            } else {
+                cx.count_tokens().await
+            }
+        })
+    }
+}
+
+impl Surface for GeminiGenerate {
+    fn name(&self) -> &'static str {
+        "gemini.generate"
+    }
+
+    fn claims(&self, path: &str) -> bool {
+        path.starts_with("/v1beta/")
+    }
+
+    fn error(&self, e: &GatewayError) -> Reply {
+        error_reply(Dialect::Gemini, &gateway_error(e), &e.headers)
+    }
+
+    fn handle<'a>(&'a self, req: SurfaceRequest, ctx: Ctx) -> BoxFuture<'a, Reply> {
+        Box::pin(async move {
+            let cx = Cx { req: &req, ctx: &ctx, dialect: Dialect::Gemini };
+            let path = req.path.trim_end_matches('/');
+            if path == "/v1beta/models" && req.method == "GET" {
+                return models(&ctx, Dialect::Gemini).await;
+            }
+            if req.method != "POST" {
+                return cx.not_allowed();
+            }
+            cx.gemini(path).await
+        })
+    }
+}
+
+/// `GET /v1/models` for an Anthropic client (the Chat Completions surface
+/// owns the path and hands such requests here).
+pub(crate) async fn anthropic_models(ctx: &Ctx) -> Reply {
+    models(ctx, Dialect::Anthropic).await
+}
+
+/// A gateway error as a [`TranslateError`] (the surfaces' error renderers take that).
+fn gateway_error(e: &GatewayError) -> TranslateError {
+    TranslateError {
+        status: e.status,
+        message: e.message.clone(),
+        kind: "gateway".into(),
+        param: e.param.clone(),
+        code: Some(format!("{:?}", e.kind)),
+    }
+}
+
+fn error_reply(dialect: Dialect, e: &TranslateError, extra: &[(String, String)]) -> Reply {
+    with_headers(Reply::json(e.status, dialect.error_json(e).to_string()), extra)
+}
+
+fn with_headers(mut reply: Reply, extra: &[(String, String)]) -> Reply {
+    for (k, v) in extra {
+        reply = reply.with_header(k.clone(), v.clone());
+    }
+    reply
 }
 
 /// One request on one surface.
 struct Cx<'a> {
-    req: &'a Request,
-    state: &'a State,
-    surface: Surface,
-    close: bool,
+    req: &'a SurfaceRequest,
+    ctx: &'a Ctx,
+    dialect: Dialect,
 }
 
 impl Cx<'_> {
-    fn upstream_style(&self) -> Style {
-        self.state.config.upstream_style
+    fn error(&self, e: &TranslateError, extra: &[(String, String)]) -> Reply {
+        error_reply(self.dialect, e, extra)
     }
 
-    /// With a client token configured, the client must present it the way
-    /// its SDK sends keys: bearer, `x-api-key`, `x-goog-api-key` or `?key=`.
-    fn check_client_key(&self) -> Result<(), TranslateError> {
-        let Some(token) = &self.state.config.client_token else {
-            return Ok(());
-        };
-        if self.client_key().as_deref() == Some(token.as_str()) {
-            return Ok(());
-        }
-        Err(TranslateError {
-            status: 401,
-            message: "invalid x-api-key".into(),
-            kind: "authentication_error".into(),
+    fn not_allowed(&self) -> Reply {
+        let e = TranslateError {
+            status: 405,
+            message: format!("{} is not allowed on {}; use POST", self.req.method, self.req.path),
+            kind: "invalid_request_error".into(),
             param: None,
-            code: Some("invalid_api_key".into()),
-        })
+            code: Some("method_not_allowed".into()),
+        };
+        self.error(&e, &[("allow".into(), "POST".into())])
     }
 
-    fn client_key(&self) -> Option<String> {
-        let bearer = self.req.header("authorization").and_then(|v| {
-            let (scheme, token) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_string())
-        });
-        bearer
-            .or_else(|| self.req.header("x-api-key").map(|k| k.trim().to_string()))
-            .or_else(|| self.req.header("x-goog-api-key").map(|k| k.trim().to_string()))
-            .or_else(|| query_param(&self.req.target, "key"))
-            .filter(|k| !k.is_empty())
-    }
-
-    /// The key sent upstream: the configured one, or the client's own when so configured.
-    fn upstream_key(&self) -> Option<String> {
-        if self.state.config.forward_client_key {
-            if let Some(key) = self.client_key() {
-                return Some(key);
-            }
+    /// The target for the client's `model`, and the body with the model
+    /// renamed when the route renames it.
+    fn route(&self, model: &str) -> Result<(Target, Option<String>), TranslateError> {
+        if !self.ctx.routes_by_model() {
+            let target =
+                self.ctx.default_route().map(|r| r.primary).ok_or_else(|| {
+                    gateway_error(&GatewayError::new(ErrorKind::ModelNotFound, "no route is configured"))
+                })?;
+            return Ok((target, None));
         }
-        self.state.config.api_key.clone()
-    }
-
-    fn error(&self, out: &mut TcpStream, e: &TranslateError, extra: &[(&str, String)]) -> Answered {
-        send(out, e.status, self.surface.error_json(e).to_string().as_bytes(), extra, self.close)
-    }
-
-    fn next_id(&self, prefix: &str) -> String {
-        let n = self.state.counter.fetch_add(1, Ordering::Relaxed);
-        format!("{prefix}{:016x}{n:x}", self.state.epoch)
+        let route = self.ctx.route(model).map_err(|e| gateway_error(&e))?;
+        let target = route.primary().clone();
+        let renamed = (target.model() != model).then(|| target.model().to_string());
+        Ok((target, renamed))
     }
 
     // ------------------------------------------------------------ Anthropic
 
     fn beta_headers(&self) -> Vec<&str> {
-        self.req
-            .headers
-            .iter()
-            .filter(|(k, _)| k.eq_ignore_ascii_case("anthropic-beta"))
-            .map(|(_, v)| v.as_str())
-            .collect()
+        self.req.headers.get_all("anthropic-beta").iter().filter_map(|v| v.to_str().ok()).collect()
     }
 
-    fn messages(&self, out: &mut TcpStream) -> Answered {
-        let style = self.upstream_style();
-        match anthropic_request_to(style, &self.req.body, &self.beta_headers()) {
-            Ok(sr) => self.relay(out, sr),
-            Err(e) => self.error(out, &e, &[]),
+    /// The body's model (routing needs it before translating), the target,
+    /// and the body to translate (model renamed as the route says).
+    fn anthropic_routed(&self) -> Result<(Target, Bytes, String), TranslateError> {
+        let parsed: Option<Value> = serde_json::from_slice(&self.req.body).ok();
+        let model = parsed.as_ref().and_then(|v| v.get("model")).and_then(Value::as_str).unwrap_or_default();
+        let model = model.to_string();
+        if model.is_empty() && self.ctx.routes_by_model() {
+            // The translator words a missing model or a body that is not JSON.
+            return Err(anthropic_request_to(Style::OpenAi, &self.req.body, &[])
+                .err()
+                .unwrap_or_else(|| TranslateError::invalid("model", "model: Field required")));
+        }
+        let (target, renamed) = self.route(&model)?;
+        let body = match (renamed, parsed) {
+            (Some(name), Some(mut v)) => {
+                v["model"] = Value::String(name);
+                Bytes::from(v.to_string())
+            }
+            _ => self.req.body.clone(),
+        };
+        Ok((target, body, model))
+    }
+
+    async fn messages(&self) -> Reply {
+        let (target, body, model) = match self.anthropic_routed() {
+            Ok(x) => x,
+            Err(e) => return self.error(&e, &[]),
+        };
+        match anthropic_request_to(target.style(), &body, &self.beta_headers()) {
+            Ok(t) => self.relay(target, t, model).await,
+            Err(e) => self.error(&e, &[]),
         }
     }
 
-    /// Headers for an Anthropic upstream when the client speaks Anthropic too:
-    /// its API version and betas go along.
-    fn anthropic_headers(&self, t: &nexus_proto::translate::TranslatedRequest) -> Vec<(String, String)> {
-        let mut headers = t.headers(self.upstream_key().as_deref());
+    /// Headers for an Anthropic upstream when the client speaks Anthropic
+    /// too: its API version and betas go along.
+    fn anthropic_headers(&self, t: &TranslatedRequest) -> Vec<(String, String)> {
+        let mut headers = t.headers(None);
         if let Some(version) = self.req.header("anthropic-version") {
             headers.retain(|(k, _)| k != "anthropic-version");
             headers.push(("anthropic-version".into(), version.to_string()));
@@ -168,16 +219,20 @@ impl Cx<'_> {
     /// has one (Anthropic, Gemini `countTokens`); Chat Completions has none,
     /// so the count is estimated from the translated request (system and
     /// tools included) and the `x-nexus-token-count: estimate` header says so.
-    fn count_tokens(&self, out: &mut TcpStream) -> Answered {
-        let style = self.upstream_style();
-        // count_tokens bodies carry no max_tokens; the translators want none either.
-        let sr = match anthropic_request_to(style, &self.req.body, &self.beta_headers()) {
+    async fn count_tokens(&self) -> Reply {
+        let (target, body, model) = match self.anthropic_routed() {
+            Ok(x) => x,
+            Err(e) => return self.error(&e, &[]),
+        };
+        self.ctx.note_model(&model);
+        let style = target.style();
+        let sr = match anthropic_request_to(style, &body, &self.beta_headers()) {
             Ok(sr) => sr,
-            Err(e) => return self.error(out, &e, &[]),
+            Err(e) => return self.error(&e, &[]),
         };
         let dropped = dropped_header(&sr.dropped);
         let t = &sr.upstream;
-        let base = self.state.base_url.trim_end_matches('/');
+        let base = target.base_url().trim_end_matches('/');
         let (url, body, headers) = match style {
             Style::Anthropic => {
                 let root = base.strip_suffix("/v1").unwrap_or(base);
@@ -187,47 +242,49 @@ impl Cx<'_> {
                 let mut inner: Value = serde_json::from_slice(&t.body).unwrap_or(Value::Null);
                 if let Value::Object(o) = &mut inner {
                     o.insert("model".into(), json!(format!("models/{}", t.model)));
-                    // The counter refuses generation settings it does not count.
+                    // The counter counts the prompt; generation settings are not its business.
                     o.remove("generationConfig");
                 }
                 let body = json!({ "generateContentRequest": inner }).to_string().into_bytes();
-                (format!("{base}/models/{}:countTokens", t.model), body, t.headers(self.upstream_key().as_deref()))
+                (format!("{base}/models/{}:countTokens", t.model), body, t.headers(None))
             }
             _ => {
                 // Roughly four bytes of JSON per token: an estimate, and said to be one.
                 let estimate = t.body.len().div_ceil(4);
-                let mut extra = dropped;
-                extra.push(("x-nexus-token-count", "estimate".to_string()));
                 let body = json!({ "input_tokens": estimate }).to_string();
-                return send(out, 200, body.as_bytes(), &extra, self.close);
+                return with_headers(Reply::json(200, body), &dropped).with_header("x-nexus-token-count", "estimate");
             }
         };
-        let response = match send_upstream(self.state, "POST", &url, &headers, &body) {
+        let up = UpstreamRequest { method: "POST", url, headers, body, stream: false };
+        let response = match self.ctx.send(&target, up).await {
             Ok(r) => r,
-            Err(e) => return self.error(out, &e, &dropped),
+            Err(e) => return self.error(&gateway_error(&e), &dropped),
         };
-        let status = response.status().as_u16();
-        let mut reader = response.into_body().into_reader();
-        let bytes = read_capped(&mut reader, MAX_ERROR_BODY).unwrap_or_else(|(partial, _)| partial);
+        let status = response.status;
+        let mut body = response.body;
+        let bytes = match body.read_to_end(MAX_ERROR_BODY).await {
+            Ok(b) => b,
+            Err(e) => return self.error(&gateway_error(&e), &dropped),
+        };
         if style == Style::Anthropic {
-            return send(out, status, &bytes, &dropped, self.close);
+            return with_headers(Reply::json(status, bytes), &dropped);
         }
         if !(200..300).contains(&status) {
-            return self.error(out, &error_to_openai(style, status, &bytes), &dropped);
+            return self.error(&error_to_openai(style, status, &bytes), &dropped);
         }
         let total = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v.get("totalTokens")?.as_u64());
         match total {
-            Some(n) => send(out, 200, json!({ "input_tokens": n }).to_string().as_bytes(), &dropped, self.close),
+            Some(n) => with_headers(Reply::json(200, json!({ "input_tokens": n }).to_string()), &dropped),
             None => {
-                let e = server_error(502, "the upstream token count has no totalTokens", "upstream_decode_error");
-                self.error(out, &e, &dropped)
+                let e = GatewayError::new(ErrorKind::Upstream, "the upstream token count has no totalTokens");
+                self.error(&gateway_error(&e), &dropped)
             }
         }
     }
 
     // ------------------------------------------------------------ Gemini
 
-    fn gemini(&self, out: &mut TcpStream, path: &str) -> Answered {
+    async fn gemini(&self, path: &str) -> Reply {
         let not_found = |what: &str| TranslateError {
             status: 404,
             message: format!("{what} is not found"),
@@ -236,224 +293,256 @@ impl Cx<'_> {
             code: Some("not_found".into()),
         };
         let Some((model, method)) = path.strip_prefix("/v1beta/models/").and_then(|rest| rest.rsplit_once(':')) else {
-            return self.error(out, &not_found(path), &[]);
+            return self.error(&not_found(path), &[]);
         };
         let stream = match method {
             "generateContent" => false,
             "streamGenerateContent" => {
-                if query_param(&self.req.target, "alt").as_deref() != Some("sse") {
+                if self.req.query_param("alt") != Some("sse") {
                     let e = TranslateError::invalid(
                         "alt",
                         "streamGenerateContent is served as server-sent events only; add ?alt=sse",
                     );
-                    return self.error(out, &e, &[]);
+                    return self.error(&e, &[]);
                 }
                 true
             }
-            _ => return self.error(out, &not_found(&format!("Method {method}")), &[]),
+            _ => return self.error(&not_found(&format!("Method {method}")), &[]),
         };
-        match gemini_request_to(self.upstream_style(), model, stream, &self.req.body) {
-            Ok(sr) => self.relay(out, sr),
-            Err(e) => self.error(out, &e, &[]),
+        let (target, renamed) = match self.route(model) {
+            Ok(x) => x,
+            Err(e) => return self.error(&e, &[]),
+        };
+        let upstream_model = renamed.as_deref().unwrap_or(model);
+        match gemini_request_to(target.style(), upstream_model, stream, &self.req.body) {
+            Ok(t) => self.relay(target, t, model.to_string()).await,
+            Err(e) => self.error(&e, &[]),
         }
     }
 
     // ------------------------------------------------------------ both
 
     /// One upstream call and its answer in this surface's shapes.
-    fn relay(&self, out: &mut TcpStream, sr: SurfaceRequest) -> Answered {
+    async fn relay(&self, target: Target, sr: Translated, client_model: String) -> Reply {
+        self.ctx.note_model(&client_model);
         let t = &sr.upstream;
-        let native = t.style == self.surface.native_style();
+        let native = t.style == self.dialect.native_style();
         let dropped = dropped_header(&sr.dropped);
-        let mut url = t.url(&self.state.base_url);
-        let headers = if t.style == Style::Anthropic && self.surface == Surface::Anthropic {
-            if query_param(&self.req.target, "beta").as_deref() == Some("true") {
+        let mut url = t.url(target.base_url());
+        let headers = if t.style == Style::Anthropic && self.dialect == Dialect::Anthropic {
+            if self.req.query_param("beta") == Some("true") {
                 url.push_str("?beta=true");
             }
             self.anthropic_headers(t)
         } else {
-            t.headers(self.upstream_key().as_deref())
+            t.headers(None)
         };
-        let response = match send_upstream(self.state, "POST", &url, &headers, &t.body) {
+        let up = UpstreamRequest { method: "POST", url, headers, body: t.body.clone(), stream: t.stream };
+        let response = match self.ctx.send(&target, up).await {
             Ok(r) => r,
-            Err(e) => return self.error(out, &e, &dropped),
+            Err(e) => return self.error(&gateway_error(&e), &dropped),
         };
-        let status = response.status().as_u16();
+        let status = response.status;
         let mut extra = retry_after(&response);
         extra.extend(dropped);
-        let mut body = response.into_body().into_reader();
+        let mut body = response.body;
         if !(200..300).contains(&status) {
-            let bytes = read_capped(&mut body, MAX_ERROR_BODY).unwrap_or_else(|(partial, _)| partial);
+            let bytes = body.read_to_end(MAX_ERROR_BODY).await.unwrap_or_default();
             if native {
                 // Same family: the upstream's own error, as sent (clients match on its wording).
-                return send(out, status, &bytes, &extra, self.close);
+                return with_headers(Reply::json(status, bytes), &extra);
             }
-            return self.error(out, &error_to_openai(t.style, status, &bytes), &extra);
+            return self.error(&error_to_openai(t.style, status, &bytes), &extra);
         }
-        let prefix = if self.surface == Surface::Anthropic { "msg_" } else { "resp_" };
-        let meta = CompletionMeta { id: self.next_id(prefix), model: t.model.clone(), created: now_secs() };
+        let prefix = if self.dialect == Dialect::Anthropic { "msg_" } else { "resp_" };
+        let meta =
+            CompletionMeta { id: self.ctx.response_id(prefix), model: client_model, created: self.ctx.now_secs() };
         if t.stream {
-            return self.stream(out, body, t.style, meta, &extra);
+            let translator: Option<Box<dyn Translate>> = match (self.dialect, t.style) {
+                (Dialect::Anthropic, Style::Anthropic) | (Dialect::Gemini, Style::Gemini) => None,
+                (Dialect::Anthropic, style) => Some(Box::new(AnthropicStream::new(style, meta))),
+                (_, style) => Some(Box::new(GeminiStream::new(style, meta))),
+            };
+            let pump = Pump {
+                body,
+                translator,
+                decoder: SseDecoder::new(),
+                events: Vec::new(),
+                done: false,
+                dialect: self.dialect,
+            };
+            let chunks = futures_lite::stream::unfold(pump, |mut p| async move {
+                let out = p.next().await?;
+                Some((out, p))
+            });
+            return with_headers(Reply::event_stream(Box::pin(chunks)), &extra);
         }
-        let bytes = match read_capped(&mut body, self.state.config.max_upstream_body_bytes) {
+        let bytes = match body.read_to_end(self.ctx.max_upstream_body_bytes()).await {
             Ok(bytes) => bytes,
-            Err((_, why)) => return self.error(out, &server_error(502, &why, "upstream_body"), &extra),
+            Err(e) => return self.error(&gateway_error(&e), &extra),
         };
         if native {
-            return send(out, status, &bytes, &extra, self.close);
+            return with_headers(Reply::json(status, bytes), &extra);
         }
-        let answer = match self.surface {
-            Surface::Anthropic => response_to_anthropic(t.style, &bytes, &meta),
+        let answer = match self.dialect {
+            Dialect::Anthropic => response_to_anthropic(t.style, &bytes, &meta),
             _ => response_to_gemini(t.style, &bytes, &meta),
         };
         match answer {
-            Ok(v) => send(out, 200, v.to_string().as_bytes(), &extra, self.close),
-            Err(e) => self.error(out, &e, &extra),
+            Ok(v) => {
+                note_usage(self.ctx, &v);
+                with_headers(Reply::json(200, v.to_string()), &extra)
+            }
+            Err(e) => self.error(&e, &extra),
         }
-    }
-
-    /// Pipes the upstream's event stream to the client, each event written
-    /// and flushed as soon as it is translated.
-    fn stream(
-        &self,
-        out: &mut TcpStream,
-        mut body: ureq::BodyReader<'static>,
-        style: Style,
-        meta: CompletionMeta,
-        extra: &[(&str, String)],
-    ) -> Answered {
-        let Ok(mut client) = Chunked::start_with(out, self.close, extra) else {
-            return Answered { status: 200, close: true };
-        };
-        let mut translator: Option<Box<dyn Translate>> = match (self.surface, style) {
-            (Surface::Anthropic, Style::Anthropic) | (Surface::Gemini, Style::Gemini) => None,
-            (Surface::Anthropic, _) => Some(Box::new(AnthropicStream::new(style, meta))),
-            _ => Some(Box::new(GeminiStream::new(style, meta))),
-        };
-        let mut buf = vec![0u8; 16 * 1024];
-        let mut decoder = SseDecoder::new();
-        let mut events = Vec::new();
-        let ended_cleanly = loop {
-            let read = body.read(&mut buf);
-            let Some(t) = translator.as_mut() else {
-                // Same family both sides: the bytes go through as they come.
-                match read {
-                    Ok(0) => break true,
-                    Ok(n) => {
-                        if client.send(buf.get(..n).unwrap_or_default()).is_err() {
-                            return Answered { status: 200, close: true };
-                        }
-                        continue;
-                    }
-                    Err(e) => {
-                        let e = server_error(502, &format!("the upstream stream failed: {e}"), "upstream_stream");
-                        let data = self.surface.error_json(&e);
-                        let text = match self.surface {
-                            Surface::Anthropic => format!("\n\nevent: error\ndata: {data}\n\n"),
-                            _ => format!("\n\ndata: {data}\n\n"),
-                        };
-                        let _ = client.send(text.as_bytes());
-                        break false;
-                    }
-                }
-            };
-            let mut lines = Vec::new();
-            let done = match read {
-                Ok(0) => {
-                    decoder.finish(&mut events);
-                    lines.extend(events.drain(..).flat_map(|ev| t.push(&ev)));
-                    lines.extend(t.finish());
-                    true
-                }
-                Ok(n) => {
-                    decoder.feed(buf.get(..n).unwrap_or_default(), &mut events);
-                    lines.extend(events.drain(..).flat_map(|ev| t.push(&ev)));
-                    t.failed()
-                }
-                Err(e) => {
-                    let e = server_error(502, &format!("the upstream stream failed: {e}"), "upstream_stream");
-                    lines.extend(t.abort(e));
-                    true
-                }
-            };
-            if client.send(lines.concat().as_bytes()).is_err() {
-                return Answered { status: 200, close: true };
-            }
-            if done {
-                break !t.failed();
-            }
-        };
-        if client.end().is_err() {
-            return Answered { status: 200, close: true };
-        }
-        Answered { status: 200, close: self.close || !ended_cleanly }
-    }
-
-    // ------------------------------------------------------------ models
-
-    /// The model list in the asking client's shape.
-    fn models(&self, out: &mut TcpStream) -> Answered {
-        let names = if self.state.config.models.is_empty() {
-            match upstream_models(self.req, self.state) {
-                Ok(names) => names,
-                Err(e) => return self.error(out, &e, &[]),
-            }
-        } else {
-            self.state.config.models.clone()
-        };
-        let body = match self.surface {
-            Surface::Anthropic => {
-                let data: Vec<Value> = names
-                    .iter()
-                    .map(|n| json!({ "type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z" }))
-                    .collect();
-                json!({ "data": data, "has_more": false, "first_id": names.first(), "last_id": names.last() })
-            }
-            _ => {
-                let models: Vec<Value> = names
-                    .iter()
-                    .map(|n| {
-                        json!({
-                            "name": format!("models/{n}"),
-                            "displayName": n,
-                            "supportedGenerationMethods": ["generateContent", "streamGenerateContent"],
-                        })
-                    })
-                    .collect();
-                json!({ "models": models })
-            }
-        };
-        send(out, 200, body.to_string().as_bytes(), &[], self.close)
     }
 }
 
-/// The stream translators, as the pipe drives them.
-trait Translate {
+/// Counts the tokens an Anthropic or Gemini answer reports.
+fn note_usage(ctx: &Ctx, v: &Value) {
+    if let Some(u) = v.get("usage") {
+        let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+        ctx.note_usage(n("input_tokens"), n("output_tokens"));
+    } else if let Some(u) = v.get("usageMetadata") {
+        let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+        ctx.note_usage(n("promptTokenCount"), n("candidatesTokenCount"));
+    }
+}
+
+/// The stream translators, as the pump drives them.
+trait Translate: Send {
     fn push(&mut self, event: &SseEvent) -> Vec<String>;
     fn finish(&mut self) -> Vec<String>;
     fn abort(&mut self, error: TranslateError) -> Vec<String>;
     fn failed(&self) -> bool;
 }
 
-impl<E: nexus_proto::translate::Emitter> Translate for nexus_proto::translate::SurfaceStream<E> {
+impl<E: Emitter + Send> Translate for SurfaceStream<E> {
     fn push(&mut self, event: &SseEvent) -> Vec<String> {
-        nexus_proto::translate::SurfaceStream::push(self, event)
+        SurfaceStream::push(self, event)
     }
     fn finish(&mut self) -> Vec<String> {
-        nexus_proto::translate::SurfaceStream::finish(self)
+        SurfaceStream::finish(self)
     }
     fn abort(&mut self, error: TranslateError) -> Vec<String> {
-        nexus_proto::translate::SurfaceStream::abort(self, error)
+        SurfaceStream::abort(self, error)
     }
     fn failed(&self) -> bool {
         self.error().is_some()
     }
 }
 
+/// An upstream event stream re-emitted event by event, pulled by the
+/// client's connection (a slow client slows the upstream read; one that
+/// leaves drops the upstream body).
+struct Pump {
+    body: UpstreamBody,
+    /// `None`: same family both sides, the bytes go through as they come.
+    translator: Option<Box<dyn Translate>>,
+    decoder: SseDecoder,
+    events: Vec<SseEvent>,
+    done: bool,
+    dialect: Dialect,
+}
+
+impl Pump {
+    async fn next(&mut self) -> Option<Bytes> {
+        let Pump { body, translator, decoder, events, done, dialect } = self;
+        loop {
+            if *done {
+                return None;
+            }
+            let mut lines = Vec::new();
+            match body.chunk().await {
+                Ok(Some(piece)) => {
+                    let Some(tr) = translator.as_mut() else {
+                        return Some(Bytes::copy_from_slice(piece));
+                    };
+                    decoder.feed(piece, events);
+                    lines.extend(events.drain(..).flat_map(|ev| tr.push(&ev)));
+                    // After an error event nothing more is read: the upstream is done for.
+                    *done = tr.failed();
+                }
+                Ok(None) => {
+                    *done = true;
+                    let tr = translator.as_mut()?;
+                    decoder.finish(events);
+                    lines.extend(events.drain(..).flat_map(|ev| tr.push(&ev)));
+                    lines.extend(tr.finish());
+                }
+                Err(e) => {
+                    *done = true;
+                    let e = gateway_error(&e);
+                    match translator.as_mut() {
+                        Some(tr) => lines.extend(tr.abort(e)),
+                        None => {
+                            // The blank line ends whatever event the upstream left half-written.
+                            let data = dialect.error_json(&e);
+                            let text = match dialect {
+                                Dialect::Anthropic => format!("\n\nevent: error\ndata: {data}\n\n"),
+                                _ => format!("\n\ndata: {data}\n\n"),
+                            };
+                            return Some(Bytes::from(text));
+                        }
+                    }
+                }
+            }
+            if !lines.is_empty() {
+                return Some(Bytes::from(lines.concat()));
+            }
+        }
+    }
+}
+
+/// The model list in the asking client's shape.
+async fn models(ctx: &Ctx, dialect: Dialect) -> Reply {
+    let mut names = ctx.listed_models();
+    if names.is_empty() {
+        if let Some(r) = ctx.default_route() {
+            names = match super::handler::upstream_models(ctx, r.primary()).await {
+                Ok(names) => names,
+                Err(e) => return error_reply(dialect, &e, &[]),
+            };
+        }
+    }
+    let body = match dialect {
+        Dialect::Anthropic => {
+            let data: Vec<Value> = names
+                .iter()
+                .map(|n| json!({ "type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z" }))
+                .collect();
+            json!({ "data": data, "has_more": false, "first_id": names.first(), "last_id": names.last() })
+        }
+        _ => {
+            let models: Vec<Value> = names
+                .iter()
+                .map(|n| {
+                    json!({
+                        "name": format!("models/{n}"),
+                        "displayName": n,
+                        "supportedGenerationMethods": ["generateContent", "streamGenerateContent"],
+                    })
+                })
+                .collect();
+            json!({ "models": models })
+        }
+    };
+    Reply::json(200, body.to_string())
+}
+
+/// `Retry-After` from an upstream refusal, passed on when it is delay-seconds.
+fn retry_after(response: &UpstreamResponse) -> Vec<(String, String)> {
+    response
+        .header("retry-after")
+        .filter(|v| nexus_proto::provider::parse_retry_after(v).is_some())
+        .map(|v| vec![("retry-after".to_string(), v.trim().to_string())])
+        .unwrap_or_default()
+}
+
 /// The `x-nexus-dropped` header, when anything was dropped. Names come from
 /// the client's own keys, so anything but visible ASCII is replaced: a key
 /// must not be able to start a header of its own.
-pub(super) fn dropped_header(dropped: &[String]) -> Vec<(&'static str, String)> {
+fn dropped_header(dropped: &[String]) -> Vec<(String, String)> {
     if dropped.is_empty() {
         return Vec::new();
     }
@@ -463,14 +552,19 @@ pub(super) fn dropped_header(dropped: &[String]) -> Vec<(&'static str, String)> 
         value.truncate(2045);
         value.push_str("...");
     }
-    vec![(DROPPED_HEADER, value)]
+    vec![(DROPPED_HEADER.to_string(), value)]
 }
 
-/// A query parameter's raw value.
-fn query_param(target: &str, key: &str) -> Option<String> {
-    let (_, query) = target.split_once('?')?;
-    query.split('&').find_map(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (k == key).then(|| v.to_string())
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropped_names_cannot_break_the_header() {
+        let h = dropped_header(&["a\r\nx-evil: 1".into(), "é".into()]);
+        assert_eq!(h, vec![(DROPPED_HEADER.to_string(), "a??x-evil: 1, ?".to_string())]);
+        assert!(dropped_header(&[]).is_empty());
+        let long = dropped_header(&["x".repeat(5000)]);
+        assert_eq!(long[0].1.len(), 2048);
+    }
 }

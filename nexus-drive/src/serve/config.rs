@@ -1,0 +1,619 @@
+//! The gateway's configuration: [`ServeConfig`], built in code (the
+//! one-upstream shortcut the CLI flags fill) or read from a TOML file
+//! ([`ServeConfig::from_toml`]).
+//!
+//! ```toml
+//! listen = "127.0.0.1:8080"
+//! log_requests = true
+//! models = ["fast", "smart"]          # what GET /v1/models lists (optional)
+//!
+//! [limits]
+//! max_body_bytes = 16777216
+//! max_header_bytes = 65536
+//! max_connections = 16384
+//!
+//! [timeouts]                          # seconds
+//! request = 30                        # a request head and body, once begun
+//! upstream_connect = 10
+//! upstream = 600                      # one whole upstream exchange
+//! upstream_read = 120                 # silence on an upstream stream before it counts as stalled
+//! shutdown_grace = 60
+//!
+//! [[upstreams]]
+//! name = "anthropic"
+//! style = "anthropic"                 # anthropic | openai | gemini
+//! base_url = "https://api.anthropic.com"
+//! api_key_env = "ANTHROPIC_API_KEY"   # the key is read from the environment, never the file
+//! headers = { "anthropic-beta" = "prompt-caching-2024-07-31" }
+//!
+//! [[routes]]
+//! model = "fast"                      # the name clients ask for; `*` matches any run of characters
+//! upstreams = ["anthropic"]           # tried in this order by the failover policy
+//! upstream_model = "claude-haiku-4-5" # optional; `*` here takes what `*` matched
+//!
+//! [[keys]]
+//! name = "team-a"                     # what logs and metrics show
+//! key_env = "TEAM_A_KEY"
+//! max_concurrent = 8                  # requests in flight at once; more get 429
+//! ```
+//!
+//! Unknown keys are errors (a typo must not silently change what the gateway
+//! does); every error names the table and field it is about.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use nexus_proto::Style;
+use serde::Deserialize;
+
+/// How the gateway runs.
+///
+/// Two ways to fill it: [`ServeConfig::new`] with the one-upstream fields
+/// (`upstream_style`, `upstream_base_url`, `api_key`, `client_token`) — the
+/// CLI flags — or [`ServeConfig::from_toml`], which fills [`upstreams`](Self::upstreams),
+/// [`routes`](Self::routes) and [`keys`](Self::keys). When `upstreams` is
+/// empty the one-upstream fields make one upstream named `default` with a
+/// route `*` to it, and `client_token` one key named `default`.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The address to listen on (port 0 picks a free one; see [`Server::local_addr`](super::Server::local_addr)).
+    pub listen: SocketAddr,
+    /// The upstream's wire format (one-upstream form).
+    pub upstream_style: Style,
+    /// The upstream's API root; `None` is the style's public API (one-upstream form).
+    pub upstream_base_url: Option<String>,
+    /// The upstream key (one-upstream form). Kept in memory only, never logged.
+    pub api_key: Option<String>,
+    /// Send the client's own bearer token upstream instead of the upstream's key.
+    /// Off by default: a client's credentials stay with the gateway.
+    pub forward_client_key: bool,
+    /// When set, clients must present it (one-upstream form of [`keys`](Self::keys)).
+    pub client_token: Option<String>,
+    /// Models `GET /v1/models` lists; empty lists the routes' exact names, or asks the upstream.
+    pub models: Vec<String>,
+    /// Upstreams by name (from a configuration file).
+    pub upstreams: Vec<UpstreamConfig>,
+    /// Model routes, first match wins (from a configuration file).
+    pub routes: Vec<RouteConfig>,
+    /// Client keys (from a configuration file). Empty (and no `client_token`): no key needed.
+    pub keys: Vec<ClientKeyConfig>,
+    /// Request bodies larger than this are refused with 413.
+    pub max_body_bytes: usize,
+    /// A request head (request line and headers) larger than this is refused.
+    pub max_header_bytes: usize,
+    /// Upstream response bodies (non-streaming) larger than this fail with 502.
+    pub max_upstream_body_bytes: usize,
+    /// Connections served at once; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// How long connecting to the upstream may take.
+    pub upstream_connect_timeout: Duration,
+    /// How long one upstream exchange may take, body included (`None`: no limit).
+    pub upstream_timeout: Option<Duration>,
+    /// How long an upstream may stay silent before its response counts as stalled.
+    pub upstream_read_timeout: Duration,
+    /// Idle upstream connections kept for reuse (all upstreams together).
+    pub upstream_max_idle: usize,
+    /// How long an idle keep-alive connection is kept.
+    pub idle_timeout: Duration,
+    /// How long a request may take to arrive once it has begun; also how long a
+    /// response write may stay blocked on a client that does not read.
+    pub request_timeout: Duration,
+    /// How long a shutdown waits for requests and streams in flight.
+    pub shutdown_grace: Duration,
+    /// How often `/ready` re-checks that each upstream can be reached.
+    pub probe_interval: Duration,
+    /// Threads running the server (0: one per CPU). Connections never get their own.
+    pub threads: usize,
+    /// Write one JSON line per request to stderr (never a body, a header or a key).
+    pub log_requests: bool,
+}
+
+/// One upstream provider endpoint.
+#[derive(Clone)]
+pub struct UpstreamConfig {
+    /// Its name in routes, logs and metric labels.
+    pub name: String,
+    /// Its wire format.
+    pub style: Style,
+    /// Its API root; `None` is the style's public API.
+    pub base_url: Option<String>,
+    /// Its key (read from the environment by [`ServeConfig::from_toml`]). Never logged.
+    pub api_key: Option<String>,
+    /// Extra headers sent with every request to it.
+    pub headers: Vec<(String, String)>,
+}
+
+impl fmt::Debug for UpstreamConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamConfig")
+            .field("name", &self.name)
+            .field("style", &self.style)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("headers", &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// A model route: a client model name (or pattern) to upstreams in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteConfig {
+    /// The client's model name; `*` matches any run of characters.
+    pub model: String,
+    /// Upstream names, in the order a failover policy tries them (today the
+    /// first is used; see [`Route`](super::Route)).
+    pub upstreams: Vec<String>,
+    /// The model name sent upstream; `None` sends the client's. A `*` in it
+    /// is replaced by what the first `*` of [`model`](Self::model) matched.
+    pub upstream_model: Option<String>,
+}
+
+/// A named client key.
+#[derive(Clone)]
+pub struct ClientKeyConfig {
+    /// What logs and metrics show for requests with this key.
+    pub name: String,
+    /// The secret the client presents. Never logged.
+    pub key: String,
+    /// Requests in flight at once with this key; more get 429 (`None`: no limit).
+    pub max_concurrent: Option<usize>,
+}
+
+impl fmt::Debug for ClientKeyConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientKeyConfig")
+            .field("name", &self.name)
+            .field("key", &"<redacted>")
+            .field("max_concurrent", &self.max_concurrent)
+            .finish()
+    }
+}
+
+impl ServeConfig {
+    /// Defaults: the style's public API, no key, 16 MiB request bodies, 64 KiB
+    /// request heads, 16,384 connections, 10 s to connect, 10 min per upstream
+    /// exchange, 120 s of upstream silence, 60 s idle, 30 s to receive a
+    /// request, 60 s shutdown grace, a probe every 15 s.
+    pub fn new(listen: SocketAddr, upstream_style: Style) -> ServeConfig {
+        ServeConfig {
+            listen,
+            upstream_style,
+            upstream_base_url: None,
+            api_key: None,
+            forward_client_key: false,
+            client_token: None,
+            models: Vec::new(),
+            upstreams: Vec::new(),
+            routes: Vec::new(),
+            keys: Vec::new(),
+            max_body_bytes: 16 * 1024 * 1024,
+            max_header_bytes: 64 * 1024,
+            max_upstream_body_bytes: 64 * 1024 * 1024,
+            max_connections: 16 * 1024,
+            upstream_connect_timeout: Duration::from_secs(10),
+            upstream_timeout: Some(Duration::from_secs(600)),
+            upstream_read_timeout: Duration::from_secs(120),
+            upstream_max_idle: 1024,
+            idle_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(60),
+            probe_interval: Duration::from_secs(15),
+            threads: 0,
+            log_requests: false,
+        }
+    }
+
+    /// Sets the upstream API root.
+    pub fn upstream_base_url(mut self, url: impl Into<String>) -> ServeConfig {
+        self.upstream_base_url = Some(url.into());
+        self
+    }
+
+    /// Reads the upstream key from the environment variable `var` (left
+    /// unset when the variable is missing or empty).
+    pub fn api_key_from_env(mut self, var: &str) -> ServeConfig {
+        self.api_key = std::env::var(var).ok().filter(|k| !k.is_empty());
+        self
+    }
+
+    /// Sets the upstream key.
+    pub fn api_key(mut self, key: impl Into<String>) -> ServeConfig {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Reads a configuration file's text. `env` looks up environment
+    /// variables (`|v| std::env::var(v).ok()` in the CLI), so keys never sit
+    /// in the file. A missing `listen` is `127.0.0.1:8080`.
+    pub fn from_toml(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<ServeConfig, ConfigError> {
+        let file: File = toml::from_str(text).map_err(|e| ConfigError(e.to_string().trim_end().to_string()))?;
+        file.into_config(&env)
+    }
+
+    /// The upstreams, routes and keys in effect: the configured ones, or the
+    /// one-upstream form's.
+    pub(crate) fn resolved(&self) -> (Vec<UpstreamConfig>, Vec<RouteConfig>, Vec<ClientKeyConfig>) {
+        if !self.upstreams.is_empty() {
+            return (self.upstreams.clone(), self.routes.clone(), self.keys.clone());
+        }
+        let upstream = UpstreamConfig {
+            name: "default".into(),
+            style: self.upstream_style,
+            base_url: self.upstream_base_url.clone(),
+            api_key: self.api_key.clone(),
+            headers: Vec::new(),
+        };
+        let route = RouteConfig { model: "*".into(), upstreams: vec!["default".into()], upstream_model: None };
+        let mut keys = self.keys.clone();
+        if let Some(token) = &self.client_token {
+            keys.push(ClientKeyConfig { name: "default".into(), key: token.clone(), max_concurrent: None });
+        }
+        (vec![upstream], vec![route], keys)
+    }
+}
+
+/// A configuration that cannot be used, with what and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+fn bad(msg: impl Into<String>) -> ConfigError {
+    ConfigError(msg.into())
+}
+
+// ------------------------------------------------------------------ the file
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    listen: Option<String>,
+    #[serde(default)]
+    log_requests: Option<bool>,
+    #[serde(default)]
+    forward_client_key: bool,
+    #[serde(default)]
+    models: Vec<String>,
+    #[serde(default)]
+    threads: Option<usize>,
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
+    timeouts: Timeouts,
+    #[serde(default)]
+    upstreams: Vec<FileUpstream>,
+    #[serde(default)]
+    routes: Vec<FileRoute>,
+    #[serde(default)]
+    keys: Vec<FileKey>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Limits {
+    max_body_bytes: Option<usize>,
+    max_header_bytes: Option<usize>,
+    max_upstream_body_bytes: Option<usize>,
+    max_connections: Option<usize>,
+    upstream_max_idle: Option<usize>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Timeouts {
+    request: Option<f64>,
+    idle: Option<f64>,
+    upstream_connect: Option<f64>,
+    upstream: Option<f64>,
+    upstream_read: Option<f64>,
+    shutdown_grace: Option<f64>,
+    probe_interval: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileUpstream {
+    name: String,
+    style: String,
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRoute {
+    model: String,
+    upstream: Option<String>,
+    #[serde(default)]
+    upstreams: Vec<String>,
+    upstream_model: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileKey {
+    name: String,
+    key_env: String,
+    max_concurrent: Option<usize>,
+}
+
+fn secs(field: &str, v: Option<f64>, default: Duration) -> Result<Duration, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Duration::from_secs_f64(s)),
+        Some(s) => Err(bad(format!("timeouts.{field}: {s} is not a positive number of seconds"))),
+    }
+}
+
+/// Header names and values as HTTP allows them (token names, visible ASCII values).
+fn check_header(owner: &str, name: &str, value: &str) -> Result<(), ConfigError> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(token) {
+        return Err(bad(format!("{owner}: header name {name:?} is not a valid HTTP header name")));
+    }
+    if value.chars().any(|c| c.is_control() && c != '\t') {
+        return Err(bad(format!("{owner}: header {name} has a control character in its value")));
+    }
+    Ok(())
+}
+
+impl File {
+    fn into_config(self, env: &dyn Fn(&str) -> Option<String>) -> Result<ServeConfig, ConfigError> {
+        let listen = match &self.listen {
+            None => SocketAddr::from(([127, 0, 0, 1], 8080)),
+            Some(l) => l.parse().map_err(|e| bad(format!("listen: {l:?} is not an address:port ({e})")))?,
+        };
+        if self.upstreams.is_empty() {
+            return Err(bad("no [[upstreams]]: the gateway needs at least one upstream"));
+        }
+        let mut upstreams: Vec<UpstreamConfig> = Vec::new();
+        for (i, u) in self.upstreams.into_iter().enumerate() {
+            let at = format!("upstreams[{i}] ({:?})", u.name);
+            if u.name.is_empty() {
+                return Err(bad(format!("upstreams[{i}]: name is empty")));
+            }
+            if upstreams.iter().any(|x| x.name == u.name) {
+                return Err(bad(format!("{at}: the name is used by an earlier upstream")));
+            }
+            let style = Style::parse(&u.style)
+                .ok_or_else(|| bad(format!("{at}: style {:?} is not one of anthropic, openai, gemini", u.style)))?;
+            if let Some(url) = &u.base_url {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(bad(format!("{at}: base_url {url:?} must start with http:// or https://")));
+                }
+            }
+            let api_key = match &u.api_key_env {
+                None => None,
+                Some(var) => Some(env(var).filter(|k| !k.is_empty()).ok_or_else(|| {
+                    bad(format!("{at}: api_key_env names {var}, which is not set in the environment"))
+                })?),
+            };
+            let mut headers = Vec::new();
+            for (k, v) in u.headers {
+                check_header(&at, &k, &v)?;
+                headers.push((k.to_ascii_lowercase(), v));
+            }
+            upstreams.push(UpstreamConfig { name: u.name, style, base_url: u.base_url, api_key, headers });
+        }
+        let mut routes = Vec::new();
+        for (i, r) in self.routes.into_iter().enumerate() {
+            let at = format!("routes[{i}] ({:?})", r.model);
+            if r.model.is_empty() {
+                return Err(bad(format!("routes[{i}]: model is empty")));
+            }
+            let mut names = r.upstream.into_iter().collect::<Vec<_>>();
+            names.extend(r.upstreams);
+            if names.is_empty() {
+                return Err(bad(format!("{at}: give upstream = \"name\" or upstreams = [\"a\", \"b\"]")));
+            }
+            for n in &names {
+                if !upstreams.iter().any(|u| &u.name == n) {
+                    let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+                    return Err(bad(format!("{at}: no upstream is named {n:?} (known: {})", known.join(", "))));
+                }
+            }
+            if r.upstream_model.as_deref().is_some_and(|m| m.contains('*')) && !r.model.contains('*') {
+                return Err(bad(format!("{at}: upstream_model has a `*` but model has none to fill it")));
+            }
+            routes.push(RouteConfig { model: r.model, upstreams: names, upstream_model: r.upstream_model });
+        }
+        if routes.is_empty() {
+            // One upstream and no routes: everything goes to it, as with the flags.
+            if upstreams.len() > 1 {
+                return Err(bad("no [[routes]]: with several upstreams, say which models go where"));
+            }
+            let name = upstreams.first().map(|u| u.name.clone()).unwrap_or_default();
+            routes.push(RouteConfig { model: "*".into(), upstreams: vec![name], upstream_model: None });
+        }
+        let mut keys: Vec<ClientKeyConfig> = Vec::new();
+        for (i, k) in self.keys.into_iter().enumerate() {
+            let at = format!("keys[{i}] ({:?})", k.name);
+            if k.name.is_empty() {
+                return Err(bad(format!("keys[{i}]: name is empty")));
+            }
+            if keys.iter().any(|x| x.name == k.name) {
+                return Err(bad(format!("{at}: the name is used by an earlier key")));
+            }
+            let key = env(&k.key_env).filter(|v| !v.is_empty()).ok_or_else(|| {
+                bad(format!("{at}: key_env names {}, which is not set in the environment", k.key_env))
+            })?;
+            if keys.iter().any(|x| x.key == key) {
+                return Err(bad(format!("{at}: the same secret as an earlier key (each name needs its own)")));
+            }
+            if k.max_concurrent == Some(0) {
+                return Err(bad(format!("{at}: max_concurrent = 0 would refuse every request")));
+            }
+            keys.push(ClientKeyConfig { name: k.name, key, max_concurrent: k.max_concurrent });
+        }
+        let first = upstreams.first().map(|u| u.style).unwrap_or(Style::OpenAi);
+        let mut c = ServeConfig::new(listen, first);
+        let l = self.limits;
+        let t = self.timeouts;
+        let positive = |field: &str, v: Option<usize>, default: usize| match v {
+            Some(0) => Err(bad(format!("limits.{field}: must be more than 0"))),
+            Some(n) => Ok(n),
+            None => Ok(default),
+        };
+        c.max_body_bytes = positive("max_body_bytes", l.max_body_bytes, c.max_body_bytes)?;
+        c.max_header_bytes = positive("max_header_bytes", l.max_header_bytes, c.max_header_bytes)?;
+        if c.max_header_bytes < 8192 {
+            return Err(bad("limits.max_header_bytes: at least 8192 (the HTTP/1.1 parser's floor)"));
+        }
+        c.max_upstream_body_bytes =
+            positive("max_upstream_body_bytes", l.max_upstream_body_bytes, c.max_upstream_body_bytes)?;
+        c.max_connections = positive("max_connections", l.max_connections, c.max_connections)?;
+        c.upstream_max_idle = l.upstream_max_idle.unwrap_or(c.upstream_max_idle);
+        c.request_timeout = secs("request", t.request, c.request_timeout)?;
+        c.idle_timeout = secs("idle", t.idle, c.idle_timeout)?;
+        c.upstream_connect_timeout = secs("upstream_connect", t.upstream_connect, c.upstream_connect_timeout)?;
+        c.upstream_timeout = Some(secs("upstream", t.upstream, Duration::from_secs(600))?);
+        c.upstream_read_timeout = secs("upstream_read", t.upstream_read, c.upstream_read_timeout)?;
+        c.shutdown_grace = secs("shutdown_grace", t.shutdown_grace, c.shutdown_grace)?;
+        c.probe_interval = secs("probe_interval", t.probe_interval, c.probe_interval)?;
+        c.threads = self.threads.unwrap_or(0);
+        c.log_requests = self.log_requests.unwrap_or(true);
+        c.forward_client_key = self.forward_client_key;
+        c.models = self.models;
+        c.upstreams = upstreams;
+        c.routes = routes;
+        c.keys = keys;
+        Ok(c)
+    }
+}
+
+/// Whether `name` matches `pattern` (`*` = any run of characters), and what
+/// the first `*` matched.
+pub(crate) fn match_model<'a>(pattern: &str, name: &'a str) -> Option<&'a str> {
+    let Some((head, rest)) = pattern.split_once('*') else {
+        return (pattern == name).then_some("");
+    };
+    let tail = name.strip_prefix(head)?;
+    // The first `*` takes the shortest run that lets the rest match.
+    (0..=tail.len()).filter(|i| tail.is_char_boundary(*i)).find_map(|i| {
+        let (captured, after) = tail.split_at(i);
+        glob(rest, after).then_some(captured)
+    })
+}
+
+fn glob(pattern: &str, s: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == s,
+        Some((head, rest)) => match s.strip_prefix(head) {
+            None => false,
+            Some(tail) => (0..=tail.len()).filter(|i| tail.is_char_boundary(*i)).any(|i| glob(rest, &tail[i..])),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(var: &str) -> Option<String> {
+        match var {
+            "A_KEY" => Some("sk-a".into()),
+            "TEAM_KEY" => Some("team-secret".into()),
+            "OTHER_KEY" => Some("other-secret".into()),
+            _ => None,
+        }
+    }
+
+    const GOOD: &str = r#"
+listen = "127.0.0.1:0"
+[limits]
+max_body_bytes = 1000
+[timeouts]
+upstream_read = 1.5
+[[upstreams]]
+name = "a"
+style = "anthropic"
+base_url = "http://127.0.0.1:9/"
+api_key_env = "A_KEY"
+headers = { "X-Extra" = "1" }
+[[upstreams]]
+name = "o"
+style = "openai"
+[[routes]]
+model = "claude-*"
+upstreams = ["a", "o"]
+upstream_model = "real-*"
+[[routes]]
+model = "*"
+upstream = "o"
+[[keys]]
+name = "team"
+key_env = "TEAM_KEY"
+max_concurrent = 2
+"#;
+
+    #[test]
+    fn a_full_file_is_read_with_keys_from_the_environment() {
+        let c = ServeConfig::from_toml(GOOD, env).unwrap();
+        assert_eq!(c.max_body_bytes, 1000);
+        assert_eq!(c.upstream_read_timeout, Duration::from_millis(1500));
+        assert_eq!(c.upstreams.len(), 2);
+        assert_eq!(c.upstreams[0].api_key.as_deref(), Some("sk-a"));
+        assert_eq!(c.upstreams[0].headers, vec![("x-extra".to_string(), "1".to_string())]);
+        assert_eq!(c.upstreams[1].style, Style::OpenAi);
+        assert_eq!(c.routes[0].upstreams, vec!["a", "o"]);
+        assert_eq!(c.keys[0].key, "team-secret");
+        assert_eq!(c.keys[0].max_concurrent, Some(2));
+        // Secrets stay out of Debug output.
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("sk-a") && !dbg.contains("team-secret"), "{dbg}");
+    }
+
+    #[test]
+    fn errors_name_what_is_wrong_and_where() {
+        let cases: &[(&str, &str)] = &[
+            ("listen = 5", "listen"),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"anthropic\"\nbase_urll = \"x\"", "base_urll"),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"cohere\"", "style \"cohere\""),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\napi_key_env = \"NOPE\"", "NOPE, which is not set"),
+            (
+                "[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\n[[routes]]\nmodel = \"m\"\nupstream = \"b\"",
+                "no upstream is named \"b\" (known: a)",
+            ),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\n[[upstreams]]\nname = \"a\"\nstyle = \"openai\"", "used by an earlier upstream"),
+            ("listen = \"127.0.0.1:1\"", "no [[upstreams]]"),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\n[timeouts]\nrequest = -1", "timeouts.request"),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\nheaders = { \"bad name\" = \"1\" }", "not a valid HTTP header name"),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\n[[keys]]\nname = \"k\"\nkey_env = \"TEAM_KEY\"\nmax_concurrent = 0", "max_concurrent = 0"),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\n[[keys]]\nname = \"k\"\nkey_env = \"TEAM_KEY\"\n[[keys]]\nname = \"j\"\nkey_env = \"TEAM_KEY\"", "same secret"),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\n[[upstreams]]\nname = \"b\"\nstyle = \"openai\"", "no [[routes]]"),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\n[[routes]]\nmodel = \"m\"\nupstream = \"a\"\nupstream_model = \"x-*\"", "has a `*` but model has none"),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\nbase_url = \"ftp://x\"", "must start with http"),
+            ("[[upstreams]\nname = \"a\"", "line 1"),
+        ];
+        for (text, want) in cases {
+            let e = ServeConfig::from_toml(text, env).expect_err(text).0;
+            assert!(e.contains(want), "{text:?}: {e:?} should mention {want:?}");
+            assert!(!e.contains("team-secret"), "{e}");
+        }
+    }
+
+    #[test]
+    fn one_upstream_without_routes_takes_every_model() {
+        let c = ServeConfig::from_toml("[[upstreams]]\nname = \"only\"\nstyle = \"gemini\"", env).unwrap();
+        assert_eq!(
+            c.routes,
+            vec![RouteConfig { model: "*".into(), upstreams: vec!["only".into()], upstream_model: None }]
+        );
+        assert!(c.log_requests);
+    }
+
+    #[test]
+    fn wildcards_match_and_capture() {
+        assert_eq!(match_model("claude-*", "claude-sonnet"), Some("sonnet"));
+        assert_eq!(match_model("*", "anything"), Some("anything"));
+        assert_eq!(match_model("exact", "exact"), Some(""));
+        assert_eq!(match_model("exact", "exactly"), None);
+        assert_eq!(match_model("a*-fast", "abc-fast"), Some("bc"));
+        assert_eq!(match_model("a*-fast", "abc-slow"), None);
+        assert_eq!(match_model("*-*", "x-y-z"), Some("x"));
+        assert_eq!(match_model("gpt-*", "gpt-é"), Some("é"));
+    }
+}

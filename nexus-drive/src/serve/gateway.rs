@@ -1,0 +1,485 @@
+//! What every request shares: upstreams, routes, client keys and their
+//! limits, the upstream connection pool; and the per-request [`Ctx`] a
+//! surface works through.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_lite::FutureExt;
+use nexus_proto::{ExchangeId, HttpRequest, Style, TransportErrorKind};
+
+use super::config::{match_model, ServeConfig};
+use super::ops::{Health, Metrics, Record};
+use super::surface::{ErrorKind, GatewayError, Surface};
+use crate::asynk::h1;
+
+/// One upstream, as requests use it.
+pub(crate) struct Upstream {
+    pub(crate) name: String,
+    pub(crate) style: Style,
+    pub(crate) base_url: String,
+    api_key: Option<String>,
+    headers: Vec<(String, String)>,
+    pub(crate) health: Health,
+}
+
+struct RouteRule {
+    pattern: String,
+    upstreams: Vec<Arc<Upstream>>,
+    upstream_model: Option<String>,
+}
+
+/// A client key with its in-flight count.
+pub(crate) struct Key {
+    pub(crate) name: String,
+    secret: String,
+    max_concurrent: Option<usize>,
+    in_flight: AtomicUsize,
+}
+
+/// Holds one of a key's concurrency slots until dropped.
+pub(crate) struct Permit(Arc<Shared>, usize);
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some(k) = self.0.keys.get(self.1) {
+            k.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Everything the server's tasks share.
+pub(crate) struct Shared {
+    pub(crate) config: ServeConfig,
+    pub(crate) upstreams: Vec<Arc<Upstream>>,
+    routes: Vec<RouteRule>,
+    pub(crate) keys: Vec<Key>,
+    pool: Arc<h1::Pool>,
+    pub(crate) metrics: Metrics,
+    pub(crate) surfaces: Vec<Arc<dyn Surface>>,
+    pub(crate) stopping: AtomicBool,
+    /// Connections being served, and the condition a shutdown waits on.
+    pub(crate) active: Mutex<usize>,
+    pub(crate) idle: Condvar,
+    counter: AtomicU64,
+    epoch: u64,
+}
+
+impl Shared {
+    pub(crate) fn new(config: ServeConfig, surfaces: Vec<Arc<dyn Surface>>) -> Shared {
+        let (ups, routes, keys) = config.resolved();
+        let upstreams: Vec<Arc<Upstream>> = ups
+            .into_iter()
+            .map(|u| {
+                Arc::new(Upstream {
+                    base_url: u.base_url.unwrap_or_else(|| u.style.default_base_url().to_string()),
+                    name: u.name,
+                    style: u.style,
+                    api_key: u.api_key,
+                    headers: u.headers,
+                    health: Health::default(),
+                })
+            })
+            .collect();
+        let routes = routes
+            .into_iter()
+            .map(|r| RouteRule {
+                upstreams: r
+                    .upstreams
+                    .iter()
+                    .filter_map(|n| upstreams.iter().find(|u| &u.name == n).cloned())
+                    .collect(),
+                pattern: r.model,
+                upstream_model: r.upstream_model,
+            })
+            .collect();
+        let keys = keys
+            .into_iter()
+            .map(|k| Key {
+                name: k.name,
+                secret: k.key,
+                max_concurrent: k.max_concurrent,
+                in_flight: AtomicUsize::new(0),
+            })
+            .collect();
+        let epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or_default();
+        Shared {
+            pool: Arc::new(h1::Pool::with_max_idle(config.upstream_connect_timeout, config.upstream_max_idle)),
+            config,
+            upstreams,
+            routes,
+            keys,
+            metrics: Metrics::default(),
+            surfaces,
+            stopping: AtomicBool::new(false),
+            active: Mutex::new(0),
+            idle: Condvar::new(),
+            counter: AtomicU64::new(0),
+            epoch,
+        }
+    }
+
+    /// The key `presented` is, by index. Every configured secret is compared
+    /// in full, so the time taken does not say how much of one matched.
+    pub(crate) fn find_key(&self, presented: Option<&str>) -> Option<usize> {
+        let presented = presented?.as_bytes();
+        let mut found = None;
+        for (i, k) in self.keys.iter().enumerate() {
+            let secret = k.secret.as_bytes();
+            let mut diff = (secret.len() ^ presented.len()) as u8 | u8::from(secret.len() != presented.len());
+            for (j, b) in secret.iter().enumerate() {
+                diff |= b ^ presented.get(j).copied().unwrap_or(0);
+            }
+            if diff == 0 {
+                found = Some(i);
+            }
+        }
+        found
+    }
+
+    /// Takes one of key `i`'s concurrency slots, or says it is full.
+    pub(crate) fn acquire(self: &Arc<Shared>, i: usize) -> Option<Permit> {
+        let key = self.keys.get(i)?;
+        let before = key.in_flight.fetch_add(1, Ordering::AcqRel);
+        let permit = Permit(self.clone(), i);
+        match key.max_concurrent {
+            Some(max) if before >= max => None,
+            _ => Some(permit),
+        }
+    }
+}
+
+/// One upstream a route may send to, with the model name it is sent.
+#[derive(Clone)]
+pub struct Target {
+    upstream: Arc<Upstream>,
+    model: String,
+}
+
+impl Target {
+    /// The upstream's configured name.
+    pub fn upstream(&self) -> &str {
+        &self.upstream.name
+    }
+
+    /// The upstream's wire format.
+    pub fn style(&self) -> Style {
+        self.upstream.style
+    }
+
+    /// The upstream's API root.
+    pub fn base_url(&self) -> &str {
+        &self.upstream.base_url
+    }
+
+    /// The model name to send upstream.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target").field("upstream", &self.upstream.name).field("model", &self.model).finish()
+    }
+}
+
+/// Where a client model name goes: its upstream targets, in order.
+///
+/// This is the seam a failover policy plugs into: a policy walks
+/// [`targets`](Self::targets) in order, deciding after each failed attempt
+/// whether the next may be tried. Until then surfaces send to
+/// [`primary`](Self::primary).
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// The name the client asked for.
+    pub client_model: String,
+    /// The configured route pattern it matched (bounded: safe as a metric label).
+    pub pattern: String,
+    /// The first target.
+    pub primary: Target,
+    /// The targets after it, in the configured order.
+    pub fallbacks: Vec<Target>,
+}
+
+impl Route {
+    /// The first target.
+    pub fn primary(&self) -> &Target {
+        &self.primary
+    }
+
+    /// Every target, in the configured order.
+    pub fn targets(&self) -> impl Iterator<Item = &Target> {
+        std::iter::once(&self.primary).chain(&self.fallbacks)
+    }
+}
+
+/// One upstream request, as a surface builds it (the upstream's key and its
+/// configured headers are added by [`Ctx::send`]).
+#[derive(Debug, Clone)]
+pub struct UpstreamRequest {
+    /// `POST` or `GET`.
+    pub method: &'static str,
+    /// The full URL.
+    pub url: String,
+    /// Headers, without the upstream's auth header.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+    /// The answer is a stream.
+    pub stream: bool,
+}
+
+/// An upstream response head, and its body to read.
+pub struct UpstreamResponse {
+    /// The status.
+    pub status: u16,
+    /// The headers.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: UpstreamBody,
+}
+
+impl UpstreamResponse {
+    /// The first header named `name` (ASCII case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+/// An upstream body, read piece by piece. Dropping it closes the upstream
+/// connection (unless the body was read to its end), which cancels the
+/// upstream request.
+pub struct UpstreamBody {
+    body: h1::Body,
+    read_timeout: Duration,
+    deadline: Option<Instant>,
+    upstream: Arc<Upstream>,
+    record: Arc<Record>,
+    shared: Arc<Shared>,
+}
+
+impl UpstreamBody {
+    /// The next piece of the body; `None` at its end. A read that stays
+    /// silent past the upstream read timeout (or the exchange's deadline) is
+    /// a 504; a cut connection a 502.
+    pub async fn chunk(&mut self) -> Result<Option<&[u8]>, GatewayError> {
+        let wait = match self.deadline {
+            Some(d) => self.read_timeout.min(d.saturating_duration_since(Instant::now())),
+            None => self.read_timeout,
+        };
+        let body = &mut self.body;
+        let read = async { Some(body.read().await) }
+            .or(async {
+                smol::Timer::after(wait).await;
+                None
+            })
+            .await;
+        match read {
+            Some(Ok(0)) => Ok(None),
+            Some(Ok(n)) => Ok(Some(self.body.chunk(n))),
+            Some(Err(f)) => {
+                let e = GatewayError::new(ErrorKind::Upstream, format!("the upstream stream failed: {}", f.message));
+                self.failed("stream_cut");
+                Err(e)
+            }
+            None => {
+                self.failed("stalled");
+                Err(GatewayError::new(
+                    ErrorKind::Timeout,
+                    format!("the upstream sent nothing for {:.1} s", wait.as_secs_f64()),
+                ))
+            }
+        }
+    }
+
+    /// The whole body, up to `cap` bytes.
+    pub async fn read_to_end(&mut self, cap: usize) -> Result<Vec<u8>, GatewayError> {
+        let mut out = Vec::new();
+        while let Some(piece) = self.chunk().await? {
+            out.extend_from_slice(piece);
+            if out.len() > cap {
+                self.failed("body_too_large");
+                return Err(GatewayError::new(
+                    ErrorKind::Upstream,
+                    format!("the upstream response is over the {cap}-byte limit"),
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    fn failed(&self, what: &'static str) {
+        self.shared.metrics.upstream_error(&self.upstream.name, what);
+        self.record.note_upstream_error(what);
+    }
+}
+
+/// What a surface works through for one request: routing, upstream calls,
+/// and what the metrics and the access log should know.
+#[derive(Clone)]
+pub struct Ctx {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) record: Arc<Record>,
+    /// The client's own key, kept only when it may be forwarded upstream.
+    pub(crate) forward_key: Option<String>,
+}
+
+impl Ctx {
+    /// The route for `client_model`: the first configured route whose
+    /// pattern matches it. No match is a 404 (`ErrorKind::ModelNotFound`).
+    pub fn route(&self, client_model: &str) -> Result<Route, GatewayError> {
+        for rule in &self.shared.routes {
+            let Some(captured) = match_model(&rule.pattern, client_model) else { continue };
+            let model = match &rule.upstream_model {
+                None => client_model.to_string(),
+                Some(m) => m.replacen('*', captured, 1),
+            };
+            let mut targets = rule.upstreams.iter().map(|u| Target { upstream: u.clone(), model: model.clone() });
+            let Some(primary) = targets.next() else { continue };
+            return Ok(Route {
+                client_model: client_model.to_string(),
+                pattern: rule.pattern.clone(),
+                primary,
+                fallbacks: targets.collect(),
+            });
+        }
+        let mut e = GatewayError::new(
+            ErrorKind::ModelNotFound,
+            format!("The model `{client_model}` does not exist or you do not have access to it."),
+        );
+        e.param = Some("model".into());
+        Err(e)
+    }
+
+    /// Whether routing depends on the model name at all (a single `*` route
+    /// to one upstream without renaming does not: a surface may skip reading it).
+    pub fn routes_by_model(&self) -> bool {
+        !matches!(self.shared.routes.as_slice(), [r] if r.pattern == "*" && r.upstream_model.is_none())
+    }
+
+    /// The models `GET /models` should list: the configured list, else the
+    /// routes' exact (wildcard-free) names. Empty: ask [`default_route`](Self::default_route)'s upstream.
+    pub fn listed_models(&self) -> Vec<String> {
+        if !self.shared.config.models.is_empty() {
+            return self.shared.config.models.clone();
+        }
+        self.shared.routes.iter().filter(|r| !r.pattern.contains('*')).map(|r| r.pattern.clone()).collect()
+    }
+
+    /// The route of the first rule (for requests that name no model, such as a model list).
+    pub fn default_route(&self) -> Option<Route> {
+        let rule = self.shared.routes.first()?;
+        let upstream = rule.upstreams.first()?.clone();
+        Some(Route {
+            client_model: String::new(),
+            pattern: rule.pattern.clone(),
+            primary: Target { upstream, model: String::new() },
+            fallbacks: Vec::new(),
+        })
+    }
+
+    /// The configured cap on a whole (non-streamed) upstream body.
+    pub fn max_upstream_body_bytes(&self) -> usize {
+        self.shared.config.max_upstream_body_bytes
+    }
+
+    /// Records the model the request is for (bounded label cardinality is the
+    /// metrics' business).
+    pub fn note_model(&self, model: &str) {
+        self.record.note_model(model);
+    }
+
+    /// Records the tokens an answer reported.
+    pub fn note_usage(&self, input: u64, output: u64) {
+        self.record.note_usage(input, output);
+    }
+
+    /// A response id unique in this process and across restarts:
+    /// `<prefix><process epoch><counter>`.
+    pub fn response_id(&self, prefix: &str) -> String {
+        let n = self.shared.counter.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}{:016x}{n:x}", self.shared.epoch)
+    }
+
+    /// Seconds since the Unix epoch (response `created` fields).
+    pub fn now_secs(&self) -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
+    }
+
+    /// Sends one request to `target`'s upstream and reads the response head.
+    /// Adds the upstream's key (or the client's, when forwarding is on) and
+    /// its configured headers. Unreachable is a 502, no head within the
+    /// exchange timeout a 504.
+    pub async fn send(&self, target: &Target, req: UpstreamRequest) -> Result<UpstreamResponse, GatewayError> {
+        let up = &target.upstream;
+        self.record.note_upstream(&up.name);
+        let mut headers = req.headers;
+        headers.extend(up.headers.iter().cloned());
+        if let Some(key) = self.forward_key.as_deref().or(up.api_key.as_deref()).filter(|k| !k.is_empty()) {
+            headers.push(up.style.auth_header(key));
+        }
+        let http = HttpRequest {
+            exchange: ExchangeId(0),
+            method: req.method,
+            url: req.url,
+            headers,
+            body: req.body,
+            streaming: req.stream,
+        };
+        let cfg = &self.shared.config;
+        let deadline = cfg.upstream_timeout.map(|t| Instant::now() + t);
+        let head_wait = cfg.upstream_timeout.unwrap_or(Duration::from_secs(365 * 24 * 3600));
+        let pool = &self.shared.pool;
+        let sent = async { Some(h1::send(pool, &http).await) }
+            .or(async {
+                smol::Timer::after(head_wait).await;
+                None
+            })
+            .await;
+        let fail = |what: &'static str, e: GatewayError| {
+            self.shared.metrics.upstream_error(&up.name, what);
+            self.record.note_upstream_error(what);
+            e
+        };
+        match sent {
+            Some(Ok(resp)) => {
+                up.health.set_ok();
+                Ok(UpstreamResponse {
+                    status: resp.status,
+                    headers: resp.headers,
+                    body: UpstreamBody {
+                        body: resp.body,
+                        read_timeout: cfg.upstream_read_timeout,
+                        deadline,
+                        upstream: up.clone(),
+                        record: self.record.clone(),
+                        shared: self.shared.clone(),
+                    },
+                })
+            }
+            Some(Err(f)) => {
+                let connect = f.kind == TransportErrorKind::Connect;
+                if connect {
+                    up.health.set_failed(&f.message);
+                }
+                let what = if connect { "connect" } else { "io" };
+                Err(fail(
+                    what,
+                    GatewayError::new(ErrorKind::Upstream, format!("the upstream could not be reached: {}", f.message)),
+                ))
+            }
+            None => Err(fail(
+                "timeout",
+                GatewayError::new(
+                    ErrorKind::Timeout,
+                    format!("the upstream did not answer within {:.0} s", head_wait.as_secs_f64()),
+                ),
+            )),
+        }
+    }
+}

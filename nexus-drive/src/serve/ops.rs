@@ -1,0 +1,372 @@
+//! Operations: `GET /health`, `GET /ready`, `GET /metrics` (Prometheus
+//! text), upstream probes, and the per-request record behind the metrics
+//! and the one-line JSON access log.
+//!
+//! Nothing here ever holds a key: records carry the key's *name*, metric
+//! labels are surface, upstream, model (bounded) and status.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_lite::FutureExt;
+use serde_json::json;
+
+use super::gateway::Shared;
+use super::surface::Reply;
+use crate::metrics::{counter, histogram, labels, Histogram, FINE_BUCKETS};
+
+/// Distinct model label values kept; later ones are counted as `other`, so
+/// clients naming random models cannot grow the metrics without bound.
+const MAX_MODEL_LABELS: usize = 256;
+
+/// An upstream's last known reachability.
+#[derive(Default)]
+pub(crate) struct Health(Mutex<Option<Result<(), String>>>);
+
+impl Health {
+    pub(crate) fn set_ok(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Ok(()));
+    }
+
+    pub(crate) fn set_failed(&self, why: &str) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Err(why.to_string()));
+    }
+
+    fn get(&self) -> Option<Result<(), String>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// What one request did, filled in as it goes; finished once, when its
+/// response has been sent (or the client left).
+pub(crate) struct Record {
+    started: Instant,
+    method: String,
+    path: String,
+    surface: &'static str,
+    data: Mutex<RecordData>,
+}
+
+#[derive(Default)]
+struct RecordData {
+    key: Option<String>,
+    model: Option<String>,
+    upstream: Option<String>,
+    tokens_in: u64,
+    tokens_out: u64,
+    upstream_error: Option<&'static str>,
+    status: u16,
+    first_byte: Option<Duration>,
+}
+
+impl Record {
+    pub(crate) fn new(method: &str, path: &str, surface: &'static str) -> Record {
+        Record {
+            started: Instant::now(),
+            method: method.to_string(),
+            path: path.to_string(),
+            surface,
+            data: Mutex::new(RecordData::default()),
+        }
+    }
+
+    fn data(&self) -> std::sync::MutexGuard<'_, RecordData> {
+        self.data.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The client key's name (never the key).
+    pub(crate) fn note_key(&self, name: &str) {
+        self.data().key = Some(name.to_string());
+    }
+
+    pub(crate) fn note_model(&self, model: &str) {
+        self.data().model = Some(model.to_string());
+    }
+
+    pub(crate) fn note_upstream(&self, name: &str) {
+        self.data().upstream = Some(name.to_string());
+    }
+
+    pub(crate) fn note_usage(&self, input: u64, output: u64) {
+        let mut d = self.data();
+        d.tokens_in += input;
+        d.tokens_out += output;
+    }
+
+    pub(crate) fn note_upstream_error(&self, what: &'static str) {
+        self.data().upstream_error.get_or_insert(what);
+    }
+
+    pub(crate) fn note_status(&self, status: u16) {
+        self.data().status = status;
+    }
+
+    pub(crate) fn note_first_byte(&self) {
+        let mut d = self.data();
+        if d.first_byte.is_none() {
+            d.first_byte = Some(self.started.elapsed());
+        }
+    }
+}
+
+/// Finishes a record when dropped: metrics, the access log line, in-flight
+/// count. Carried by the response body, so a stream is counted when it ends
+/// and a client that leaves mid-stream is counted then (as `client_gone`).
+pub(crate) struct Finish {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) record: Arc<Record>,
+    pub(crate) completed: bool,
+}
+
+impl Finish {
+    pub(crate) fn new(shared: Arc<Shared>, record: Arc<Record>) -> Finish {
+        shared.metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+        Finish { shared, record, completed: false }
+    }
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        let m = &self.shared.metrics;
+        m.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let r = &self.record;
+        let total = r.started.elapsed();
+        let d = r.data();
+        let outcome = if self.completed { "complete" } else { "client_gone" };
+        m.finish(r.surface, &d, total, outcome);
+        if self.shared.config.log_requests {
+            let line = json!({
+                "ts_ms": std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|t| t.as_millis() as u64)
+                    .unwrap_or_default(),
+                "method": r.method,
+                "path": r.path,
+                "surface": r.surface,
+                "key": d.key,
+                "status": d.status,
+                "model": d.model,
+                "upstream": d.upstream,
+                "first_byte_ms": d.first_byte.map(|t| t.as_secs_f64() * 1e3),
+                "total_ms": total.as_secs_f64() * 1e3,
+                "tokens_in": d.tokens_in,
+                "tokens_out": d.tokens_out,
+                "upstream_error": d.upstream_error,
+                "outcome": outcome,
+            });
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "{line}");
+        }
+    }
+}
+
+/// The gateway's counters and histograms.
+#[derive(Default)]
+pub(crate) struct Metrics {
+    pub(crate) in_flight: AtomicI64,
+    inner: Mutex<Registry>,
+}
+
+#[derive(Default)]
+struct Registry {
+    models: BTreeSet<String>,
+    requests: BTreeMap<String, u64>,
+    first_byte: BTreeMap<String, Histogram>,
+    duration: BTreeMap<String, Histogram>,
+    upstream_errors: BTreeMap<String, u64>,
+    tokens: BTreeMap<String, u64>,
+}
+
+impl Registry {
+    fn model_label(&mut self, model: Option<&str>) -> String {
+        let Some(m) = model else { return String::new() };
+        if self.models.contains(m) {
+            return m.to_string();
+        }
+        if self.models.len() < MAX_MODEL_LABELS {
+            self.models.insert(m.to_string());
+            return m.to_string();
+        }
+        "other".to_string()
+    }
+}
+
+impl Metrics {
+    pub(crate) fn upstream_error(&self, upstream: &str, kind: &str) {
+        let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        *r.upstream_errors.entry(labels(&[("upstream", upstream), ("kind", kind)])).or_default() += 1;
+    }
+
+    fn finish(&self, surface: &str, d: &RecordData, total: Duration, outcome: &str) {
+        let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let model = r.model_label(d.model.as_deref());
+        let upstream = d.upstream.as_deref().unwrap_or("");
+        let status = d.status.to_string();
+        let series = labels(&[("surface", surface), ("upstream", upstream), ("model", &model)]);
+        let key = labels(&[
+            ("surface", surface),
+            ("upstream", upstream),
+            ("model", &model),
+            ("status", &status),
+            ("outcome", outcome),
+        ]);
+        *r.requests.entry(key).or_default() += 1;
+        if let Some(t) = d.first_byte {
+            r.first_byte
+                .entry(series.clone())
+                .or_insert_with(|| Histogram::with_buckets(FINE_BUCKETS))
+                .observe(t.as_secs_f64());
+        }
+        r.duration.entry(series).or_insert_with(|| Histogram::with_buckets(FINE_BUCKETS)).observe(total.as_secs_f64());
+        if d.tokens_in + d.tokens_out > 0 {
+            for (dir, n) in [("in", d.tokens_in), ("out", d.tokens_out)] {
+                let k = labels(&[("upstream", upstream), ("model", &model), ("direction", dir)]);
+                *r.tokens.entry(k).or_default() += n;
+            }
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub(crate) fn render(&self) -> String {
+        let r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = String::new();
+        counter(
+            &mut out,
+            "nexus_gateway_requests_total",
+            "Requests by surface, upstream, model, status and outcome (complete, client_gone).",
+            &r.requests,
+        );
+        histogram(
+            &mut out,
+            "nexus_gateway_first_byte_seconds",
+            "Time from the request to the first response body byte.",
+            &r.first_byte,
+        );
+        histogram(
+            &mut out,
+            "nexus_gateway_request_duration_seconds",
+            "Time from the request to the end of its response.",
+            &r.duration,
+        );
+        counter(
+            &mut out,
+            "nexus_gateway_upstream_errors_total",
+            "Upstream failures by upstream and kind (connect, io, timeout, stalled, stream_cut, body_too_large).",
+            &r.upstream_errors,
+        );
+        counter(&mut out, "nexus_gateway_tokens_total", "Tokens reported by upstreams, by direction.", &r.tokens);
+        let _ = writeln!(
+            out,
+            "# HELP nexus_gateway_in_flight Requests being answered now.\n# TYPE nexus_gateway_in_flight gauge\nnexus_gateway_in_flight {}",
+            self.in_flight.load(Ordering::Relaxed)
+        );
+        out
+    }
+}
+
+/// Answers `/health`, `/ready` and `/metrics`; `None` for any other path.
+pub(crate) fn answer(shared: &Shared, method: &hyper::Method, path: &str) -> Option<Reply> {
+    let get = method == hyper::Method::GET || method == hyper::Method::HEAD;
+    match path {
+        "/health" | "/healthz" if get => Some(Reply::json(200, json!({"status": "ok"}).to_string())),
+        "/ready" | "/readyz" if get => {
+            let mut ready = !shared.upstreams.is_empty() && !shared.stopping.load(Ordering::SeqCst);
+            let mut ups = serde_json::Map::new();
+            for u in &shared.upstreams {
+                let state = match u.health.get() {
+                    Some(Ok(())) => json!({"status": "ok"}),
+                    Some(Err(why)) => {
+                        ready = false;
+                        json!({"status": "unreachable", "error": why})
+                    }
+                    None => {
+                        ready = false;
+                        json!({"status": "unknown"})
+                    }
+                };
+                ups.insert(u.name.clone(), state);
+            }
+            let body = json!({"status": if ready { "ready" } else { "not_ready" }, "upstreams": ups});
+            Some(Reply::json(if ready { 200 } else { 503 }, body.to_string()))
+        }
+        "/metrics" if get => Some(Reply::Whole {
+            status: 200,
+            headers: vec![("content-type".into(), "text/plain; version=0.0.4; charset=utf-8".into())],
+            body: shared.metrics.render().into(),
+        }),
+        _ => None,
+    }
+}
+
+/// Checks every upstream now and then: a TCP connection to its host and port
+/// within the connect timeout. Runs until `stop` closes.
+pub(crate) async fn probe_loop(shared: Arc<Shared>, stop: smol::channel::Receiver<()>) {
+    loop {
+        for u in &shared.upstreams {
+            match host_port(&u.base_url) {
+                None => u.health.set_failed("the base URL has no host"),
+                Some((host, port)) => {
+                    let t = shared.config.upstream_connect_timeout;
+                    let connected = smol::net::TcpStream::connect((host.as_str(), port))
+                        .or(async {
+                            smol::Timer::after(t).await;
+                            Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))
+                        })
+                        .await;
+                    match connected {
+                        Ok(_) => u.health.set_ok(),
+                        Err(e) => u.health.set_failed(&format!("connect to {host}:{port}: {e}")),
+                    }
+                }
+            }
+        }
+        let stopped = async {
+            let _ = stop.recv().await;
+            true
+        }
+        .or(async {
+            smol::Timer::after(shared.config.probe_interval).await;
+            false
+        })
+        .await;
+        if stopped {
+            return;
+        }
+    }
+}
+
+fn host_port(url: &str) -> Option<(String, u16)> {
+    let (tls, rest) = match url.split_once("://")? {
+        ("https", r) => (true, r),
+        ("http", r) => (false, r),
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => match p.parse() {
+            Ok(p) => (h, p),
+            Err(_) => (authority, if tls { 443 } else { 80 }),
+        },
+        _ => (authority, if tls { 443 } else { 80 }),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then(|| (host.to_string(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_and_port_of_base_urls() {
+        assert_eq!(host_port("https://api.anthropic.com"), Some(("api.anthropic.com".into(), 443)));
+        assert_eq!(host_port("http://127.0.0.1:8080/v1"), Some(("127.0.0.1".into(), 8080)));
+        assert_eq!(host_port("http://[::1]:9/v1beta"), Some(("::1".into(), 9)));
+        assert_eq!(host_port("ftp://x"), None);
+    }
+}

@@ -1,0 +1,467 @@
+//! The HTTP side: hyper serves each connection (HTTP/1.1 with keep-alive
+//! and pipelining, or h2c when the client opens with the HTTP/2 preface) as
+//! a task on a small smol executor; [`dispatch`] turns each request into
+//! a surface call with limits, keys and the record around it.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_lite::io::{AsyncRead, AsyncWrite};
+use futures_lite::FutureExt;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::server::conn::{http1, http2};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use smol::net::{TcpListener, TcpStream};
+use smol::Executor;
+use smol_hyper::rt::{FuturesIo, SmolExecutor, SmolTimer};
+
+use super::gateway::{Ctx, Permit, Shared};
+use super::ops::{self, Finish, Record};
+use super::surface::{ChunkStream, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
+
+/// The first bytes of every HTTP/2 connection with prior knowledge (RFC 9113 §3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Accepts until `stop` closes, each connection a task on `ex`.
+pub(crate) async fn accept_loop(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    ex: Arc<Executor<'static>>,
+    stop: smol::channel::Receiver<()>,
+) {
+    loop {
+        let accepted = async { Some(listener.accept().await) }
+            .or(async {
+                let _ = stop.recv().await;
+                None
+            })
+            .await;
+        let stream = match accepted {
+            None => break,
+            Some(Ok((stream, _))) => stream,
+            Some(Err(_)) => {
+                // Out of descriptors or a connection reset before accept: back off
+                // a moment instead of spinning on the same error.
+                smol::Timer::after(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let admitted = {
+            let mut active = shared.active.lock().unwrap_or_else(|e| e.into_inner());
+            let ok = *active < shared.config.max_connections;
+            if ok {
+                *active += 1;
+            }
+            ok
+        };
+        if !admitted {
+            ex.spawn(refuse_busy(stream)).detach();
+            continue;
+        }
+        let task = connection(shared.clone(), stream, ex.clone(), stop.clone());
+        ex.spawn(task).detach();
+    }
+    // Dropping the listener here refuses new connections from now on.
+}
+
+/// Answers a connection over the limit with 503 and closes it.
+async fn refuse_busy(stream: TcpStream) {
+    use futures_lite::AsyncWriteExt;
+    let body = r#"{"error":{"message":"the gateway is at its connection limit; retry shortly","type":"server_error","param":null,"code":"overloaded"}}"#;
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut s = stream;
+    let write = async {
+        let _ = s.write_all(head.as_bytes()).await;
+        let _ = s.write_all(body.as_bytes()).await;
+        let _ = s.flush().await;
+    };
+    write
+        .or(async {
+            smol::Timer::after(Duration::from_secs(5)).await;
+        })
+        .await;
+}
+
+/// Counts a connection out when its task ends, however it ends.
+struct Active(Arc<Shared>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        let mut active = self.0.active.lock().unwrap_or_else(|e| e.into_inner());
+        *active = active.saturating_sub(1);
+        self.0.idle.notify_all();
+    }
+}
+
+/// A hyper connection that can be asked to finish what it has and close.
+trait Graceful: Future {
+    fn begin_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, S, B> Graceful for http1::Connection<I, S>
+where
+    S: hyper::service::HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn begin_shutdown(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+impl<I, S, B, E> Graceful for http2::Connection<I, S, E>
+where
+    S: hyper::service::HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    fn begin_shutdown(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+/// Runs a connection; when `stop` closes, lets it finish its requests and close.
+async fn drive<C: Graceful>(conn: C, stop: smol::channel::Receiver<()>) {
+    let mut conn = std::pin::pin!(conn);
+    let finished = async {
+        let _ = conn.as_mut().await;
+        true
+    }
+    .or(async {
+        let _ = stop.recv().await;
+        false
+    })
+    .await;
+    if !finished {
+        conn.as_mut().begin_shutdown();
+        let _ = conn.await;
+    }
+}
+
+/// Whether a connection opens with the HTTP/2 preface (h2c with prior
+/// knowledge). `None`: it closed or sent nothing in time.
+async fn opens_with_h2(stream: &TcpStream, wait: Duration) -> Option<bool> {
+    let sniff = async {
+        let mut buf = [0u8; 24];
+        loop {
+            let n = stream.peek(&mut buf).await.ok()?;
+            let seen = buf.get(..n)?;
+            if n == 0 {
+                return None;
+            }
+            if H2_PREFACE.get(..n) != Some(seen) {
+                return Some(false);
+            }
+            if n == H2_PREFACE.len() {
+                return Some(true);
+            }
+            // A prefix of the preface so far: wait for the rest.
+            smol::Timer::after(Duration::from_millis(1)).await;
+        }
+    };
+    sniff
+        .or(async {
+            smol::Timer::after(wait).await;
+            None
+        })
+        .await
+}
+
+async fn connection(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    ex: Arc<Executor<'static>>,
+    stop: smol::channel::Receiver<()>,
+) {
+    let _active = Active(shared.clone());
+    let _ = stream.set_nodelay(true);
+    let cfg = &shared.config;
+    let Some(h2) = opens_with_h2(&stream, cfg.idle_timeout).await else { return };
+    let io = FuturesIo::new(WriteTimeout::new(stream, cfg.request_timeout));
+    let for_service = shared.clone();
+    let service = service_fn(move |req| {
+        let shared = for_service.clone();
+        async move { Ok::<_, Infallible>(dispatch(shared, req).await) }
+    });
+    if h2 {
+        let mut b = http2::Builder::new(SmolExecutor::new(ex));
+        b.timer(SmolTimer::new())
+            .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX))
+            .keep_alive_interval(Some(cfg.idle_timeout))
+            .keep_alive_timeout(cfg.request_timeout);
+        drive(b.serve_connection(io, service), stop).await;
+    } else {
+        let mut b = http1::Builder::new();
+        // The header timer runs from the moment a connection waits for its next
+        // request head: it is both the keep-alive idle limit and the slow-head limit.
+        b.timer(SmolTimer::new())
+            .header_read_timeout(cfg.idle_timeout)
+            .max_buf_size(cfg.max_header_bytes.max(8192))
+            .max_headers(128)
+            .pipeline_flush(true)
+            .keep_alive(true);
+        drive(b.serve_connection(io, service), stop).await;
+    }
+}
+
+/// A socket whose writes give up when the peer has not taken a byte for
+/// `timeout` (a client that stopped reading must not hold a stream, and its
+/// upstream, forever).
+struct WriteTimeout {
+    io: TcpStream,
+    timeout: Duration,
+    blocked: Option<smol::Timer>,
+}
+
+impl WriteTimeout {
+    fn new(io: TcpStream, timeout: Duration) -> WriteTimeout {
+        WriteTimeout { io, timeout, blocked: None }
+    }
+
+    fn watch<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Ready(r) => {
+                self.blocked = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let timeout = self.timeout;
+                let timer = self.blocked.get_or_insert_with(|| smol::Timer::after(timeout));
+                match Pin::new(timer).poll(cx) {
+                    Poll::Ready(_) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the client has not read for the request timeout",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl AsyncRead for WriteTimeout {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for WriteTimeout {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.watch(cx, polled)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let polled = Pin::new(&mut self.io).poll_flush(cx);
+        self.watch(cx, polled)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_close(cx)
+    }
+}
+
+/// A response body: whole or streamed, carrying the request's [`Finish`]
+/// (and its key's concurrency slot) until it has been sent or dropped.
+pub(crate) struct GwBody {
+    kind: Kind,
+    finish: Option<Finish>,
+    permit: Option<Permit>,
+}
+
+enum Kind {
+    Whole(Option<Bytes>),
+    Stream(ChunkStream),
+}
+
+impl GwBody {
+    fn done(&mut self) {
+        if let Some(mut f) = self.finish.take() {
+            f.completed = true;
+        }
+        self.permit = None;
+    }
+}
+
+impl Body for GwBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = &mut *self;
+        let next = match &mut this.kind {
+            Kind::Whole(b) => b.take(),
+            Kind::Stream(s) => match s.as_mut().poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(b) => b,
+            },
+        };
+        match next {
+            Some(bytes) => {
+                if let Some(f) = &this.finish {
+                    f.record.note_first_byte();
+                }
+                if matches!(this.kind, Kind::Whole(None)) {
+                    this.done();
+                }
+                Poll::Ready(Some(Ok(Frame::data(bytes))))
+            }
+            None => {
+                this.done();
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.kind, Kind::Whole(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Whole(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Kind::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+/// Turns a reply into a hyper response that carries `finish` (and `permit`).
+fn respond(reply: Reply, finish: Finish, permit: Option<Permit>) -> Response<GwBody> {
+    finish.record.note_status(reply.status());
+    let (status, headers, kind) = match reply {
+        Reply::Whole { status, headers, body } => {
+            (status, headers, Kind::Whole(if body.is_empty() { None } else { Some(body) }))
+        }
+        Reply::Stream { status, headers, body } => (status, headers, Kind::Stream(body)),
+    };
+    let mut body = GwBody { kind, finish: Some(finish), permit };
+    if matches!(body.kind, Kind::Whole(None)) {
+        // Nothing will be polled: the answer is complete as it is handed over.
+        if let Some(f) = &body.finish {
+            f.record.note_first_byte();
+        }
+        body.done();
+    }
+    let mut response = Response::new(body);
+    *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::BAD_GATEWAY);
+    let h = response.headers_mut();
+    for (k, v) in headers {
+        if let (Ok(k), Ok(v)) =
+            (hyper::header::HeaderName::from_bytes(k.as_bytes()), hyper::header::HeaderValue::from_str(&v))
+        {
+            h.append(k, v);
+        }
+    }
+    response
+}
+
+/// One request: operations endpoints, else the surface that claims the
+/// path — after its key, its key's concurrency slot and its body limit.
+pub(crate) async fn dispatch(shared: Arc<Shared>, req: Request<Incoming>) -> Response<GwBody> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let claimed = shared.surfaces.iter().find(|s| s.claims(&path)).cloned();
+    let surface: Option<Arc<dyn Surface>> = claimed.clone().or_else(|| shared.surfaces.first().cloned());
+    let name = surface.as_ref().map_or("none", |s| s.name());
+    let record = Arc::new(Record::new(parts.method.as_str(), &path, if claimed.is_some() { name } else { "none" }));
+    let finish = Finish::new(shared.clone(), record.clone());
+    if let Some(reply) = ops::answer(&shared, &parts.method, &path) {
+        return respond(reply, finish, None);
+    }
+    let Some(surface) = surface else {
+        return respond(Reply::json(404, r#"{"error":{"message":"no such endpoint"}}"#), finish, None);
+    };
+    let mut sreq = SurfaceRequest {
+        method: parts.method,
+        query: parts.uri.query().map(str::to_string),
+        path,
+        headers: parts.headers,
+        body: Bytes::new(),
+    };
+    if claimed.is_none() {
+        let e = GatewayError::new(ErrorKind::NotFound, format!("Invalid URL ({} {})", sreq.method, sreq.path));
+        return respond(surface.error(&e), finish, None);
+    }
+    let mut permit = None;
+    if !shared.keys.is_empty() {
+        let Some(i) = shared.find_key(surface.client_key(&sreq)) else {
+            let e = GatewayError::new(ErrorKind::Unauthorized, "Incorrect API key provided.");
+            return respond(surface.error(&e), finish, None);
+        };
+        if let Some(k) = shared.keys.get(i) {
+            record.note_key(&k.name);
+        }
+        match shared.acquire(i) {
+            Some(p) => permit = Some(p),
+            None => {
+                let e = GatewayError::new(
+                    ErrorKind::RateLimited,
+                    "Too many requests in flight for this key; retry when one has finished.",
+                )
+                .with_header("retry-after", "1");
+                return respond(surface.error(&e), finish, None);
+            }
+        }
+    }
+    let max = shared.config.max_body_bytes;
+    let too_large = || GatewayError::new(ErrorKind::TooLarge, format!("the request body is over the {max}-byte limit"));
+    let declared = sreq.header("content-length").and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return respond(surface.error(&too_large()), finish, permit);
+    }
+    let timeout = shared.config.request_timeout;
+    let collected = async { Some(Limited::new(body, max).collect().await) }
+        .or(async {
+            smol::Timer::after(timeout).await;
+            None
+        })
+        .await;
+    sreq.body = match collected {
+        Some(Ok(c)) => c.to_bytes(),
+        Some(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return respond(surface.error(&too_large()), finish, permit);
+        }
+        Some(Err(e)) => {
+            let e = GatewayError::new(ErrorKind::InvalidRequest, format!("the request body could not be read: {e}"));
+            return respond(surface.error(&e), finish, permit);
+        }
+        None => {
+            let mut e = GatewayError::new(
+                ErrorKind::InvalidRequest,
+                format!("the request body did not arrive within {} s", timeout.as_secs()),
+            );
+            e.status = 408;
+            return respond(surface.error(&e), finish, permit);
+        }
+    };
+    let forward_key =
+        if shared.config.forward_client_key { surface.client_key(&sreq).map(str::to_string) } else { None };
+    let ctx = Ctx { shared: shared.clone(), record, forward_key };
+    let reply = surface.handle(sreq, ctx).await;
+    respond(reply, finish, permit)
+}

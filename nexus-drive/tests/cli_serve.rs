@@ -1,0 +1,358 @@
+//! `nexus serve --config` as a process, under load, against the fake
+//! provider over loopback: a thousand concurrent streams all complete on a
+//! handful of threads, every upstream connection is reused by the next
+//! wave, thousands of idle keep-alive connections cost no threads, the
+//! access log is one JSON line per request with no secret in it, and a bad
+//! configuration file is refused with a message naming what is wrong.
+//!
+//! Memory and thread counts come from `/proc/PID/status` of the gateway
+//! process (required: this test runs on Linux). The peak RSS is printed.
+
+mod cli_support;
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cli_support::{nexus, run, scratch, KEY};
+use nexus_tests::fake::{Fault, FaultKind, Script, Scripts, Style, Turn};
+use serde_json::{json, Value};
+use smol::io::{AsyncReadExt, AsyncWriteExt};
+
+const CLIENT_KEY: &str = "client-key-7hQ2-not-for-logs";
+const TEXT: &str = "Hello from the fake";
+/// Executor threads the gateway is configured with.
+const THREADS: usize = 2;
+
+/// A running `nexus serve` and what it printed.
+struct Gateway {
+    child: Child,
+    addr: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Gateway {
+    fn start(config: &str) -> Gateway {
+        let dir = scratch("serve");
+        let path = dir.join("gateway.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut cmd = nexus(&dir, None);
+        cmd.args(["serve", "--config", path.to_str().unwrap()])
+            .env("UPSTREAM_KEY", KEY)
+            .env("CLIENT_KEY", CLIENT_KEY)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start nexus serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("the listening line");
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        let addr = v["listening"].as_str().unwrap().parse().unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let mut pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Gateway { child, addr, stderr }
+    }
+
+    /// `(threads, VmRSS kB, VmHWM kB)` of the gateway process.
+    fn status(&self) -> (u64, u64, u64) {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("/proc/PID/status (this test needs Linux)");
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name} in /proc status"))
+        };
+        (field("Threads:"), field("VmRSS:"), field("VmHWM:"))
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    fn stop(mut self) -> String {
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let status = self.child.wait().expect("wait for nexus serve");
+        assert!(status.success(), "nexus serve exited with {status}");
+        std::thread::sleep(Duration::from_millis(100));
+        let text = self.stderr.lock().unwrap().clone();
+        text
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config(fake_base: &str, extra: &str) -> String {
+    format!(
+        r#"
+listen = "127.0.0.1:0"
+threads = {THREADS}
+{extra}
+[[upstreams]]
+name = "anth"
+style = "anthropic"
+base_url = "{fake_base}"
+api_key_env = "UPSTREAM_KEY"
+[[keys]]
+name = "load"
+key_env = "CLIENT_KEY"
+"#
+    )
+}
+
+fn chat(model: &str) -> Vec<u8> {
+    json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": true}).to_string().into_bytes()
+}
+
+/// One streamed request on its own connection; the decoded text and whether it ended with `[DONE]`.
+async fn stream_once(addr: SocketAddr, model: &str) -> Result<(String, bool), String> {
+    let body = chat(model);
+    let mut s = smol::net::TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {CLIENT_KEY}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.map_err(|e| format!("send: {e}"))?;
+    s.write_all(&body).await.map_err(|e| format!("send: {e}"))?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.map_err(|e| format!("read: {e}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    if !text.starts_with("HTTP/1.1 200") {
+        return Err(format!("not a 200: {text}"));
+    }
+    let mut out = String::new();
+    let mut done = false;
+    for data in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| format!("chunk {data}: {e}"))?;
+        for c in v["choices"].as_array().into_iter().flatten() {
+            out.push_str(c["delta"]["content"].as_str().unwrap_or_default());
+        }
+    }
+    Ok((out, done))
+}
+
+/// Samples the gateway's thread count until `stop`; returns the maximum seen.
+fn sample_threads(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut max = 0;
+        while !stop.load(Ordering::SeqCst) {
+            if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                let n = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Threads:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                max = max.max(n);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        max
+    })
+}
+
+/// `n` streams at once; panics unless every one completes with the whole text.
+fn wave(addr: SocketAddr, n: usize, model: &str) {
+    let ex = smol::Executor::new();
+    let results = smol::block_on(ex.run(async {
+        let tasks: Vec<_> = (0..n).map(|_| ex.spawn(stream_once(addr, model))).collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await);
+        }
+        out
+    }));
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| match r {
+            Ok((text, true)) if text == TEXT => None,
+            Ok(other) => Some(format!("{other:?}")),
+            Err(e) => Some(e),
+        })
+        .collect();
+    assert!(failed.is_empty(), "{} of {n} streams failed; first: {:?}", failed.len(), failed.first());
+}
+
+#[test]
+fn a_thousand_concurrent_streams_complete_on_a_few_threads_and_reuse_every_upstream_connection() {
+    const STREAMS: usize = 1000;
+    // Every stream pauses upstream for a second after its first event, so all
+    // of a wave are open at once.
+    let pause = Fault::new(FaultKind::StallMidStream { after_events: 1, ms: 1000 }).times(u32::MAX);
+    let fake = nexus_tests::fake::FakeProvider::start(
+        Scripts::new(KEY).model("m-long", Script::new(vec![Turn::text(TEXT).usage(3, 5).fault(pause)])),
+    );
+    let gw = Gateway::start(&config(&fake.base_url(Style::Anthropic), ""));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = sample_threads(gw.child.id(), stop.clone());
+
+    wave(gw.addr, STREAMS, "m-long");
+    let first: std::collections::BTreeSet<u64> = fake.requests().iter().map(|r| r.connection).collect();
+    fake.clear_requests();
+    // The second wave finds the first wave's connections idle in the pool.
+    wave(gw.addr, STREAMS, "m-long");
+    let second: std::collections::BTreeSet<u64> = fake.requests().iter().map(|r| r.connection).collect();
+    stop.store(true, Ordering::SeqCst);
+    let max_threads = sampler.join().unwrap();
+    let (_, rss, peak) = gw.status();
+    println!(
+        "{STREAMS} concurrent streams ×2: peak RSS {:.1} MB (now {:.1} MB), at most {max_threads} threads, \
+         {} upstream connections for the first wave, {} new ones for the second",
+        peak as f64 / 1024.0,
+        rss as f64 / 1024.0,
+        first.len(),
+        second.difference(&first).count()
+    );
+    assert!(max_threads <= (THREADS + 8) as u64, "{max_threads} threads for {STREAMS} streams");
+    assert!(
+        second.is_subset(&first),
+        "the second wave opened {} new upstream connections",
+        second.difference(&first).count()
+    );
+    assert!(peak < 256 * 1024, "peak RSS {peak} kB");
+    assert_eq!(fake.replies_cut_by_client(), 0);
+
+    // One JSON access-log line per request, no secret anywhere in it.
+    let log = gw.stop();
+    assert!(!log.contains(KEY) && !log.contains(CLIENT_KEY), "a key in the access log");
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {l}")))
+        .collect();
+    assert_eq!(lines.len(), 2 * STREAMS, "one line per request");
+    for l in &lines {
+        assert_eq!(
+            (l["status"].as_u64(), l["key"].as_str(), l["upstream"].as_str()),
+            (Some(200), Some("load"), Some("anth")),
+            "{l}"
+        );
+        assert_eq!(
+            (l["tokens_in"].as_u64(), l["tokens_out"].as_u64(), l["outcome"].as_str()),
+            (Some(3), Some(5), Some("complete")),
+            "{l}"
+        );
+    }
+}
+
+/// The soft limit on open files of this process (the gateway inherits it).
+fn open_file_limit() -> usize {
+    let text = std::fs::read_to_string("/proc/self/limits").expect("/proc/self/limits");
+    text.lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024)
+}
+
+#[test]
+fn thousands_of_idle_keep_alive_connections_cost_no_threads() {
+    let fake =
+        nexus_tests::fake::FakeProvider::start(Scripts::new(KEY).model("m-text", Script::new(vec![Turn::text(TEXT)])));
+    let gw = Gateway::start(&config(&fake.base_url(Style::Anthropic), "log_requests = false"));
+    // Ten thousand where the descriptor limit allows (this process and the
+    // gateway each hold one per connection).
+    let n = 10_000.min(open_file_limit().saturating_sub(300));
+    let addr = gw.addr;
+    let ex = smol::Executor::new();
+    let served = Arc::new(AtomicU64::new(0));
+    let conns = smol::block_on(ex.run(async {
+        let mut conns = Vec::new();
+        for batch in (0..n).collect::<Vec<_>>().chunks(200) {
+            let tasks: Vec<_> = batch
+                .iter()
+                .map(|_| {
+                    let served = served.clone();
+                    ex.spawn(async move {
+                        let mut s = smol::net::TcpStream::connect(addr).await.expect("connect");
+                        s.write_all(b"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n").await.expect("send");
+                        let mut buf = vec![0u8; 512];
+                        let mut got = Vec::new();
+                        while !String::from_utf8_lossy(&got).contains("\"ok\"") {
+                            let k = s.read(&mut buf).await.expect("read");
+                            assert!(k > 0, "closed: {}", String::from_utf8_lossy(&got));
+                            got.extend_from_slice(&buf[..k]);
+                        }
+                        assert!(got.starts_with(b"HTTP/1.1 200"));
+                        served.fetch_add(1, Ordering::SeqCst);
+                        s
+                    })
+                })
+                .collect();
+            for t in tasks {
+                conns.push(t.await);
+            }
+        }
+        conns
+    }));
+    assert_eq!(served.load(Ordering::SeqCst), n as u64);
+    let (threads, rss, _) = gw.status();
+    println!("{n} idle keep-alive connections: {threads} threads, RSS {:.1} MB", rss as f64 / 1024.0);
+    assert!(threads <= (THREADS + 8) as u64, "{threads} threads for {n} idle connections");
+    // Still serving while they idle.
+    let r = smol::block_on(stream_once(addr, "m-text")).expect("a stream beside the idle connections");
+    assert_eq!(r, (TEXT.to_string(), true));
+    drop(conns);
+    gw.stop();
+}
+
+#[test]
+fn a_bad_configuration_file_is_refused_with_what_and_where() {
+    let dir = scratch("serve-config");
+    for (text, want) in [
+        ("[[upstreams]]\nname = \"a\"\nstyle = \"anthropic\"\nbase_urll = \"http://x\"\n", "base_urll"),
+        (
+            "[[upstreams]]\nname = \"a\"\nstyle = \"anthropic\"\napi_key_env = \"NEXUS_TEST_UNSET_VAR\"\n",
+            "NEXUS_TEST_UNSET_VAR, which is not set",
+        ),
+        (
+            "[[upstreams]]\nname = \"a\"\nstyle = \"anthropic\"\n[[routes]]\nmodel = \"*\"\nupstream = \"b\"\n",
+            "no upstream is named \"b\"",
+        ),
+    ] {
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = run(nexus(&dir, None).args(["serve", "--config", path.to_str().unwrap()]));
+        assert_eq!(out.code, 2, "{text}: {}", out.stderr);
+        assert!(out.stderr.contains("bad.toml") && out.stderr.contains(want), "{text}: {}", out.stderr);
+    }
+    let out = run(nexus(&dir, None).args(["serve", "--config", dir.join("missing.toml").to_str().unwrap()]));
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("missing.toml"), "{}", out.stderr);
+    let out = run(nexus(&dir, None).args(["serve", "--config", "x.toml", "--upstream-style", "openai"]));
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("--upstream-style"), "{}", out.stderr);
+}
+
+#[test]
+fn the_readme_configuration_example_is_a_valid_configuration() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let block = readme
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("```").map(|(b, _)| b))
+        .find(|b| b.contains("[[upstreams]]"))
+        .expect("a configuration example in the README");
+    let config = nexus_drive::serve::ServeConfig::from_toml(block, |var| Some(format!("value-of-{var}")))
+        .unwrap_or_else(|e| panic!("the README example: {e}"));
+    assert_eq!(config.upstreams.len(), 2);
+    assert_eq!(config.routes.len(), 2);
+    assert_eq!(config.keys[0].max_concurrent, Some(8));
+}
