@@ -17,7 +17,7 @@ use nexus_proto::SseEvent;
 use proptest::prelude::*;
 use serde_json::Value;
 
-const STYLES: [Style; 3] = [Style::Anthropic, Style::OpenAi, Style::Gemini];
+const STYLES: [Style; 4] = [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses];
 
 /// The recorded request bodies of `dir` (`anthropic`, `gemini`).
 fn recorded_requests(dir: &str) -> Vec<Vec<u8>> {

@@ -42,15 +42,19 @@ fn write_current_fixture_when_asked() {
     if std::env::var("NEXUS_WRITE_STATE_FIXTURES").is_err() {
         return;
     }
-    let mut sim = Sim::new(Style::OpenAi, false, tools(), script());
-    let Stop::Suspended(_) = sim.drive(&mut tool) else { panic!() };
-    std::fs::write(dir().join(format!("v{FORMAT_VERSION}-openai-approval-and-relay.json")), sim.run.snapshot())
-        .unwrap();
+    // OpenAI Responses: the transcript holds a reasoning item (encrypted
+    // content, id) and item ids that must survive into the follow-up request.
+    for style in [Style::OpenAi, Style::OpenAiResponses] {
+        let mut sim = Sim::new(style, false, tools(), script());
+        let Stop::Suspended(_) = sim.drive(&mut tool) else { panic!() };
+        let name = format!("v{FORMAT_VERSION}-{}-approval-and-relay.json", style.name());
+        std::fs::write(dir().join(name), sim.run.snapshot()).unwrap();
+    }
 }
 
 #[test]
 fn every_released_state_version_loads_and_finishes() {
-    let mut seen = 0;
+    let (mut seen, mut responses_seen) = (0, 0);
     for entry in std::fs::read_dir(dir()).unwrap() {
         let path = entry.unwrap().path();
         let bytes = std::fs::read(&path).unwrap();
@@ -69,9 +73,19 @@ fn every_released_state_version_loads_and_finishes() {
         }
         assert_eq!(sim.drive(&mut tool), Stop::Done(Outcome::Done), "{name}");
         assert_eq!(sim.run.final_text(), "finished");
+        if sim.style == Style::OpenAiResponses {
+            // The restored run replays the first turn's reasoning item verbatim.
+            let input = sim.sent.last().expect("a follow-up request")["input"].as_array().unwrap().clone();
+            let reasoning: Vec<_> = input.iter().filter(|i| i["type"] == "reasoning").collect();
+            assert_eq!(reasoning.len(), 1, "{name}");
+            assert_eq!(reasoning[0]["encrypted_content"], sim::encrypted(0), "{name}");
+            assert_eq!(reasoning[0]["summary"][0]["text"], "thinking 0", "{name}");
+            responses_seen += 1;
+        }
         seen += 1;
     }
-    assert!(seen >= 1, "no state fixtures found");
+    assert!(seen >= 2, "no state fixtures found");
+    assert!(responses_seen >= 1, "no OpenAI Responses state fixture found");
 }
 
 #[test]

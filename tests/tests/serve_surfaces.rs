@@ -25,13 +25,14 @@ fn proto(style: Style) -> ProtoStyle {
         Style::Anthropic => ProtoStyle::Anthropic,
         Style::OpenAi => ProtoStyle::OpenAi,
         Style::Gemini => ProtoStyle::Gemini,
+        Style::OpenAiResponses => ProtoStyle::OpenAiResponses,
     }
 }
 
 fn rate_limit_body(style: Style) -> String {
     match style {
         Style::Anthropic => json!({"type": "error", "error": {"type": "rate_limit_error", "message": SLOW_DOWN}}),
-        Style::OpenAi => {
+        Style::OpenAi | Style::OpenAiResponses => {
             json!({"error": {"message": SLOW_DOWN, "type": "requests", "param": null, "code": "rate_limit_exceeded"}})
         }
         Style::Gemini => json!({"error": {"code": 429, "message": SLOW_DOWN, "status": "RESOURCE_EXHAUSTED"}}),
@@ -93,10 +94,14 @@ fn check_upstream_auth(fake: &FakeProvider, style: Style) {
         }
         let key = match style {
             Style::Anthropic => r.header("x-api-key").map(str::to_string),
-            Style::OpenAi => r.header("authorization").map(str::to_string),
+            Style::OpenAi | Style::OpenAiResponses => r.header("authorization").map(str::to_string),
             Style::Gemini => r.header("x-goog-api-key").map(str::to_string),
         };
-        let want = if style == Style::OpenAi { format!("Bearer {UPSTREAM_KEY}") } else { UPSTREAM_KEY.to_string() };
+        let want = if matches!(style, Style::OpenAi | Style::OpenAiResponses) {
+            format!("Bearer {UPSTREAM_KEY}")
+        } else {
+            UPSTREAM_KEY.to_string()
+        };
         assert_eq!(key.as_deref(), Some(want.as_str()), "{}: {}", style.name(), r.target);
     }
     assert!(fake.failures().is_empty(), "{}: {:?}", style.name(), fake.failures());
@@ -130,6 +135,13 @@ fn check_follow_up_upstream(fake: &FakeProvider, style: Style, ids: &[String]) {
                 .iter()
                 .filter(|m| m["role"] == "tool")
                 .map(|m| m["tool_call_id"].to_string())
+                .collect(),
+            Style::OpenAiResponses => body["input"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["type"] == "function_call_output")
+                .map(|m| m["call_id"].to_string())
                 .collect(),
         };
         let want: Vec<String> = ids.iter().map(|id| json!(id).to_string()).collect();
@@ -309,7 +321,7 @@ fn anthropic_scenario(style: Style) {
 
     // count_tokens: the upstream's own counter where it has one.
     match style {
-        Style::OpenAi => {
+        Style::OpenAi | Style::OpenAiResponses => {
             assert!(counted.is_empty(), "{name}: no counter upstream");
             assert_eq!(out["count"]["estimate"], "estimate", "{name}");
             assert!(out["count"]["input_tokens"].as_u64().unwrap() > 10, "{name}: {}", out["count"]);
@@ -334,6 +346,11 @@ fn the_anthropic_sdk_through_the_gateway_to_anthropic() {
 #[test]
 fn the_anthropic_sdk_through_the_gateway_to_an_openai_upstream() {
     anthropic_scenario(Style::OpenAi);
+}
+
+#[test]
+fn the_anthropic_sdk_through_the_gateway_to_an_openai_responses_upstream() {
+    anthropic_scenario(Style::OpenAiResponses);
 }
 
 #[test]
@@ -482,4 +499,9 @@ fn the_gemini_sdk_through_the_gateway_to_anthropic() {
 #[test]
 fn the_gemini_sdk_through_the_gateway_to_an_openai_upstream() {
     gemini_scenario(Style::OpenAi);
+}
+
+#[test]
+fn the_gemini_sdk_through_the_gateway_to_an_openai_responses_upstream() {
+    gemini_scenario(Style::OpenAiResponses);
 }

@@ -16,7 +16,7 @@ use crate::provider::Style;
 use crate::sse::SseEvent;
 use crate::translate::{anthropic_request_to, gemini_request_to, AnthropicStream, CompletionMeta, GeminiStream};
 
-const STYLES: [Style; 3] = [Style::Anthropic, Style::OpenAi, Style::Gemini];
+const STYLES: [Style; 4] = [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses];
 
 /// `data` as an Anthropic Messages request for every upstream: a request
 /// or a 4xx error naming what is wrong, the same every time; the native
@@ -208,6 +208,10 @@ pub fn built_events(style: Style, data: &[u8]) -> Vec<SseEvent> {
                 Style::Anthropic => anthropic_event(a, i),
                 Style::OpenAi => (None, openai_chunk(a, i)),
                 Style::Gemini => (None, gemini_chunk(a, i)),
+                Style::OpenAiResponses => {
+                    let v = responses_event(a, i);
+                    (v["type"].as_str().map(str::to_string), v)
+                }
             };
             let data = if v.is_null() { "[DONE]".to_string() } else { v.to_string() };
             SseEvent { event, data, id: None }
@@ -278,4 +282,30 @@ fn gemini_chunk(a: u8, i: u64) -> Value {
         chunk["usageMetadata"] = json!({"promptTokenCount": 3, "candidatesTokenCount": 2, "totalTokenCount": 5});
     }
     chunk
+}
+
+fn responses_event(a: u8, i: u64) -> Value {
+    let response = |status: &str| {
+        json!({"id": "resp_1", "object": "response", "created_at": 0, "status": status, "model": "m", "output": [],
+               "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}})
+    };
+    match a % 10 {
+        0 => json!({"type": "response.created", "response": response("in_progress")}),
+        1 => json!({"type": "response.output_item.added", "output_index": i,
+            "item": {"type": "message", "id": format!("msg_{i}"), "role": "assistant", "status": "in_progress", "content": []}}),
+        2 => json!({"type": "response.output_item.added", "output_index": i,
+            "item": {"type": "function_call", "id": format!("fc_{i}"), "call_id": format!("call_{i}"), "name": "f",
+                     "arguments": "", "status": "in_progress"}}),
+        3 => json!({"type": "response.output_text.delta", "output_index": i, "content_index": 0,
+            "item_id": format!("msg_{i}"), "delta": "hi"}),
+        4 => json!({"type": "response.function_call_arguments.delta", "output_index": i,
+            "item_id": format!("fc_{i}"), "delta": if i == 0 { "{\"a\":" } else { "1}" }}),
+        5 => json!({"type": "response.output_item.added", "output_index": i,
+            "item": {"type": "reasoning", "id": format!("rs_{i}"), "summary": []}}),
+        6 => json!({"type": "response.reasoning_summary_text.delta", "output_index": i, "summary_index": 0,
+            "item_id": format!("rs_{i}"), "delta": "hm"}),
+        7 => json!({"type": "response.completed", "response": response("completed")}),
+        8 => json!({"type": "response.incomplete", "response": response("incomplete")}),
+        _ => json!({"type": "error", "error": {"type": "server_error", "message": "boom"}}),
+    }
 }

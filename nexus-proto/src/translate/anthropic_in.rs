@@ -109,7 +109,7 @@ impl Decoder {
                 }
                 "temperature" => s.temperature = Some(number(value, k)?),
                 "top_p" => s.top_p = Some(number(value, k)?),
-                "top_k" if style == Style::OpenAi => self.dropped.add(k),
+                "top_k" if matches!(style, Style::OpenAi | Style::OpenAiResponses) => self.dropped.add(k),
                 "top_k" => s.top_k = Some(number(value, k)?),
                 "stop_sequences" => {
                     let items = value.as_array().ok_or_else(|| TranslateError::invalid(k, "must be an array"))?;
@@ -139,7 +139,9 @@ impl Decoder {
                 },
                 "output_config" => self.output_config(value, &mut s)?,
                 "metadata" => match value.get("user_id").and_then(Value::as_str) {
-                    Some(user) if style == Style::OpenAi => s.user = Some(("user", user.to_string())),
+                    Some(user) if matches!(style, Style::OpenAi | Style::OpenAiResponses) => {
+                        s.user = Some(("user", user.to_string()))
+                    }
                     _ => self.dropped.add("metadata"),
                 },
                 "output_format" => s.format = Some(json_schema(value, k)?),

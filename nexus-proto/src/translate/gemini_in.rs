@@ -206,15 +206,15 @@ impl Decoder {
             match key.as_str() {
                 "temperature" => s.temperature = Some(number(v, &at)?),
                 "topP" | "top_p" => s.top_p = Some(number(v, &at)?),
-                "topK" | "top_k" if style == Style::OpenAi => self.dropped.add(at),
+                "topK" | "top_k" if matches!(style, Style::OpenAi | Style::OpenAiResponses) => self.dropped.add(at),
                 "topK" | "top_k" => s.top_k = Some(number(v, &at)?),
-                "seed" if style == Style::Anthropic => self.dropped.add(at),
+                "seed" if matches!(style, Style::Anthropic | Style::OpenAiResponses) => self.dropped.add(at),
                 "seed" => s.seed = Some(number(v, &at)?),
                 "presencePenalty" | "presence_penalty" | "frequencyPenalty" | "frequency_penalty"
-                    if style == Style::Anthropic =>
+                    if matches!(style, Style::Anthropic | Style::OpenAiResponses) =>
                 {
                     if v.as_f64() != Some(0.0) {
-                        return Err(TranslateError::unsupported(at, style, "the Messages API has no penalties"));
+                        return Err(TranslateError::unsupported(at, style, "the upstream API has no penalties"));
                     }
                 }
                 "presencePenalty" | "presence_penalty" => s.presence_penalty = Some(number(v, &at)?),

@@ -1,4 +1,4 @@
-//! OpenAI Chat Completions request → Anthropic / Gemini request.
+//! OpenAI Chat Completions request → Anthropic / Gemini / OpenAI Responses request.
 //!
 //! The body is read into the neutral transcript and encoded by the
 //! provider modules; the settings the transcript does not carry are then
@@ -127,6 +127,8 @@ pub(super) struct Settings {
     pub(super) thinking_budget: Option<u32>,
     pub(super) choice: Option<Choice>,
     pub(super) parallel: Option<bool>,
+    /// Settings a Responses upstream takes under the same name and meaning.
+    pub(super) same_name: Vec<(String, Value)>,
 }
 
 /// One request in neutral form: the settings, the system prompt, the
@@ -139,7 +141,14 @@ pub(super) struct Neutral {
     pub(super) messages: Vec<Message>,
     pub(super) tools: Vec<ToolDecl>,
     pub(super) strict: Vec<bool>,
+    /// A Chat request's `response_format.json_schema` (its name, `strict`
+    /// and description carry over to a Responses upstream).
+    pub(super) json_schema: Option<Value>,
 }
+
+/// Chat Completions settings the Responses API has under the same name.
+const RESPONSES_SAME_NAME: &[&str] =
+    &["metadata", "service_tier", "prompt_cache_key", "prompt_cache_retention", "store"];
 
 /// Top-level keys read by [`read_settings`] or by the conversation readers.
 const CONVERSATION_KEYS: &[&str] = &["messages", "tools"];
@@ -148,7 +157,8 @@ fn translate(style: Style, obj: &Map<String, Value>) -> Result<TranslatedRequest
     let settings = read_settings(style, obj)?;
     let (tools, strict) = read_tools(style, obj.get("tools"))?;
     let (system, messages) = read_messages(style, obj.get("messages"))?;
-    encode_neutral(style, &Neutral { settings, system, messages, tools, strict })
+    let json_schema = obj.get("response_format").and_then(|f| f.get("json_schema")).cloned();
+    encode_neutral(style, &Neutral { settings, system, messages, tools, strict, json_schema })
 }
 
 /// A neutral request as the request body of `style`: the transcript through
@@ -174,6 +184,7 @@ pub(super) fn encode_neutral(style: Style, n: &Neutral) -> Result<TranslatedRequ
         Style::Anthropic => anthropic_settings(out, settings, &n.tools, &n.strict)?,
         Style::Gemini => gemini_settings(out, settings, &n.tools, &n.strict)?,
         Style::OpenAi => openai_settings(out, settings, &n.tools, &n.strict)?,
+        Style::OpenAiResponses => responses_settings(out, settings, n.json_schema.as_ref(), &n.tools, &n.strict)?,
     }
     let body = serde_json::to_vec(&body).map_err(|e| TranslateError::invalid("", e.to_string()))?;
     Ok(TranslatedRequest {
@@ -262,6 +273,13 @@ fn read_settings(style: Style, obj: &Map<String, Value>) -> Result<Settings, Tra
             }
             "tool_choice" => s.choice = Some(read_choice(value)?),
             "parallel_tool_calls" => s.parallel = opt_bool(Some(value), k)?,
+            _ if style == Style::OpenAiResponses && RESPONSES_SAME_NAME.contains(&k) => {
+                s.same_name.push((k.to_string(), value.clone()));
+            }
+            "verbosity" if style == Style::OpenAiResponses => {
+                let v = value.as_str().ok_or_else(|| TranslateError::invalid(k, "`verbosity` must be a string"))?;
+                s.same_name.push((k.to_string(), Value::String(v.to_string())));
+            }
             // Values that mean "not set": accepted, nothing to carry.
             "logprobs" | "store" if value == &Value::Bool(false) => {}
             "logit_bias" | "metadata" if value.as_object().is_some_and(Map::is_empty) => {}
@@ -612,6 +630,89 @@ fn openai_settings(
     }
     if s.parallel == Some(false) && !tools.is_empty() {
         out.insert("parallel_tool_calls".into(), Value::Bool(false));
+    }
+    Ok(())
+}
+
+fn responses_settings(
+    out: &mut Map<String, Value>,
+    s: &Settings,
+    given: Option<&Value>,
+    tools: &[ToolDecl],
+    strict: &[bool],
+) -> Result<(), TranslateError> {
+    const T: Style = Style::OpenAiResponses;
+    for (key, value) in [("temperature", &s.temperature), ("top_p", &s.top_p)] {
+        if let Some(n) = value {
+            out.insert(key.into(), Value::Number(n.clone()));
+        }
+    }
+    if !s.stop.is_empty() {
+        return Err(TranslateError::unsupported("stop", T, "the Responses API has no stop sequences"));
+    }
+    for (param, value) in
+        [("seed", &s.seed), ("presence_penalty", &s.presence_penalty), ("frequency_penalty", &s.frequency_penalty)]
+    {
+        if value.is_some() {
+            return Err(TranslateError::unsupported(param, T, "the Responses API has no such setting"));
+        }
+    }
+    if let Some((key, user)) = &s.user {
+        out.insert((*key).into(), Value::String(user.clone()));
+    }
+    let mut text = Map::new();
+    match &s.format {
+        None => {}
+        Some(Format::Text) => {
+            text.insert("format".into(), json!({ "type": "text" }));
+        }
+        Some(Format::JsonObject) => {
+            text.insert("format".into(), json!({ "type": "json_object" }));
+        }
+        Some(Format::JsonSchema(schema)) => {
+            // `name` is required on both sides; `strict` and `description` carry over.
+            let name = given.and_then(|g| g.get("name")).and_then(Value::as_str).unwrap_or("response");
+            let mut format = json!({ "type": "json_schema", "name": name, "schema": schema });
+            for key in ["strict", "description"] {
+                if let Some(v) = given.and_then(|g| g.get(key)).filter(|v| !v.is_null()) {
+                    format[key] = v.clone();
+                }
+            }
+            text.insert("format".into(), format);
+        }
+    }
+    for (key, value) in &s.same_name {
+        if key == "verbosity" {
+            text.insert(key.clone(), value.clone());
+        } else {
+            out.insert(key.clone(), value.clone());
+        }
+    }
+    if !text.is_empty() {
+        out.insert("text".into(), Value::Object(text));
+    }
+    if let Some(effort) = &s.effort {
+        out.insert("reasoning".into(), json!({ "effort": effort }));
+    }
+    if let Some(Value::Array(wire_tools)) = out.get_mut("tools") {
+        for (tool, strict) in wire_tools.iter_mut().zip(strict) {
+            if let (Value::Object(tool), true) = (tool, *strict) {
+                tool.insert("strict".into(), Value::Bool(true));
+            }
+        }
+    }
+    if let Some(parallel) = s.parallel {
+        out.insert("parallel_tool_calls".into(), Value::Bool(parallel));
+    }
+    let choice = match check_choice(s.choice.as_ref(), tools)? {
+        None => None,
+        Some(Choice::Auto) => Some(json!("auto")),
+        Some(Choice::Required) => Some(json!("required")),
+        Some(Choice::None) => Some(json!("none")),
+        Some(Choice::Named(name)) => Some(json!({ "type": "function", "name": name })),
+    };
+    if let Some(choice) = choice {
+        out.insert("tool_choice".into(), choice);
     }
     Ok(())
 }
