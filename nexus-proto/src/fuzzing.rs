@@ -23,8 +23,8 @@ mod translate;
 
 pub use machine::{machine, state};
 pub use surfaces::{
-    anthropic_lines, anthropic_request, anthropic_stream, built_events, check_anthropic, check_gemini, gemini_lines,
-    gemini_request, gemini_stream,
+    anthropic_lines, anthropic_request, anthropic_stream, built_events, check_anthropic, check_gemini, check_responses,
+    gemini_lines, gemini_request, gemini_stream, responses_lines, responses_request, responses_stream,
 };
 pub use translate::translate;
 

@@ -8,11 +8,11 @@
 mod common;
 
 use nexus_proto::fuzzing::{
-    anthropic_lines, anthropic_request, anthropic_stream, built_events, check_anthropic, check_gemini, gemini_lines,
-    gemini_request, gemini_stream,
+    anthropic_lines, anthropic_request, anthropic_stream, built_events, check_anthropic, check_gemini, check_responses,
+    gemini_lines, gemini_request, gemini_stream, responses_lines, responses_request, responses_stream,
 };
 use nexus_proto::provider::Style;
-use nexus_proto::translate::{anthropic_request_to, gemini_request_to};
+use nexus_proto::translate::{anthropic_request_to, gemini_request_to, responses_request_to};
 use nexus_proto::SseEvent;
 use proptest::prelude::*;
 use serde_json::Value;
@@ -71,6 +71,21 @@ fn recorded_gemini_requests_translate_for_every_upstream() {
 }
 
 #[test]
+fn recorded_responses_requests_translate_for_every_upstream() {
+    for body in recorded_requests("openai-responses") {
+        for style in STYLES {
+            responses_request_to(style, &body).unwrap_or_else(|e| {
+                panic!("{}: {e}\n{}", style.name(), String::from_utf8_lossy(&body));
+            });
+        }
+        responses_request(&body);
+        for n in (0..body.len()).step_by(11) {
+            responses_request(&body[..n]);
+        }
+    }
+}
+
+#[test]
 fn stream_bodies_on_the_recorded_streams() {
     for style in STYLES {
         for (path, stream) in common::captures(style) {
@@ -80,10 +95,12 @@ fn stream_bodies_on_the_recorded_streams() {
             let bytes = std::fs::read(&path).unwrap();
             anthropic_stream(&bytes);
             gemini_stream(&bytes);
+            responses_stream(&bytes);
             // A recorded stream cut anywhere still ends well formed.
             for n in (0..bytes.len()).step_by(bytes.len() / 16 + 1) {
                 anthropic_stream(&bytes[..n]);
                 gemini_stream(&bytes[..n]);
+                responses_stream(&bytes[..n]);
             }
         }
     }
@@ -183,16 +200,19 @@ proptest! {
     fn request_bodies_on_random_bytes(data in proptest::collection::vec(any::<u8>(), 0..256)) {
         anthropic_request(&data);
         gemini_request(&data);
+        responses_request(&data);
     }
 
     #[test]
     fn stream_bodies_on_random_event_sequences(data in proptest::collection::vec(any::<u8>(), 0..96)) {
         anthropic_stream(&data);
         gemini_stream(&data);
+        responses_stream(&data);
         for style in STYLES {
             let events = built_events(style, &data);
             check_anthropic(&anthropic_lines(style, &events));
             check_gemini(&gemini_lines(style, &events));
+            check_responses(&responses_lines(style, &events));
         }
     }
 }

@@ -505,3 +505,127 @@ fn the_gemini_sdk_through_the_gateway_to_an_openai_upstream() {
 fn the_gemini_sdk_through_the_gateway_to_an_openai_responses_upstream() {
     gemini_scenario(Style::OpenAiResponses);
 }
+
+// ---------------------------------------------------------------- the openai SDK on /v1/responses
+
+const RESPONSES_CLIENT: &str = r#"
+import json, sys
+import openai
+
+cfg = json.loads(sys.argv[1])
+c = openai.OpenAI(base_url=cfg["base_url"] + "/v1", api_key=cfg["token"], max_retries=0, timeout=30)
+out = {}
+
+def summary(r):
+    return {"text": r.output_text, "status": r.status,
+            "usage": [r.usage.input_tokens, r.usage.output_tokens] if r.usage else None,
+            "calls": [{"call_id": o.call_id, "name": o.name, "arguments": o.arguments}
+                      for o in r.output if o.type == "function_call"]}
+
+out["text"] = summary(c.responses.create(model="m-text", input="hi"))
+with c.responses.stream(model="m-text", input="hi") as s:
+    kinds = [e.type for e in s]
+    out["text_stream"] = summary(s.get_final_response())
+    out["kinds"] = kinds
+
+tools = [
+    {"type": "function", "name": "get_weather", "description": "Weather in a city", "strict": False,
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+    {"type": "function", "name": "add", "description": "Adds a and b", "strict": False,
+     "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}},
+]
+ask = [{"role": "user", "content": "Weather in Paris, and 2+2?"}]
+r = c.responses.create(model="m-tools", input=ask, tools=tools, instructions="Use the tools.")
+out["tools"] = summary(r)
+with c.responses.stream(model="m-tools", input=ask, tools=tools, instructions="Use the tools.") as s:
+    out["tools_stream"] = summary(s.get_final_response())
+
+results = {"get_weather": "sunny-22C", "add": "4"}
+follow = ask + [o.model_dump(exclude_none=True) for o in r.output] + [
+    {"type": "function_call_output", "call_id": o.call_id, "output": results[o.name]}
+    for o in r.output if o.type == "function_call"]
+out["follow_up"] = summary(c.responses.create(model="m-tools", input=follow, tools=tools))
+with c.responses.stream(model="m-tools", input=follow, tools=tools) as s:
+    out["follow_up_stream"] = summary(s.get_final_response())
+
+def failure(fn):
+    try:
+        fn()
+        return None
+    except openai.APIStatusError as e:
+        return {"class": type(e).__name__, "status": e.status_code, "message": e.message,
+                "param": getattr(e, "param", None)}
+
+out["busy"] = failure(lambda: c.responses.create(model="m-busy", input="hi"))
+out["stateful"] = failure(lambda: c.responses.create(model="m-text", input="hi", previous_response_id="resp_1"))
+print(json.dumps(out))
+"#;
+
+fn responses_scenario(style: Style) {
+    let fake = FakeProvider::start(scripts(style));
+    let server = start(&fake, style);
+    let cfg = json!({"base_url": format!("http://{}", server.local_addr()), "token": CLIENT_TOKEN});
+    let Some(out) = run(RESPONSES_CLIENT, cfg) else { return };
+    let name = style.name();
+    for key in ["text", "text_stream"] {
+        let s = &out[key];
+        assert_eq!(
+            (&s["text"], &s["status"], &s["usage"]),
+            (&json!("Hello from the fake"), &json!("completed"), &json!([11, 7])),
+            "{name} {key}: {s}"
+        );
+    }
+    // The scaffolding clients require, in order.
+    let kinds: Vec<&str> = out["kinds"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
+    let at = |k: &str| kinds.iter().position(|x| *x == k).unwrap_or_else(|| panic!("{name}: no {k} in {kinds:?}"));
+    assert_eq!(kinds.first(), Some(&"response.created"), "{name}: {kinds:?}");
+    assert!(at("response.output_item.added") < at("response.content_part.added"), "{name}: {kinds:?}");
+    assert!(at("response.content_part.added") < at("response.output_text.delta"), "{name}: {kinds:?}");
+    assert!(at("response.output_text.done") < at("response.output_item.done"), "{name}: {kinds:?}");
+    assert_eq!(kinds.last(), Some(&"response.completed"), "{name}: {kinds:?}");
+    for key in ["tools", "tools_stream"] {
+        let calls = out[key]["calls"].as_array().unwrap_or_else(|| panic!("{name} {key}: {}", out[key]));
+        let got: Vec<(&str, Value)> = calls
+            .iter()
+            .map(|c| (c["name"].as_str().unwrap(), serde_json::from_str(c["arguments"].as_str().unwrap()).unwrap()))
+            .collect();
+        let want = vec![
+            ("get_weather", serde_json::from_str::<Value>(WEATHER).unwrap()),
+            ("add", serde_json::from_str::<Value>(ADD).unwrap()),
+        ];
+        assert_eq!(got, want, "{name} {key}");
+    }
+    for key in ["follow_up", "follow_up_stream"] {
+        assert_eq!(out[key]["text"], FINAL, "{name} {key}: {}", out[key]);
+    }
+    let ids: Vec<String> =
+        out["tools"]["calls"].as_array().unwrap().iter().map(|c| c["call_id"].as_str().unwrap().to_string()).collect();
+    check_follow_up_upstream(&fake, style, &ids);
+    let e = &out["busy"];
+    assert_eq!((&e["class"], &e["status"]), (&json!("RateLimitError"), &json!(429)), "{name}: {e}");
+    assert!(e["message"].as_str().unwrap().contains(SLOW_DOWN), "{name}: {e}");
+    let e = &out["stateful"];
+    assert_eq!((&e["status"], &e["param"]), (&json!(400), &json!("previous_response_id")), "{name}: {e}");
+    check_upstream_auth(&fake, style);
+    server.shutdown();
+}
+
+#[test]
+fn the_openai_responses_sdk_through_the_gateway_to_anthropic() {
+    responses_scenario(Style::Anthropic);
+}
+
+#[test]
+fn the_openai_responses_sdk_through_the_gateway_to_gemini() {
+    responses_scenario(Style::Gemini);
+}
+
+#[test]
+fn the_openai_responses_sdk_through_the_gateway_to_an_openai_upstream() {
+    responses_scenario(Style::OpenAi);
+}
+
+#[test]
+fn the_openai_responses_sdk_through_the_gateway_to_a_responses_upstream() {
+    responses_scenario(Style::OpenAiResponses);
+}

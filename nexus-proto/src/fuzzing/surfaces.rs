@@ -14,7 +14,10 @@ use serde_json::{json, Value};
 
 use crate::provider::Style;
 use crate::sse::SseEvent;
-use crate::translate::{anthropic_request_to, gemini_request_to, AnthropicStream, CompletionMeta, GeminiStream};
+use crate::translate::{
+    anthropic_request_to, gemini_request_to, responses_request_to, AnthropicStream, CompletionMeta, GeminiStream,
+    ResponseMeta, ResponsesStream,
+};
 
 const STYLES: [Style; 4] = [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses];
 
@@ -42,6 +45,87 @@ pub fn gemini_request(data: &[u8]) {
             check_request(style, Style::Gemini, data, first.map(|r| (r.upstream.body, r.upstream.style)));
         }
     }
+}
+
+/// `data` as a Responses request for every upstream; the same checks as
+/// [`anthropic_request`] (the native upstream gets the bytes unchanged).
+pub fn responses_request(data: &[u8]) {
+    for style in STYLES {
+        let first = responses_request_to(style, data);
+        assert_eq!(first, responses_request_to(style, data), "not deterministic");
+        check_request(style, Style::OpenAiResponses, data, first.map(|r| (r.upstream.body, r.upstream.style)));
+    }
+}
+
+/// [`anthropic_stream`] for the Responses surface.
+pub fn responses_stream(data: &[u8]) {
+    surface_stream(data, |style, events| check_responses(&responses_lines(style, events)), responses_lines);
+}
+
+/// The client's SSE text for an upstream stream of `style`.
+pub fn responses_lines(style: Style, events: &[SseEvent]) -> Vec<String> {
+    let meta = ResponseMeta { id: "resp_fz".into(), model: "m".into(), created_at: 0 };
+    let mut t = ResponsesStream::new(style, meta);
+    let mut out: Vec<String> = events.iter().flat_map(|ev| t.push(ev)).collect();
+    out.extend(t.finish());
+    assert!(t.finish().is_empty(), "finish yielded twice");
+    out
+}
+
+/// The Responses scaffolding: `response.created` first; each item added
+/// (contiguous output indexes) before its part, deltas and `.done` events,
+/// done before the next is added; sequence numbers from 0 without gaps; a
+/// terminal `response.completed` / `response.incomplete`, or one `error`, last.
+pub fn check_responses(lines: &[String]) {
+    let mut open: Option<(u64, String)> = None;
+    let mut items = 0u64;
+    let mut ended = false;
+    for (n, line) in lines.iter().enumerate() {
+        assert!(!ended, "events after the end: {lines:?}");
+        let (name, data) = line
+            .strip_prefix("event: ")
+            .and_then(|l| l.strip_suffix("\n\n"))
+            .and_then(|l| l.split_once("\ndata: "))
+            .unwrap_or_else(|| panic!("not one named SSE event: {line:?}"));
+        let v: Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("not JSON ({e}): {data}"));
+        assert_eq!(v["type"], name, "event name and type differ");
+        assert_eq!(v["sequence_number"], n as u64, "sequence numbers are not contiguous");
+        if n == 0 {
+            assert!(name == "response.created" || name == "error", "the first event is {name}");
+        }
+        let index = v["output_index"].as_u64();
+        match name {
+            "error" | "response.completed" | "response.incomplete" => {
+                assert!(open.is_none() || name == "error", "{name} with an item open");
+                ended = true;
+            }
+            "response.created" | "response.in_progress" => {}
+            "response.output_item.added" => {
+                assert!(open.is_none(), "an item added while another is open");
+                assert_eq!(index, Some(items), "output indexes are not contiguous");
+                open = Some((items, v["item"]["type"].as_str().unwrap_or_default().to_string()));
+                items += 1;
+            }
+            "response.output_item.done" => {
+                let (at, _) = open.take().expect("a done item that was never added");
+                assert_eq!(index, Some(at));
+            }
+            _ => {
+                let (at, kind) = open.as_ref().expect("an item event outside an item");
+                assert_eq!(index, Some(*at), "an event for an item that is not open: {name}");
+                let ok = match kind.as_str() {
+                    "message" => {
+                        name.starts_with("response.output_text.") || name.starts_with("response.content_part.")
+                    }
+                    "reasoning" => name.starts_with("response.reasoning_summary"),
+                    "function_call" => name.starts_with("response.function_call_arguments."),
+                    _ => false,
+                };
+                assert!(ok, "{name} inside a {kind} item");
+            }
+        }
+    }
+    assert!(ended, "the stream is not terminated: {lines:?}");
 }
 
 fn check_request(

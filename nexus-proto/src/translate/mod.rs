@@ -77,6 +77,7 @@ mod gemini_out;
 mod request;
 mod response;
 mod responses;
+mod responses_surface;
 mod stream;
 mod surface;
 
@@ -92,6 +93,7 @@ pub use responses::{
     read_responses_request, turn_to_responses, turn_to_responses_events, ResponseMeta, ResponsesRequest,
     PROVIDER_DATA_KEY as RESPONSES_KEY,
 };
+pub use responses_surface::{response_to_responses, responses_request_to, ResponsesEmitter, ResponsesStream};
 pub use stream::StreamTranslator;
 pub use surface::{anthropic_error_json, gemini_error_json, Emitter, Surface, SurfaceRequest, SurfaceStream};
 

@@ -27,6 +27,8 @@ pub enum Surface {
     Anthropic,
     /// Gemini (`/v1beta/models/{model}:generateContent`).
     Gemini,
+    /// OpenAI Responses (`/v1/responses`).
+    Responses,
 }
 
 impl Surface {
@@ -37,13 +39,14 @@ impl Surface {
             Surface::Chat => Style::OpenAi,
             Surface::Anthropic => Style::Anthropic,
             Surface::Gemini => Style::Gemini,
+            Surface::Responses => Style::OpenAiResponses,
         }
     }
 
     /// This surface's error body for `e`, keeping its status and message.
     pub fn error_json(self, e: &TranslateError) -> Value {
         match self {
-            Surface::Chat => e.to_json(),
+            Surface::Chat | Surface::Responses => e.to_json(),
             Surface::Anthropic => anthropic_error_json(e),
             Surface::Gemini => gemini_error_json(e),
         }

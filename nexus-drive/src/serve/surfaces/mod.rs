@@ -17,8 +17,9 @@
 use bytes::Bytes;
 use nexus_proto::translate::{
     anthropic_request_to, error_to_openai, gemini_request_to, response_to_anthropic, response_to_gemini,
-    AnthropicStream, CompletionMeta, Emitter, GeminiStream, Surface as Dialect, SurfaceRequest as Translated,
-    SurfaceStream, TranslateError, TranslatedRequest,
+    response_to_responses, responses_request_to, AnthropicStream, CompletionMeta, Emitter, GeminiStream, ResponseMeta,
+    ResponsesStream, Surface as Dialect, SurfaceRequest as Translated, SurfaceStream, TranslateError,
+    TranslatedRequest,
 };
 use nexus_proto::{SseDecoder, SseEvent, Style};
 use serde_json::{json, Value};
@@ -90,6 +91,40 @@ impl Surface for GeminiGenerate {
                 return cx.not_allowed();
             }
             cx.gemini(path).await
+        })
+    }
+}
+
+/// `POST /v1/responses` (stateless) in OpenAI Responses shapes.
+pub(crate) struct OpenAiResponses;
+
+impl Surface for OpenAiResponses {
+    fn name(&self) -> &'static str {
+        "openai.responses"
+    }
+
+    fn claims(&self, path: &str) -> bool {
+        path.trim_end_matches('/') == "/v1/responses"
+    }
+
+    fn error(&self, e: &GatewayError) -> Reply {
+        error_reply(Dialect::Responses, &gateway_error(e), &e.headers)
+    }
+
+    fn handle<'a>(&'a self, req: SurfaceRequest, ctx: Ctx) -> BoxFuture<'a, Reply> {
+        Box::pin(async move {
+            let cx = Cx { req: &req, ctx: &ctx, dialect: Dialect::Responses };
+            if req.method != "POST" {
+                return cx.not_allowed();
+            }
+            let (target, body, model) = match cx.body_routed() {
+                Ok(x) => x,
+                Err(e) => return cx.error(&e, &[]),
+            };
+            match responses_request_to(target.style(), &body) {
+                Ok(t) => cx.relay(target, t, model).await,
+                Err(e) => cx.error(&e, &[]),
+            }
         })
     }
 }
@@ -169,15 +204,17 @@ impl Cx<'_> {
 
     /// The body's model (routing needs it before translating), the target,
     /// and the body to translate (model renamed as the route says).
-    fn anthropic_routed(&self) -> Result<(Target, Bytes, String), TranslateError> {
+    fn body_routed(&self) -> Result<(Target, Bytes, String), TranslateError> {
         let parsed: Option<Value> = serde_json::from_slice(&self.req.body).ok();
         let model = parsed.as_ref().and_then(|v| v.get("model")).and_then(Value::as_str).unwrap_or_default();
         let model = model.to_string();
         if model.is_empty() && self.ctx.routes_by_model() {
             // The translator words a missing model or a body that is not JSON.
-            return Err(anthropic_request_to(Style::OpenAi, &self.req.body, &[])
-                .err()
-                .unwrap_or_else(|| TranslateError::invalid("model", "model: Field required")));
+            let worded = match self.dialect {
+                Dialect::Responses => responses_request_to(Style::OpenAi, &self.req.body).err(),
+                _ => anthropic_request_to(Style::OpenAi, &self.req.body, &[]).err(),
+            };
+            return Err(worded.unwrap_or_else(|| TranslateError::invalid("model", "model: Field required")));
         }
         let (target, renamed) = self.route(&model)?;
         let body = match (renamed, parsed) {
@@ -191,7 +228,7 @@ impl Cx<'_> {
     }
 
     async fn messages(&self) -> Reply {
-        let (target, body, model) = match self.anthropic_routed() {
+        let (target, body, model) = match self.body_routed() {
             Ok(x) => x,
             Err(e) => return self.error(&e, &[]),
         };
@@ -220,7 +257,7 @@ impl Cx<'_> {
     /// so the count is estimated from the translated request (system and
     /// tools included) and the `x-nexus-token-count: estimate` header says so.
     async fn count_tokens(&self) -> Reply {
-        let (target, body, model) = match self.anthropic_routed() {
+        let (target, body, model) = match self.body_routed() {
             Ok(x) => x,
             Err(e) => return self.error(&e, &[]),
         };
@@ -357,10 +394,12 @@ impl Cx<'_> {
         let prefix = if self.dialect == Dialect::Anthropic { "msg_" } else { "resp_" };
         let meta =
             CompletionMeta { id: self.ctx.response_id(prefix), model: client_model, created: self.ctx.now_secs() };
+        let rmeta = ResponseMeta { id: meta.id.clone(), model: meta.model.clone(), created_at: meta.created };
         if t.stream {
             let translator: Option<Box<dyn Translate>> = match (self.dialect, t.style) {
-                (Dialect::Anthropic, Style::Anthropic) | (Dialect::Gemini, Style::Gemini) => None,
+                _ if native => None,
                 (Dialect::Anthropic, style) => Some(Box::new(AnthropicStream::new(style, meta))),
+                (Dialect::Responses, style) => Some(Box::new(ResponsesStream::new(style, rmeta))),
                 (_, style) => Some(Box::new(GeminiStream::new(style, meta))),
             };
             let pump = Pump {
@@ -386,6 +425,7 @@ impl Cx<'_> {
         }
         let answer = match self.dialect {
             Dialect::Anthropic => response_to_anthropic(t.style, &bytes, &meta),
+            Dialect::Responses => response_to_responses(t.style, &bytes, &rmeta),
             _ => response_to_gemini(t.style, &bytes, &meta),
         };
         match answer {
@@ -479,7 +519,9 @@ impl Pump {
                             // The blank line ends whatever event the upstream left half-written.
                             let data = dialect.error_json(&e);
                             let text = match dialect {
-                                Dialect::Anthropic => format!("\n\nevent: error\ndata: {data}\n\n"),
+                                Dialect::Anthropic | Dialect::Responses => {
+                                    format!("\n\nevent: error\ndata: {data}\n\n")
+                                }
                                 _ => format!("\n\ndata: {data}\n\n"),
                             };
                             return Some(Bytes::from(text));
