@@ -612,3 +612,40 @@ fn a_client_that_sends_half_a_head_is_disconnected() {
     });
     server.shutdown();
 }
+
+#[test]
+fn an_h2_client_resetting_its_stream_cancels_the_upstream_request() {
+    use http_body_util::Full;
+    use smol_hyper::rt::{FuturesIo, SmolExecutor, SmolTimer};
+
+    let fake = FakeProvider::start(scripts());
+    let server = server_with_read_timeout(&fake, 10.0);
+    let addr = server.local_addr();
+    let ex = Arc::new(smol::Executor::new());
+    smol::block_on(ex.run(async {
+        let io = FuturesIo::new(smol::net::TcpStream::connect(addr).await.unwrap());
+        let (mut sender, conn) = hyper::client::conn::http2::Builder::new(SmolExecutor::new(ex.clone()))
+            .timer(SmolTimer::new())
+            .handshake::<_, Full<bytes::Bytes>>(io)
+            .await
+            .expect("an h2c handshake");
+        let conn = ex.spawn(conn);
+        let req = hyper::Request::post(format!("http://{addr}/v1/chat/completions"))
+            .header("authorization", format!("Bearer {OTHER_KEY}"))
+            .body(Full::new(bytes::Bytes::from(chat("m-pause", true))))
+            .unwrap();
+        let resp = sender.send_request(req).await.expect("an h2 response");
+        assert_eq!(resp.status(), 200);
+        // Dropping the body resets the stream; the connection stays open.
+        drop(resp);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fake.replies_cut_by_client() == 0 && Instant::now() < deadline {
+            smol::Timer::after(Duration::from_millis(50)).await;
+        }
+        assert_eq!(fake.replies_cut_by_client(), 1, "the upstream request was not cancelled");
+        assert!(!conn.is_finished(), "the connection should outlive the stream");
+        drop(sender);
+        conn.await.expect("the h2 connection closes cleanly");
+    }));
+    server.shutdown();
+}

@@ -258,6 +258,12 @@ pub struct UpstreamBody {
     body: h1::Body,
     read_timeout: Duration,
     deadline: Option<Instant>,
+    /// When a piece last arrived (or the head did).
+    progress: Instant,
+    /// Fires at the earliest moment the body could count as stalled; armed
+    /// once and moved on only when it fires early. A timer per read would
+    /// cost a reactor wake-up per piece.
+    watchdog: Option<smol::Timer>,
     upstream: Arc<Upstream>,
     record: Arc<Record>,
     shared: Arc<Shared>,
@@ -268,17 +274,33 @@ impl UpstreamBody {
     /// silent past the upstream read timeout (or the exchange's deadline) is
     /// a 504; a cut connection a 502.
     pub async fn chunk(&mut self) -> Result<Option<&[u8]>, GatewayError> {
-        let wait = match self.deadline {
-            Some(d) => self.read_timeout.min(d.saturating_duration_since(Instant::now())),
-            None => self.read_timeout,
+        let UpstreamBody { body, watchdog, progress, read_timeout, deadline, .. } = self;
+        let stall_at = |progress: Instant| {
+            let at = progress + *read_timeout;
+            deadline.map_or(at, |d| at.min(d))
         };
-        let body = &mut self.body;
-        let read = async { Some(body.read().await) }
-            .or(async {
-                smol::Timer::after(wait).await;
-                None
-            })
-            .await;
+        let read = loop {
+            let timer = watchdog.get_or_insert_with(|| smol::Timer::at(stall_at(*progress)));
+            let woke = async { Some(body.read().await) }
+                .or(async {
+                    timer.await;
+                    None
+                })
+                .await;
+            match woke {
+                Some(r) => break Some(r),
+                None if Instant::now() >= stall_at(*progress) => break None,
+                // Pieces came since it was armed: move it to the new moment.
+                None => {
+                    if let Some(t) = watchdog.as_mut() {
+                        t.set_at(stall_at(*progress));
+                    }
+                }
+            }
+        };
+        if matches!(read, Some(Ok(_))) {
+            self.progress = Instant::now();
+        }
         match read {
             Some(Ok(0)) => Ok(None),
             Some(Ok(n)) => Ok(Some(self.body.chunk(n))),
@@ -289,10 +311,8 @@ impl UpstreamBody {
             }
             None => {
                 self.failed("stalled");
-                Err(GatewayError::new(
-                    ErrorKind::Timeout,
-                    format!("the upstream sent nothing for {:.1} s", wait.as_secs_f64()),
-                ))
+                let silent = self.progress.elapsed().as_secs_f64();
+                Err(GatewayError::new(ErrorKind::Timeout, format!("the upstream sent nothing for {silent:.1} s")))
             }
         }
     }
@@ -456,6 +476,8 @@ impl Ctx {
                         body: resp.body,
                         read_timeout: cfg.upstream_read_timeout,
                         deadline,
+                        progress: Instant::now(),
+                        watchdog: None,
                         upstream: up.clone(),
                         record: self.record.clone(),
                         shared: self.shared.clone(),

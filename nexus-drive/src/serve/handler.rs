@@ -167,8 +167,9 @@ async fn chat_completion(req: &SurfaceRequest, ctx: &Ctx) -> Reply {
         Err(e) => return send_error(&openai_error(&e), &[]),
     };
     if style == Style::OpenAi {
-        if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
-            note_usage(ctx, &v);
+        // Only `usage` is read (the rest is skipped, not built): the body goes out as it came.
+        if let Ok(OpenAiUsage { usage: Some(u) }) = serde_json::from_slice::<OpenAiUsage>(&bytes) {
+            ctx.note_usage(u.prompt_tokens, u.completion_tokens);
         }
         return Reply::json(status, bytes);
     }
@@ -179,6 +180,19 @@ async fn chat_completion(req: &SurfaceRequest, ctx: &Ctx) -> Reply {
         }
         Err(e) => send_error(&e, &[]),
     }
+}
+
+#[derive(serde::Deserialize)]
+struct OpenAiUsage {
+    usage: Option<UsageCounts>,
+}
+
+#[derive(serde::Deserialize)]
+struct UsageCounts {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
 }
 
 /// Counts an OpenAI `usage` object's tokens.

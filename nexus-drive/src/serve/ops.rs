@@ -139,29 +139,51 @@ impl Drop for Finish {
         let outcome = if self.completed { "complete" } else { "client_gone" };
         m.finish(r.surface, &d, total, outcome);
         if self.shared.config.log_requests {
-            let line = json!({
-                "ts_ms": std::time::SystemTime::now()
+            let line = LogLine {
+                ts_ms: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|t| t.as_millis() as u64)
                     .unwrap_or_default(),
-                "method": r.method,
-                "path": r.path,
-                "surface": r.surface,
-                "key": d.key,
-                "status": d.status,
-                "model": d.model,
-                "upstream": d.upstream,
-                "first_byte_ms": d.first_byte.map(|t| t.as_secs_f64() * 1e3),
-                "total_ms": total.as_secs_f64() * 1e3,
-                "tokens_in": d.tokens_in,
-                "tokens_out": d.tokens_out,
-                "upstream_error": d.upstream_error,
-                "outcome": outcome,
-            });
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "{line}");
+                method: &r.method,
+                path: &r.path,
+                surface: r.surface,
+                key: d.key.as_deref(),
+                status: d.status,
+                model: d.model.as_deref(),
+                upstream: d.upstream.as_deref(),
+                first_byte_ms: d.first_byte.map(|t| t.as_secs_f64() * 1e3),
+                total_ms: total.as_secs_f64() * 1e3,
+                tokens_in: d.tokens_in,
+                tokens_out: d.tokens_out,
+                upstream_error: d.upstream_error,
+                outcome,
+            };
+            // One write per line, so lines from concurrent requests never interleave.
+            if let Ok(mut bytes) = serde_json::to_vec(&line) {
+                bytes.push(b'\n');
+                let _ = std::io::stderr().lock().write_all(&bytes);
+            }
         }
     }
+}
+
+/// One access-log line (serialized as is: no intermediate JSON tree).
+#[derive(serde::Serialize)]
+struct LogLine<'a> {
+    ts_ms: u64,
+    method: &'a str,
+    path: &'a str,
+    surface: &'a str,
+    key: Option<&'a str>,
+    status: u16,
+    model: Option<&'a str>,
+    upstream: Option<&'a str>,
+    first_byte_ms: Option<f64>,
+    total_ms: f64,
+    tokens_in: u64,
+    tokens_out: u64,
+    upstream_error: Option<&'a str>,
+    outcome: &'a str,
 }
 
 /// The gateway's counters and histograms.

@@ -21,7 +21,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use smol::net::{TcpListener, TcpStream};
 use smol::Executor;
-use smol_hyper::rt::{FuturesIo, SmolExecutor, SmolTimer};
+use smol_hyper::rt::{SmolExecutor, SmolTimer};
 
 use super::gateway::{Ctx, Permit, Shared};
 use super::ops::{self, Finish, Record};
@@ -193,7 +193,7 @@ async fn connection(
     let _ = stream.set_nodelay(true);
     let cfg = &shared.config;
     let Some(h2) = opens_with_h2(&stream, cfg.idle_timeout).await else { return };
-    let io = FuturesIo::new(WriteTimeout::new(stream, cfg.request_timeout));
+    let io = WriteTimeout::new(stream, cfg.request_timeout);
     let for_service = shared.clone();
     let service = service_fn(move |req| {
         let shared = for_service.clone();
@@ -255,13 +255,38 @@ impl WriteTimeout {
     }
 }
 
-impl AsyncRead for WriteTimeout {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+thread_local! {
+    /// Where socket reads land before they are copied into hyper's buffer.
+    /// hyper hands out uninitialized memory, which safe code must zero before
+    /// reading into (smol-hyper's adapter zeroes all of it on every read);
+    /// one zeroed scratch per thread costs a copy of the bytes read instead,
+    /// and no memory per connection.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 16 * 1024]);
+}
+
+impl hyper::rt::Read for WriteTimeout {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        mut buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let want = buf.remaining().min(scratch.len());
+            let into = scratch.get_mut(..want).unwrap_or_default();
+            match Pin::new(&mut self.io).poll_read(cx, into) {
+                Poll::Ready(Ok(n)) => {
+                    buf.put_slice(into.get(..n).unwrap_or_default());
+                    Poll::Ready(Ok(()))
+                }
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        })
     }
 }
 
-impl AsyncWrite for WriteTimeout {
+impl hyper::rt::Write for WriteTimeout {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.io).poll_write(cx, buf);
         self.watch(cx, polled)
@@ -276,12 +301,16 @@ impl AsyncWrite for WriteTimeout {
         self.watch(cx, polled)
     }
 
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let polled = Pin::new(&mut self.io).poll_flush(cx);
         self.watch(cx, polled)
     }
 
-    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_close(cx)
     }
 }

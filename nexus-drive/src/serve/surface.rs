@@ -17,6 +17,65 @@
 //! connection pool (timeouts, health and metrics included). Token counts and
 //! the model go to [`Ctx::note_model`] / [`Ctx::note_usage`] for metrics and
 //! the access log.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use nexus_drive::serve::{
+//!     serve_with, BoxFuture, Ctx, ErrorKind, GatewayError, Reply, ServeConfig, Surface, SurfaceRequest,
+//!     UpstreamRequest,
+//! };
+//!
+//! /// `POST /echo/{model}`: sends the body as is to the model's upstream.
+//! struct Echo;
+//!
+//! impl Surface for Echo {
+//!     fn name(&self) -> &'static str {
+//!         "echo"
+//!     }
+//!
+//!     fn claims(&self, path: &str) -> bool {
+//!         path.starts_with("/echo/")
+//!     }
+//!
+//!     fn error(&self, e: &GatewayError) -> Reply {
+//!         let body = serde_json::json!({"problem": e.message}).to_string();
+//!         e.headers.iter().fold(Reply::json(e.status, body), |r, (k, v)| r.with_header(k.clone(), v.clone()))
+//!     }
+//!
+//!     fn handle<'a>(&'a self, req: SurfaceRequest, ctx: Ctx) -> BoxFuture<'a, Reply> {
+//!         Box::pin(async move {
+//!             let model = req.path.trim_start_matches("/echo/");
+//!             let route = match ctx.route(model) {
+//!                 Ok(r) => r,
+//!                 Err(e) => return self.error(&e),
+//!             };
+//!             ctx.note_model(model);
+//!             let target = route.primary();
+//!             let up = UpstreamRequest {
+//!                 method: "POST",
+//!                 url: target.style().endpoint(target.base_url(), target.model(), false),
+//!                 headers: target.style().base_headers(),
+//!                 body: req.body.to_vec(),
+//!                 stream: false,
+//!             };
+//!             let mut resp = match ctx.send(target, up).await {
+//!                 Ok(r) => r,
+//!                 Err(e) => return self.error(&e),
+//!             };
+//!             match resp.body.read_to_end(1 << 20).await {
+//!                 Ok(bytes) => Reply::json(resp.status, bytes),
+//!                 Err(e) => self.error(&e),
+//!             }
+//!         })
+//!     }
+//! }
+//!
+//! let config = ServeConfig::new("127.0.0.1:8080".parse()?, nexus_drive::Style::Anthropic);
+//! let server = serve_with(config, vec![Arc::new(Echo)])?;
+//! # let _ = ErrorKind::NotFound;
+//! server.wait();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::future::Future;
 use std::pin::Pin;
