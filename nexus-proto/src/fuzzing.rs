@@ -19,10 +19,15 @@ use crate::sse::{SseDecoder, SseEvent};
 
 mod machine;
 mod mcp;
+mod surfaces;
 mod translate;
 
 pub use machine::{machine, state};
 pub use mcp::mcp;
+pub use surfaces::{
+    anthropic_lines, anthropic_request, anthropic_stream, built_events, check_anthropic, check_gemini, check_responses,
+    gemini_lines, gemini_request, gemini_stream, responses_lines, responses_request, responses_stream,
+};
 pub use translate::translate;
 
 /// Decodes `data` as an SSE stream whole, split in two at a data-derived

@@ -56,6 +56,10 @@ impl Surface for ChatCompletions {
             match p {
                 "/chat/completions" if req.method == "POST" => chat_completion(&req, &ctx).await,
                 "/chat/completions" => allow("POST"),
+                // Anthropic clients ask the same path; they get their own shape.
+                "/models" if req.method == "GET" && req.header("anthropic-version").is_some() => {
+                    super::surfaces::anthropic_models(&ctx).await
+                }
                 "/models" if req.method == "GET" => models(&ctx, None).await,
                 "/models" => allow("GET"),
                 p if req.method == "GET" => models(&ctx, p.strip_prefix("/models/")).await,
@@ -373,7 +377,7 @@ async fn models(ctx: &Ctx, id: Option<&str>) -> Reply {
 }
 
 /// The upstream's model list, as model ids.
-async fn upstream_models(ctx: &Ctx, target: &Target) -> Result<Vec<String>, TranslateError> {
+pub(super) async fn upstream_models(ctx: &Ctx, target: &Target) -> Result<Vec<String>, TranslateError> {
     let style = target.style();
     let base = target.base_url().trim_end_matches('/');
     let url = match style {

@@ -84,6 +84,7 @@ mod handler;
 mod ops;
 mod server;
 mod surface;
+mod surfaces;
 
 use std::io;
 use std::net::SocketAddr;
@@ -118,7 +119,12 @@ pub enum ServeError {
 /// path. The first also answers paths nobody claims (404 in its shape).
 /// A new dialect adds itself here.
 fn builtin_surfaces() -> Vec<Arc<dyn Surface>> {
-    vec![Arc::new(handler::ChatCompletions)]
+    vec![
+        Arc::new(handler::ChatCompletions),
+        Arc::new(surfaces::AnthropicMessages),
+        Arc::new(surfaces::GeminiGenerate),
+        Arc::new(surfaces::OpenAiResponses),
+    ]
 }
 
 /// Stops a running gateway: no new connections, in-flight work finishes.

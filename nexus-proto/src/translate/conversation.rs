@@ -17,7 +17,7 @@ use crate::tool::{sanitize_name, ToolDecl};
 /// documents this value for calls whose signature is not available (history
 /// built elsewhere); it goes on the first call of each model turn, where
 /// Gemini puts its own.
-const GEMINI_SKIP_SIGNATURE: &str = "skip_thought_signature_validator";
+pub(super) const GEMINI_SKIP_SIGNATURE: &str = "skip_thought_signature_validator";
 
 // ---------------------------------------------------------------- tools
 
@@ -71,7 +71,7 @@ pub(super) fn read_tools(style: Style, tools: Option<&Value>) -> Result<(Vec<Too
 
 /// Names are checked, not sanitized: a renamed tool would come back to the
 /// caller under a name it never declared.
-fn check_tool_name(style: Style, name: &str, param: &str) -> Result<(), TranslateError> {
+pub(super) fn check_tool_name(style: Style, name: &str, param: &str) -> Result<(), TranslateError> {
     if name.is_empty() || name.len() > 64 || sanitize_name(name) != name {
         return Err(TranslateError::invalid(param, format!("tool name {name:?} must match ^[a-zA-Z0-9_-]{{1,64}}$")));
     }
@@ -254,7 +254,7 @@ fn user_content(style: Style, content: &Value, param: &str) -> Result<Vec<Block>
 
 /// An `image_url` as an image block: data URLs become inline base64, http(s)
 /// URLs stay URLs.
-fn image_block(style: Style, url: &str, param: &str) -> Result<Block, TranslateError> {
+pub(super) fn image_block(style: Style, url: &str, param: &str) -> Result<Block, TranslateError> {
     let is_data = url.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("data:"));
     if is_data {
         let (head, data) = url

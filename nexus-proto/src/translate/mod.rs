@@ -69,12 +69,22 @@ use serde_json::{json, Value};
 
 use crate::provider::Style;
 
+mod anthropic_in;
+mod anthropic_out;
 mod conversation;
+mod gemini_in;
+mod gemini_out;
 mod request;
 mod response;
 mod responses;
+mod responses_surface;
 mod stream;
+mod surface;
 
+pub use anthropic_in::anthropic_request_to;
+pub use anthropic_out::{response_to_anthropic, turn_to_anthropic, AnthropicEmitter, AnthropicStream};
+pub use gemini_in::gemini_request_to;
+pub use gemini_out::{response_to_gemini, turn_to_gemini, GeminiEmitter, GeminiStream};
 pub use request::{openai_request_bytes_to, openai_request_to};
 pub use response::{
     error_to_openai, remote_error_to_openai, response_to_openai, response_to_openai_with, turn_to_openai,
@@ -83,7 +93,9 @@ pub use responses::{
     read_responses_request, turn_to_responses, turn_to_responses_events, ResponseMeta, ResponsesRequest,
     PROVIDER_DATA_KEY as RESPONSES_KEY,
 };
+pub use responses_surface::{response_to_responses, responses_request_to, ResponsesEmitter, ResponsesStream};
 pub use stream::StreamTranslator;
+pub use surface::{anthropic_error_json, gemini_error_json, Emitter, Surface, SurfaceRequest, SurfaceStream};
 
 /// A request that failed to translate, or a provider failure, as an OpenAI
 /// error: `{"error": {"message", "type", "param", "code"}}` with its status.

@@ -8,6 +8,7 @@ use serde_json::{json, Map, Number, Value};
 
 use super::conversation::{read_messages, read_tools};
 use super::{TranslateError, TranslatedRequest};
+use crate::message::Message;
 use crate::provider::{ModelCall, Style};
 use crate::tool::ToolDecl;
 
@@ -87,7 +88,7 @@ fn include_usage(obj: &Map<String, Value>) -> Result<bool, TranslateError> {
 
 /// `tool_choice`, read.
 #[derive(Debug, Clone, PartialEq)]
-enum Choice {
+pub(super) enum Choice {
     Auto,
     Required,
     None,
@@ -96,33 +97,53 @@ enum Choice {
 
 /// `response_format`, read.
 #[derive(Debug, Clone, PartialEq)]
-enum Format {
+pub(super) enum Format {
     Text,
     JsonObject,
     JsonSchema(Value),
 }
 
-/// Everything in the request besides the conversation and the tools.
+/// Everything in the request besides the conversation and the tools: what
+/// every surface's decoder fills in and every upstream's encoder writes.
 #[derive(Debug, Default)]
-struct Settings {
-    model: String,
-    max_tokens: Option<u32>,
-    temperature: Option<Number>,
-    top_p: Option<Number>,
-    stop: Vec<String>,
-    stream: bool,
-    include_usage: bool,
-    format: Option<Format>,
-    seed: Option<Number>,
-    presence_penalty: Option<Number>,
-    frequency_penalty: Option<Number>,
+pub(super) struct Settings {
+    pub(super) model: String,
+    pub(super) max_tokens: Option<u32>,
+    pub(super) temperature: Option<Number>,
+    pub(super) top_p: Option<Number>,
+    /// Gemini `topK` / Anthropic `top_k` (OpenAI has none).
+    pub(super) top_k: Option<Number>,
+    pub(super) stop: Vec<String>,
+    pub(super) stream: bool,
+    pub(super) include_usage: bool,
+    pub(super) format: Option<Format>,
+    pub(super) seed: Option<Number>,
+    pub(super) presence_penalty: Option<Number>,
+    pub(super) frequency_penalty: Option<Number>,
     /// The end-user identifier and the key it came under.
-    user: Option<(&'static str, String)>,
-    effort: Option<String>,
-    choice: Option<Choice>,
-    parallel: Option<bool>,
+    pub(super) user: Option<(&'static str, String)>,
+    pub(super) effort: Option<String>,
+    /// A thinking budget in tokens (Anthropic `budget_tokens`, Gemini `thinkingBudget`).
+    pub(super) thinking_budget: Option<u32>,
+    pub(super) choice: Option<Choice>,
+    pub(super) parallel: Option<bool>,
     /// Settings a Responses upstream takes under the same name and meaning.
-    same_name: Vec<(String, Value)>,
+    pub(super) same_name: Vec<(String, Value)>,
+}
+
+/// One request in neutral form: the settings, the system prompt, the
+/// transcript and the declared tools (with which of them asked for `strict`).
+/// Each surface's decoder makes one; [`encode_neutral`] writes it for any upstream.
+#[derive(Debug, Default)]
+pub(super) struct Neutral {
+    pub(super) settings: Settings,
+    pub(super) system: Option<String>,
+    pub(super) messages: Vec<Message>,
+    pub(super) tools: Vec<ToolDecl>,
+    pub(super) strict: Vec<bool>,
+    /// A Chat request's `response_format.json_schema` (its name, `strict`
+    /// and description carry over to a Responses upstream).
+    pub(super) json_schema: Option<Value>,
 }
 
 /// Chat Completions settings the Responses API has under the same name.
@@ -136,13 +157,21 @@ fn translate(style: Style, obj: &Map<String, Value>) -> Result<TranslatedRequest
     let settings = read_settings(style, obj)?;
     let (tools, strict) = read_tools(style, obj.get("tools"))?;
     let (system, messages) = read_messages(style, obj.get("messages"))?;
-    crate::gate::check(style, &messages).map_err(|e| TranslateError::invalid("messages", e.0))?;
+    let json_schema = obj.get("response_format").and_then(|f| f.get("json_schema")).cloned();
+    encode_neutral(style, &Neutral { settings, system, messages, tools, strict, json_schema })
+}
+
+/// A neutral request as the request body of `style`: the transcript through
+/// the provider's encoder, then the settings the transcript does not carry.
+pub(super) fn encode_neutral(style: Style, n: &Neutral) -> Result<TranslatedRequest, TranslateError> {
+    let settings = &n.settings;
+    crate::gate::check(style, &n.messages).map_err(|e| TranslateError::invalid("messages", e.0))?;
     let params = Map::new();
     let call = ModelCall {
         model: &settings.model,
-        system: system.as_deref(),
-        messages: &messages,
-        tools: &tools,
+        system: n.system.as_deref(),
+        messages: &n.messages,
+        tools: &n.tools,
         max_tokens: settings.max_tokens,
         stream: settings.stream,
         params: &params,
@@ -152,15 +181,15 @@ fn translate(style: Style, obj: &Map<String, Value>) -> Result<TranslatedRequest
         return Err(TranslateError::invalid("", "the encoder produced no JSON object"));
     };
     match style {
-        Style::Anthropic => anthropic_settings(out, &settings, &tools, &strict)?,
-        Style::Gemini => gemini_settings(out, &settings, &tools, &strict)?,
-        Style::OpenAiResponses => responses_settings(out, &settings, obj, &tools, &strict)?,
-        Style::OpenAi => {}
+        Style::Anthropic => anthropic_settings(out, settings, &n.tools, &n.strict)?,
+        Style::Gemini => gemini_settings(out, settings, &n.tools, &n.strict)?,
+        Style::OpenAi => openai_settings(out, settings, &n.tools, &n.strict)?,
+        Style::OpenAiResponses => responses_settings(out, settings, n.json_schema.as_ref(), &n.tools, &n.strict)?,
     }
     let body = serde_json::to_vec(&body).map_err(|e| TranslateError::invalid("", e.to_string()))?;
     Ok(TranslatedRequest {
         style,
-        model: settings.model,
+        model: settings.model.clone(),
         stream: settings.stream,
         include_usage: settings.include_usage,
         body,
@@ -282,7 +311,7 @@ fn read_settings(style: Style, obj: &Map<String, Value>) -> Result<Settings, Tra
 /// Gemini puts the model in the URL path, so its name must not be able to
 /// change the path: a leading `models/` is dropped and anything but
 /// `[A-Za-z0-9._-]` is refused.
-fn gemini_model(model: &str) -> Result<String, TranslateError> {
+pub(super) fn gemini_model(model: &str) -> Result<String, TranslateError> {
     let name = model.strip_prefix("models/").unwrap_or(model);
     let ok = !name.is_empty()
         && !name.starts_with('.')
@@ -372,8 +401,14 @@ fn anthropic_settings(
     if let Some(p) = &s.top_p {
         out.insert("top_p".into(), Value::Number(p.clone()));
     }
+    if let Some(k) = &s.top_k {
+        out.insert("top_k".into(), Value::Number(k.clone()));
+    }
     if !s.stop.is_empty() {
         out.insert("stop_sequences".into(), json!(s.stop));
+    }
+    if let Some(budget) = s.thinking_budget {
+        out.insert("thinking".into(), json!({ "type": "enabled", "budget_tokens": budget }));
     }
     for (param, value) in
         [("seed", &s.seed), ("presence_penalty", &s.presence_penalty), ("frequency_penalty", &s.frequency_penalty)]
@@ -457,6 +492,7 @@ fn gemini_settings(
     let numbers = [
         ("temperature", &s.temperature),
         ("topP", &s.top_p),
+        ("topK", &s.top_k),
         ("seed", &s.seed),
         ("presencePenalty", &s.presence_penalty),
         ("frequencyPenalty", &s.frequency_penalty),
@@ -495,6 +531,8 @@ fn gemini_settings(
             }
         };
         config.insert("thinkingConfig".into(), json!({ "thinkingLevel": level }));
+    } else if let Some(budget) = s.thinking_budget {
+        config.insert("thinkingConfig".into(), json!({ "thinkingBudget": budget, "includeThoughts": true }));
     }
     if !config.is_empty() {
         out.insert("generationConfig".into(), Value::Object(config));
@@ -524,10 +562,82 @@ fn gemini_settings(
     Ok(())
 }
 
+/// The settings on an OpenAI Chat Completions body (a request that came in
+/// another dialect; Chat requests to an OpenAI upstream pass through).
+fn openai_settings(
+    out: &mut Map<String, Value>,
+    s: &Settings,
+    tools: &[ToolDecl],
+    strict: &[bool],
+) -> Result<(), TranslateError> {
+    const T: Style = Style::OpenAi;
+    let numbers = [
+        ("temperature", &s.temperature),
+        ("top_p", &s.top_p),
+        ("seed", &s.seed),
+        ("presence_penalty", &s.presence_penalty),
+        ("frequency_penalty", &s.frequency_penalty),
+    ];
+    for (key, value) in numbers {
+        if let Some(n) = value {
+            out.insert(key.into(), Value::Number(n.clone()));
+        }
+    }
+    if s.top_k.is_some() {
+        return Err(TranslateError::unsupported("top_k", T, "Chat Completions has no top-k sampling"));
+    }
+    if !s.stop.is_empty() {
+        if s.stop.len() > 4 {
+            return Err(TranslateError::unsupported("stop_sequences", T, "at most 4 stop sequences are accepted"));
+        }
+        out.insert("stop".into(), json!(s.stop));
+    }
+    if let Some((_, user)) = &s.user {
+        out.insert("user".into(), Value::String(user.clone()));
+    }
+    match &s.format {
+        None | Some(Format::Text) => {}
+        Some(Format::JsonObject) => {
+            out.insert("response_format".into(), json!({ "type": "json_object" }));
+        }
+        Some(Format::JsonSchema(schema)) => {
+            out.insert(
+                "response_format".into(),
+                json!({ "type": "json_schema", "json_schema": { "name": "response", "schema": schema } }),
+            );
+        }
+    }
+    if let Some(effort) = &s.effort {
+        out.insert("reasoning_effort".into(), Value::String(effort.clone()));
+    }
+    if let Some(Value::Array(wire_tools)) = out.get_mut("tools") {
+        for (tool, strict) in wire_tools.iter_mut().zip(strict) {
+            if let (Some(f), true) = (tool.get_mut("function").and_then(Value::as_object_mut), *strict) {
+                f.insert("strict".into(), Value::Bool(true));
+            }
+        }
+    }
+    let choice = match check_choice(s.choice.as_ref(), tools)? {
+        _ if tools.is_empty() => None,
+        None => None,
+        Some(Choice::Auto) => Some(json!("auto")),
+        Some(Choice::Required) => Some(json!("required")),
+        Some(Choice::None) => Some(json!("none")),
+        Some(Choice::Named(name)) => Some(json!({ "type": "function", "function": { "name": name } })),
+    };
+    if let Some(choice) = choice {
+        out.insert("tool_choice".into(), choice);
+    }
+    if s.parallel == Some(false) && !tools.is_empty() {
+        out.insert("parallel_tool_calls".into(), Value::Bool(false));
+    }
+    Ok(())
+}
+
 fn responses_settings(
     out: &mut Map<String, Value>,
     s: &Settings,
-    request: &Map<String, Value>,
+    given: Option<&Value>,
     tools: &[ToolDecl],
     strict: &[bool],
 ) -> Result<(), TranslateError> {
@@ -561,7 +671,6 @@ fn responses_settings(
         }
         Some(Format::JsonSchema(schema)) => {
             // `name` is required on both sides; `strict` and `description` carry over.
-            let given = request.get("response_format").and_then(|f| f.get("json_schema"));
             let name = given.and_then(|g| g.get("name")).and_then(Value::as_str).unwrap_or("response");
             let mut format = json!({ "type": "json_schema", "name": name, "schema": schema });
             for key in ["strict", "description"] {

@@ -49,6 +49,13 @@ pub use script::{
 
 use server::{lock, Shared};
 
+/// What the fake's token counters (`/v1/messages/count_tokens`,
+/// `:countTokens`) answer for a request body: a quarter of the length of
+/// its compact JSON, rounded up. Tests recompute it from the recorded body.
+pub fn fake_token_count(body: &Value) -> u64 {
+    (body.to_string().len() as u64).div_ceil(4)
+}
+
 /// A wire format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

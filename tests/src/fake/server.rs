@@ -139,6 +139,9 @@ fn handle(shared: &Shared, req: &Request, connection: u64) -> (Reply, RecordedRe
     let reply = if path == "/v1/messages" {
         record.style = Some(Style::Anthropic);
         only_post(req, Style::Anthropic).unwrap_or_else(|| model_call(shared, Style::Anthropic, req, None, &mut record))
+    } else if path == "/v1/messages/count_tokens" {
+        record.style = Some(Style::Anthropic);
+        only_post(req, Style::Anthropic).unwrap_or_else(|| count_tokens(shared, Style::Anthropic, req, &mut record))
     } else if path == "/v1/chat/completions" {
         record.style = Some(Style::OpenAi);
         only_post(req, Style::OpenAi).unwrap_or_else(|| model_call(shared, Style::OpenAi, req, None, &mut record))
@@ -157,6 +160,9 @@ fn handle(shared: &Shared, req: &Request, connection: u64) -> (Reply, RecordedRe
             _ => None,
         };
         match framing {
+            None if method == "countTokens" => {
+                only_post(req, Style::Gemini).unwrap_or_else(|| count_tokens(shared, Style::Gemini, req, &mut record))
+            }
             None => faults::reject_reply(gemini::error(404, &format!("Method not found: {method}"))),
             Some(f) => only_post(req, Style::Gemini)
                 .unwrap_or_else(|| model_call(shared, Style::Gemini, req, Some((model, f)), &mut record)),
@@ -202,6 +208,49 @@ fn model_list(shared: &Shared, req: &Request, record: &mut RecordedRequest) -> R
         Err(r) => faults::reject_reply(r),
         Ok(()) if anthropic_client => Reply::json(200, anthropic::model_list(&names)),
         Ok(()) => Reply::json(200, openai::model_list(&names)),
+    }
+}
+
+/// The token count the fake answers for a counted request: a quarter of
+/// the length of the body's compact JSON, rounded up (see [`fake_token_count`]).
+fn count_tokens(shared: &Shared, style: Style, req: &Request, record: &mut RecordedRequest) -> Reply {
+    let key = &shared.scripts.api_key;
+    let checked = match style {
+        Style::Anthropic => anthropic::check_auth(req, key),
+        _ => gemini::check_auth(req, key),
+    };
+    if let Err(r) = checked {
+        return faults::reject_reply(r);
+    }
+    let Ok(body) = serde_json::from_slice::<Value>(&req.body) else {
+        return faults::reject_reply(style_error(style, 400, "The request body is not valid JSON"));
+    };
+    record.json = Some(body.clone());
+    let n = super::fake_token_count(&body);
+    match style {
+        Style::Anthropic => {
+            if req.header("anthropic-version").is_none() {
+                return faults::reject_reply(anthropic::error(400, "anthropic-version: header is required"));
+            }
+            match (body.get("model").and_then(Value::as_str), body.get("messages").and_then(Value::as_array)) {
+                (Some(m), Some(_)) => record.model = Some(m.to_string()),
+                _ => return faults::reject_reply(anthropic::error(400, "model and messages: Field required")),
+            }
+            if body.get("max_tokens").is_some() {
+                return faults::reject_reply(anthropic::error(400, "max_tokens: Extra inputs are not permitted"));
+            }
+            Reply::json(200, serde_json::json!({ "input_tokens": n }).to_string().into_bytes())
+        }
+        _ => {
+            let inner = body.get("generateContentRequest");
+            if inner.and_then(|r| r.get("contents")).is_none() && body.get("contents").is_none() {
+                return faults::reject_reply(gemini::error(400, "contents is not specified"));
+            }
+            if inner.is_some_and(|r| r.get("model").is_none()) {
+                return faults::reject_reply(gemini::error(400, "generateContentRequest.model is required"));
+            }
+            Reply::json(200, serde_json::json!({ "totalTokens": n }).to_string().into_bytes())
+        }
     }
 }
 

@@ -1,0 +1,612 @@
+//! The Anthropic Messages and Gemini surfaces: their routes, the upstream
+//! exchange, and the answer in each dialect's own shapes. The translation
+//! itself is [`nexus_proto::translate`]'s (one decoder and one encoder per
+//! dialect, through the neutral request and turn).
+//!
+//! * `POST /v1/messages` (`?beta=true` accepted) and
+//!   `POST /v1/messages/count_tokens`;
+//! * `POST /v1beta/models/{model}:generateContent` and
+//!   `:streamGenerateContent?alt=sse`; `GET /v1beta/models`;
+//! * `GET /v1/models` asked by an Anthropic client (it sends
+//!   `anthropic-version`): the list in Anthropic's shape ([`anthropic_models`]).
+//!
+//! When client and upstream speak the same family the body passes through
+//! unchanged both ways (signatures, cache hints and betas included). What a
+//! translation left out is named in the `x-nexus-dropped` response header.
+
+use bytes::Bytes;
+use nexus_proto::translate::{
+    anthropic_request_to, error_to_openai, gemini_request_to, response_to_anthropic, response_to_gemini,
+    response_to_responses, responses_request_to, AnthropicStream, CompletionMeta, Emitter, GeminiStream, ResponseMeta,
+    ResponsesStream, Surface as Dialect, SurfaceRequest as Translated, SurfaceStream, TranslateError,
+    TranslatedRequest,
+};
+use nexus_proto::{SseDecoder, SseEvent, Style};
+use serde_json::{json, Value};
+
+use super::gateway::{Ctx, Target, UpstreamBody, UpstreamRequest, UpstreamResponse};
+use super::surface::{BoxFuture, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
+
+/// Error bodies read from the upstream are capped here: they are messages.
+const MAX_ERROR_BODY: usize = 1024 * 1024;
+
+/// The header naming what a translation left out.
+pub(crate) const DROPPED_HEADER: &str = "x-nexus-dropped";
+
+/// `POST /v1/messages` and `/v1/messages/count_tokens` in Anthropic shapes.
+pub(crate) struct AnthropicMessages;
+
+/// `/v1beta/models/{model}:generateContent` and friends in Gemini shapes.
+pub(crate) struct GeminiGenerate;
+
+impl Surface for AnthropicMessages {
+    fn name(&self) -> &'static str {
+        "anthropic.messages"
+    }
+
+    fn claims(&self, path: &str) -> bool {
+        matches!(path.trim_end_matches('/'), "/v1/messages" | "/v1/messages/count_tokens")
+    }
+
+    fn error(&self, e: &GatewayError) -> Reply {
+        error_reply(Dialect::Anthropic, &gateway_error(e), &e.headers)
+    }
+
+    fn handle<'a>(&'a self, req: SurfaceRequest, ctx: Ctx) -> BoxFuture<'a, Reply> {
+        Box::pin(async move {
+            let cx = Cx { req: &req, ctx: &ctx, dialect: Dialect::Anthropic };
+            if req.method != "POST" {
+                return cx.not_allowed();
+            }
+            if req.path.trim_end_matches('/') == "/v1/messages" {
+                cx.messages().await
+            } else {
+                cx.count_tokens().await
+            }
+        })
+    }
+}
+
+impl Surface for GeminiGenerate {
+    fn name(&self) -> &'static str {
+        "gemini.generate"
+    }
+
+    fn claims(&self, path: &str) -> bool {
+        path.starts_with("/v1beta/")
+    }
+
+    fn error(&self, e: &GatewayError) -> Reply {
+        error_reply(Dialect::Gemini, &gateway_error(e), &e.headers)
+    }
+
+    fn handle<'a>(&'a self, req: SurfaceRequest, ctx: Ctx) -> BoxFuture<'a, Reply> {
+        Box::pin(async move {
+            let cx = Cx { req: &req, ctx: &ctx, dialect: Dialect::Gemini };
+            let path = req.path.trim_end_matches('/');
+            if path == "/v1beta/models" && req.method == "GET" {
+                return models(&ctx, Dialect::Gemini).await;
+            }
+            if req.method != "POST" {
+                return cx.not_allowed();
+            }
+            cx.gemini(path).await
+        })
+    }
+}
+
+/// `POST /v1/responses` (stateless) in OpenAI Responses shapes.
+pub(crate) struct OpenAiResponses;
+
+impl Surface for OpenAiResponses {
+    fn name(&self) -> &'static str {
+        "openai.responses"
+    }
+
+    fn claims(&self, path: &str) -> bool {
+        path.trim_end_matches('/') == "/v1/responses"
+    }
+
+    fn error(&self, e: &GatewayError) -> Reply {
+        error_reply(Dialect::Responses, &gateway_error(e), &e.headers)
+    }
+
+    fn handle<'a>(&'a self, req: SurfaceRequest, ctx: Ctx) -> BoxFuture<'a, Reply> {
+        Box::pin(async move {
+            let cx = Cx { req: &req, ctx: &ctx, dialect: Dialect::Responses };
+            if req.method != "POST" {
+                return cx.not_allowed();
+            }
+            let (target, body, model) = match cx.body_routed() {
+                Ok(x) => x,
+                Err(e) => return cx.error(&e, &[]),
+            };
+            match responses_request_to(target.style(), &body) {
+                Ok(t) => cx.relay(target, t, model).await,
+                Err(e) => cx.error(&e, &[]),
+            }
+        })
+    }
+}
+
+/// `GET /v1/models` for an Anthropic client (the Chat Completions surface
+/// owns the path and hands such requests here).
+pub(crate) async fn anthropic_models(ctx: &Ctx) -> Reply {
+    models(ctx, Dialect::Anthropic).await
+}
+
+/// A gateway error as a [`TranslateError`] (the surfaces' error renderers take that).
+fn gateway_error(e: &GatewayError) -> TranslateError {
+    TranslateError {
+        status: e.status,
+        message: e.message.clone(),
+        kind: "gateway".into(),
+        param: e.param.clone(),
+        code: Some(format!("{:?}", e.kind)),
+    }
+}
+
+fn error_reply(dialect: Dialect, e: &TranslateError, extra: &[(String, String)]) -> Reply {
+    with_headers(Reply::json(e.status, dialect.error_json(e).to_string()), extra)
+}
+
+fn with_headers(mut reply: Reply, extra: &[(String, String)]) -> Reply {
+    for (k, v) in extra {
+        reply = reply.with_header(k.clone(), v.clone());
+    }
+    reply
+}
+
+/// One request on one surface.
+struct Cx<'a> {
+    req: &'a SurfaceRequest,
+    ctx: &'a Ctx,
+    dialect: Dialect,
+}
+
+impl Cx<'_> {
+    fn error(&self, e: &TranslateError, extra: &[(String, String)]) -> Reply {
+        error_reply(self.dialect, e, extra)
+    }
+
+    fn not_allowed(&self) -> Reply {
+        let e = TranslateError {
+            status: 405,
+            message: format!("{} is not allowed on {}; use POST", self.req.method, self.req.path),
+            kind: "invalid_request_error".into(),
+            param: None,
+            code: Some("method_not_allowed".into()),
+        };
+        self.error(&e, &[("allow".into(), "POST".into())])
+    }
+
+    /// The target for the client's `model`, and the body with the model
+    /// renamed when the route renames it.
+    fn route(&self, model: &str) -> Result<(Target, Option<String>), TranslateError> {
+        if !self.ctx.routes_by_model() {
+            let target =
+                self.ctx.default_route().map(|r| r.primary).ok_or_else(|| {
+                    gateway_error(&GatewayError::new(ErrorKind::ModelNotFound, "no route is configured"))
+                })?;
+            return Ok((target, None));
+        }
+        let route = self.ctx.route(model).map_err(|e| gateway_error(&e))?;
+        let target = route.primary().clone();
+        let renamed = (target.model() != model).then(|| target.model().to_string());
+        Ok((target, renamed))
+    }
+
+    // ------------------------------------------------------------ Anthropic
+
+    fn beta_headers(&self) -> Vec<&str> {
+        self.req.headers.get_all("anthropic-beta").iter().filter_map(|v| v.to_str().ok()).collect()
+    }
+
+    /// The body's model (routing needs it before translating), the target,
+    /// and the body to translate (model renamed as the route says).
+    fn body_routed(&self) -> Result<(Target, Bytes, String), TranslateError> {
+        let parsed: Option<Value> = serde_json::from_slice(&self.req.body).ok();
+        let model = parsed.as_ref().and_then(|v| v.get("model")).and_then(Value::as_str).unwrap_or_default();
+        let model = model.to_string();
+        if model.is_empty() && self.ctx.routes_by_model() {
+            // The translator words a missing model or a body that is not JSON.
+            let worded = match self.dialect {
+                Dialect::Responses => responses_request_to(Style::OpenAi, &self.req.body).err(),
+                _ => anthropic_request_to(Style::OpenAi, &self.req.body, &[]).err(),
+            };
+            return Err(worded.unwrap_or_else(|| TranslateError::invalid("model", "model: Field required")));
+        }
+        let (target, renamed) = self.route(&model)?;
+        let body = match (renamed, parsed) {
+            (Some(name), Some(mut v)) => {
+                v["model"] = Value::String(name);
+                Bytes::from(v.to_string())
+            }
+            _ => self.req.body.clone(),
+        };
+        Ok((target, body, model))
+    }
+
+    async fn messages(&self) -> Reply {
+        let (target, body, model) = match self.body_routed() {
+            Ok(x) => x,
+            Err(e) => return self.error(&e, &[]),
+        };
+        match anthropic_request_to(target.style(), &body, &self.beta_headers()) {
+            Ok(t) => self.relay(target, t, model).await,
+            Err(e) => self.error(&e, &[]),
+        }
+    }
+
+    /// Headers for an Anthropic upstream when the client speaks Anthropic
+    /// too: its API version and betas go along.
+    fn anthropic_headers(&self, t: &TranslatedRequest) -> Vec<(String, String)> {
+        let mut headers = t.headers(None);
+        if let Some(version) = self.req.header("anthropic-version") {
+            headers.retain(|(k, _)| k != "anthropic-version");
+            headers.push(("anthropic-version".into(), version.to_string()));
+        }
+        for beta in self.beta_headers() {
+            headers.push(("anthropic-beta".into(), beta.to_string()));
+        }
+        headers
+    }
+
+    /// `POST /v1/messages/count_tokens`: the upstream's own counter where it
+    /// has one (Anthropic, Gemini `countTokens`); Chat Completions has none,
+    /// so the count is estimated from the translated request (system and
+    /// tools included) and the `x-nexus-token-count: estimate` header says so.
+    async fn count_tokens(&self) -> Reply {
+        let (target, body, model) = match self.body_routed() {
+            Ok(x) => x,
+            Err(e) => return self.error(&e, &[]),
+        };
+        self.ctx.note_model(&model);
+        let style = target.style();
+        let sr = match anthropic_request_to(style, &body, &self.beta_headers()) {
+            Ok(sr) => sr,
+            Err(e) => return self.error(&e, &[]),
+        };
+        let dropped = dropped_header(&sr.dropped);
+        let t = &sr.upstream;
+        let base = target.base_url().trim_end_matches('/');
+        let (url, body, headers) = match style {
+            Style::Anthropic => {
+                let root = base.strip_suffix("/v1").unwrap_or(base);
+                (format!("{root}/v1/messages/count_tokens"), t.body.clone(), self.anthropic_headers(t))
+            }
+            Style::Gemini => {
+                let mut inner: Value = serde_json::from_slice(&t.body).unwrap_or(Value::Null);
+                if let Value::Object(o) = &mut inner {
+                    o.insert("model".into(), json!(format!("models/{}", t.model)));
+                    // The counter counts the prompt; generation settings are not its business.
+                    o.remove("generationConfig");
+                }
+                let body = json!({ "generateContentRequest": inner }).to_string().into_bytes();
+                (format!("{base}/models/{}:countTokens", t.model), body, t.headers(None))
+            }
+            _ => {
+                // Roughly four bytes of JSON per token: an estimate, and said to be one.
+                let estimate = t.body.len().div_ceil(4);
+                let body = json!({ "input_tokens": estimate }).to_string();
+                return with_headers(Reply::json(200, body), &dropped).with_header("x-nexus-token-count", "estimate");
+            }
+        };
+        let up = UpstreamRequest { method: "POST", url, headers, body, stream: false };
+        let response = match self.ctx.send(&target, up).await {
+            Ok(r) => r,
+            Err(e) => return self.error(&gateway_error(&e), &dropped),
+        };
+        let status = response.status;
+        let mut body = response.body;
+        let bytes = match body.read_to_end(MAX_ERROR_BODY).await {
+            Ok(b) => b,
+            Err(e) => return self.error(&gateway_error(&e), &dropped),
+        };
+        if style == Style::Anthropic {
+            return with_headers(Reply::json(status, bytes), &dropped);
+        }
+        if !(200..300).contains(&status) {
+            return self.error(&error_to_openai(style, status, &bytes), &dropped);
+        }
+        let total = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v.get("totalTokens")?.as_u64());
+        match total {
+            Some(n) => with_headers(Reply::json(200, json!({ "input_tokens": n }).to_string()), &dropped),
+            None => {
+                let e = GatewayError::new(ErrorKind::Upstream, "the upstream token count has no totalTokens");
+                self.error(&gateway_error(&e), &dropped)
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ Gemini
+
+    async fn gemini(&self, path: &str) -> Reply {
+        let not_found = |what: &str| TranslateError {
+            status: 404,
+            message: format!("{what} is not found"),
+            kind: "invalid_request_error".into(),
+            param: None,
+            code: Some("not_found".into()),
+        };
+        let Some((model, method)) = path.strip_prefix("/v1beta/models/").and_then(|rest| rest.rsplit_once(':')) else {
+            return self.error(&not_found(path), &[]);
+        };
+        let stream = match method {
+            "generateContent" => false,
+            "streamGenerateContent" => {
+                if self.req.query_param("alt") != Some("sse") {
+                    let e = TranslateError::invalid(
+                        "alt",
+                        "streamGenerateContent is served as server-sent events only; add ?alt=sse",
+                    );
+                    return self.error(&e, &[]);
+                }
+                true
+            }
+            _ => return self.error(&not_found(&format!("Method {method}")), &[]),
+        };
+        let (target, renamed) = match self.route(model) {
+            Ok(x) => x,
+            Err(e) => return self.error(&e, &[]),
+        };
+        let upstream_model = renamed.as_deref().unwrap_or(model);
+        match gemini_request_to(target.style(), upstream_model, stream, &self.req.body) {
+            Ok(t) => self.relay(target, t, model.to_string()).await,
+            Err(e) => self.error(&e, &[]),
+        }
+    }
+
+    // ------------------------------------------------------------ both
+
+    /// One upstream call and its answer in this surface's shapes.
+    async fn relay(&self, target: Target, sr: Translated, client_model: String) -> Reply {
+        self.ctx.note_model(&client_model);
+        let t = &sr.upstream;
+        let native = t.style == self.dialect.native_style();
+        let dropped = dropped_header(&sr.dropped);
+        let mut url = t.url(target.base_url());
+        let headers = if t.style == Style::Anthropic && self.dialect == Dialect::Anthropic {
+            if self.req.query_param("beta") == Some("true") {
+                url.push_str("?beta=true");
+            }
+            self.anthropic_headers(t)
+        } else {
+            t.headers(None)
+        };
+        let up = UpstreamRequest { method: "POST", url, headers, body: t.body.clone(), stream: t.stream };
+        let response = match self.ctx.send(&target, up).await {
+            Ok(r) => r,
+            Err(e) => return self.error(&gateway_error(&e), &dropped),
+        };
+        let status = response.status;
+        let mut extra = retry_after(&response);
+        extra.extend(dropped);
+        let mut body = response.body;
+        if !(200..300).contains(&status) {
+            let bytes = body.read_to_end(MAX_ERROR_BODY).await.unwrap_or_default();
+            if native {
+                // Same family: the upstream's own error, as sent (clients match on its wording).
+                return with_headers(Reply::json(status, bytes), &extra);
+            }
+            return self.error(&error_to_openai(t.style, status, &bytes), &extra);
+        }
+        let prefix = if self.dialect == Dialect::Anthropic { "msg_" } else { "resp_" };
+        let meta =
+            CompletionMeta { id: self.ctx.response_id(prefix), model: client_model, created: self.ctx.now_secs() };
+        let rmeta = ResponseMeta { id: meta.id.clone(), model: meta.model.clone(), created_at: meta.created };
+        if t.stream {
+            let translator: Option<Box<dyn Translate>> = match (self.dialect, t.style) {
+                _ if native => None,
+                (Dialect::Anthropic, style) => Some(Box::new(AnthropicStream::new(style, meta))),
+                (Dialect::Responses, style) => Some(Box::new(ResponsesStream::new(style, rmeta))),
+                (_, style) => Some(Box::new(GeminiStream::new(style, meta))),
+            };
+            let pump = Pump {
+                body,
+                translator,
+                decoder: SseDecoder::new(),
+                events: Vec::new(),
+                done: false,
+                dialect: self.dialect,
+            };
+            let chunks = futures_lite::stream::unfold(pump, |mut p| async move {
+                let out = p.next().await?;
+                Some((out, p))
+            });
+            return with_headers(Reply::event_stream(Box::pin(chunks)), &extra);
+        }
+        let bytes = match body.read_to_end(self.ctx.max_upstream_body_bytes()).await {
+            Ok(bytes) => bytes,
+            Err(e) => return self.error(&gateway_error(&e), &extra),
+        };
+        if native {
+            return with_headers(Reply::json(status, bytes), &extra);
+        }
+        let answer = match self.dialect {
+            Dialect::Anthropic => response_to_anthropic(t.style, &bytes, &meta),
+            Dialect::Responses => response_to_responses(t.style, &bytes, &rmeta),
+            _ => response_to_gemini(t.style, &bytes, &meta),
+        };
+        match answer {
+            Ok(v) => {
+                note_usage(self.ctx, &v);
+                with_headers(Reply::json(200, v.to_string()), &extra)
+            }
+            Err(e) => self.error(&e, &extra),
+        }
+    }
+}
+
+/// Counts the tokens an Anthropic or Gemini answer reports.
+fn note_usage(ctx: &Ctx, v: &Value) {
+    if let Some(u) = v.get("usage") {
+        let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+        ctx.note_usage(n("input_tokens"), n("output_tokens"));
+    } else if let Some(u) = v.get("usageMetadata") {
+        let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+        ctx.note_usage(n("promptTokenCount"), n("candidatesTokenCount"));
+    }
+}
+
+/// The stream translators, as the pump drives them.
+trait Translate: Send {
+    fn push(&mut self, event: &SseEvent) -> Vec<String>;
+    fn finish(&mut self) -> Vec<String>;
+    fn abort(&mut self, error: TranslateError) -> Vec<String>;
+    fn failed(&self) -> bool;
+}
+
+impl<E: Emitter + Send> Translate for SurfaceStream<E> {
+    fn push(&mut self, event: &SseEvent) -> Vec<String> {
+        SurfaceStream::push(self, event)
+    }
+    fn finish(&mut self) -> Vec<String> {
+        SurfaceStream::finish(self)
+    }
+    fn abort(&mut self, error: TranslateError) -> Vec<String> {
+        SurfaceStream::abort(self, error)
+    }
+    fn failed(&self) -> bool {
+        self.error().is_some()
+    }
+}
+
+/// An upstream event stream re-emitted event by event, pulled by the
+/// client's connection (a slow client slows the upstream read; one that
+/// leaves drops the upstream body).
+struct Pump {
+    body: UpstreamBody,
+    /// `None`: same family both sides, the bytes go through as they come.
+    translator: Option<Box<dyn Translate>>,
+    decoder: SseDecoder,
+    events: Vec<SseEvent>,
+    done: bool,
+    dialect: Dialect,
+}
+
+impl Pump {
+    async fn next(&mut self) -> Option<Bytes> {
+        let Pump { body, translator, decoder, events, done, dialect } = self;
+        loop {
+            if *done {
+                return None;
+            }
+            let mut lines = Vec::new();
+            match body.chunk().await {
+                Ok(Some(piece)) => {
+                    let Some(tr) = translator.as_mut() else {
+                        return Some(Bytes::copy_from_slice(piece));
+                    };
+                    decoder.feed(piece, events);
+                    lines.extend(events.drain(..).flat_map(|ev| tr.push(&ev)));
+                    // After an error event nothing more is read: the upstream is done for.
+                    *done = tr.failed();
+                }
+                Ok(None) => {
+                    *done = true;
+                    let tr = translator.as_mut()?;
+                    decoder.finish(events);
+                    lines.extend(events.drain(..).flat_map(|ev| tr.push(&ev)));
+                    lines.extend(tr.finish());
+                }
+                Err(e) => {
+                    *done = true;
+                    let e = gateway_error(&e);
+                    match translator.as_mut() {
+                        Some(tr) => lines.extend(tr.abort(e)),
+                        None => {
+                            // The blank line ends whatever event the upstream left half-written.
+                            let data = dialect.error_json(&e);
+                            let text = match dialect {
+                                Dialect::Anthropic | Dialect::Responses => {
+                                    format!("\n\nevent: error\ndata: {data}\n\n")
+                                }
+                                _ => format!("\n\ndata: {data}\n\n"),
+                            };
+                            return Some(Bytes::from(text));
+                        }
+                    }
+                }
+            }
+            if !lines.is_empty() {
+                return Some(Bytes::from(lines.concat()));
+            }
+        }
+    }
+}
+
+/// The model list in the asking client's shape.
+async fn models(ctx: &Ctx, dialect: Dialect) -> Reply {
+    let mut names = ctx.listed_models();
+    if names.is_empty() {
+        if let Some(r) = ctx.default_route() {
+            names = match super::handler::upstream_models(ctx, r.primary()).await {
+                Ok(names) => names,
+                Err(e) => return error_reply(dialect, &e, &[]),
+            };
+        }
+    }
+    let body = match dialect {
+        Dialect::Anthropic => {
+            let data: Vec<Value> = names
+                .iter()
+                .map(|n| json!({ "type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z" }))
+                .collect();
+            json!({ "data": data, "has_more": false, "first_id": names.first(), "last_id": names.last() })
+        }
+        _ => {
+            let models: Vec<Value> = names
+                .iter()
+                .map(|n| {
+                    json!({
+                        "name": format!("models/{n}"),
+                        "displayName": n,
+                        "supportedGenerationMethods": ["generateContent", "streamGenerateContent"],
+                    })
+                })
+                .collect();
+            json!({ "models": models })
+        }
+    };
+    Reply::json(200, body.to_string())
+}
+
+/// `Retry-After` from an upstream refusal, passed on when it is delay-seconds.
+fn retry_after(response: &UpstreamResponse) -> Vec<(String, String)> {
+    response
+        .header("retry-after")
+        .filter(|v| nexus_proto::provider::parse_retry_after(v).is_some())
+        .map(|v| vec![("retry-after".to_string(), v.trim().to_string())])
+        .unwrap_or_default()
+}
+
+/// The `x-nexus-dropped` header, when anything was dropped. Names come from
+/// the client's own keys, so anything but visible ASCII is replaced: a key
+/// must not be able to start a header of its own.
+fn dropped_header(dropped: &[String]) -> Vec<(String, String)> {
+    if dropped.is_empty() {
+        return Vec::new();
+    }
+    let mut value: String =
+        dropped.join(", ").chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect();
+    if value.len() > 2048 {
+        value.truncate(2045);
+        value.push_str("...");
+    }
+    vec![(DROPPED_HEADER.to_string(), value)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropped_names_cannot_break_the_header() {
+        let h = dropped_header(&["a\r\nx-evil: 1".into(), "é".into()]);
+        assert_eq!(h, vec![(DROPPED_HEADER.to_string(), "a??x-evil: 1, ?".to_string())]);
+        assert!(dropped_header(&[]).is_empty());
+        let long = dropped_header(&["x".repeat(5000)]);
+        assert_eq!(long[0].1.len(), 2048);
+    }
+}
