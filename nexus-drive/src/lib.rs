@@ -219,6 +219,9 @@ pub mod store;
 pub mod stores;
 pub mod tool;
 
+#[cfg(feature = "mcp")]
+pub mod mcp;
+
 #[cfg(feature = "async")]
 pub mod asynk;
 #[cfg(feature = "blocking")]
