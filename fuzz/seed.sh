@@ -61,6 +61,10 @@ done
 mkdir -p "$corpus/machine"
 : >"$corpus/machine/empty"
 n=$((n + 1))
+# So does the MCP session's.
+mkdir -p "$corpus/mcp"
+: >"$corpus/mcp/empty"
+n=$((n + 1))
 
 # Framing edge cases the recordings do not have: CR-only line ends, a BOM,
 # comments, multi-line data, ids, a final event without its blank line.

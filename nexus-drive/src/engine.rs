@@ -452,7 +452,7 @@ impl Engine {
     fn prepare_tools(&mut self, batch: ToolBatch) -> Vec<ToolJob> {
         let mut jobs = Vec::with_capacity(batch.calls.len());
         for inv in batch.calls {
-            let ToolInvocation { call_id, name, mut input, arguments, idempotency_key, answer } = inv;
+            let ToolInvocation { call_id, name, mut input, arguments, idempotency_key, answer, request } = inv;
             let started = Instant::now();
             if answer.is_none() {
                 if let Some(hook) = self.cfg.hooks.before_tool.clone() {
@@ -492,6 +492,7 @@ impl Engine {
                 arguments,
                 idempotency_key,
                 answer,
+                request,
                 cancel: self.cancel.clone(),
             };
             jobs.push(ToolJob { call_id, input, ctx, handler, timeout });

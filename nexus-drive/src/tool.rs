@@ -38,6 +38,7 @@ pub struct ToolContext {
     pub(crate) arguments: String,
     pub(crate) idempotency_key: String,
     pub(crate) answer: Option<Answer>,
+    pub(crate) request: Option<Request>,
     pub(crate) cancel: CancelToken,
 }
 
@@ -52,6 +53,7 @@ impl ToolContext {
             turn: 0,
             arguments: String::new(),
             answer: None,
+            request: None,
             cancel: CancelToken::new(),
         }
     }
@@ -91,6 +93,19 @@ impl ToolContext {
     /// On the retry after a suspension: the host's answer.
     pub fn answer(&self) -> Option<&Answer> {
         self.answer.as_ref()
+    }
+
+    /// On the retry after a suspension: the request the answer answers,
+    /// exactly as this tool made it (a tool keeps what it needs to go on
+    /// in the request's `data`, so the retry works in any process).
+    pub fn request(&self) -> Option<&Request> {
+        self.request.as_ref()
+    }
+
+    /// Sets the request being answered (as on the retry after a suspension).
+    pub fn with_request(mut self, request: Request) -> ToolContext {
+        self.request = Some(request);
+        self
     }
 
     /// Whether the run was cancelled (long tools may stop early; their result is discarded).

@@ -18,9 +18,11 @@ use crate::rng::SplitMix64;
 use crate::sse::{SseDecoder, SseEvent};
 
 mod machine;
+mod mcp;
 mod translate;
 
 pub use machine::{machine, state};
+pub use mcp::mcp;
 pub use translate::translate;
 
 /// Decodes `data` as an SSE stream whole, split in two at a data-derived

@@ -17,24 +17,53 @@ use crate::suspend::{Answer, Request, ToolReply, ToolResult, KIND_IN_DOUBT, KIND
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub(crate) enum CallState {
-    /// To be handed to the driver (with the answer, when this is the retry of a suspension).
+    /// To be handed to the driver (with the answer and the request it
+    /// answers, when this is the retry of a suspension).
     Requested {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<Answer>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<Request>,
+        /// Suspensions of this call answered so far.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        rounds: u32,
     },
     /// Handed to the driver; no reply yet.
     Started {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<Answer>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<Request>,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        rounds: u32,
     },
     /// The tool suspended on this request.
-    Pending { request: Request },
+    Pending {
+        request: Request,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        rounds: u32,
+    },
     /// Declaration-only: waits for the turn's relay request to be answered.
     Relay,
     /// Restored while Started: the host must say what happened.
     InDoubt { request: Request },
     /// Done; the result is final.
     Completed { result: ToolResult },
+}
+
+/// How many times one call may suspend: a tool that still asks after this
+/// many answered rounds gets the error result `unresolved: <prompt>`.
+pub const MAX_SUSPENSION_ROUNDS: u32 = 16;
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl CallState {
+    /// A call to run for the first time.
+    pub(crate) fn requested() -> CallState {
+        CallState::Requested { answer: None, request: None, rounds: 0 }
+    }
 }
 
 /// One call in the ledger.
@@ -77,6 +106,9 @@ pub struct ToolInvocation {
     pub idempotency_key: String,
     /// Set when this is the retry of a suspended call: the host's answer.
     pub answer: Option<Answer>,
+    /// Set with `answer`: the request it answers, exactly as the tool made it
+    /// (so a tool can keep what it needs to go on in the request's `data`).
+    pub request: Option<Request>,
 }
 
 /// A set of calls to run concurrently; feed each reply back by call id.
@@ -93,8 +125,8 @@ impl Batch {
     pub(crate) fn start_requested(&mut self) -> Option<ToolBatch> {
         let mut calls = Vec::new();
         for e in &mut self.calls {
-            if let CallState::Requested { answer } = &mut e.state {
-                let answer = answer.take();
+            if let CallState::Requested { answer, request, rounds } = &mut e.state {
+                let (answer, request, rounds) = (answer.take(), request.take(), *rounds);
                 calls.push(ToolInvocation {
                     call_id: e.call.id.clone(),
                     name: e.call.name.clone(),
@@ -102,8 +134,9 @@ impl Batch {
                     arguments: e.call.arguments.clone(),
                     idempotency_key: e.idempotency_key.clone(),
                     answer: answer.clone(),
+                    request: request.clone(),
                 });
-                e.state = CallState::Started { answer };
+                e.state = CallState::Started { answer, request, rounds };
             }
         }
         (!calls.is_empty()).then_some(ToolBatch { turn: self.turn, calls })
@@ -116,23 +149,30 @@ impl Batch {
             .iter_mut()
             .find(|e| e.call.id == call_id && matches!(e.state, CallState::Started { .. }))
             .ok_or_else(|| InputError::UnknownToolCall(call_id.to_string()))?;
-        let retried = matches!(&entry.state, CallState::Started { answer: Some(_) });
+        let rounds = match &entry.state {
+            CallState::Started { rounds, .. } => *rounds,
+            _ => 0,
+        };
         match reply {
             ToolReply::Done(result) => {
                 entry.state = CallState::Completed { result };
                 Ok(None)
             }
-            ToolReply::Pending(request) if retried => {
-                // Suspending again after an answer: the run goes on with an error result.
+            ToolReply::Pending(request) if rounds >= MAX_SUSPENSION_ROUNDS => {
+                // Asked too often: the run goes on with an error result.
                 let result = ToolResult::error(format!("unresolved: {}", request.prompt));
                 entry.state = CallState::Completed { result };
                 Ok(None)
             }
             ToolReply::Pending(mut request) => {
                 if request.id.is_empty() {
-                    request.id = format!("pnd_{}", entry.call.id);
+                    // Each round its own id: an answer to an earlier round never answers this one.
+                    request.id = match rounds {
+                        0 => format!("pnd_{}", entry.call.id),
+                        n => format!("pnd_{}_{}", entry.call.id, n + 1),
+                    };
                 }
-                entry.state = CallState::Pending { request: request.clone() };
+                entry.state = CallState::Pending { request: request.clone(), rounds };
                 self.announced = false;
                 Ok(Some(request))
             }
@@ -157,7 +197,7 @@ impl Batch {
         let mut relay_done = false;
         for e in &self.calls {
             match &e.state {
-                CallState::Pending { request } | CallState::InDoubt { request } => out.push(request.clone()),
+                CallState::Pending { request, .. } | CallState::InDoubt { request } => out.push(request.clone()),
                 CallState::Relay if !relay_done => {
                     relay_done = true;
                     out.push(self.relay_request());
@@ -207,22 +247,23 @@ impl Batch {
             .calls
             .iter_mut()
             .find(|e| match &e.state {
-                CallState::Pending { request } | CallState::InDoubt { request } => request.id == answer.id,
+                CallState::Pending { request, .. } | CallState::InDoubt { request } => request.id == answer.id,
                 _ => false,
             })
             .ok_or_else(|| InputError::UnknownAnswer(answer.id.clone()))?;
-        let (prompt, in_doubt) = match &entry.state {
-            CallState::Pending { request } => (request.prompt.clone(), false),
-            CallState::InDoubt { request } => (request.prompt.clone(), true),
+        let (request, in_doubt, rounds) = match &entry.state {
+            CallState::Pending { request, rounds } => (request.clone(), false, *rounds),
+            CallState::InDoubt { request } => (request.clone(), true, 0),
             _ => unreachable!("matched above"),
         };
+        let prompt = request.prompt.clone();
         entry.state = match (in_doubt, answer.ok) {
-            (false, true) => CallState::Requested { answer: Some(answer) },
+            (false, true) => CallState::Requested { answer: Some(answer), request: Some(request), rounds: rounds + 1 },
             (false, false) => CallState::Completed { result: declined(&answer, &prompt) },
             (true, true) => match supplied_result(answer.data.as_ref()) {
                 Some(result) => CallState::Completed { result },
                 None if answer.data.as_ref().and_then(|d| d.get("rerun")).and_then(Value::as_bool) == Some(true) => {
-                    CallState::Requested { answer: None }
+                    CallState::requested()
                 }
                 None => CallState::Completed {
                     result: ToolResult::error("in doubt: the host supplied neither a result nor a re-run"),

@@ -172,6 +172,7 @@ pub mod fuzzing;
 mod gate;
 pub mod http;
 mod ledger;
+pub mod mcp;
 pub mod message;
 pub mod provider;
 mod rng;

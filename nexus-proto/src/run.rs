@@ -759,7 +759,7 @@ impl Run {
                     batch.relay_request.get_or_insert_with(|| format!("relay_{}", call.id));
                     CallState::Relay
                 }
-                Some(_) => CallState::Requested { answer: None },
+                Some(_) => CallState::requested(),
             };
             batch.calls.push(Entry { idempotency_key: format!("{run_id}/{turn_no}/{}", call.id), call, state });
         }
