@@ -142,7 +142,7 @@ fn bad_lines_are_delivered_for_the_protocol_to_judge_and_oversized_ones_are_capp
     initialize(&link);
     link.send(&req(2, "tools/list", json!({}))).unwrap();
     match link.recv_timeout(WAIT) {
-        Some(Inbound::Malformed(why)) => assert!(why.contains("1048576-byte cap"), "{why}"),
+        Some(Inbound::Malformed(why)) => assert!(why.contains("1048576-byte limit"), "{why}"),
         other => panic!("expected the cap to trip, got {other:?}"),
     }
     // The stream goes on after the dropped line.
@@ -209,7 +209,8 @@ fn http_server(py: &str, extra: &[&str]) -> HttpServer {
 fn http_answer(link: &HttpLink, id: u64) -> Value {
     loop {
         match link.recv_timeout(WAIT).expect("an answer in time") {
-            Inbound::Message(bytes) => {
+            Inbound::SessionId(_) => {}
+            Inbound::Message(bytes) | Inbound::Streamed { message: bytes, .. } => {
                 let v: Value = serde_json::from_slice(&bytes).expect("JSON");
                 if v["id"] == json!(id) && v.get("method").is_none() {
                     return v;
@@ -238,7 +239,14 @@ fn http_round_trips(extra: &[&str]) {
     .unwrap();
     let mut progress = 0;
     loop {
-        let Some(Inbound::Message(m)) = link.recv_timeout(WAIT) else { panic!("stream ended") };
+        let m = match link.recv_timeout(WAIT) {
+            Some(Inbound::Message(m)) => m,
+            Some(Inbound::Streamed { message, request }) => {
+                assert_eq!(request, json!(2), "messages on a call's stream are tagged with its id");
+                message
+            }
+            other => panic!("stream ended: {other:?}"),
+        };
         let v: Value = serde_json::from_slice(&m).unwrap();
         if v["method"] == "notifications/progress" {
             progress += 1;

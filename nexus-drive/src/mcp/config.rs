@@ -78,6 +78,9 @@ pub struct ServerConfig {
     pub deny: Vec<String>,
     /// Per-call timeout in milliseconds (the default is 60 s).
     pub timeout_ms: Option<u64>,
+    /// The wire era to speak (`"protocol": "legacy"` or `"modern"`); `None`
+    /// probes modern first and falls back to legacy, as the spec says.
+    pub era: Option<nexus_proto::mcp::Era>,
 }
 
 impl ServerConfig {
@@ -94,6 +97,7 @@ impl ServerConfig {
             allow: None,
             deny: Vec::new(),
             timeout_ms: None,
+            era: None,
         }
     }
 
@@ -105,6 +109,7 @@ impl ServerConfig {
             allow: None,
             deny: Vec::new(),
             timeout_ms: None,
+            era: None,
         }
     }
 
@@ -196,12 +201,19 @@ fn parse_one(name: &str, spec: &Value, lookup: &dyn Fn(&str) -> Option<String>) 
         None | Some(Value::Null) => None,
         Some(v) => Some(v.as_u64().ok_or("\"timeout\" must be milliseconds (a whole number)")?),
     };
+    let era = match string("protocol")?.as_deref() {
+        None | Some("auto") => None,
+        Some("legacy") => Some(nexus_proto::mcp::Era::Legacy),
+        Some("modern") => Some(nexus_proto::mcp::Era::Modern),
+        Some(other) => return Err(format!("unknown protocol {other:?} (auto, legacy or modern)")),
+    };
     Ok(ServerConfig {
         name: name.to_string(),
         transport,
         allow: strings("allow")?,
         deny: strings("deny")?.unwrap_or_default(),
         timeout_ms,
+        era,
     })
 }
 

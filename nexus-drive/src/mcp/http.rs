@@ -174,9 +174,12 @@ impl HttpLink {
     /// Posts one JSON-RPC message with `extra` headers (`Mcp-Method`,
     /// `Mcp-Name`, `Mcp-Param-*` for the modern era).
     pub fn post(&self, body: &[u8], extra: &[(String, String)]) -> Result<PostOutcome, McpError> {
+        let given = |name: &str| extra.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
         let (mode, session, version) = {
             let st = self.lock();
-            (st.mode.clone(), st.session_id.clone(), st.protocol_version.clone())
+            let session = given("mcp-session-id").or_else(|| st.session_id.clone());
+            let version = given("mcp-protocol-version").or_else(|| st.protocol_version.clone());
+            (st.mode.clone(), session, version)
         };
         let target = match &mode {
             Mode::Streamable => self.url.clone(),
@@ -187,7 +190,10 @@ impl HttpLink {
             .uri(target.as_str())
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream");
-        for (k, v) in self.headers.iter().chain(extra) {
+        let ours = ["mcp-session-id", "mcp-protocol-version"];
+        for (k, v) in
+            self.headers.iter().chain(extra.iter().filter(|(k, _)| !ours.iter().any(|o| k.eq_ignore_ascii_case(o))))
+        {
             req = req.header(k.as_str(), v.as_str());
         }
         if let Some(id) = &session {
@@ -201,7 +207,10 @@ impl HttpLink {
         let status = resp.status().as_u16();
         let header = |n: &str| resp.headers().get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
         if let Some(id) = header("mcp-session-id") {
-            self.lock().session_id = Some(id);
+            let new = self.lock().session_id.replace(id.clone()).as_deref() != Some(id.as_str());
+            if new {
+                self.deliver(Inbound::SessionId(id));
+            }
         }
         let content_type = header("content-type").unwrap_or_default().to_ascii_lowercase();
         let mut reader = resp.into_body().into_reader();
@@ -241,6 +250,21 @@ impl HttpLink {
         }
         self.deliver(Inbound::Message(bytes));
         Ok(PostOutcome::Delivered)
+    }
+
+    /// [`post`](Self::post) on its own thread: the outcome arrives on the
+    /// link's channel as [`Inbound::Posted`] (after any message the answer
+    /// carried), so a slow JSON answer never holds up the session's driver.
+    pub fn post_in_background(self: &Arc<Self>, body: Vec<u8>, extra: Vec<(String, String)>) -> Result<(), McpError> {
+        let link = self.clone();
+        thread::Builder::new()
+            .name(format!("mcp-{}-post", self.name))
+            .spawn(move || {
+                let outcome = link.post(&body, &extra);
+                link.deliver(Inbound::Posted { request: request_id(&body), outcome });
+            })
+            .map(|_| ())
+            .map_err(|e| self.err(format!("thread: {e}")))
     }
 
     /// Opens the server's standalone `GET` stream (server notifications and
@@ -300,7 +324,7 @@ impl HttpLink {
                     for ev in events.drain(..) {
                         if ev.event.as_deref() == Some("endpoint") {
                             let _ = endpoint_tx.try_send(join_url(&base, ev.data.trim()));
-                        } else if !link.deliver_event(ev) {
+                        } else if !link.deliver_event(ev, None) {
                             return;
                         }
                     }
@@ -389,13 +413,16 @@ impl StreamHandle {
 
     /// Delivers one SSE event's message (`:` keep-alives and the empty
     /// priming event carry none).
-    fn deliver_event(&self, ev: SseEvent) -> bool {
+    fn deliver_event(&self, ev: SseEvent, stream_of: Option<&Value>) -> bool {
         if ev.data.trim().is_empty() {
             return true;
         }
-        match ev.event.as_deref() {
-            None | Some("message") => self.deliver(Inbound::Message(ev.data.into_bytes())),
-            Some(_) => true, // an event type MCP does not define: ignored, as SSE says
+        match (ev.event.as_deref(), stream_of) {
+            (None | Some("message"), None) => self.deliver(Inbound::Message(ev.data.into_bytes())),
+            (None | Some("message"), Some(id)) => {
+                self.deliver(Inbound::Streamed { message: ev.data.into_bytes(), request: id.clone() })
+            }
+            (Some(_), _) => true, // an event type MCP does not define: ignored, as SSE says
         }
     }
 }
@@ -500,7 +527,7 @@ impl StreamCtx {
                     *last_id = Some(id.clone());
                 }
                 let answers = self.expect.as_ref().is_some_and(|want| is_response_to(&ev.data, want));
-                if !self.link.deliver_event(ev) {
+                if !self.link.deliver_event(ev, self.expect.as_ref()) {
                     return Ok(true);
                 }
                 if answers {

@@ -18,11 +18,15 @@
 
 pub mod config;
 pub mod http;
+pub mod server;
+pub mod source;
 pub mod stdio;
 
 use thiserror::Error;
 
 pub use config::{parse_servers, ServerConfig, Transport};
+pub use server::{CallOutcome, DriverOptions, ServerHandle};
+pub use source::{ExposedTool, McpOptions, McpTools, ToolDrift};
 
 /// One thing a server's link delivered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +34,24 @@ pub use config::{parse_servers, ServerConfig, Transport};
 pub enum Inbound {
     /// One JSON-RPC message, as received (the machine decodes it).
     Message(Vec<u8>),
+    /// HTTP: a message that came on the SSE response stream of the request
+    /// with this `id` (a server request there belongs to that call).
+    Streamed {
+        /// The message.
+        message: Vec<u8>,
+        /// The id of the request whose stream carried it.
+        request: serde_json::Value,
+    },
+    /// HTTP: the server assigned this `Mcp-Session-Id` (delivered before the
+    /// response that carried it).
+    SessionId(String),
+    /// HTTP: how a background `POST` ([`http::HttpLink::post_in_background`]) ended.
+    Posted {
+        /// The id of the request posted (`None` for notifications and responses).
+        request: Option<serde_json::Value>,
+        /// The outcome.
+        outcome: Result<http::PostOutcome, McpError>,
+    },
     /// Bytes that cannot be a message (over the size cap, a broken SSE
     /// event): an error for this server; the link goes on.
     Malformed(String),

@@ -1,10 +1,11 @@
 //! The stdio transport: a server as a child process in its own process
 //! group, one JSON-RPC message per line.
 //!
-//! * stdout carries only protocol lines: each becomes an
-//!   [`Inbound::Message`]; a line over the size cap becomes an
-//!   [`Inbound::Malformed`] (the rest of it is skipped), so one bad line is
-//!   an error for that server and the stream goes on.
+//! * stdout carries only protocol lines (split by the core's
+//!   [`LineDecoder`]): each becomes an [`Inbound::Message`] for the session
+//!   to judge; a line over the size cap becomes an [`Inbound::Malformed`]
+//!   (the rest of it is skipped), so one bad line is an error for that
+//!   server and the stream goes on.
 //! * stderr goes into a bounded ring buffer ([`StderrRing`]) whose tail is
 //!   attached to the server's errors; it never reaches the host's terminal.
 //! * Writing happens on a writer thread fed by a channel, reading on reader
@@ -17,12 +18,13 @@
 //!   server left behind never outlives it, and the child is always reaped.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nexus_proto::mcp::LineDecoder;
 use rustix::process::{kill_process_group, Pid, Signal};
 
 use super::config::SAFE_ENV;
@@ -314,51 +316,35 @@ fn write_lines(mut stdin: ChildStdin, rx: async_channel::Receiver<Vec<u8>>) {
     }
 }
 
-/// Splits stdout into lines under a size cap; an over-long line is reported
-/// once and skipped to its end.
-fn read_lines(stdout: impl Read, max: usize, tx: &async_channel::Sender<Inbound>) {
-    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
-    let mut line: Vec<u8> = Vec::new();
-    let mut skipping = false;
+/// Splits stdout into lines under the size cap (the protocol core's line
+/// decoder); an over-long line is reported once, and the stream goes on.
+fn read_lines(mut stdout: impl Read, max: usize, tx: &async_channel::Sender<Inbound>) {
+    let mut decoder = LineDecoder::new(max);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut lines = Vec::new();
     loop {
-        let buf = match reader.fill_buf() {
-            Ok([]) | Err(_) => break,
-            Ok(b) => b,
+        let n = match stdout.read(&mut buf) {
+            Ok(0) | Err(_) => {
+                decoder.finish(&mut lines);
+                0
+            }
+            Ok(n) => {
+                decoder.feed(buf.get(..n).unwrap_or_default(), &mut lines);
+                n
+            }
         };
-        let (chunk, ended) = match buf.iter().position(|&b| b == b'\n') {
-            Some(p) => (buf.get(..p).unwrap_or_default(), true),
-            None => (buf, false),
-        };
-        let used = chunk.len() + usize::from(ended);
-        if !skipping {
-            if line.len() + chunk.len() > max {
-                skipping = true;
-                line.clear();
-                let msg = format!("a message exceeded the {max}-byte cap and was dropped");
-                if tx.send_blocking(Inbound::Malformed(msg)).is_err() {
-                    return;
-                }
-            } else {
-                line.extend_from_slice(chunk);
+        for line in lines.drain(..) {
+            let item = match line {
+                Ok(message) => Inbound::Message(message),
+                Err(e) => Inbound::Malformed(e.to_string()),
+            };
+            if tx.send_blocking(item).is_err() {
+                return;
             }
         }
-        reader.consume(used);
-        if ended {
-            if !skipping {
-                let mut msg = std::mem::take(&mut line);
-                if msg.last() == Some(&b'\r') {
-                    msg.pop();
-                }
-                // Blank lines carry nothing; everything else is the protocol's to judge.
-                if !msg.iter().all(u8::is_ascii_whitespace) && tx.send_blocking(Inbound::Message(msg)).is_err() {
-                    return;
-                }
-            }
-            skipping = false;
+        if n == 0 {
+            return;
         }
-    }
-    if !skipping && !line.iter().all(u8::is_ascii_whitespace) {
-        let _ = tx.send_blocking(Inbound::Message(line));
     }
 }
 
