@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_lite::future;
 use nexus_proto::mcp::{
-    CallRequest, Event, HandleError, Input, McpTool, Output, RequestId, Session, SessionConfig, TransportKind,
+    CallRequest, Era, Event, HandleError, Input, McpTool, Output, RequestId, Session, SessionConfig, TransportKind,
 };
 use nexus_proto::{Answer, Request, Timestamp, ToolResult};
 use serde_json::Value;
@@ -484,6 +484,17 @@ impl Driver {
                         self.input(Input::Answer(answer));
                     }
                 },
+                Output::Event(Event::Connected { discovery }) => {
+                    // Legacy HTTP: server requests and notifications outside
+                    // any call (list_changed, some elicitations) come on the
+                    // standalone GET stream, when the server offers one.
+                    if let (Era::Legacy, Some(Link::Http(link))) = (discovery.era, &self.link) {
+                        let link = link.clone();
+                        let _ = thread::Builder::new().name(format!("mcp-{}-get", self.config.name)).spawn(move || {
+                            let _ = link.listen();
+                        });
+                    }
+                }
                 Output::Event(Event::ConnectFailed { error }) => {
                     let message = format!("MCP server {:?}: {error}", self.config.name);
                     self.note(message);
