@@ -60,11 +60,19 @@ pub struct DriverOptions {
     pub connect_timeout: Duration,
     /// Declare elicitation to servers.
     pub elicitation: bool,
+    /// How long a stdio server's first answer (to the modern probe) may take
+    /// before it is taken for a legacy server (default 30 s).
+    pub stdio_probe_timeout: Duration,
 }
 
 impl Default for DriverOptions {
     fn default() -> Self {
-        DriverOptions { stdio: StdioOptions::default(), connect_timeout: Duration::from_secs(10), elicitation: true }
+        DriverOptions {
+            stdio: StdioOptions::default(),
+            connect_timeout: Duration::from_secs(10),
+            elicitation: true,
+            stdio_probe_timeout: Duration::from_secs(30),
+        }
     }
 }
 
@@ -106,6 +114,14 @@ impl ServerHandle {
         let mut cfg = SessionConfig::new(config.name.clone(), kind);
         cfg.elicitation = options.elicitation;
         cfg.era = config.era;
+        if kind == TransportKind::Stdio {
+            // A legacy stdio server answers the probe with an error at once;
+            // only a silent one waits it out. A slow start (an interpreter
+            // importing its SDK on a loaded machine) must not read as
+            // silence: some servers bind the connection to the era of the
+            // first request they read, the probe, and then refuse initialize.
+            cfg.probe_timeout_ms = cfg.probe_timeout_ms.max(options.stdio_probe_timeout.as_millis() as u64);
+        }
         cfg.max_message_bytes = options.stdio.max_message_bytes;
         if let Some(ms) = config.timeout_ms {
             cfg.call_timeout_ms = ms;
