@@ -1,5 +1,5 @@
 //! One server's driver: a thread that owns the sans-IO
-//! [`Session`](nexus_proto::mcp::Session) and the server's link, and does
+//! [`Session`] and the server's link, and does
 //! what the session asks.
 //!
 //! Callers (the tools, from any thread or task) talk to it over channels:
