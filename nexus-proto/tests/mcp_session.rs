@@ -231,9 +231,15 @@ fn a_probe_timeout_falls_back_to_legacy_and_the_late_answer_is_ignored() {
     let outs = h.outputs();
     assert!(outs.contains(&Output::Abandon { id: RequestId::Num(1) }));
     assert_eq!(H::sent(&outs)[0]["method"], "initialize");
-    // The probe's answer arrives late: ignored, not an error.
+    // The probe's answer arrives late, or its refusal: ignored, not an error.
     h.recv(json!({"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"nope"}})).unwrap();
+    h.input(Input::Refused { id: RequestId::Num(1), status: 404 }).unwrap();
     assert!(h.outputs().is_empty());
+    // A refusal for a request never sent is the driver's mistake.
+    assert!(matches!(
+        h.input(Input::Refused { id: RequestId::Num(77), status: 404 }),
+        Err(HandleError::Input(McpInputError::UnknownRequest(_)))
+    ));
 }
 
 #[test]

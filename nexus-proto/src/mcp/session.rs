@@ -175,6 +175,11 @@ impl Session {
                 let RequestId::Num(n) = id else {
                     return Err(McpInputError::UnknownRequest(id.to_string()).into());
                 };
+                if self.abandoned.contains(&n) {
+                    // A refusal racing the session's own timeout or cancel: nothing left to do.
+                    self.last_now = now;
+                    return Ok(());
+                }
                 let Some(o) = self.outstanding.remove(&n) else {
                     return Err(McpInputError::UnknownRequest(id.to_string()).into());
                 };
