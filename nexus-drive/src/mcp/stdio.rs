@@ -154,6 +154,8 @@ impl StdioLink {
         let (in_tx, inbox) = async_channel::unbounded();
         let (out_tx, out_rx) = async_channel::unbounded::<Vec<u8>>();
 
+        // Closed (and so readable as "done") when the stderr reader ends.
+        let (stderr_tx, stderr_done) = async_channel::bounded::<()>(1);
         if let Some(mut pipe) = stderr_pipe {
             let ring = stderr.clone();
             spawn_named(format!("mcp-{name}-stderr"), move || {
@@ -161,6 +163,7 @@ impl StdioLink {
                 while let Ok(n @ 1..) = pipe.read(&mut buf) {
                     ring.push(buf.get(..n).unwrap_or_default());
                 }
+                drop(stderr_tx);
             })?;
         }
         if let Some(stdin) = stdin {
@@ -172,6 +175,9 @@ impl StdioLink {
                 read_lines(stdout, max, &tx);
                 // stdout is closed: the server exited (or is about to).
                 let status = reap(&child, pgid, Duration::from_secs(5));
+                // What it wrote last may still be in the stderr pipe: let the
+                // reader drain it (its group is gone, so the pipe ends soon).
+                let _ = recv_deadline(&stderr_done, Instant::now() + Duration::from_secs(2));
                 let _ = tx.send_blocking(Inbound::Exited(ServerExit {
                     status: status.map(describe).unwrap_or_else(|| "closed its stdout".into()),
                     stderr_tail: ring.tail(STDERR_TAIL_IN_ERRORS),
