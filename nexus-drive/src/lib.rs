@@ -180,6 +180,9 @@
 //!   each off until the host turns it on, confined to a root directory.
 //! * [`skills`]: Agent Skills (`SKILL.md` folders): a catalog in the system
 //!   prompt, a `skill` tool that loads one, its files readable once loaded.
+//! * [`mcp`]: MCP servers' tools as tools of the loop (`{server}__{tool}`),
+//!   over stdio or Streamable HTTP, both protocol eras; a question a server
+//!   asks is a suspension like any other.
 //! * [`serve`]: a gateway in front of any of the four wire formats (hyper on
 //!   smol, HTTP/1.1 and h2c), with routes, client keys, limits, health and
 //!   Prometheus metrics.
@@ -196,6 +199,7 @@
 //! | `skills` | yes | the [`skills`] module: Agent Skills discovered in folders, loaded on demand (saphyr parses their YAML) |
 //! | `serve` | with `cli` | the [`serve`] gateway: hyper (HTTP/1.1 and h2c) on smol, the async driver's client upstream, TOML configuration |
 //! | `cli` | yes | the `nexus` binary (`run`, `resume`, `runs`, `replay`, `demo`, `tools`, `decode`, `serve`); includes `sqlite` for `--store sqlite:PATH` |
+//! | `mcp` | yes | the [`mcp`] module: MCP servers' tools as tools of the loop (stdio, Streamable HTTP) |
 //! | `schemars` | no | `Toolbox::add_derived` and `tool::schema_for`: input schemas derived from argument types |
 //! | `sqlite` | with `cli` | `stores::sqlite::SqliteStore` (SQLite compiled in) |
 //! | `postgres` | no | `stores::postgres::PostgresStore`, for many workers over one database |
@@ -205,7 +209,7 @@
 //! `nexus-drive/examples/` in the repository: `quickstart` (two typed tools),
 //! `quickstart_async`, `approval` (`wait_for`), `durable_web_handler` (a run
 //! suspended in one process and resumed in another), `relay_proxy`,
-//! `streaming`; and `examples/tokio-driver`, a driver for `nexus-proto`
+//! `streaming`, `mcp_tools` (an MCP server's tools); and `examples/tokio-driver`, a driver for `nexus-proto`
 //! written by hand on tokio. Each runs offline against a scripted provider,
 //! and against the real API when its key is set:
 //! `cargo run -p nexus-drive --example quickstart`.
@@ -223,6 +227,9 @@ mod result;
 pub mod store;
 pub mod stores;
 pub mod tool;
+
+#[cfg(feature = "mcp")]
+pub mod mcp;
 
 #[cfg(feature = "async")]
 pub mod asynk;

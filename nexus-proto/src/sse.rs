@@ -42,6 +42,8 @@ pub struct SseDecoder {
     /// `data` because `data:` with an empty value still makes an event.
     has_data: bool,
     id: Option<String>,
+    /// The last valid `retry:` value (milliseconds).
+    retry: Option<u64>,
 }
 
 const BOM: &[u8] = &[0xEF, 0xBB, 0xBF];
@@ -128,6 +130,19 @@ impl SseDecoder {
         self.line.extend_from_slice(rest);
     }
 
+    /// The reconnection time the stream asked for with its last valid
+    /// `retry:` field, in milliseconds (reconnecting is the driver's business).
+    pub fn retry(&self) -> Option<u64> {
+        self.retry
+    }
+
+    /// The stream's last event ID so far (the most recent `id:` field, even
+    /// on an event that carried no data, such as a priming event): what a
+    /// reconnect sends as `Last-Event-ID`.
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
     /// The stream ended: dispatches a final event that had no blank line after
     /// it. The decoder is then back at the start of a new stream.
     pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
@@ -184,7 +199,11 @@ impl SseDecoder {
             }
             // WHATWG ignores an id holding NUL; an empty one resets the last event ID.
             "id" if !value.contains('\0') => self.id = (!value.is_empty()).then(|| value.to_string()),
-            _ => {} // comments, `retry` (reconnection is the driver's business) and unknown fields
+            // WHATWG: only ASCII digits set the reconnection time; anything else is ignored.
+            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                self.retry = value.parse().ok().or(Some(u64::MAX));
+            }
+            _ => {} // comments and unknown fields
         }
     }
 

@@ -668,3 +668,18 @@ mod fuzz_bodies {
         }
     }
 }
+
+#[test]
+fn retry_and_last_event_id_are_kept_for_a_reconnect() {
+    let mut d = SseDecoder::new();
+    let mut out = Vec::new();
+    // A priming event (an id, empty data), a bad retry, then a good one split across chunks.
+    d.feed(b"id: e1\ndata:\n\nretry: 12x\n\nretry: 25", &mut out);
+    assert_eq!(d.retry(), None, "only ASCII digits set the reconnection time");
+    d.feed(b"00\n\n: keep-alive\n", &mut out);
+    assert_eq!(d.retry(), Some(2500));
+    assert_eq!(d.last_event_id(), Some("e1"));
+    d.feed(b"id: e2\n\n", &mut out);
+    assert_eq!(d.last_event_id(), Some("e2"), "an id with no data still moves the last event id");
+    assert_eq!(out.len(), 1);
+}

@@ -378,8 +378,9 @@ impl File {
             if upstreams.iter().any(|x| x.name == u.name) {
                 return Err(bad(format!("{at}: the name is used by an earlier upstream")));
             }
-            let style = Style::parse(&u.style)
-                .ok_or_else(|| bad(format!("{at}: style {:?} is not one of anthropic, openai, openai-responses, gemini", u.style)))?;
+            let style = Style::parse(&u.style).ok_or_else(|| {
+                bad(format!("{at}: style {:?} is not one of anthropic, openai, openai-responses, gemini", u.style))
+            })?;
             if let Some(url) = &u.base_url {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(bad(format!("{at}: base_url {url:?} must start with http:// or https://")));

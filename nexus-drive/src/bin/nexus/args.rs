@@ -21,8 +21,8 @@ pub struct Spec {
     pub optional: &'static [&'static str],
 }
 
-/// Value flags that may be given more than once (each time adds a value).
-const REPEATABLE: &[&str] = &["skills"];
+/// Value flags that may be given more than once (each time adds a value, in order).
+pub const REPEATABLE: &[&str] = &["skills", "mcp"];
 
 /// What was given.
 #[derive(Debug, Default)]

@@ -10,6 +10,7 @@ mod args;
 mod builtins;
 mod decode;
 mod demo;
+mod mcp;
 mod replay;
 mod run;
 mod serve;
@@ -33,7 +34,7 @@ usage:
   nexus resume --store STORE --run ID --answer ANSWERS.json [--json] [--stream]
   nexus runs --store STORE [--json]      list the suspended runs a store holds
   nexus replay CASSETTE [--json]         re-run a recorded session against its recording
-  nexus tools [--builtins[=NAMES]] [--relay FILE] [--skills DIR] [--style S]
+  nexus tools [--builtins[=NAMES]] [--relay FILE] [--skills DIR]... [--mcp FILE]... [--style S] [--json]
   nexus decode --style S [--stream] FILE decode one captured response body or SSE stream
   nexus serve --config FILE              the gateway (or --listen ADDR --upstream-style S for one upstream)
 

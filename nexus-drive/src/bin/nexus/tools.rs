@@ -15,21 +15,24 @@ use crate::{builtins, out, parse_style, read_input, Fail};
 
 const SPEC: Spec = Spec {
     command: "tools",
-    values: &["relay", "style", "skills", "skills-budget"],
-    switches: &[],
+    values: &["relay", "style", "skills", "skills-budget", "mcp"],
+    switches: &["json"],
     optional: &["builtins"],
 };
 
 pub const HELP: &str = "\
 nexus tools [--builtins[=NAMES]] [--relay TOOLS.json] [--skills DIR]... [--skills-budget BYTES]
-            [--style anthropic|openai|gemini|openai-responses]
+            [--mcp FILE]... [--style anthropic|openai|gemini|openai-responses] [--json]
 
 Prints the tool declarations exactly as the provider receives them in the
 `tools` field of a request (the request encoder builds them). Without
 --style, prints an object with all three shapes.
 
 TOOLS.json is a JSON array of {\"name\", \"description\", \"input_schema\"}
-declaration-only (relay) tools.
+declaration-only (relay) tools. --mcp starts the MCP servers of FILE (the
+format nexus run --mcp takes) and lists their tools as {server}__{tool}, one
+per line with its server, original name and description; with --json (or
+--skills), the declarations as above, MCP tools included.
 
 With --skills, prints an object instead: `tools` (the declarations as above,
 with the `skill` tool), `skills` (each valid skill: name, description, path,
@@ -130,6 +133,18 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
     };
     let found = crate::skills::load(&p)?;
     let mut tb = toolbox(builtin_tools, relay)?;
+    let servers = crate::mcp::configs(&p)?;
+    let mcp = (!servers.is_empty()).then(|| crate::mcp::start(&servers));
+    if let Some(m) = &mcp {
+        crate::mcp::add_to(&mut tb, m)?;
+        if !p.switch("json") && found.is_none() {
+            for t in m.tools() {
+                let about = t.tool.description.as_deref().unwrap_or("").lines().next().unwrap_or("");
+                out(&format!("{}\t{}/{}\t{about}", t.exposed, t.server, t.tool.name));
+            }
+            return Ok(if m.errors().is_empty() { 0 } else { 1 });
+        }
+    }
     if let Some(found) = &found {
         if !found.skills.is_empty() {
             let has = |name: &str| tb.names().any(|n| n == name);
@@ -153,7 +168,8 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
         None => shown,
     };
     out(&serde_json::to_string_pretty(&shown).unwrap_or_default());
-    Ok(0)
+    // A server left out is a failure to report, after what could be listed.
+    Ok(if mcp.is_some_and(|m| !m.errors().is_empty()) { 1 } else { 0 })
 }
 
 /// `nexus tools --skills`: the declarations, the skills, the skipped ones and the catalog.
