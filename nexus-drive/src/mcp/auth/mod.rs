@@ -30,6 +30,7 @@
 //! Tokens, verifiers, secrets and codes appear in no error message and no
 //! `Debug` output.
 
+pub mod browser;
 pub mod challenge;
 pub mod discovery;
 pub mod flow;
@@ -44,6 +45,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use nexus_proto::{Answer, Request};
 use serde_json::{json, Map, Value};
 
+pub use browser::{FollowingBrowser, LoopbackBrowser};
 pub use challenge::{parse_bearer, BearerChallenge};
 pub use discovery::{AuthServerMetadata, ResourceMetadata};
 pub use flow::PendingAuthorization;
@@ -165,9 +167,13 @@ pub struct Authorizer {
 #[derive(Default)]
 struct Inner {
     pending: HashMap<String, PendingAuthorization>,
+    /// The person's requests still open, by id.
+    requests: HashMap<String, Request>,
     /// The issuer each server was last authorized at.
     issuers: HashMap<String, String>,
     step_ups: HashMap<String, u32>,
+    /// The scopes last asked for, per server.
+    scopes: HashMap<String, String>,
     /// Digests of access tokens got by refreshing: one refused again means
     /// the refresh token no longer helps.
     refreshed: HashSet<String>,
@@ -358,9 +364,13 @@ impl Authorizer {
             None => canonical(server_url),
         };
         let configured = self.clients.get(server);
-        let scope = configured.and_then(|c| c.scope.clone()).or_else(|| {
+        let mut scope = configured.and_then(|c| c.scope.clone()).or_else(|| {
             discovery::choose_scope(challenge.and_then(|c| c.scope.as_deref()), resource_meta.as_ref(), &meta)
         });
+        // Re-authorizing (step-up) asks for what was asked before as well (SEP-2350).
+        if let Some(before) = self.lock().scopes.get(server).cloned() {
+            scope = Some(union_scopes(&before, scope.as_deref().unwrap_or_default()));
+        }
         let client = self.client_for(server, &issuer, &meta, scope.as_deref())?;
         let pending = PendingAuthorization {
             server: server.to_string(),
@@ -391,7 +401,12 @@ impl Authorizer {
         request.id = id.clone();
         request.url = Some(url);
         request.data = Some(data);
-        self.lock().pending.insert(id, pending);
+        let mut inner = self.lock();
+        if let Some(s) = &scope {
+            inner.scopes.insert(server.to_string(), s.clone());
+        }
+        inner.pending.insert(id.clone(), pending);
+        inner.requests.insert(id, request.clone());
         Ok(request)
     }
 
@@ -399,6 +414,11 @@ impl Authorizer {
     /// beside a suspended run (never in it).
     pub fn pending(&self, id: &str) -> Option<PendingAuthorization> {
         self.lock().pending.get(id).cloned()
+    }
+
+    /// The open authorization request `id` (as [`Step::Person`] gave it).
+    pub fn request(&self, id: &str) -> Option<Request> {
+        self.lock().requests.get(id).cloned()
     }
 
     /// Restores a pending authorization kept by the host (another process).
@@ -416,7 +436,9 @@ impl Authorizer {
             return Err(AuthError::Answer(format!("no pending authorization has the id {:?}", answer.id)));
         };
         if !answer.ok {
-            self.lock().pending.remove(&answer.id);
+            let mut inner = self.lock();
+            inner.pending.remove(&answer.id);
+            inner.requests.remove(&answer.id);
             let why = answer.reason.clone().unwrap_or_else(|| "declined".into());
             return Err(AuthError::Answer(format!("the authorization for {:?} was not given ({why})", pending.server)));
         }
@@ -450,6 +472,7 @@ impl Authorizer {
         self.store.put(&pending.server, &pending.issuer, record)?;
         let mut inner = self.lock();
         inner.pending.remove(&answer.id);
+        inner.requests.remove(&answer.id);
         inner.issuers.insert(pending.server.clone(), pending.issuer.clone());
         Ok(())
     }
@@ -563,6 +586,7 @@ impl Authorizer {
             "grant_types": ["authorization_code", "refresh_token"],
             "response_types": ["code"],
             "token_endpoint_auth_method": method_name,
+            "application_type": application_type(&self.redirect_uri),
         });
         if let Some(s) = scope {
             body["scope"] = json!(s);
@@ -668,12 +692,40 @@ fn pick_method(meta: &AuthServerMetadata, has_secret: bool) -> TokenAuthMethod {
     }
 }
 
+/// OpenID DCR `application_type` (SEP-837): `native` for a loopback or
+/// private-scheme redirect, `web` for any other.
+fn application_type(redirect_uri: &str) -> &'static str {
+    match discovery::split_url(redirect_uri) {
+        Ok((origin, _)) => {
+            let host = origin.split("://").nth(1).unwrap_or_default();
+            let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+            if matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
+                "native"
+            } else {
+                "web"
+            }
+        }
+        Err(_) => "native",
+    }
+}
+
 fn method_name(m: TokenAuthMethod) -> &'static str {
     match m {
         TokenAuthMethod::ClientSecretBasic => "client_secret_basic",
         TokenAuthMethod::ClientSecretPost => "client_secret_post",
         TokenAuthMethod::None => "none",
     }
+}
+
+/// `a` then what of `b` is not in it.
+fn union_scopes(a: &str, b: &str) -> String {
+    let mut out: Vec<&str> = a.split_ascii_whitespace().collect();
+    for s in b.split_ascii_whitespace() {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out.join(" ")
 }
 
 fn read_json(body: ureq::Body) -> Result<Value, String> {
