@@ -180,6 +180,9 @@
 //!   each off until the host turns it on, confined to a root directory.
 //! * [`serve`]: an OpenAI-compatible gateway in front of any of the three
 //!   providers.
+//! * [`mcp`]: MCP servers' tools as tools of the loop (`{server}__{tool}`),
+//!   over stdio or Streamable HTTP, both protocol eras; a question a server
+//!   asks is a suspension like any other.
 //! * [`CancelToken`], timeouts, retry policies, error classification: see
 //!   [`ClientBuilder`].
 //!
@@ -191,6 +194,7 @@
 //! | `async` | yes | [`asynk::AsyncClient`] on smol, with its own HTTP/1.1 client and rustls |
 //! | `builtins` | yes | the [`builtins`] module (compiled in, every tool still off until enabled) |
 //! | `cli` | yes | the `nexus` binary (`run`, `resume`, `runs`, `replay`, `demo`, `tools`, `decode`, `serve`); includes `sqlite` for `--store sqlite:PATH` |
+//! | `mcp` | yes | the [`mcp`] module: MCP servers' tools as tools of the loop (stdio, Streamable HTTP) |
 //! | `schemars` | no | `Toolbox::add_derived` and `tool::schema_for`: input schemas derived from argument types |
 //! | `sqlite` | with `cli` | `stores::sqlite::SqliteStore` (SQLite compiled in) |
 //! | `postgres` | no | `stores::postgres::PostgresStore`, for many workers over one database |
@@ -200,7 +204,7 @@
 //! `nexus-drive/examples/` in the repository: `quickstart` (two typed tools),
 //! `quickstart_async`, `approval` (`wait_for`), `durable_web_handler` (a run
 //! suspended in one process and resumed in another), `relay_proxy`,
-//! `streaming`; and `examples/tokio-driver`, a driver for `nexus-proto`
+//! `streaming`, `mcp_tools` (an MCP server's tools); and `examples/tokio-driver`, a driver for `nexus-proto`
 //! written by hand on tokio. Each runs offline against a scripted provider,
 //! and against the real API when its key is set:
 //! `cargo run -p nexus-drive --example quickstart`.

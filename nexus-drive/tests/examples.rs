@@ -25,8 +25,8 @@ use serde_json::Value;
 const STYLES: [&str; 3] = ["openai", "anthropic", "gemini"];
 
 /// The examples this file runs (overhead has a harness of its own: BENCHMARKS.md).
-const TESTED: [&str; 6] =
-    ["quickstart", "quickstart_async", "approval", "durable_web_handler", "relay_proxy", "streaming"];
+const TESTED: [&str; 7] =
+    ["quickstart", "quickstart_async", "approval", "durable_web_handler", "relay_proxy", "streaming", "mcp_tools"];
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -141,12 +141,35 @@ fn every_example_is_tested() {
             let stem = path.file_stem()?.to_str()?.to_string();
             (path.extension()? == "rs").then_some(stem)
         })
-        .filter(|name| name != "overhead")
+        // overhead has a harness of its own; mcp_conformance is driven by the
+        // MCP conformance suite (.ci/mcp-conformance.sh).
+        .filter(|name| name != "overhead" && name != "mcp_conformance")
         .collect();
     found.sort();
     let mut tested: Vec<String> = TESTED.iter().map(|s| s.to_string()).collect();
     tested.sort();
     assert_eq!(found, tested, "a new example needs its test here");
+}
+
+/// The example's own MCP server ran the tool the model called by its
+/// exposed name, and its text and structured content reached the model.
+#[test]
+fn mcp_tools() {
+    for style in STYLES {
+        let what = format!("mcp_tools ({style})");
+        let text = ok(run_example("mcp_tools", style, &[], b""), &what);
+        for line in [
+            "tool weather__forecast (weather/forecast): Today's forecast for a city.",
+            r#"result of weather__forecast: Lisbon: 21°C, sunny | {"celsius":21,"city":"Lisbon","sky":"sunny"}"#,
+            "status: Done, turns: 2",
+            "answer: Lisbon: 21°C and sunny.",
+        ] {
+            assert_has(&text, line, &what);
+        }
+        // The server's stderr stays with the host, never on the terminal.
+        let out = run_example("mcp_tools", style, &[], b"");
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("forecast asked for"), "{what}: stderr leaked");
+    }
 }
 
 /// The two quickstarts: both tools ran on the model's arguments, their

@@ -135,6 +135,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! ## MCP servers
+//!
+//! [`mcp::Session`] is an MCP client for one server, driven the same way:
+//! the transport feeds it received messages and `now`, and sends what it
+//! says to transmit. A server's tools become ordinary tools of the loop, and
+//! a server asking the user something becomes a `Pending(Request)` like any
+//! other suspension. See the [`mcp`] module docs for its driving loop.
+//!
 //! ## Guarantees
 //!
 //! - **Balanced transcripts**: every request passes a pre-send gate; a tool
@@ -177,6 +185,7 @@ pub mod message;
 pub mod provider;
 mod rng;
 mod run;
+pub mod schema;
 pub mod sse;
 mod state;
 pub mod suspend;
@@ -191,7 +200,7 @@ pub use error::{
 pub use event::StreamEvent;
 pub use gate::check as check_transcript;
 pub use http::{ExchangeId, HttpRequest};
-pub use ledger::{ToolBatch, ToolInvocation};
+pub use ledger::{ToolBatch, ToolInvocation, MAX_SUSPENSION_ROUNDS};
 pub use message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock, Usage};
 pub use provider::{CallIds, ModelCall, Stop, StopReason, Style, TurnResponse};
 pub use run::{Input, Outcome, Output, Run, Status, ToolCallRecord};

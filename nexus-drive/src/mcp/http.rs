@@ -255,10 +255,13 @@ impl HttpLink {
     ) -> Result<Attempt, McpError> {
         let given = |name: &str| extra.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
         let (mode, session, version) = {
-            let st = self.lock();
+            let mut st = self.lock();
             let session = given("mcp-session-id").or_else(|| st.session_id.clone());
-            let version = given("mcp-protocol-version").or_else(|| st.protocol_version.clone());
-            (st.mode.clone(), session, version)
+            // The version the session sends is the one later GETs and the DELETE carry.
+            if let Some(v) = given("mcp-protocol-version") {
+                st.protocol_version = Some(v);
+            }
+            (st.mode.clone(), session, st.protocol_version.clone())
         };
         let target = match &mode {
             Mode::Streamable => self.url.clone(),

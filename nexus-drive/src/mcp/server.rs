@@ -1,5 +1,5 @@
 //! One server's driver: a thread that owns the sans-IO
-//! [`Session`](nexus_proto::mcp::Session) and the server's link, and does
+//! [`Session`] and the server's link, and does
 //! what the session asks.
 //!
 //! Callers (the tools, from any thread or task) talk to it over channels:
@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_lite::future;
 use nexus_proto::mcp::{
-    CallRequest, Event, HandleError, Input, McpTool, Output, RequestId, Session, SessionConfig, TransportKind,
+    CallRequest, Era, Event, HandleError, Input, McpTool, Output, RequestId, Session, SessionConfig, TransportKind,
 };
 use nexus_proto::{Answer, Request, Timestamp, ToolResult};
 use serde_json::Value;
@@ -61,6 +61,9 @@ pub struct DriverOptions {
     pub connect_timeout: Duration,
     /// Declare elicitation to servers.
     pub elicitation: bool,
+    /// How long a stdio server's first answer (to the modern probe) may take
+    /// before it is taken for a legacy server (default 30 s).
+    pub stdio_probe_timeout: Duration,
     /// OAuth for HTTP servers (MCP authorization); `None`: static headers only.
     pub auth: Option<Arc<Authorizer>>,
 }
@@ -71,6 +74,7 @@ impl Default for DriverOptions {
             stdio: StdioOptions::default(),
             connect_timeout: Duration::from_secs(10),
             elicitation: true,
+            stdio_probe_timeout: Duration::from_secs(30),
             auth: None,
         }
     }
@@ -116,6 +120,14 @@ impl ServerHandle {
         let mut cfg = SessionConfig::new(config.name.clone(), kind);
         cfg.elicitation = options.elicitation;
         cfg.era = config.era;
+        if kind == TransportKind::Stdio {
+            // A legacy stdio server answers the probe with an error at once;
+            // only a silent one waits it out. A slow start (an interpreter
+            // importing its SDK on a loaded machine) must not read as
+            // silence: some servers bind the connection to the era of the
+            // first request they read, the probe, and then refuse initialize.
+            cfg.probe_timeout_ms = cfg.probe_timeout_ms.max(options.stdio_probe_timeout.as_millis() as u64);
+        }
         cfg.max_message_bytes = options.stdio.max_message_bytes;
         if let Some(ms) = config.timeout_ms {
             cfg.call_timeout_ms = ms;
@@ -537,6 +549,17 @@ impl Driver {
                         self.input(Input::Answer(answer));
                     }
                 },
+                Output::Event(Event::Connected { discovery }) => {
+                    // Legacy HTTP: server requests and notifications outside
+                    // any call (list_changed, some elicitations) come on the
+                    // standalone GET stream, when the server offers one.
+                    if let (Era::Legacy, Some(Link::Http(link))) = (discovery.era, &self.link) {
+                        let link = link.clone();
+                        let _ = thread::Builder::new().name(format!("mcp-{}-get", self.config.name)).spawn(move || {
+                            let _ = link.listen();
+                        });
+                    }
+                }
                 Output::Event(Event::ConnectFailed { error }) => {
                     let message = format!("MCP server {:?}: {error}", self.config.name);
                     self.note(message);

@@ -66,7 +66,14 @@ pub fn tool_result(server: &str, tool: &str, result: &Value, output_schema: Opti
 /// One content block as the text the model sees.
 fn render_block(block: &Value) -> String {
     let s = |k: &str| block.get(k).and_then(Value::as_str);
-    let b64_len = |v: Option<&str>| v.map(|d| d.len() / 4 * 3).unwrap_or(0);
+    // Decoded size of base64 text: three bytes per four characters, less the padding.
+    let b64_len = |v: Option<&str>| {
+        v.map(|d| {
+            let d = d.trim_end();
+            (d.len() / 4 * 3).saturating_sub(d.bytes().rev().take_while(|&b| b == b'=').count())
+        })
+        .unwrap_or(0)
+    };
     match s("type") {
         Some("text") => s("text").unwrap_or_default().to_string(),
         Some("image") => format!("[image: {}, {} bytes]", s("mimeType").unwrap_or("unknown type"), b64_len(s("data"))),

@@ -853,6 +853,11 @@ impl Session {
     pub(super) fn transmit_notification(&mut self, method: &str, params: Option<Value>, call: Option<String>) {
         let body = jsonrpc::notification(method, params.as_ref());
         self.push_transmit(body, None, call);
+        if self.era() == Some(Era::Modern) {
+            if let Some(Output::Transmit(t)) = self.out.back_mut() {
+                t.headers.push(("Mcp-Method".to_string(), method.to_string()));
+            }
+        }
     }
 
     fn push_transmit(&mut self, message: Vec<u8>, id: Option<RequestId>, call: Option<String>) {

@@ -21,10 +21,14 @@ pub struct Spec {
     pub optional: &'static [&'static str],
 }
 
+/// Flags that may be given more than once (every value is kept, in order).
+pub const REPEATABLE: &[&str] = &["mcp"];
+
 /// What was given.
 #[derive(Debug, Default)]
 pub struct Parsed {
     values: HashMap<&'static str, String>,
+    repeated: Vec<(&'static str, String)>,
     switches: HashSet<&'static str>,
     /// Positionals, in order.
     pub positionals: Vec<String>,
@@ -34,6 +38,11 @@ impl Parsed {
     /// The value of `--name`, if given.
     pub fn value(&self, name: &str) -> Option<&str> {
         self.values.get(name).map(String::as_str)
+    }
+
+    /// Every value of a repeatable `--name`, in order.
+    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.repeated.iter().filter(move |(k, _)| *k == name).map(|(_, v)| v.as_str())
     }
 
     /// Whether the switch `--name` was given.
@@ -80,7 +89,9 @@ pub fn parse(args: &[String], spec: &Spec) -> Result<Parsed, Fail> {
                     .cloned()
                     .ok_or_else(|| Fail::usage(format!("--{flag} needs a value (nexus {} --help)", spec.command)))?,
             };
-            if out.values.insert(flag, value).is_some() {
+            if REPEATABLE.contains(&flag) {
+                out.repeated.push((flag, value));
+            } else if out.values.insert(flag, value).is_some() {
                 return Err(Fail::usage(format!("--{flag} is given twice")));
             }
         } else if let Some(flag) = known(spec.switches) {

@@ -10,6 +10,7 @@ mod args;
 mod builtins;
 mod decode;
 mod demo;
+mod mcp;
 mod replay;
 mod run;
 mod serve;
@@ -32,7 +33,7 @@ usage:
   nexus resume --store STORE --run ID --answer ANSWERS.json [--json] [--stream]
   nexus runs --store STORE [--json]      list the suspended runs a store holds
   nexus replay CASSETTE [--json]         re-run a recorded session against its recording
-  nexus tools [--builtins[=NAMES]] [--relay FILE] [--style S]
+  nexus tools [--builtins[=NAMES]] [--relay FILE] [--mcp FILE]... [--style S] [--json]
   nexus decode --style S [--stream] FILE decode one captured response body or SSE stream
   nexus serve --listen ADDR --upstream-style S   an OpenAI-compatible gateway to S
 

@@ -10,12 +10,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use nexus_drive::blocking::Client;
 use nexus_drive::cassette::Recorder;
+use nexus_drive::mcp::McpTools;
 use nexus_drive::{ClientBuilder, ClientConfig, DriveError, RunResult, RunStatus, StreamItem, Toolbox};
-use nexus_proto::{Answer, Input, InputError, Run, RunConfig, StreamEvent, Style, Timestamp};
+use nexus_proto::{Answer, Input, InputError, Run, RunConfig, StreamEvent, Style, Timestamp, ToolDecl, ToolKind};
 
 use crate::args::{parse, Parsed, Spec};
 use crate::store::{self, Held, Store};
-use crate::{builtins, out, out_inline, parse_style, read_input, tools, Fail};
+use crate::{builtins, mcp, out, out_inline, parse_style, read_input, tools, Fail};
 
 const RUN_SPEC: Spec = Spec {
     command: "run",
@@ -31,6 +32,7 @@ const RUN_SPEC: Spec = Spec {
         "state",
         "store",
         "record",
+        "mcp",
     ],
     switches: &["stream", "json"],
     optional: &["builtins"],
@@ -38,8 +40,8 @@ const RUN_SPEC: Spec = Spec {
 
 const RESUME_SPEC: Spec = Spec {
     command: "resume",
-    values: &["state", "store", "run", "answer", "api-key-env", "root", "record"],
-    switches: &["json", "stream"],
+    values: &["state", "store", "run", "answer", "api-key-env", "root", "record", "mcp"],
+    switches: &["json", "stream", "accept-tool-changes"],
     optional: &[],
 };
 
@@ -49,7 +51,7 @@ pub const DEFAULT_STATE: &str = "nexus-state.json";
 pub const RUN_HELP: &str = "\
 nexus run [--style anthropic|openai|gemini] [--base-url URL] [--model M]
           [--api-key-env VAR] [--system TEXT] [--max-turns N] [--stream]
-          [--relay TOOLS.json] [--builtins[=NAMES]] [--root DIR]
+          [--relay TOOLS.json] [--builtins[=NAMES]] [--root DIR] [--mcp FILE]...
           [--state FILE | --store STORE] [--record FILE] [--json] PROMPT
 
 Runs the tool-calling loop on PROMPT (`-` reads it from standard input).
@@ -67,6 +69,14 @@ Runs the tool-calling loop on PROMPT (`-` reads it from standard input).
                  of them; path tools are confined to --root
   --root         the directory the built-in path tools are confined to
                  (default: the current directory)
+  --mcp          MCP servers whose tools the model may call, as {server}__{tool}
+                 (repeatable): {\"mcpServers\": {NAME: {\"command\", \"args\", \"env\",
+                 \"cwd\"} | {\"type\": \"http\", \"url\", \"headers\"}}}, with ${VAR}
+                 expanded from the environment; optional per server: \"allow\",
+                 \"deny\" (tool lists), \"timeout\" (ms per call), \"protocol\"
+                 (auto, legacy or modern). A server that fails to start is left
+                 out with a warning. A question a server asks suspends the run
+                 like any other request (kind input or authorization)
   --state        where the state goes when the run suspends (default nexus-state.json);
                  it never contains the API key
   --store        keep a suspended run in a store, under its run id, instead of a
@@ -83,7 +93,7 @@ exit codes: 0 done · 3 pending (state written) · 4 incomplete · 2 usage or co
 
 pub const RESUME_HELP: &str = "\
 nexus resume --state FILE --answer ANSWERS.json [--api-key-env VAR] [--root DIR]
-             [--record FILE] [--json] [--stream]
+             [--mcp FILE]... [--accept-tool-changes] [--record FILE] [--json] [--stream]
 nexus resume --store STORE --run ID --answer ANSWERS.json [...the same options]
 
 Continues a suspended run in this process. ANSWERS.json holds one answer or
@@ -95,6 +105,9 @@ request changes nothing and exits 1. When the run finishes, the state file
 is removed. The API key is read from the environment again. With --record,
 the session is appended to that cassette. Give the run's --root again: the
 built-in path tools are confined to it (default: the current directory).
+A run that uses MCP tools needs the same --mcp files again; an MCP tool that
+changed (description or input schema) or vanished since the run began is
+reported and the resume refused, unless --accept-tool-changes is given.
 
 With --store, the run ID is claimed in STORE first (sqlite:PATH, dir:PATH
 or a directory path, as given to nexus run --store): while the claim holds,
@@ -201,8 +214,18 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
     let root = builtins::root(p.value("root"))?;
     let builtin_tools = if p.switch("builtins") { builtins::select(p.value("builtins"), &root)? } else { Vec::new() };
     let relay = p.value("relay").map(tools::load_relay).transpose()?.unwrap_or_default();
-    let toolbox = tools::toolbox(builtin_tools, relay)?;
+    let mut toolbox = tools::toolbox(builtin_tools, relay)?;
     let key = api_key(&p, style)?;
+    let servers = mcp::configs(&p)?;
+    // Kept for the whole run: dropping it stops the servers.
+    let _mcp = match servers.is_empty() {
+        true => None,
+        false => {
+            let m = mcp::start(&servers);
+            mcp::add_to(&mut toolbox, &m)?;
+            Some(m)
+        }
+    };
 
     let mut b = ClientConfig::builder(style, model).api_key(key.clone()).toolbox(toolbox).stream(p.switch("stream"));
     if let Some(url) = p.value("base-url") {
@@ -268,7 +291,7 @@ fn resume_file(p: &Parsed, state_path: &str, answer_path: &str, root: &Path) -> 
     let answers = load_answers(answer_path)?;
     check_answers(&state, &answers, state_path)?;
     let keep = Keep::File { path: PathBuf::from(state_path), resumed: true };
-    let (client, record) = resume_client(p, &run, &state, root)?;
+    let (client, record, _mcp) = resume_client(p, &run, &state, root)?;
     let ctx = Ctx { json: p.switch("json"), stream: p.switch("stream"), keep, record };
     let items = client.stream_resume(&state, answers);
     finish(&ctx, items)
@@ -294,7 +317,7 @@ fn resume_stored(p: &Parsed, spec: &str, id: &str, answer_path: &str, root: &Pat
         check_answers(&held.state, &answers, &label)?;
         resume_client(p, &run, &held.state, root)
     });
-    let (client, record) = match prepared {
+    let (client, record, _mcp) = match prepared {
         Ok(ready) => ready,
         // Refused before anything ran: the claim goes back as it was.
         Err(fail) => return Err(release_after(&store, &held, fail, false)),
@@ -323,19 +346,56 @@ fn with_recorded(mut answers: Vec<Answer>, recorded: &[Answer]) -> Vec<Answer> {
 }
 
 /// The client that continues `run` (its config and tools, the key from the
-/// environment again), and the cassette it appends to.
-fn resume_client(p: &Parsed, run: &Run, state: &[u8], root: &Path) -> Result<(Client, Option<Arc<Recorder>>), Fail> {
+/// environment again), the cassette it appends to, and the MCP servers its
+/// MCP tools run on (kept for the resume: dropping them stops the servers).
+fn resume_client(p: &Parsed, run: &Run, state: &[u8], root: &Path) -> Result<Resumed, Fail> {
     let config: RunConfig = run.config().clone();
     let key = api_key(p, config.style)?;
-    let toolbox: Toolbox = tools::rebind(run.tools(), root)?;
+    let (mcp_decls, others): (Vec<ToolDecl>, Vec<ToolDecl>) =
+        run.tools().iter().cloned().partition(|d| d.kind != ToolKind::Relay && d.name.contains("__"));
+    let mut toolbox: Toolbox = tools::rebind(&others, root)?;
+    let servers = mcp::configs(p)?;
+    let mcp_tools = match (mcp_decls.is_empty(), servers.is_empty()) {
+        (true, _) => None,
+        (false, true) => {
+            let names: Vec<&str> = mcp::mcp_names(&mcp_decls);
+            return Err(Fail::usage(format!(
+                "the saved run uses MCP tools ({}); give the same --mcp FILE(s) as the run had",
+                names.join(", ")
+            )));
+        }
+        (false, false) => {
+            let m = mcp::start(&servers);
+            let drift = m.drift(&mcp_decls, &servers);
+            if !drift.is_empty() && !p.switch("accept-tool-changes") {
+                let list: Vec<String> = drift.iter().map(|d| d.to_string()).collect();
+                return Err(Fail::runtime(format!(
+                    "{}; the model chose these tools for what they meant then (resume with --accept-tool-changes to go on anyway)",
+                    list.join("; ")
+                )));
+            }
+            for d in &drift {
+                eprintln!("nexus: {d}");
+            }
+            for t in m.dyn_tools() {
+                if mcp_decls.iter().any(|d| d.name == t.decl().name) {
+                    toolbox.add_dyn(t).map_err(|e| Fail::usage(format!("MCP: {e}")))?;
+                }
+            }
+            Some(m)
+        }
+    };
     let mut b = ClientBuilder::from_run_config(config).api_key(key.clone()).toolbox(toolbox);
     let record = recorder(p, true, &key)?;
     if let Some(r) = &record {
         r.resume(state);
         b = b.tap(r.clone());
     }
-    Ok((Client::new(b.build().map_err(drive_fail)?), record))
+    Ok((Client::new(b.build().map_err(drive_fail)?), record, mcp_tools))
 }
+
+/// What a resume runs with.
+type Resumed = (Client, Option<Arc<Recorder>>, Option<McpTools>);
 
 /// `ANSWERS.json`: one answer or an array of them.
 fn load_answers(path: &str) -> Result<Vec<Answer>, Fail> {

@@ -12,17 +12,22 @@ use serde_json::{Map, Value};
 use crate::args::{parse, Spec};
 use crate::{builtins, out, parse_style, read_input, Fail};
 
-const SPEC: Spec = Spec { command: "tools", values: &["relay", "style"], switches: &[], optional: &["builtins"] };
+const SPEC: Spec =
+    Spec { command: "tools", values: &["relay", "style", "mcp"], switches: &["json"], optional: &["builtins"] };
 
 pub const HELP: &str = "\
-nexus tools [--builtins[=NAMES]] [--relay TOOLS.json] [--style anthropic|openai|gemini]
+nexus tools [--builtins[=NAMES]] [--relay TOOLS.json] [--mcp FILE]...
+            [--style anthropic|openai|gemini] [--json]
 
 Prints the tool declarations exactly as the provider receives them in the
 `tools` field of a request (the request encoder builds them). Without
 --style, prints an object with all three shapes.
 
 TOOLS.json is a JSON array of {\"name\", \"description\", \"input_schema\"}
-declaration-only (relay) tools.";
+declaration-only (relay) tools. --mcp starts the MCP servers of FILE (the
+format nexus run --mcp takes) and lists their tools as {server}__{tool}, one
+per line with its server, original name and description; with --json, the
+declarations as above, MCP tools included.";
 
 /// One relay declaration as written in a `--relay` file.
 #[derive(Deserialize)]
@@ -113,7 +118,20 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
         Some(path) => load_relay(path)?,
         None => Vec::new(),
     };
-    let decls = toolbox(builtin_tools, relay)?.decls();
+    let mut tb = toolbox(builtin_tools, relay)?;
+    let servers = crate::mcp::configs(&p)?;
+    let mcp = (!servers.is_empty()).then(|| crate::mcp::start(&servers));
+    if let Some(m) = &mcp {
+        crate::mcp::add_to(&mut tb, m)?;
+        if !p.switch("json") {
+            for t in m.tools() {
+                let about = t.tool.description.as_deref().unwrap_or("").lines().next().unwrap_or("");
+                out(&format!("{}\t{}/{}\t{about}", t.exposed, t.server, t.tool.name));
+            }
+            return Ok(if m.errors().is_empty() { 0 } else { 1 });
+        }
+    }
+    let decls = tb.decls();
     let shown = match style {
         Some(s) => wire_tools(s, &decls),
         None => {
@@ -125,5 +143,6 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
         }
     };
     out(&serde_json::to_string_pretty(&shown).unwrap_or_default());
-    Ok(0)
+    // A server left out is a failure to report, after what could be listed.
+    Ok(if mcp.is_some_and(|m| !m.errors().is_empty()) { 1 } else { 0 })
 }

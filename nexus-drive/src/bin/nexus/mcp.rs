@@ -1,0 +1,56 @@
+//! `--mcp FILE` (repeatable): MCP servers' tools for `nexus run`, `nexus
+//! resume` and `nexus tools`, from files in the common
+//! `{"mcpServers": {NAME: {command, args, env, cwd} | {type: "http", url, headers}}}`
+//! format. `${VAR}` in values is expanded from the environment; expanded
+//! values never reach a state file, a cassette or a message.
+
+use nexus_drive::mcp::{parse_servers, McpOptions, McpTools, ServerConfig};
+use nexus_drive::Toolbox;
+use nexus_proto::ToolDecl;
+
+use crate::args::Parsed;
+use crate::{read_input, Fail};
+
+/// The servers of every `--mcp FILE`, in order; a server name given twice is refused.
+pub fn configs(p: &Parsed) -> Result<Vec<ServerConfig>, Fail> {
+    let mut all: Vec<ServerConfig> = Vec::new();
+    for path in p.all("mcp") {
+        let bytes = read_input(path)?;
+        let text = String::from_utf8(bytes).map_err(|_| Fail::usage(format!("{path}: not UTF-8")))?;
+        let servers =
+            parse_servers(&text, &|k| std::env::var(k).ok()).map_err(|e| Fail::usage(format!("{path}: {e}")))?;
+        for s in servers {
+            if all.iter().any(|o| o.name == s.name) {
+                return Err(Fail::usage(format!("MCP server {:?} is configured twice ({path})", s.name)));
+            }
+            all.push(s);
+        }
+    }
+    Ok(all)
+}
+
+/// Starts the servers and lists their tools. A server that fails is left
+/// out with a warning on stderr; the run goes on with the others.
+pub fn start(configs: &[ServerConfig]) -> McpTools {
+    let mcp = McpTools::start(configs, &McpOptions::default());
+    for e in mcp.errors() {
+        eprintln!("nexus: {e} (its tools are left out)");
+    }
+    for w in mcp.warnings() {
+        eprintln!("nexus: {w}");
+    }
+    mcp
+}
+
+/// Adds every MCP tool to `tb`.
+pub fn add_to(tb: &mut Toolbox, mcp: &McpTools) -> Result<(), Fail> {
+    for t in mcp.dyn_tools() {
+        tb.add_dyn(t).map_err(|e| Fail::usage(format!("MCP: {e}")))?;
+    }
+    Ok(())
+}
+
+/// The names in `decls` that look like MCP tools (`server__tool`).
+pub fn mcp_names(decls: &[ToolDecl]) -> Vec<&str> {
+    decls.iter().map(|d| d.name.as_str()).filter(|n| n.contains("__")).collect()
+}
