@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The MCP conformance suite's authorization (auth/*) client scenarios against
-# nexus's OAuth client (nexus-drive/examples/mcp_auth_conformance.rs): each
-# scenario at every spec version it applies to (2025-03-26 back-compat,
-# 2025-11-25, 2026-07-28). Extension scenarios (client credentials, DPoP,
-# enterprise-managed, workload identity) are not run: nexus does not
-# implement them. A scenario listed in .ci/mcp-auth-conformance/expected-failures
+# nexus's OAuth client (nexus_drive::mcp::auth, driven by the conformance
+# client nexus-drive/examples/mcp_conformance.rs), one by one: every
+# non-extension scenario at every spec version it applies to, including the
+# 2025-03-26 back-compat ones that `.ci/mcp-conformance.sh`'s suite runs skip.
+# Extension scenarios (client credentials, DPoP, enterprise-managed, workload
+# identity) are not run: nexus does not implement them. A scenario listed in .ci/mcp-auth-conformance/expected-failures
 # ("VERSION SCENARIO" lines) may fail; one that then passes is a stale entry
 # and fails the run.
 #
@@ -16,9 +17,9 @@ if [ -z "${NEXUS_MCP_CONFORMANCE:-}" ] || [ -z "${NEXUS_MCP_NODE:-}" ]; then
   eval "$(bash .ci/mcp-deps.sh)"
 fi
 
-cargo build -p nexus-drive --example mcp_auth_conformance
+cargo build -p nexus-drive --example mcp_conformance
 target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-client="$target_dir/debug/examples/mcp_auth_conformance"
+client="$target_dir/debug/examples/mcp_conformance"
 out="$target_dir/mcp-auth-conformance"
 rm -rf "$out"
 mkdir -p "$out"
