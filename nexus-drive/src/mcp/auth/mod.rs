@@ -172,6 +172,8 @@ struct Inner {
     /// The issuer each server was last authorized at.
     issuers: HashMap<String, String>,
     step_ups: HashMap<String, u32>,
+    /// The open authorization request of each server.
+    open: HashMap<String, String>,
     /// The scopes last asked for, per server.
     scopes: HashMap<String, String>,
     /// Digests of access tokens got by refreshing: one refused again means
@@ -322,6 +324,17 @@ impl Authorizer {
                 return Ok(Step::Retry);
             }
         }
+        // One open authorization per server: a refusal while a person is
+        // still on it is answered with the same request, not a second one.
+        if status == 401 && self.browser.is_none() {
+            let open = {
+                let inner = self.lock();
+                inner.open.get(server).and_then(|id| inner.requests.get(id)).cloned()
+            };
+            if let Some(request) = open {
+                return Ok(Step::Person(request));
+            }
+        }
         let request = self.begin(server, server_url, challenge.as_ref())?;
         let Some(browser) = self.browser.clone() else { return Ok(Step::Person(request)) };
         let redirect = browser.authorize(&request).map_err(AuthError::Answer)?;
@@ -405,6 +418,7 @@ impl Authorizer {
         if let Some(s) = &scope {
             inner.scopes.insert(server.to_string(), s.clone());
         }
+        inner.open.insert(server.to_string(), id.clone());
         inner.pending.insert(id.clone(), pending);
         inner.requests.insert(id, request.clone());
         Ok(request)
@@ -439,6 +453,7 @@ impl Authorizer {
             let mut inner = self.lock();
             inner.pending.remove(&answer.id);
             inner.requests.remove(&answer.id);
+            inner.open.retain(|_, id| *id != answer.id);
             let why = answer.reason.clone().unwrap_or_else(|| "declined".into());
             return Err(AuthError::Answer(format!("the authorization for {:?} was not given ({why})", pending.server)));
         }
@@ -473,6 +488,7 @@ impl Authorizer {
         let mut inner = self.lock();
         inner.pending.remove(&answer.id);
         inner.requests.remove(&answer.id);
+        inner.open.retain(|_, id| *id != answer.id);
         inner.issuers.insert(pending.server.clone(), pending.issuer.clone());
         Ok(())
     }
