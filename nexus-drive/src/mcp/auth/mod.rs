@@ -32,6 +32,7 @@
 
 pub mod browser;
 pub mod challenge;
+pub mod config;
 pub mod discovery;
 pub mod flow;
 pub mod store;
@@ -162,6 +163,8 @@ pub struct Authorizer {
     browser: Option<Arc<dyn Browser>>,
     max_step_ups: u32,
     state: Mutex<Inner>,
+    /// Held while the browser takes a person through an authorization.
+    browser_turn: Mutex<()>,
 }
 
 #[derive(Default)]
@@ -211,6 +214,7 @@ impl Authorizer {
             browser: None,
             max_step_ups: DEFAULT_MAX_STEP_UPS,
             state: Mutex::new(Inner::default()),
+            browser_turn: Mutex::new(()),
         }
     }
 
@@ -335,8 +339,20 @@ impl Authorizer {
                 return Ok(Step::Person(request));
             }
         }
+        let Some(browser) = self.browser.clone() else {
+            return Ok(Step::Person(self.begin(server, server_url, challenge.as_ref())?));
+        };
+        // One person's step at a time: a refusal that waited for another
+        // thread's authorization uses its token.
+        let _one = self.browser_turn.lock().unwrap_or_else(|e| e.into_inner());
+        if status == 401 {
+            if let Some((_, record)) = self.record(server) {
+                if sent != Some(record.access_token.as_str()) {
+                    return Ok(Step::Retry);
+                }
+            }
+        }
         let request = self.begin(server, server_url, challenge.as_ref())?;
-        let Some(browser) = self.browser.clone() else { return Ok(Step::Person(request)) };
         let redirect = browser.authorize(&request).map_err(AuthError::Answer)?;
         let mut data = Map::new();
         data.insert("redirect_url".into(), Value::String(redirect));
@@ -656,7 +672,8 @@ impl Authorizer {
         // ureq's error names the URL only; the body stays here.
         let resp = self.agent.run(req).map_err(|e| AuthError::Token(format!("POST {endpoint}: {e}")))?;
         let status = resp.status().as_u16();
-        let v = read_json(resp.into_body()).map_err(|e| AuthError::Token(format!("{endpoint}: {e}")))?;
+        let v = read_json(resp.into_body())
+            .map_err(|e| AuthError::Token(format!("{endpoint} answered {status}, and {e}")))?;
         if !(200..300).contains(&status) {
             return Err(AuthError::Token(format!("{endpoint} refused ({status}{})", oauth_error(&v))));
         }
