@@ -54,7 +54,7 @@ pub enum PostOutcome {
     /// was dropped; initialize again.
     SessionExpired,
     /// The server demands authorization and a person must give it: the
-    /// [`Authorizer`](super::auth::Authorizer) holds the `authorization`
+    /// [`Authorizer`] holds the `authorization`
     /// request under this id ([`Authorizer::request`](super::auth::Authorizer::request)).
     AuthorizationRequired {
         /// The id of the authorization request.
