@@ -41,8 +41,13 @@ impl Drop for OAuthServer {
 
 impl OAuthServer {
     fn start(py: &str) -> OAuthServer {
+        OAuthServer::start_script(py, "oauth.py", &[])
+    }
+
+    fn start_script(py: &str, script: &str, args: &[&str]) -> OAuthServer {
         let mut child = std::process::Command::new(py)
-            .arg(server("oauth.py"))
+            .arg(server(script))
+            .args(args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -231,5 +236,35 @@ fn outcome_request(o: &CallOutcome) -> Option<Request> {
     match o {
         CallOutcome::Pending(r) => Some(r.clone()),
         CallOutcome::Done(_) => None,
+    }
+}
+
+/// Bad metadata and bad challenges are refused with a clear error before
+/// anything is registered, authorized or exchanged.
+#[test]
+fn lying_authorization_servers_are_refused_before_any_token_is_requested() {
+    let Some(py) = python() else { return };
+    for (mode, says) in [
+        ("pkce-lie", "S256"),
+        ("wrong-resource", "not for the server"),
+        ("wrong-issuer", "names the issuer"),
+        ("malformed-challenge", "malformed WWW-Authenticate"),
+    ] {
+        let srv = OAuthServer::start_script(&py, "oauth_liar.py", &[mode]);
+        let dir = temp_dir(mode);
+        let auth = authorizer(&dir.join("tokens.json"));
+        let h = handle(&format!("{}/mcp", srv.base), &auth);
+        let err = block_on(h.list_tools()).expect_err(mode).to_string();
+        let all = format!("{err} {:?}", h.errors());
+        assert!(all.contains(says), "{mode}: {all}");
+        assert!(h.authorization_request().is_none(), "{mode}: nobody is sent to a lying server");
+        match call_whoami(&h) {
+            CallOutcome::Done(r) => assert!(r.is_error, "{mode}: {r:?}"),
+            other => panic!("{mode}: {other:?}"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let hits: Vec<String> = srv.log.lock().unwrap().iter().filter(|l| l.starts_with("HIT")).cloned().collect();
+        assert!(hits.is_empty(), "{mode}: the client went on to {hits:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
