@@ -58,7 +58,7 @@ fn main() {
 }
 
 async fn run(cfg: &ServerConfig, context: &Value) -> Result<(), String> {
-    let server = ServerHandle::start(cfg, &DriverOptions::default()).map_err(|e| e.to_string())?;
+    let server = ServerHandle::start(cfg, &with_authorizer(context)).map_err(|e| e.to_string())?;
     // A server may refuse the first request (an unsupported-version error
     // names what it supports); a host tries the listing once more.
     let tools = match server.list_tools().await {
@@ -150,4 +150,22 @@ fn arguments_for(tool: &McpTool, all: &[McpTool]) -> Value {
         }
     }
     Value::Object(args)
+}
+
+/// OAuth for the `auth/*` scenarios: their authorization servers approve at
+/// once, so following the authorization URL's redirects is the person's
+/// step; a pre-registered client comes from the context, and the suite's
+/// Client ID Metadata Document URL is this client's.
+fn with_authorizer(context: &Value) -> DriverOptions {
+    use nexus_drive::mcp::auth::{Authorizer, FollowingBrowser, MemoryTokenStore, OAuthClient};
+    use std::sync::Arc;
+    let mut auth = Authorizer::new(Arc::new(MemoryTokenStore::new()))
+        .with_browser(Arc::new(FollowingBrowser::new("http://127.0.0.1:8976/callback")))
+        .with_client_metadata_url("https://conformance-test.local/client-metadata.json");
+    if let Some(id) = context.get("client_id").and_then(Value::as_str) {
+        let secret = context.get("client_secret").and_then(Value::as_str).map(str::to_string);
+        let client = OAuthClient { client_id: id.to_string(), client_secret: secret, ..OAuthClient::default() };
+        auth = auth.with_client("conformance", client);
+    }
+    DriverOptions { auth: Some(Arc::new(auth)), ..DriverOptions::default() }
 }

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use nexus_proto::sse::{SseDecoder, SseEvent};
 use serde_json::Value;
 
+use super::auth::{Authorizer, Step};
 use super::stdio::recv_deadline;
 use super::{Inbound, McpError, ServerExit};
 
@@ -52,6 +53,13 @@ pub enum PostOutcome {
     /// `404` on a request that carried a session id: the session expired and
     /// was dropped; initialize again.
     SessionExpired,
+    /// The server demands authorization and a person must give it: the
+    /// [`Authorizer`] holds the `authorization`
+    /// request under this id ([`Authorizer::request`](super::auth::Authorizer::request)).
+    AuthorizationRequired {
+        /// The id of the authorization request.
+        request: String,
+    },
     /// Any other refusal. A JSON-RPC message in the body was delivered too
     /// (a modern server's error answer); `body` is its start, for errors.
     Rejected {
@@ -93,6 +101,22 @@ pub struct HttpLink {
     rx: async_channel::Receiver<Inbound>,
     /// Set when the link is closed: stream threads stop delivering.
     closed: Arc<AtomicBool>,
+    /// OAuth for this server (`None`: static headers only).
+    auth: Option<Arc<Authorizer>>,
+}
+
+/// How often one message is sent again after the server refused it and the
+/// authorizer got a new token (refresh, step-up, a person's authorization).
+const MAX_AUTH_RETRIES: u32 = 4;
+
+/// What one `POST` came to, before authorization is considered.
+enum Attempt {
+    Done(PostOutcome),
+    /// `401`/`403` with an authorizer present: its `WWW-Authenticate`.
+    Unauthorized {
+        status: u16,
+        www_authenticate: Option<String>,
+    },
 }
 
 impl std::fmt::Debug for HttpLink {
@@ -119,7 +143,29 @@ impl HttpLink {
             tx,
             rx,
             closed: Arc::new(AtomicBool::new(false)),
+            auth: None,
         }
+    }
+
+    /// Authorizes this link's requests with `auth` (OAuth 2.1, MCP authorization).
+    pub fn with_authorizer(mut self, auth: Option<Arc<Authorizer>>) -> HttpLink {
+        self.auth = auth;
+        self
+    }
+
+    /// The static headers plus the bearer token, when the authorizer has one
+    /// and the configuration sets no `Authorization` of its own.
+    fn request_headers(&self) -> (Vec<(String, String)>, Option<String>) {
+        let mut headers = self.headers.clone();
+        let configured = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("authorization"));
+        let bearer = match &self.auth {
+            Some(auth) if !configured => auth.bearer(&self.name),
+            _ => None,
+        };
+        if let Some(token) = &bearer {
+            headers.push(("authorization".into(), format!("Bearer {token}")));
+        }
+        (headers, bearer)
     }
 
     /// The server's name.
@@ -174,6 +220,39 @@ impl HttpLink {
     /// Posts one JSON-RPC message with `extra` headers (`Mcp-Method`,
     /// `Mcp-Name`, `Mcp-Param-*` for the modern era).
     pub fn post(&self, body: &[u8], extra: &[(String, String)]) -> Result<PostOutcome, McpError> {
+        // The authorization seam: a 401/403 goes to the authorizer, which
+        // refreshes or authorizes (or hands back a person's request); the
+        // message is then sent again with the new token.
+        let mut retries = 0;
+        loop {
+            let (headers, bearer) = self.request_headers();
+            match self.post_once(body, extra, &headers)? {
+                Attempt::Done(outcome) => return Ok(outcome),
+                Attempt::Unauthorized { status, www_authenticate } => {
+                    let Some(auth) = &self.auth else { return Err(self.err(format!("{status}: not authorized"))) };
+                    if retries == MAX_AUTH_RETRIES {
+                        return Err(self.err(format!("{status}: still refused after authorizing {retries} times")));
+                    }
+                    retries += 1;
+                    match auth.challenged(&self.name, &self.url, status, www_authenticate.as_deref(), bearer.as_deref())
+                    {
+                        Ok(Step::Retry) => continue,
+                        Ok(Step::Person(request)) => {
+                            return Ok(PostOutcome::AuthorizationRequired { request: request.id })
+                        }
+                        Err(e) => return Err(self.err(format!("{status}: {e}"))),
+                    }
+                }
+            }
+        }
+    }
+
+    fn post_once(
+        &self,
+        body: &[u8],
+        extra: &[(String, String)],
+        headers: &[(String, String)],
+    ) -> Result<Attempt, McpError> {
         let given = |name: &str| extra.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
         let (mode, session, version) = {
             let mut st = self.lock();
@@ -195,7 +274,7 @@ impl HttpLink {
             .header("accept", "application/json, text/event-stream");
         let ours = ["mcp-session-id", "mcp-protocol-version"];
         for (k, v) in
-            self.headers.iter().chain(extra.iter().filter(|(k, _)| !ours.iter().any(|o| k.eq_ignore_ascii_case(o))))
+            headers.iter().chain(extra.iter().filter(|(k, _)| !ours.iter().any(|o| k.eq_ignore_ascii_case(o))))
         {
             req = req.header(k.as_str(), v.as_str());
         }
@@ -216,20 +295,25 @@ impl HttpLink {
             }
         }
         let content_type = header("content-type").unwrap_or_default().to_ascii_lowercase();
+        let www_authenticate = header("www-authenticate");
         let mut reader = resp.into_body().into_reader();
         if status == 404 && session.is_some() && mode == Mode::Streamable {
             self.lock().session_id = None;
-            return Ok(PostOutcome::SessionExpired);
+            return Ok(Attempt::Done(PostOutcome::SessionExpired));
+        }
+        if matches!(status, 401 | 403) && self.auth.is_some() {
+            let _ = read_capped(&mut reader, 64 * 1024);
+            return Ok(Attempt::Unauthorized { status, www_authenticate });
         }
         if !(200..300).contains(&status) {
             let bytes = read_capped(&mut reader, 64 * 1024).unwrap_or_default();
             let delivered = looks_like_message(&bytes) && self.deliver(Inbound::Message(bytes.clone()));
-            return Ok(PostOutcome::Rejected { status, body: excerpt(&bytes), delivered });
+            return Ok(Attempt::Done(PostOutcome::Rejected { status, body: excerpt(&bytes), delivered }));
         }
         if matches!(mode, Mode::LegacySse { .. }) {
             // Answers come on the GET stream; whatever this body holds is not one.
             let _ = read_capped(&mut reader, 64 * 1024);
-            return Ok(PostOutcome::Accepted);
+            return Ok(Attempt::Done(PostOutcome::Accepted));
         }
         if content_type.starts_with("text/event-stream") {
             let expect = request_id(body);
@@ -245,14 +329,14 @@ impl HttpLink {
                 .name(format!("mcp-{}-sse", self.name))
                 .spawn(move || ctx.pump(Box::new(reader)))
                 .map_err(|e| self.err(format!("thread: {e}")))?;
-            return Ok(PostOutcome::Streaming);
+            return Ok(Attempt::Done(PostOutcome::Streaming));
         }
         let bytes = read_capped(&mut reader, MAX_BODY_BYTES).map_err(|e| self.err(e))?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(PostOutcome::Accepted);
+            return Ok(Attempt::Done(PostOutcome::Accepted));
         }
         self.deliver(Inbound::Message(bytes));
-        Ok(PostOutcome::Delivered)
+        Ok(Attempt::Done(PostOutcome::Delivered))
     }
 
     /// [`post`](Self::post) on its own thread: the outcome arrives on the
@@ -356,7 +440,7 @@ impl HttpLink {
         };
         if let Some(id) = session {
             let mut req = ureq::http::Request::builder().method("DELETE").uri(self.url.as_str());
-            for (k, v) in &self.headers {
+            for (k, v) in &self.request_headers().0 {
                 req = req.header(k.as_str(), v.as_str());
             }
             req = req.header("mcp-session-id", id.as_str());
@@ -378,7 +462,7 @@ impl HttpLink {
         version: Option<&str>,
         last_event_id: Option<&str>,
     ) -> Result<ureq::http::Response<ureq::Body>, McpError> {
-        get(&self.agent, &self.headers, url, session, version, last_event_id).map_err(|e| self.err(e))
+        get(&self.agent, &self.request_headers().0, url, session, version, last_event_id).map_err(|e| self.err(e))
     }
 
     fn deliver(&self, item: Inbound) -> bool {
@@ -388,7 +472,7 @@ impl HttpLink {
     fn stream_handle(&self) -> StreamHandle {
         StreamHandle {
             agent: self.agent.clone(),
-            headers: self.headers.clone(),
+            headers: self.request_headers().0,
             tx: self.tx.clone(),
             closed: self.closed.clone(),
         }

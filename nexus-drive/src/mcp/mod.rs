@@ -16,6 +16,7 @@
 //! channel, which the blocking driver waits on with a deadline and the async
 //! driver awaits.
 
+pub mod auth;
 pub mod config;
 pub mod http;
 pub mod server;

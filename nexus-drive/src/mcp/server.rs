@@ -24,6 +24,7 @@ use nexus_proto::mcp::{
 use nexus_proto::{Answer, Request, Timestamp, ToolResult};
 use serde_json::Value;
 
+use super::auth::Authorizer;
 use super::config::{ServerConfig, Transport};
 use super::http::{HttpLink, PostOutcome};
 use super::stdio::{StdioLink, StdioOptions};
@@ -63,6 +64,8 @@ pub struct DriverOptions {
     /// How long a stdio server's first answer (to the modern probe) may take
     /// before it is taken for a legacy server (default 30 s).
     pub stdio_probe_timeout: Duration,
+    /// OAuth for HTTP servers (MCP authorization); `None`: static headers only.
+    pub auth: Option<Arc<Authorizer>>,
 }
 
 impl Default for DriverOptions {
@@ -72,6 +75,7 @@ impl Default for DriverOptions {
             connect_timeout: Duration::from_secs(10),
             elicitation: true,
             stdio_probe_timeout: Duration::from_secs(30),
+            auth: None,
         }
     }
 }
@@ -87,6 +91,8 @@ struct HandleInner {
     name: String,
     commands: async_channel::Sender<Command>,
     errors: Arc<Mutex<Vec<String>>>,
+    authorization: Arc<Mutex<Option<String>>>,
+    auth: Option<Arc<Authorizer>>,
 }
 
 impl Drop for HandleInner {
@@ -129,6 +135,7 @@ impl ServerHandle {
         let session = Session::new(cfg).map_err(|e| McpError::Config(format!("server {:?}: {e}", config.name)))?;
         let (commands, rx) = async_channel::unbounded();
         let errors = Arc::new(Mutex::new(Vec::new()));
+        let authorization = Arc::new(Mutex::new(None));
         let driver = Driver {
             config: config.clone(),
             options: options.clone(),
@@ -142,12 +149,21 @@ impl ServerHandle {
             errors: errors.clone(),
             last_now: 0,
             initialize: None,
+            authorization: authorization.clone(),
         };
         thread::Builder::new()
             .name(format!("mcp-{}", config.name))
             .spawn(move || driver.run())
             .map_err(|e| McpError::Spawn { server: config.name.clone(), message: format!("thread: {e}") })?;
-        Ok(ServerHandle { inner: Arc::new(HandleInner { name: config.name.clone(), commands, errors }) })
+        Ok(ServerHandle {
+            inner: Arc::new(HandleInner {
+                name: config.name.clone(),
+                commands,
+                errors,
+                authorization,
+                auth: options.auth.clone(),
+            }),
+        })
     }
 
     /// The server's name (its config key).
@@ -194,6 +210,28 @@ impl ServerHandle {
         };
         guard.disarm();
         out
+    }
+
+    /// The authorization request this server is waiting on (a `401` a
+    /// person must answer), if any.
+    pub fn authorization_request(&self) -> Option<Request> {
+        let id = self.inner.authorization.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
+        self.inner.auth.as_ref()?.request(&id)
+    }
+
+    /// Finishes the authorization `answer` answers (exchanging the code for
+    /// tokens); the server's next request carries the token.
+    pub fn complete_authorization(&self, answer: &Answer) -> Result<(), McpError> {
+        let Some(auth) = &self.inner.auth else {
+            return Err(McpError::Config(format!("server {:?} has no authorizer", self.inner.name)));
+        };
+        auth.complete(answer)
+            .map_err(|e| McpError::Http { server: self.inner.name.clone(), message: e.to_string() })?;
+        let mut open = self.inner.authorization.lock().unwrap_or_else(|e| e.into_inner());
+        if open.as_deref() == Some(answer.id.as_str()) {
+            *open = None;
+        }
+        Ok(())
     }
 
     /// Errors this server caused that belong to no call (bad lines, unknown
@@ -283,6 +321,8 @@ struct Driver {
     /// HTTP: the `initialize` in flight (id, message, headers), to post again
     /// over the 2024-11-05 HTTP+SSE transport if the endpoint refuses it.
     initialize: Option<PendingInit>,
+    /// The id of the authorization request a refusal left open (shared with the handle).
+    authorization: Arc<Mutex<Option<String>>>,
 }
 
 /// An `initialize` in flight over HTTP: its id, message and headers.
@@ -449,6 +489,15 @@ impl Driver {
             }
             Inbound::Posted { request, outcome } => match outcome {
                 Ok(PostOutcome::SessionExpired) => self.input(Input::SessionExpired),
+                // The authorization seam: the message fails as refused, and
+                // the calls it fails become the person's request (see `finish`).
+                Ok(PostOutcome::AuthorizationRequired { request: auth }) => {
+                    self.note(format!("MCP server {:?}: authorization required (request {auth})", self.config.name));
+                    *self.authorization.lock().unwrap_or_else(|e| e.into_inner()) = Some(auth);
+                    if let Some(id) = request.as_ref().and_then(request_id) {
+                        self.input(Input::Refused { id, status: 401 });
+                    }
+                }
                 Ok(PostOutcome::Rejected { status, delivered: false, body }) => {
                     if matches!(status, 400 | 404 | 405) && self.fall_back(request.as_ref()) {
                         return;
@@ -527,6 +576,13 @@ impl Driver {
     }
 
     fn finish(&mut self, call: String, outcome: CallOutcome) {
+        let outcome = match outcome {
+            CallOutcome::Done(r) if r.is_error => match self.authorization_request() {
+                Some(request) => CallOutcome::Pending(request),
+                None => CallOutcome::Done(r),
+            },
+            other => other,
+        };
         match self.calls.remove(&call) {
             Some(reply) => {
                 let _ = reply.try_send(outcome);
@@ -582,18 +638,22 @@ impl Driver {
         link.post_in_background(message, headers).is_ok()
     }
 
+    /// The open authorization request of this server, if a refusal left one.
+    fn authorization_request(&self) -> Option<Request> {
+        let id = self.authorization.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
+        self.options.auth.as_ref()?.request(&id)
+    }
+
     fn connect(&self) -> Result<Link, McpError> {
         match &self.config.transport {
             Transport::Stdio { command, args, env, cwd } => {
                 StdioLink::spawn(&self.config.name, command, args, env, cwd.as_deref(), &self.options.stdio)
                     .map(Link::Stdio)
             }
-            Transport::Http { url, headers } => Ok(Link::Http(Arc::new(HttpLink::new(
-                &self.config.name,
-                url,
-                headers.clone(),
-                self.options.connect_timeout,
-            )))),
+            Transport::Http { url, headers } => Ok(Link::Http(Arc::new(
+                HttpLink::new(&self.config.name, url, headers.clone(), self.options.connect_timeout)
+                    .with_authorizer(self.options.auth.clone()),
+            ))),
         }
     }
 }

@@ -305,10 +305,21 @@ async fn call(
         Value::Null => Value::Object(Default::default()),
         other => other,
     };
-    let resume = match (ctx.answer(), ctx.request()) {
+    let mut resume = match (ctx.answer(), ctx.request()) {
         (Some(answer), Some(request)) => Some(Resume { request: request.clone(), answer: answer.clone() }),
         _ => None,
     };
+    // The authorization seam: an answered `authorization` request of this
+    // server's authorizer is exchanged for tokens, then the call is made
+    // afresh (it never reached the server).
+    if let Some(r) =
+        resume.as_ref().filter(|r| r.request.kind == "authorization" && r.request.id.starts_with("authorize-"))
+    {
+        if let Err(e) = handle.complete_authorization(&r.answer) {
+            return Ok(ToolOutcome::Result(ToolResult::error(e.to_string())));
+        }
+        resume = None;
+    }
     let live = resume.as_ref().is_some_and(|r| is_live(&r.request));
     let req = CallRequest { call: ctx.call_id().to_string(), tool: tool.to_string(), arguments, resume };
     let outcome = match (&req.resume, live) {

@@ -11,6 +11,7 @@ mod builtins;
 mod decode;
 mod demo;
 mod mcp;
+mod mcp_auth;
 mod replay;
 mod run;
 mod serve;

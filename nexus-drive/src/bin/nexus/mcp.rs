@@ -4,7 +4,7 @@
 //! format. `${VAR}` in values is expanded from the environment; expanded
 //! values never reach a state file, a cassette or a message.
 
-use nexus_drive::mcp::{parse_servers, McpOptions, McpTools, ServerConfig};
+use nexus_drive::mcp::{parse_servers, McpTools, ServerConfig};
 use nexus_drive::Toolbox;
 use nexus_proto::ToolDecl;
 
@@ -19,6 +19,7 @@ pub fn configs(p: &Parsed) -> Result<Vec<ServerConfig>, Fail> {
         let text = String::from_utf8(bytes).map_err(|_| Fail::usage(format!("{path}: not UTF-8")))?;
         let servers =
             parse_servers(&text, &|k| std::env::var(k).ok()).map_err(|e| Fail::usage(format!("{path}: {e}")))?;
+        crate::mcp_auth::note_config(path, &text)?; // OAuth clients (the `oauth` blocks)
         for s in servers {
             if all.iter().any(|o| o.name == s.name) {
                 return Err(Fail::usage(format!("MCP server {:?} is configured twice ({path})", s.name)));
@@ -32,7 +33,7 @@ pub fn configs(p: &Parsed) -> Result<Vec<ServerConfig>, Fail> {
 /// Starts the servers and lists their tools. A server that fails is left
 /// out with a warning on stderr; the run goes on with the others.
 pub fn start(configs: &[ServerConfig]) -> McpTools {
-    let mcp = McpTools::start(configs, &McpOptions::default());
+    let mcp = McpTools::start(configs, &crate::mcp_auth::options(configs)); // OAuth for HTTP servers
     for e in mcp.errors() {
         eprintln!("nexus: {e} (its tools are left out)");
     }
