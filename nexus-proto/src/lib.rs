@@ -166,6 +166,7 @@
 pub mod config;
 pub mod error;
 pub mod event;
+pub mod failover;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -188,6 +189,9 @@ pub use error::{
     DecodeError, GateError, InputError, ProviderError, RemoteError, RunError, StateError, TransportErrorKind,
 };
 pub use event::StreamEvent;
+pub use failover::{
+    Attempt, BreakerPolicy, Breakers, CircuitState, Decision, FailoverPolicy, FailoverRecord, ServedTurn, Upstream,
+};
 pub use gate::check as check_transcript;
 pub use http::{ExchangeId, HttpRequest};
 pub use ledger::{ToolBatch, ToolInvocation};

@@ -120,8 +120,13 @@ fn part(data_key: &str, data: Value, sig: Option<&str>) -> Value {
 /// Gemini signature) has no Gemini form and is left out.
 pub(super) fn keeps_block(block: &Block) -> bool {
     match block {
-        Block::Text { text, provider_data } | Block::Reasoning { text, provider_data, .. } => {
-            !text.is_empty() || signature(provider_data.as_ref()).is_some()
+        Block::Text { text, provider_data } => !text.is_empty() || signature(provider_data.as_ref()).is_some(),
+        // Anthropic's signed or redacted thinking is Anthropic's alone: never sent here.
+        Block::Reasoning { text, provider_data, signature: anthropic, redacted } => {
+            match signature(provider_data.as_ref()) {
+                Some(_) => true,
+                None => !text.is_empty() && anthropic.is_none() && redacted.is_none(),
+            }
         }
         Block::Image { .. } | Block::ToolCall(_) | Block::ToolResult(_) => true,
     }
