@@ -209,8 +209,10 @@ struct Inflight {
     stream: Option<(SseDecoder, Assembler)>,
     /// Bytes of a stream read so far, held to `max_body_bytes` like a whole body.
     streamed: usize,
-    /// When the request was emitted (the latest input time then).
-    sent_at: Timestamp,
+    /// The time of the first input after the request was emitted: the head
+    /// timeout counts from it (the machine reads no clock, and the time of its
+    /// last input may be long past, as in a restored run).
+    sent_at: Option<Timestamp>,
 }
 
 /// Secrets: in memory only, never serialized.
@@ -387,14 +389,16 @@ impl Run {
 
     /// When the exchange in flight must have its response head by (the
     /// failover policy's `head_timeout_ms`), or the run's deadline when
-    /// earlier. Drivers bound their wait for a response head by it.
+    /// earlier. Drivers bound their wait for a response head by it. The head
+    /// timeout counts from the first input after the request was emitted: a
+    /// driver feeds [`Input::Timeout`] as it sends to start it.
     pub fn head_deadline(&self) -> Option<Timestamp> {
         let deadline = self.state.config.deadline;
         let head = self
             .inflight
             .as_ref()
             .filter(|f| f.status.is_none())
-            .and_then(|f| self.state.config.failover.head_timeout_ms.map(|ms| f.sent_at.plus_ms(ms)));
+            .and_then(|f| Some(f.sent_at?.plus_ms(self.state.config.failover.head_timeout_ms?)));
         match (deadline, head) {
             (Some(d), Some(h)) => Some(d.min(h)),
             (d, h) => d.or(h),
@@ -525,6 +529,9 @@ impl Run {
         }
         self.validate(&input)?;
         self.state.last_now = now;
+        if let Some(f) = self.inflight.as_mut() {
+            f.sent_at.get_or_insert(now);
+        }
         if self.state.config.deadline.is_some_and(|d| now >= d) {
             self.finish(Outcome::Failed { error: RunError::DeadlineExceeded });
             return Ok(());
@@ -725,7 +732,7 @@ impl Run {
             body: Vec::new(),
             stream: None,
             streamed: 0,
-            sent_at: self.state.last_now,
+            sent_at: None,
         });
         self.state.phase = Phase::Awaiting { exchange, attempt };
         Ok(request)

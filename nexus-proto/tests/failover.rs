@@ -271,6 +271,8 @@ impl Multi {
         let n = model_turns(up.style, &body);
         self.sent.push((index, body));
         let ex = req.exchange;
+        // Sent now: starts the head timer.
+        self.feed(Input::Timeout);
         let failure = self.failures.get_mut(&(index, n)).and_then(VecDeque::pop_front);
         let json_ct = vec![("content-type".to_string(), "application/json".to_string())];
         let status = |status: u16, extra: Option<(&str, &str)>| {

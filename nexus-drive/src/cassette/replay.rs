@@ -220,6 +220,9 @@ impl Replayer<'_> {
             // The recorded request carried an auth header; so must this one
             // (its value is never compared).
             run.set_api_key(REDACTED);
+            for i in 1..run.config().upstream_count() {
+                run.set_upstream_api_key(i, REDACTED);
+            }
         }
         self.sends.clear();
         self.running.clear();

@@ -259,7 +259,10 @@ fn plan(
     match style {
         Style::Anthropic => anthropic::check_balance(&body)?,
         Style::OpenAi => openai::check_balance(&body)?,
-        Style::Gemini => gemini::check_balance(&body)?,
+        Style::Gemini => {
+            gemini::check_balance(&body)?;
+            gemini::check_signatures(&body, &parsed.model)?;
+        }
     }
     let turn_index = parsed.assistant_turns;
     record.turn = Some(turn_index);

@@ -9,6 +9,9 @@ use std::collections::{HashMap, HashSet};
 
 use crate::Fail;
 
+/// Value flags that may be given more than once (each one adds an item).
+const REPEATABLE: &[&str] = &["fallback"];
+
 /// Which flags a command takes.
 pub struct Spec {
     /// The command, for messages.
@@ -25,6 +28,7 @@ pub struct Spec {
 #[derive(Debug, Default)]
 pub struct Parsed {
     values: HashMap<&'static str, String>,
+    repeated: HashMap<&'static str, Vec<String>>,
     switches: HashSet<&'static str>,
     /// Positionals, in order.
     pub positionals: Vec<String>,
@@ -34,6 +38,11 @@ impl Parsed {
     /// The value of `--name`, if given.
     pub fn value(&self, name: &str) -> Option<&str> {
         self.values.get(name).map(String::as_str)
+    }
+
+    /// Every value of a repeatable `--name`, in the order given.
+    pub fn all(&self, name: &str) -> &[String] {
+        self.repeated.get(name).map_or(&[], Vec::as_slice)
     }
 
     /// Whether the switch `--name` was given.
@@ -80,7 +89,9 @@ pub fn parse(args: &[String], spec: &Spec) -> Result<Parsed, Fail> {
                     .cloned()
                     .ok_or_else(|| Fail::usage(format!("--{flag} needs a value (nexus {} --help)", spec.command)))?,
             };
-            if out.values.insert(flag, value).is_some() {
+            if REPEATABLE.contains(&flag) {
+                out.repeated.entry(flag).or_default().push(value);
+            } else if out.values.insert(flag, value).is_some() {
                 return Err(Fail::usage(format!("--{flag} is given twice")));
             }
         } else if let Some(flag) = known(spec.switches) {
@@ -111,8 +122,12 @@ pub fn parse(args: &[String], spec: &Spec) -> Result<Parsed, Fail> {
 mod tests {
     use super::*;
 
-    const SPEC: Spec =
-        Spec { command: "t", values: &["style", "max-turns"], switches: &["json"], optional: &["builtins"] };
+    const SPEC: Spec = Spec {
+        command: "t",
+        values: &["style", "max-turns", "fallback"],
+        switches: &["json"],
+        optional: &["builtins"],
+    };
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
@@ -129,6 +144,8 @@ mod tests {
         assert!(p.switch("json") && p.switch("builtins"));
         assert_eq!(p.value("builtins"), Some("read,grep"));
         assert_eq!(p.positionals, ["hello", "--not-a-flag"]);
+        let p = parse(&args(&["--fallback", "a", "--fallback=b"]), &SPEC).unwrap();
+        assert_eq!(p.all("fallback"), ["a", "b"]);
         let p = parse(&args(&["--max-turns=3", "-"]), &SPEC).unwrap();
         assert_eq!(p.number::<u32>("max-turns").unwrap(), Some(3));
         assert_eq!(p.positionals, ["-"]);
