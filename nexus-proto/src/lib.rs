@@ -135,6 +135,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! ## Failover
+//!
+//! A [`RunConfig`] may list fallback [`Upstream`]s after its primary, in any
+//! wire format. When the upstream is at fault (a reset, a timeout, a 5xx, a
+//! 429/529 after its retries) and nothing of the answer reached the host,
+//! the machine moves the turn to the next upstream and re-encodes the
+//! transcript for it ([`StreamEvent::Failover`]); [`FailoverPolicy`] holds
+//! the rules. Give each fallback its key with [`Run::set_upstream_api_key`].
+//! Circuit breakers ([`Breakers`]) are the host's, shared by its runs: call
+//! [`Run::sync_circuits`] before polling and routing skips open circuits.
+//! A driver that enforces the policy's head timeout feeds
+//! [`Input::Timeout`] as it sends and bounds its wait for the response head
+//! by [`Run::head_deadline`].
+//!
 //! ## Guarantees
 //!
 //! - **Balanced transcripts**: every request passes a pre-send gate; a tool
