@@ -67,6 +67,10 @@ if part overhead; then
   # Our rows: both drivers, whole bodies and SSE streams. Entries are
   # separated by ';' (run_all.py splits on it).
   export BENCH_EXTRA="nexus-blocking=$bin --driver blocking; nexus-async=$bin --driver async; nexus-blocking-stream=$bin --driver blocking --stream; nexus-async-stream=$bin --driver async --stream"
+  # The same scenario over OpenAI Responses (the mock answers POST /v1/responses, whole and SSE).
+  r="--style openai-responses"
+  BENCH_EXTRA="$BENCH_EXTRA; nexus-blocking-responses=$bin --driver blocking $r; nexus-async-responses=$bin --driver async $r"
+  BENCH_EXTRA="$BENCH_EXTRA; nexus-blocking-responses-stream=$bin --driver blocking --stream $r; nexus-async-responses-stream=$bin --driver async --stream $r"
   # The machine is small and shared: one sitting's ratios move by ±15 %.
   # Several back-to-back sittings (each with its own shuffle seed) give the
   # spread of every ratio. An absolute BENCH_OUT keeps the results out of

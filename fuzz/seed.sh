@@ -27,23 +27,24 @@ seed() { # seed TARGET FILE [NAME]
     n=$((n + 1))
 }
 
-for style in anthropic openai gemini; do
+for style in anthropic openai gemini openai-responses; do
+    target=${style//-/_}
     for f in "$wire/$style"/*; do
         [ -f "$f" ] || continue
         case "$f" in
             *.expected.json) ;;
             *.sse)
-                seed sse "$f" "${style}_$(basename "$f")"
-                seed "stream_$style" "$f"
+                seed sse "$f" "${target}_$(basename "$f")"
+                seed "stream_$target" "$f"
                 ;;
             *.json)
-                seed "decode_$style" "$f"
+                seed "decode_$target" "$f"
                 ;;
         esac
         # Translation reads the same bytes as a provider answer to turn back into OpenAI.
         case "$f" in
             *.expected.json) ;;
-            *.sse | *.json) seed translate "$f" "${style}_$(basename "$f")" ;;
+            *.sse | *.json) seed translate "$f" "${target}_$(basename "$f")" ;;
         esac
     done
 done

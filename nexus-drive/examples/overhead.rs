@@ -11,6 +11,7 @@
 //!
 //! ```text
 //! MOCK_URL=http://127.0.0.1:PORT overhead [--driver blocking|async] [--stream]
+//!                                         [--style openai|openai-responses]
 //!                                         (--serve | [--warmup N] [--runs N])
 //! ```
 //!
@@ -19,6 +20,8 @@
 //!   `run K` → `{"lat":[ms,…],"ok":…}`, `quit` or EOF → the summary line.
 //! * otherwise: `--warmup` requests, then `--runs` measured ones, then the
 //!   summary line only.
+//! * `--style`: the wire format spoken to the mock, OpenAI Chat Completions
+//!   (the default, as the peers) or OpenAI Responses (`POST /v1/responses`).
 //!
 //! `final_ok` holds only when every request ended in exactly the scripted
 //! final text and each tool ran exactly once per request with the scripted
@@ -51,7 +54,8 @@ const SYSTEM: &str = "You are a helpful assistant.";
 const API_KEY: &str = "sk-mock-not-a-real-key";
 const MODEL: &str = "mock-model";
 
-const USAGE: &str = "usage: overhead [--driver blocking|async] [--stream] (--serve | [--warmup N] [--runs N])\n\
+const USAGE: &str = "usage: overhead [--driver blocking|async] [--stream] [--style openai|openai-responses] \
+                     (--serve | [--warmup N] [--runs N])\n\
                      reads MOCK_URL (http://127.0.0.1:PORT; the OpenAI base is $MOCK_URL/v1)";
 
 /// How many times each tool ran, and how many runs saw unexpected arguments.
@@ -191,6 +195,7 @@ enum DriverKind {
 #[derive(Debug)]
 struct Args {
     driver: DriverKind,
+    style: Style,
     stream: bool,
     serve: bool,
     warmup: usize,
@@ -198,7 +203,8 @@ struct Args {
 }
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut args = Args { driver: DriverKind::Blocking, stream: false, serve: false, warmup: 20, runs: 200 };
+    let mut args =
+        Args { driver: DriverKind::Blocking, style: Style::OpenAi, stream: false, serve: false, warmup: 20, runs: 200 };
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
         match a.as_str() {
@@ -210,6 +216,13 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                 }
             }
             "--stream" => args.stream = true,
+            "--style" => {
+                args.style = match value("--style")?.as_str() {
+                    "openai" => Style::OpenAi,
+                    "openai-responses" => Style::OpenAiResponses,
+                    other => return Err(format!("--style: {other:?} is neither openai nor openai-responses")),
+                }
+            }
             "--serve" => args.serve = true,
             "--warmup" => args.warmup = value("--warmup")?.parse().map_err(|e| format!("--warmup: {e}"))?,
             "--runs" => args.runs = value("--runs")?.parse().map_err(|e| format!("--runs: {e}"))?,
@@ -229,7 +242,7 @@ enum Runner {
 impl Runner {
     fn build(args: &Args, tally: &Arc<Tally>) -> Result<Runner, DriveError> {
         let mock = std::env::var("MOCK_URL").unwrap_or_else(|_| "http://127.0.0.1:8900".to_string());
-        let builder = ClientConfig::builder(Style::OpenAi, MODEL)
+        let builder = ClientConfig::builder(args.style, MODEL)
             .base_url(format!("{}/v1", mock.trim_end_matches('/')))
             .api_key(API_KEY)
             .system(SYSTEM)
@@ -424,11 +437,12 @@ fn main() -> ExitCode {
         }
     };
     let name = format!(
-        "nexus-{}{}",
+        "nexus-{}{}{}",
         match args.driver {
             DriverKind::Blocking => "blocking",
             DriverKind::Async => "async",
         },
+        if args.style == Style::OpenAiResponses { "-responses" } else { "" },
         if args.stream { "-stream" } else { "" }
     );
     let tally = Arc::new(Tally::default());

@@ -19,6 +19,7 @@ fn proto_style(s: Style) -> nexus_drive::Style {
         Style::Anthropic => nexus_drive::Style::Anthropic,
         Style::OpenAi => nexus_drive::Style::OpenAi,
         Style::Gemini => nexus_drive::Style::Gemini,
+        Style::OpenAiResponses => nexus_drive::Style::OpenAiResponses,
     }
 }
 

@@ -51,7 +51,7 @@ fn cassette_path(style: &str) -> PathBuf {
 
 /// Replaces what differs between two recordings of the same session: clock
 /// readings (`at`, the state's `lastNow`), the fake's port, OpenAI's
-/// `created` (seconds since the epoch in every response), and the order of
+/// `created` and Responses' `created_at` (seconds since the epoch in every response), and the order of
 /// one batch's tool replies (its tools run concurrently; the machine records
 /// results in call order whatever order they finish in).
 fn normalize(text: &str) -> String {
@@ -68,7 +68,7 @@ fn normalize(text: &str) -> String {
 
 fn normalize_values(text: &str) -> String {
     let mut s = text.to_string();
-    for pattern in [r#""at":"#, r#""lastNow":"#, r#"\"created\":"#, "127.0.0.1:"] {
+    for pattern in [r#""at":"#, r#""lastNow":"#, r#"\"created\":"#, r#"\"created_at\":"#, "127.0.0.1:"] {
         let mut out = String::with_capacity(s.len());
         let mut rest = s.as_str();
         while let Some(i) = rest.find(pattern) {
@@ -111,6 +111,10 @@ macro_rules! per_style {
             #[test]
             fn gemini() {
                 super::$name("gemini");
+            }
+            #[test]
+            fn openai_responses() {
+                super::$name("openai-responses");
             }
         }
     )*};

@@ -23,6 +23,10 @@ macro_rules! per_style {
             fn gemini() {
                 super::$name("gemini");
             }
+            #[test]
+            fn openai_responses() {
+                super::$name("openai-responses");
+            }
         }
     )*};
 }

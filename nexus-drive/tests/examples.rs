@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-const STYLES: [&str; 3] = ["openai", "anthropic", "gemini"];
+const STYLES: [&str; 4] = ["openai", "anthropic", "gemini", "openai-responses"];
 
 /// The examples this file runs (overhead has a harness of its own: BENCHMARKS.md).
 const TESTED: [&str; 6] =

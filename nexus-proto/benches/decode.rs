@@ -88,6 +88,45 @@ fn capture(style: Style, n: usize) -> Vec<u8> {
             );
             out += "data: [DONE]\n\n";
         }
+        Style::OpenAiResponses => {
+            let mut ev = |data: Value| out += &format!("event: {}\ndata: {data}\n\n", data["type"].as_str().unwrap());
+            ev(
+                json!({"type":"response.created","response":{"id":"resp_1","object":"response","status":"in_progress","model":"m","output":[]}}),
+            );
+            ev(
+                json!({"type":"response.output_item.added","output_index":0,"item":{"id":"msg_1","type":"message","role":"assistant","status":"in_progress","content":[]}}),
+            );
+            for _ in 0..n {
+                ev(
+                    json!({"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":word}),
+                );
+            }
+            let text = word.repeat(n);
+            ev(
+                json!({"type":"response.output_item.done","output_index":0,"item":{"id":"msg_1","type":"message","role":"assistant","status":"completed","content":[{"type":"output_text","text":text,"annotations":[]}]}}),
+            );
+            ev(
+                json!({"type":"response.output_item.added","output_index":1,"item":{"id":"fc_1","type":"function_call","call_id":"call_1","name":"write","arguments":""}}),
+            );
+            ev(
+                json!({"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":1,"delta":"{\"text\": \""}),
+            );
+            for _ in 0..n / 4 {
+                ev(
+                    json!({"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":1,"delta":word}),
+                );
+            }
+            ev(
+                json!({"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":1,"delta":"\"}"}),
+            );
+            let args = format!("{{\"text\": \"{}\"}}", word.repeat(n / 4));
+            ev(
+                json!({"type":"response.output_item.done","output_index":1,"item":{"id":"fc_1","type":"function_call","status":"completed","call_id":"call_1","name":"write","arguments":args}}),
+            );
+            ev(
+                json!({"type":"response.completed","response":{"id":"resp_1","object":"response","status":"completed","model":"m","output":[],"usage":{"input_tokens":1,"output_tokens":n,"total_tokens":n+1}}}),
+            );
+        }
         Style::Gemini => {
             for i in 0..n {
                 let mut ev = json!({"candidates":[{"content":{"role":"model","parts":[{"text":word}]},"index":0}],"modelVersion":"m"});
@@ -116,7 +155,7 @@ fn main() {
     );
     println!("| provider | capture | nexus median (p95) | MB/s | serde_json::from_slice of the payloads, median | ratio (serde time / nexus time), median of pairs |");
     println!("|---|---|---|---|---|---|");
-    for style in [Style::Anthropic, Style::OpenAi, Style::Gemini] {
+    for style in [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses] {
         let bytes = capture(style, n);
         // The payloads alone, pre-split, for the floor.
         let mut events: Vec<SseEvent> = Vec::new();

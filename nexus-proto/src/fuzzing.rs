@@ -218,7 +218,7 @@ fn check_turn(turn: &TurnResponse) {
         messages.push(Message { role: Role::User, content: results });
     }
     let params = Map::new();
-    for style in [Style::Anthropic, Style::OpenAi, Style::Gemini] {
+    for style in [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses] {
         for stream in [false, true] {
             let call = ModelCall {
                 model: "m",

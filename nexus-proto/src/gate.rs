@@ -5,13 +5,17 @@ use std::collections::HashSet;
 
 use crate::error::GateError;
 use crate::message::{Block, Message, Role};
-use crate::provider::Style;
+use crate::provider::{responses, Style};
 
 /// Checks that `messages` is a transcript the provider will accept:
 /// every tool call is answered by exactly one result in the very next turn
 /// (a user turn), no result answers a call that was not made in the turn
 /// before it, call ids are unique within their turn and names non-empty, the transcript does not
-/// end on unanswered calls, and (Anthropic) reasoning precedes tool calls.
+/// end on unanswered calls, (Anthropic) reasoning precedes tool calls, and
+/// (OpenAI Responses) a reasoning item is followed by the very item the
+/// model produced after it, as the API requires: an item that lost its id
+/// (a rewritten history) cannot stand in for it. A reasoning item last in its
+/// turn is left out by the encoder, so it is no error here.
 pub fn check(style: Style, messages: &[Message]) -> Result<(), GateError> {
     if messages.is_empty() {
         return Err(GateError("the transcript is empty".into()));
@@ -53,7 +57,7 @@ pub fn check(style: Style, messages: &[Message]) -> Result<(), GateError> {
             // every provider accepts.
             let mut seen_ids: HashSet<&str> = HashSet::new();
             let mut saw_call = false;
-            for block in &msg.content {
+            for (j, block) in msg.content.iter().enumerate() {
                 match block {
                     Block::ToolCall(call) => {
                         if call.name.is_empty() {
@@ -70,6 +74,19 @@ pub fn check(style: Style, messages: &[Message]) -> Result<(), GateError> {
                     }
                     Block::Reasoning { .. } if saw_call && style == Style::Anthropic => {
                         return Err(GateError(format!("messages[{i}]: thinking after a tool call")));
+                    }
+                    Block::Reasoning { provider_data, .. }
+                        if style == Style::OpenAiResponses
+                            && responses::reasoning_item(provider_data.as_ref()).is_some()
+                            && msg.content.get(j + 1).is_some_and(|next| !responses::is_own_item(next)) =>
+                    {
+                        return Err(GateError(format!(
+                            "messages[{i}]: reasoning item {} is not followed by the item that came after it",
+                            responses::reasoning_item(provider_data.as_ref())
+                                .and_then(|item| item.get("id"))
+                                .map(|id| id.to_string())
+                                .unwrap_or_default()
+                        )));
                     }
                     Block::ToolResult(_) => {
                         return Err(GateError(format!("messages[{i}]: a tool result in an assistant turn")));

@@ -16,7 +16,7 @@ use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 use sim::{model_turns, wire, Turn};
 
-const STYLES: [Style; 3] = [Style::Anthropic, Style::OpenAi, Style::Gemini];
+const STYLES: [Style; 4] = [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses];
 const GEMINI_SIG: &str = "c2lnLWdlbWluaQ==";
 
 /// How one attempt at an upstream fails.
@@ -46,7 +46,7 @@ fn error_body(style: Style, status: u16) -> Vec<u8> {
             };
             json!({"type":"error","error":{"type":kind,"message":format!("status {status}")}})
         }
-        Style::OpenAi => {
+        Style::OpenAi | Style::OpenAiResponses => {
             json!({"error":{"message":format!("status {status}"),"type":"server_error","param":null,"code":null}})
         }
         Style::Gemini => json!({"error":{"code":status,"message":format!("status {status}"),"status":"UNAVAILABLE"}}),
@@ -68,7 +68,36 @@ fn provider_wire(style: Style, turn: &Turn, stream: bool) -> Vec<u8> {
 /// The wire rules of each format that a cross-format transcript can break.
 fn check_wire(style: Style, body: &Value) -> Result<(), String> {
     let text = body.to_string();
+    if style != Style::OpenAiResponses && (text.contains(&sim::encrypted(0)) || text.contains("thinking 0")) {
+        return Err("a Responses reasoning item sent to another provider".into());
+    }
     match style {
+        Style::OpenAiResponses => {
+            if text.contains(GEMINI_SIG) {
+                return Err("a Gemini signature sent to OpenAI Responses".into());
+            }
+            let items = body["input"].as_array().ok_or("no input")?;
+            let mut open: Vec<&str> = Vec::new();
+            for (i, it) in items.iter().enumerate() {
+                match it["type"].as_str() {
+                    Some("function_call") => open.push(it["call_id"].as_str().unwrap_or("")),
+                    Some("function_call_output") => {
+                        let id = it["call_id"].as_str().unwrap_or("");
+                        let Some(pos) = open.iter().position(|o| *o == id) else {
+                            return Err(format!("input[{i}]: an output for {id:?} answers no call"));
+                        };
+                        open.remove(pos);
+                    }
+                    Some("reasoning") if it["encrypted_content"].as_str().is_none_or(str::is_empty) => {
+                        return Err(format!("input[{i}]: a reasoning item without its encrypted content"));
+                    }
+                    _ => {}
+                }
+            }
+            if !open.is_empty() {
+                return Err(format!("calls without outputs: {open:?}"));
+            }
+        }
         Style::Gemini => {
             for (i, c) in body["contents"].as_array().ok_or("no contents")?.iter().enumerate() {
                 let parts = c["parts"].as_array().ok_or("no parts")?;
@@ -650,7 +679,7 @@ fn failure() -> impl Strategy<Value = Failure> {
 }
 
 fn style() -> impl Strategy<Value = Style> {
-    prop_oneof![Just(Style::Anthropic), Just(Style::OpenAi), Just(Style::Gemini)]
+    prop_oneof![Just(Style::Anthropic), Just(Style::OpenAi), Just(Style::Gemini), Just(Style::OpenAiResponses)]
 }
 
 fn script_of(turns: &[Vec<u8>]) -> Vec<Turn> {

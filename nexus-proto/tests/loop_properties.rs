@@ -88,9 +88,45 @@ fn answers(reqs: &[nexus_proto::Request], bits: &mut impl Iterator<Item = bool>)
     out
 }
 
-/// Checks the request body on the wire: every tool call answered once in the next turn.
+/// Checks the request body on the wire: every tool call answered once in
+/// the next turn (Responses: before the next model turn), and every earlier
+/// turn's reasoning item echoed with its encrypted content, in order, right
+/// before the item that followed it.
 fn assert_balanced_on_wire(style: Style, body: &Value) {
     match style {
+        Style::OpenAiResponses => {
+            let items = body["input"].as_array().unwrap();
+            assert_eq!(body["store"], false, "{body}");
+            assert_eq!(body["include"], serde_json::json!(["reasoning.encrypted_content"]));
+            let mut open: Vec<&str> = vec![];
+            let mut turn = 0;
+            for (i, item) in items.iter().enumerate() {
+                match item["type"].as_str() {
+                    Some("reasoning") => {
+                        assert!(open.is_empty(), "a model turn before the outputs of {open:?}: {body}");
+                        assert_eq!(item["encrypted_content"], sim::encrypted(turn), "turn {turn}: {body}");
+                        assert_eq!(item["id"], format!("rs_{turn}"));
+                        let next = &items[i + 1];
+                        assert!(
+                            next["id"].as_str().is_some_and(
+                                |id| id.ends_with(&turn.to_string()) || id.starts_with(&format!("fc_{turn}_"))
+                            ),
+                            "reasoning without its item: {body}"
+                        );
+                        turn += 1;
+                    }
+                    Some("function_call") => open.push(item["call_id"].as_str().unwrap()),
+                    Some("function_call_output") => {
+                        let id = item["call_id"].as_str().unwrap();
+                        let at =
+                            open.iter().position(|o| *o == id).unwrap_or_else(|| panic!("orphan output {id}: {body}"));
+                        open.remove(at);
+                    }
+                    _ => {}
+                }
+            }
+            assert!(open.is_empty(), "unanswered calls {open:?}: {body}");
+        }
         Style::OpenAi => {
             let msgs = body["messages"].as_array().unwrap();
             let mut i = 0;
@@ -174,7 +210,10 @@ fn run_all(style: Style, stream: bool, script: &[Turn], answer_bits: &[bool], re
 }
 
 fn styles() -> impl Strategy<Value = (Style, bool)> {
-    (prop_oneof![Just(Style::Anthropic), Just(Style::OpenAi), Just(Style::Gemini)], any::<bool>())
+    (
+        prop_oneof![Just(Style::Anthropic), Just(Style::OpenAi), Just(Style::Gemini), Just(Style::OpenAiResponses)],
+        any::<bool>(),
+    )
 }
 
 proptest! {

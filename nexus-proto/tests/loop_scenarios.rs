@@ -7,7 +7,7 @@ use nexus_proto::{Answer, Block, Input, Outcome, Output, Request, RunError, Styl
 use serde_json::{json, Map, Value};
 use sim::{echo, Sim, Stop, Turn};
 
-const STYLES: [Style; 3] = [Style::Anthropic, Style::OpenAi, Style::Gemini];
+const STYLES: [Style; 4] = [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses];
 
 fn each(mut f: impl FnMut(Style, bool)) {
     for style in STYLES {
@@ -413,7 +413,7 @@ fn non_retryable_errors_keep_the_provider_message() {
         let Output::Send(req) = sim.run.poll_output() else { panic!() };
         let body = match style {
             Style::Anthropic => r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad thing"}}"#,
-            Style::OpenAi => {
+            Style::OpenAi | Style::OpenAiResponses => {
                 r#"{"error":{"message":"bad thing","type":"invalid_request_error","param":null,"code":null}}"#
             }
             Style::Gemini => r#"{"error":{"code":400,"message":"bad thing","status":"INVALID_ARGUMENT"}}"#,

@@ -364,7 +364,7 @@ fn split_points(bytes: &[u8]) -> Vec<usize> {
 /// OpenAI's `[DONE]` terminator.
 #[test]
 fn corpus_streams_decode_the_same_under_any_chunking() {
-    for style in [Style::Anthropic, Style::OpenAi, Style::Gemini] {
+    for style in [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses] {
         for (path, stream) in common::captures(style) {
             if !stream {
                 continue;
@@ -377,8 +377,8 @@ fn corpus_streams_decode_the_same_under_any_chunking() {
                     || (style == Style::OpenAi && ev.data == "[DONE]");
                 assert!(ok, "{}: payload is not JSON: {:?}", path.display(), ev.data);
             }
-            if style == Style::Anthropic {
-                // Anthropic names every event after its payload's `type`.
+            if matches!(style, Style::Anthropic | Style::OpenAiResponses) {
+                // Anthropic and Responses name every event after its payload's `type`.
                 for ev in &events {
                     let v: serde_json::Value = serde_json::from_str(&ev.data).unwrap();
                     assert_eq!(ev.event.as_deref(), v["type"].as_str(), "{}", path.display());
@@ -627,7 +627,7 @@ mod fuzz_bodies {
 
     #[test]
     fn bodies_on_the_corpus() {
-        for style in [Style::Anthropic, Style::OpenAi, Style::Gemini] {
+        for style in [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses] {
             for (path, stream) in common::captures(style) {
                 let bytes = std::fs::read(&path).unwrap();
                 if stream {
@@ -661,7 +661,7 @@ mod fuzz_bodies {
 
         #[test]
         fn decode_bodies_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-            for style in [Style::Anthropic, Style::OpenAi, Style::Gemini] {
+            for style in [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses] {
                 fuzzing::decode_response(style, &bytes);
                 fuzzing::decode_stream(style, &bytes);
             }

@@ -111,7 +111,7 @@ fn a_state_naming_an_unknown_upstream_is_inconsistent() {
 
 #[test]
 fn every_released_state_version_loads_and_finishes() {
-    let mut seen = 0;
+    let (mut seen, mut responses_seen) = (0, 0);
     for entry in std::fs::read_dir(dir()).unwrap() {
         let path = entry.unwrap().path();
         let bytes = std::fs::read(&path).unwrap();
@@ -130,9 +130,19 @@ fn every_released_state_version_loads_and_finishes() {
         }
         assert_eq!(sim.drive(&mut tool), Stop::Done(Outcome::Done), "{name}");
         assert_eq!(sim.run.final_text(), "finished");
+        if sim.style == Style::OpenAiResponses {
+            // The restored run replays the first turn's reasoning item verbatim.
+            let input = sim.sent.last().expect("a follow-up request")["input"].as_array().unwrap().clone();
+            let reasoning: Vec<_> = input.iter().filter(|i| i["type"] == "reasoning").collect();
+            assert_eq!(reasoning.len(), 1, "{name}");
+            assert_eq!(reasoning[0]["encrypted_content"], sim::encrypted(0), "{name}");
+            assert_eq!(reasoning[0]["summary"][0]["text"], "thinking 0", "{name}");
+            responses_seen += 1;
+        }
         seen += 1;
     }
-    assert!(seen >= 1, "no state fixtures found");
+    assert!(seen >= 2, "no state fixtures found");
+    assert!(responses_seen >= 1, "no OpenAI Responses state fixture found");
 }
 
 #[test]

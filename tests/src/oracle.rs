@@ -74,7 +74,7 @@ fn run(script: &str, style: Style, bytes: &[u8], ext: &str, extra: &[&str]) -> O
         let _ = std::fs::remove_file(&file);
         return Some(run);
     }
-    let out = Command::new(&py).arg(&script_path).arg(style.name()).arg(&file).args(extra).output();
+    let out = Command::new(&py).arg(&script_path).arg(style.oracle_name()).arg(&file).args(extra).output();
     let _ = std::fs::remove_file(&file);
     Some(match out {
         Ok(out) => finish(
@@ -152,7 +152,7 @@ fn via_worker(py: &Path, script: &str, style: Style, file: &Path, extra: &[&str]
     let worker = guard.as_mut()?;
     let job = json!({
         "script": script.trim_end_matches(".py"),
-        "style": style.name(),
+        "style": style.oracle_name(),
         "file": file.to_string_lossy(),
         "extra": extra,
     });

@@ -41,7 +41,7 @@ fn model(style: Style, role: &str) -> String {
 
 /// Turn 0 thinks (signed), says `FIRST` and calls `count`; turn 1 says
 /// `FINAL` and must see the one result. `turn1` faults hit the primary.
-fn script(turn1: &[Fault]) -> Script {
+fn script(style: Style, own_turn0: bool, turn1: &[Fault]) -> Script {
     let t0 = Turn::default()
         .thinking("Let me count carefully.", "c2lnbmVkLXRoaW5raW5n")
         .with_text(FIRST)
@@ -51,7 +51,14 @@ fn script(turn1: &[Fault]) -> Script {
     Script::new(vec![t0, t1]).expect_final(ExpectFinal {
         tool_result_contains: vec!["counted 1".into()],
         tool_results: Some(1),
-        messages: Some(3),
+        // prompt, the call turn, its result. Responses counts input items: the
+        // call turn is a reasoning item (only when Responses wrote it: another
+        // provider's reasoning is never sent there), a message and the call.
+        messages: Some(match (style, own_turn0) {
+            (Style::OpenAiResponses, true) => 5,
+            (Style::OpenAiResponses, false) => 4,
+            _ => 3,
+        }),
     })
 }
 
@@ -64,8 +71,8 @@ struct Pair {
 
 impl Pair {
     fn start(a: Style, b: Style, turn1: &[Fault]) -> Pair {
-        let primary = FakeProvider::start(Scripts::new(PRIMARY_KEY).model(model(a, "primary"), script(turn1)));
-        let backup = FakeProvider::start(Scripts::new(BACKUP_KEY).model(model(b, "backup"), script(&[])));
+        let primary = FakeProvider::start(Scripts::new(PRIMARY_KEY).model(model(a, "primary"), script(a, true, turn1)));
+        let backup = FakeProvider::start(Scripts::new(BACKUP_KEY).model(model(b, "backup"), script(b, false, &[])));
         Pair { primary, backup, a, b }
     }
 
@@ -182,12 +189,18 @@ fn a_failure_after_text_reached_the_host_ends_the_run(d: Drv) {
             Style::Anthropic => 4,
             Style::OpenAi => 2,
             Style::Gemini => 1,
+            // created, in_progress, the message's output_item.added and
+            // content_part.added, then its first text delta.
+            Style::OpenAiResponses => 5,
         };
         let pair = Pair::start(a, b, &[Fault::new(FaultKind::ResetMidStream { after_events })]);
         let (bld, _) = count_tool(pair.builder(true, 2));
         let client = d.client(bld.build().unwrap());
         let (events, end) = client.stream("count once");
-        let err = run_error(end);
+        let err = match end {
+            Ok(r) => panic!("{a:?}: expected a failure, got {:?} after {:?}", r.text, events),
+            Err(e) => e,
+        };
         let shown = shown_text(&events);
         let partial = shown.strip_prefix(FIRST).unwrap_or_else(|| panic!("{a:?}: shown {shown:?}"));
         assert!(!partial.is_empty() && FINAL.starts_with(partial), "{a:?}: part of turn 2 was shown: {partial:?}");

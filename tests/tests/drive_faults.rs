@@ -289,6 +289,8 @@ fn a_stream_cut_after_visible_text_is_not_retried(d: Drv) {
             Style::Anthropic => 4,
             Style::OpenAi => 2,
             Style::Gemini => 1,
+            // created, in_progress, the message's output_item.added and content_part.added.
+            Style::OpenAiResponses => 4,
         };
         let model = "m-mid";
         let cut = Fault::new(FaultKind::ResetMidStream { after_events });
@@ -367,7 +369,7 @@ fn a_stalled_server_or_a_long_backoff_meets_the_run_deadline(d: Drv) {
 fn storm_statuses(style: Style) -> [u16; 2] {
     match style {
         Style::Anthropic => [529, 429],
-        Style::OpenAi => [503, 429],
+        Style::OpenAi | Style::OpenAiResponses => [503, 429],
         Style::Gemini => [503, 429],
     }
 }
@@ -430,7 +432,7 @@ fn custom_error_body(style: Style, status: u16) -> String {
         Style::Anthropic => {
             r#"{"type":"error","error":{"type":"overloaded_error","message":"storm custom message"}}"#.to_string()
         }
-        Style::OpenAi => {
+        Style::OpenAi | Style::OpenAiResponses => {
             r#"{"error":{"message":"storm custom message","type":"server_error","param":null,"code":null}}"#.to_string()
         }
         Style::Gemini => {
@@ -508,6 +510,7 @@ fn in_stream_overload_errors_before_any_output_are_retried(d: Drv) {
             Style::Anthropic => (1, "overloaded_error"),
             Style::OpenAi => (1, "server_error"),
             Style::Gemini => (0, "UNAVAILABLE"),
+            Style::OpenAiResponses => (1, "server_error"),
         };
         let fault = Fault::new(FaultKind::StreamError { after_events });
         let fake = FakeProvider::start(
@@ -566,6 +569,8 @@ fn malformed_start(style: Style, stream: bool) -> &'static str {
         (Style::OpenAi, _) => r#"{"id":"chatcmpl-x""#,
         (Style::Gemini, false) => r#"{"candidates":[{"content""#,
         (Style::Gemini, true) => r#"{"candidates": [{"content""#,
+        (Style::OpenAiResponses, false) => r#"{"id":"resp_x","object":"response""#,
+        (Style::OpenAiResponses, true) => r#"{"type":"response.output_text.delta""#,
     }
 }
 

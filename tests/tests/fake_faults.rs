@@ -29,6 +29,8 @@ fn status_faults_repeat_then_the_turn_succeeds() {
         (Style::Anthropic, 529, "overloaded_error"),
         (Style::OpenAi, 429, "rate_limit_exceeded"),
         (Style::OpenAi, 503, "server_error"),
+        (Style::OpenAiResponses, 429, "rate_limit_exceeded"),
+        (Style::OpenAiResponses, 503, "server_error"),
         (Style::Gemini, 429, "RESOURCE_EXHAUSTED"),
         (Style::Gemini, 503, "UNAVAILABLE"),
     ] {
@@ -41,7 +43,9 @@ fn status_faults_repeat_then_the_turn_succeeds() {
             let v = r.json();
             let got = match style {
                 Style::Anthropic => v["error"]["type"].clone(),
-                Style::OpenAi => v["error"]["code"].as_str().map_or(v["error"]["type"].clone(), Value::from),
+                Style::OpenAi | Style::OpenAiResponses => {
+                    v["error"]["code"].as_str().map_or(v["error"]["type"].clone(), Value::from)
+                }
                 Style::Gemini => v["error"]["status"].clone(),
             };
             assert_eq!(got, kind, "{style:?} {status}: {v}");
@@ -207,6 +211,7 @@ fn huge_bodies_are_valid_and_that_large() {
         let text = match style {
             Style::Anthropic => v["content"][0]["text"].as_str().map(str::len),
             Style::OpenAi => v["choices"][0]["message"]["content"].as_str().map(str::len),
+            Style::OpenAiResponses => v["output"][0]["content"][0]["text"].as_str().map(str::len),
             Style::Gemini => v["candidates"][0]["content"]["parts"][0]["text"].as_str().map(str::len),
         };
         assert_eq!(text, Some(N), "{style:?}");

@@ -26,6 +26,7 @@ fn proto(style: Style) -> ProtoStyle {
         Style::Anthropic => ProtoStyle::Anthropic,
         Style::OpenAi => ProtoStyle::OpenAi,
         Style::Gemini => ProtoStyle::Gemini,
+        Style::OpenAiResponses => ProtoStyle::OpenAiResponses,
     }
 }
 
@@ -33,7 +34,7 @@ fn proto(style: Style) -> ProtoStyle {
 fn rate_limit_body(style: Style) -> String {
     match style {
         Style::Anthropic => json!({"type": "error", "error": {"type": "rate_limit_error", "message": SLOW_DOWN}}),
-        Style::OpenAi => {
+        Style::OpenAi | Style::OpenAiResponses => {
             json!({"error": {"message": SLOW_DOWN, "type": "requests", "param": null, "code": "rate_limit_exceeded"}})
         }
         Style::Gemini => json!({"error": {"code": 429, "message": SLOW_DOWN, "status": "RESOURCE_EXHAUSTED"}}),
@@ -237,10 +238,14 @@ fn sdk_scenario(style: Style) {
         }
         let key = match style {
             Style::Anthropic => r.header("x-api-key").map(str::to_string),
-            Style::OpenAi => r.header("authorization").map(str::to_string),
+            Style::OpenAi | Style::OpenAiResponses => r.header("authorization").map(str::to_string),
             Style::Gemini => r.header("x-goog-api-key").map(str::to_string),
         };
-        let want = if style == Style::OpenAi { format!("Bearer {UPSTREAM_KEY}") } else { UPSTREAM_KEY.to_string() };
+        let want = if matches!(style, Style::OpenAi | Style::OpenAiResponses) {
+            format!("Bearer {UPSTREAM_KEY}")
+        } else {
+            UPSTREAM_KEY.to_string()
+        };
         assert_eq!(key.as_deref(), Some(want.as_str()), "{name}: {}", r.target);
     }
     assert!(fake.failures().is_empty(), "{name}: {:?}", fake.failures());
@@ -282,6 +287,19 @@ fn check_follow_up_upstream(fake: &FakeProvider, style: Style, ids: &[String]) {
                     })
                     .collect()
             }
+            Style::OpenAiResponses => {
+                let items = body["input"].as_array().unwrap();
+                let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap_or("message")).collect();
+                assert_eq!(
+                    kinds,
+                    ["message", "function_call", "function_call", "function_call_output", "function_call_output"],
+                    "user, the two calls, one output each: {body}"
+                );
+                items[3..]
+                    .iter()
+                    .map(|i| (i["call_id"].as_str().unwrap().into(), i["output"].as_str().unwrap().into()))
+                    .collect()
+            }
             Style::OpenAi => body["messages"]
                 .as_array()
                 .unwrap()
@@ -303,6 +321,11 @@ fn the_openai_sdk_through_the_gateway_to_anthropic() {
 #[test]
 fn the_openai_sdk_through_the_gateway_to_gemini() {
     sdk_scenario(Style::Gemini);
+}
+
+#[test]
+fn the_openai_sdk_through_the_gateway_to_an_openai_responses_upstream() {
+    sdk_scenario(Style::OpenAiResponses);
 }
 
 #[test]

@@ -94,6 +94,7 @@ fn default_model(style: Style) -> &'static str {
         Style::Anthropic => "claude-haiku-4-5",
         Style::OpenAi => "gpt-4o-mini",
         Style::Gemini => "gemini-2.5-flash",
+        Style::OpenAiResponses => "gpt-5-mini",
     }
 }
 
@@ -102,6 +103,7 @@ fn fake_style(style: Style) -> nexus_tests::fake::Style {
         Style::Anthropic => nexus_tests::fake::Style::Anthropic,
         Style::OpenAi => nexus_tests::fake::Style::OpenAi,
         Style::Gemini => nexus_tests::fake::Style::Gemini,
+        Style::OpenAiResponses => nexus_tests::fake::Style::OpenAiResponses,
     }
 }
 

@@ -292,7 +292,7 @@ fn upstream_models(req: &Request, state: &State) -> Result<Vec<String>, Translat
     let url = match style {
         Style::Anthropic if base.ends_with("/v1") => format!("{base}/models?limit=1000"),
         Style::Anthropic => format!("{base}/v1/models?limit=1000"),
-        Style::OpenAi => format!("{base}/models"),
+        Style::OpenAi | Style::OpenAiResponses => format!("{base}/models"),
         Style::Gemini => format!("{base}/models?pageSize=1000"),
     };
     let mut headers = style.base_headers();

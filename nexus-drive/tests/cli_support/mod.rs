@@ -12,14 +12,15 @@ use serde_json::Value;
 /// The key the fake accepts: distinctive, so a leak into a file is easy to find.
 pub const KEY: &str = "sk-nexus-cli-test-4f7Qz9";
 
-/// The three styles, as the CLI names them.
-pub const STYLES: [&str; 3] = ["anthropic", "openai", "gemini"];
+/// The four styles, as the CLI names them.
+pub const STYLES: [&str; 4] = ["anthropic", "openai", "gemini", "openai-responses"];
 
 /// The fake's name for a style.
 pub fn fake_style(style: &str) -> nexus_tests::fake::Style {
     match style {
         "anthropic" => nexus_tests::fake::Style::Anthropic,
         "openai" => nexus_tests::fake::Style::OpenAi,
+        "openai-responses" => nexus_tests::fake::Style::OpenAiResponses,
         _ => nexus_tests::fake::Style::Gemini,
     }
 }
@@ -28,7 +29,7 @@ pub fn fake_style(style: &str) -> nexus_tests::fake::Style {
 pub fn key_var(style: &str) -> &'static str {
     match style {
         "anthropic" => "ANTHROPIC_API_KEY",
-        "openai" => "OPENAI_API_KEY",
+        "openai" | "openai-responses" => "OPENAI_API_KEY",
         _ => "GEMINI_API_KEY",
     }
 }
@@ -146,6 +147,20 @@ pub fn result_turns(style: &str, body: &Value) -> Vec<Vec<String>> {
             for m in body["messages"].as_array().unwrap_or(&empty) {
                 if m["role"] == "tool" {
                     current.push(m.to_string());
+                } else if !current.is_empty() {
+                    turns.push(std::mem::take(&mut current));
+                }
+            }
+            if !current.is_empty() {
+                turns.push(current);
+            }
+        }
+        "openai-responses" => {
+            // A run of function_call_output items is one result turn.
+            let mut current: Vec<String> = Vec::new();
+            for item in body["input"].as_array().unwrap_or(&empty) {
+                if item["type"] == "function_call_output" {
+                    current.push(item.to_string());
                 } else if !current.is_empty() {
                     turns.push(std::mem::take(&mut current));
                 }

@@ -486,6 +486,27 @@ fn check_request(style: Style, req: &HttpRequest) {
                 prev_tool = is_tool;
             }
         }
+        Style::OpenAiResponses => {
+            // A model turn is a run of output items; the outputs that follow it are its results.
+            let mut prev_output = false;
+            for item in list("input") {
+                let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
+                let is_output = matches!(kind, "reasoning" | "function_call")
+                    || (kind == "message" && item.get("role") == Some(&json!("assistant")));
+                // A new turn starts wherever the side changes (and at the start).
+                if turns.is_empty() || is_output != prev_output {
+                    turns.push((Vec::new(), Vec::new()));
+                }
+                if let Some((calls, results)) = turns.last_mut() {
+                    match kind {
+                        "function_call" => calls.extend(strs(Some(&item), "call_id")),
+                        "function_call_output" => results.extend(strs(Some(&item), "call_id")),
+                        _ => {}
+                    }
+                }
+                prev_output = is_output;
+            }
+        }
         Style::Gemini => {
             for c in list("contents") {
                 let parts = c.get("parts").and_then(Value::as_array).cloned().unwrap_or_default();
@@ -519,7 +540,7 @@ fn error_body(style: Style) -> Vec<u8> {
         Style::Anthropic => {
             json!({"type": "error", "error": {"type": "overloaded_error", "message": "busy"}})
         }
-        Style::OpenAi => {
+        Style::OpenAi | Style::OpenAiResponses => {
             json!({"error": {"message": "busy", "type": "server_error", "code": null}})
         }
         Style::Gemini => {
@@ -613,6 +634,47 @@ fn wire(style: Style, turn: &FakeTurn, stream: bool) -> Vec<u8> {
             }
             chunk(json!({}), json!(openai_finish(turn)));
             out.push_str("data: [DONE]\n\n");
+        }
+        (Style::OpenAiResponses, stream) => {
+            let mut output: Vec<Value> = vec![json!({"id": "rs_1", "type": "reasoning", "summary": [],
+                                                     "encrypted_content": "gAAAA"})];
+            if let Some(t) = turn.text {
+                output.push(json!({"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+                                   "content": [{"type": "output_text", "text": t, "annotations": []}]}));
+            }
+            for (i, (id, name, args)) in turn.calls.iter().enumerate() {
+                output.push(json!({"id": format!("fc_{i}"), "type": "function_call", "status": "completed",
+                                   "call_id": id, "name": name, "arguments": args}));
+            }
+            let (status, reason) = match turn.stop {
+                Some("max_tokens") => ("incomplete", json!({"reason": "max_output_tokens"})),
+                Some(_) => ("incomplete", json!({"reason": "content_filter"})),
+                None => ("completed", Value::Null),
+            };
+            let response = json!({"id": "resp_1", "object": "response", "status": status, "model": "m",
+                                  "incomplete_details": reason, "output": output,
+                                  "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}});
+            if !stream {
+                out = response.to_string();
+            } else {
+                let mut ev = |v: Value| {
+                    let name = v.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
+                    out.push_str(&format!("event: {name}\ndata: {v}\n\n"));
+                };
+                for (index, item) in output.iter().enumerate() {
+                    ev(json!({"type": "response.output_item.added", "output_index": index, "item": item}));
+                    if let Some(args) = item.get("arguments").and_then(Value::as_str) {
+                        let (a, b) = args.split_at(args.len() / 2);
+                        for piece in [a, b] {
+                            ev(json!({"type": "response.function_call_arguments.delta", "output_index": index,
+                                      "delta": piece}));
+                        }
+                    }
+                    ev(json!({"type": "response.output_item.done", "output_index": index, "item": item}));
+                }
+                let terminal = if status == "completed" { "response.completed" } else { "response.incomplete" };
+                ev(json!({"type": terminal, "response": response}));
+            }
         }
         (Style::Gemini, _) => {
             let mut parts: Vec<Value> = turn.text.iter().map(|t| json!({"text": t})).collect();

@@ -11,7 +11,7 @@ use crate::translate::{openai_request_bytes_to, response_to_openai, StreamTransl
 /// Translates `data` both ways, in every direction the gateway uses:
 ///
 /// - as an OpenAI Chat Completions request body into Anthropic and Gemini:
-///   a request or a typed 4xx error, the same every time; a translated body
+///   (and OpenAI Responses): a request or a typed 4xx error, the same every time; a translated body
 ///   is a JSON object; an OpenAI pass-through forwards the bytes unchanged;
 /// - as an Anthropic or Gemini response body back into a completion: an
 ///   object with one choice, or a typed error;
@@ -19,7 +19,7 @@ use crate::translate::{openai_request_bytes_to, response_to_openai, StreamTransl
 ///   in data-derived chunks: every line is `data: <json>` or `data: [DONE]`,
 ///   nothing follows `[DONE]` or an error line, and chunking changes nothing.
 pub fn translate(data: &[u8]) {
-    for style in [Style::Anthropic, Style::Gemini, Style::OpenAi] {
+    for style in [Style::Anthropic, Style::Gemini, Style::OpenAi, Style::OpenAiResponses] {
         let first = openai_request_bytes_to(style, data);
         assert_eq!(first, openai_request_bytes_to(style, data), "request translation is not deterministic");
         match first {
@@ -38,7 +38,7 @@ pub fn translate(data: &[u8]) {
         }
     }
 
-    for style in [Style::Anthropic, Style::Gemini] {
+    for style in [Style::Anthropic, Style::Gemini, Style::OpenAiResponses] {
         match response_to_openai(style, data, "m") {
             Ok(v) => assert_eq!(v["choices"].as_array().map(Vec::len), Some(1), "completion without one choice"),
             Err(e) => assert!((400..600).contains(&e.status), "status {} out of range", e.status),

@@ -161,7 +161,7 @@ mod tests {
 
     use super::*;
     use crate::message::Message;
-    use crate::provider::{anthropic, gemini, openai, ModelCall};
+    use crate::provider::{anthropic, gemini, openai, responses, ModelCall};
     use crate::tool::ToolDecl;
 
     /// The keys of `fields` whose value is a conversation part.
@@ -188,9 +188,13 @@ mod tests {
             part_keys(anthropic::body_fields(&call)),
             part_keys(openai::body_fields(&call)),
             part_keys(gemini::body_fields(&call)),
+            part_keys(responses::body_fields(&call)),
         ];
         let all: Vec<&str> = keys.concat();
-        assert_eq!(all, ["messages", "tools", "messages", "tools", "contents", "systemInstruction", "tools"]);
+        assert_eq!(
+            all,
+            ["messages", "tools", "messages", "tools", "contents", "systemInstruction", "tools", "input", "tools"]
+        );
         for key in all {
             assert!(RESERVED_PARAMS.contains(&key), "`{key}` is a conversation part but not reserved");
         }

@@ -1,4 +1,4 @@
-//! The three wire formats. Each provider module encodes a [`ModelCall`] into
+//! The four wire formats. Each provider module encodes a [`ModelCall`] into
 //! its request body and decodes its responses — whole bodies and SSE streams —
 //! into one [`TurnResponse`]. The machine never looks at provider JSON itself.
 
@@ -16,6 +16,7 @@ mod body;
 pub mod gemini;
 pub mod openai;
 mod partial_json;
+pub mod responses;
 mod wire;
 
 /// Which wire format a provider speaks.
@@ -30,6 +31,9 @@ pub enum Style {
     OpenAi,
     /// Gemini `generateContent`.
     Gemini,
+    /// OpenAI Responses (`/responses`), used statelessly.
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
 }
 
 impl Style {
@@ -39,15 +43,17 @@ impl Style {
             Style::Anthropic => "anthropic",
             Style::OpenAi => "openai",
             Style::Gemini => "gemini",
+            Style::OpenAiResponses => "openai-responses",
         }
     }
 
-    /// Parses `anthropic` | `openai` | `gemini`.
+    /// Parses `anthropic` | `openai` | `gemini` | `openai-responses`.
     pub fn parse(s: &str) -> Option<Style> {
         match s {
             "anthropic" => Some(Style::Anthropic),
             "openai" => Some(Style::OpenAi),
             "gemini" => Some(Style::Gemini),
+            "openai-responses" => Some(Style::OpenAiResponses),
             _ => None,
         }
     }
@@ -56,7 +62,7 @@ impl Style {
     pub fn default_base_url(self) -> &'static str {
         match self {
             Style::Anthropic => "https://api.anthropic.com",
-            Style::OpenAi => "https://api.openai.com/v1",
+            Style::OpenAi | Style::OpenAiResponses => "https://api.openai.com/v1",
             Style::Gemini => "https://generativelanguage.googleapis.com/v1beta",
         }
     }
@@ -65,7 +71,7 @@ impl Style {
     pub fn api_key_env(self) -> &'static str {
         match self {
             Style::Anthropic => "ANTHROPIC_API_KEY",
-            Style::OpenAi => "OPENAI_API_KEY",
+            Style::OpenAi | Style::OpenAiResponses => "OPENAI_API_KEY",
             Style::Gemini => "GEMINI_API_KEY",
         }
     }
@@ -76,6 +82,7 @@ impl Style {
             Style::Anthropic => anthropic::endpoint(base_url),
             Style::OpenAi => openai::endpoint(base_url),
             Style::Gemini => gemini::endpoint(base_url, model, stream),
+            Style::OpenAiResponses => responses::endpoint(base_url),
         }
     }
 
@@ -92,7 +99,7 @@ impl Style {
     pub fn auth_header(self, key: &str) -> (String, String) {
         match self {
             Style::Anthropic => ("x-api-key".to_string(), key.to_string()),
-            Style::OpenAi => ("authorization".to_string(), format!("Bearer {key}")),
+            Style::OpenAi | Style::OpenAiResponses => ("authorization".to_string(), format!("Bearer {key}")),
             Style::Gemini => ("x-goog-api-key".to_string(), key.to_string()),
         }
     }
@@ -106,6 +113,7 @@ impl Style {
             Style::Anthropic => anthropic::encode_body(call),
             Style::OpenAi => openai::encode_body(call),
             Style::Gemini => gemini::encode_body(call),
+            Style::OpenAiResponses => responses::encode_body(call),
         };
         if let Value::Object(obj) = &mut body {
             for (k, v) in call.params {
@@ -143,6 +151,7 @@ impl Style {
             Style::Anthropic => body::write(anthropic::body_fields(call), call.params, out),
             Style::OpenAi => body::write(openai::body_fields(call), call.params, out),
             Style::Gemini => body::write(gemini::body_fields(call), call.params, out),
+            Style::OpenAiResponses => body::write(responses::body_fields(call), call.params, out),
         }
     }
 
@@ -159,6 +168,7 @@ impl Style {
             Style::Anthropic => anthropic::decode_response(body, ids),
             Style::OpenAi => openai::decode_response(body, ids),
             Style::Gemini => gemini::decode_response(body, ids),
+            Style::OpenAiResponses => responses::decode_response(body, ids),
         }
     }
 
@@ -168,8 +178,15 @@ impl Style {
             Style::Anthropic => anthropic::error_details(body),
             Style::OpenAi => openai::error_details(body),
             Style::Gemini => gemini::error_details(body),
+            Style::OpenAiResponses => responses::error_details(body),
         };
-        provider_error(status, details, retry_after, body)
+        let mut error = provider_error(status, details, retry_after, body);
+        // OpenAI answers an exhausted quota with a 429 that no retry can
+        // get through (the account must be funded first).
+        if matches!(self, Style::OpenAi | Style::OpenAiResponses) && error.kind == "insufficient_quota" {
+            error.retryable = false;
+        }
+        error
     }
 
     /// A fresh stream assembler.
@@ -178,12 +195,29 @@ impl Style {
             Style::Anthropic => Assembler::Anthropic(anthropic::Assembler::default()),
             Style::OpenAi => Assembler::OpenAi(openai::Assembler::default()),
             Style::Gemini => Assembler::Gemini(gemini::Assembler::default()),
+            Style::OpenAiResponses => Assembler::OpenAiResponses(responses::Assembler::default()),
         }
     }
 }
 
 /// Body keys the conversation owns; caller params may not set them.
-pub const RESERVED_PARAMS: &[&str] = &["messages", "tools", "stream", "contents", "system", "systemInstruction"];
+///
+/// `include`, `previous_response_id` and `conversation` are the Responses
+/// style's: it always asks for the reasoning's encrypted content and never
+/// refers to server-side state (the whole conversation is replayed).
+pub const RESERVED_PARAMS: &[&str] = &[
+    "messages",
+    "tools",
+    "stream",
+    "contents",
+    "system",
+    "systemInstruction",
+    "input",
+    "instructions",
+    "include",
+    "previous_response_id",
+    "conversation",
+];
 
 /// Everything one model call needs, in neutral form.
 #[derive(Debug, Clone, Copy)]
@@ -310,6 +344,8 @@ pub enum Assembler {
     OpenAi(openai::Assembler),
     /// Gemini.
     Gemini(gemini::Assembler),
+    /// OpenAI Responses.
+    OpenAiResponses(responses::Assembler),
 }
 
 impl Assembler {
@@ -319,6 +355,7 @@ impl Assembler {
             Assembler::Anthropic(a) => a.push(event, ids, out),
             Assembler::OpenAi(a) => a.push(event, ids, out),
             Assembler::Gemini(a) => a.push(event, ids, out),
+            Assembler::OpenAiResponses(a) => a.push(event, ids, out),
         }
     }
 
@@ -329,6 +366,7 @@ impl Assembler {
             Assembler::Anthropic(a) => a.finish(),
             Assembler::OpenAi(a) => a.finish(),
             Assembler::Gemini(a) => a.finish(),
+            Assembler::OpenAiResponses(a) => a.finish(),
         }
     }
 
@@ -339,6 +377,7 @@ impl Assembler {
             Assembler::Anthropic(a) => a.emitted_anything(),
             Assembler::OpenAi(a) => a.emitted_anything(),
             Assembler::Gemini(a) => a.emitted_anything(),
+            Assembler::OpenAiResponses(a) => a.emitted_anything(),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Single-turn translation between OpenAI Chat Completions and the other
 //! wire formats, for callers who speak OpenAI function calling and want
-//! Anthropic or Gemini behind it.
+//! Anthropic, Gemini or the OpenAI Responses API behind it.
 //!
 //! The caller owns the conversation and runs its own tools: one OpenAI
 //! request in, exactly one provider request out, the provider's answer back
@@ -16,6 +16,10 @@
 //!   SSE lines, ending in `data: [DONE]`.
 //! * [`error_to_openai`]: a provider error response → an OpenAI error object
 //!   with the provider's own message and a matching status.
+//! * For a `/v1/responses` surface: [`read_responses_request`] reads an
+//!   OpenAI Responses request into the neutral form, and
+//!   [`turn_to_responses`] / [`turn_to_responses_events`] write a decoded
+//!   turn back as a Responses object or event stream.
 //!
 //! What the target cannot express is refused with a 400-style
 //! [`TranslateError`] naming the parameter, never dropped: a request that
@@ -24,21 +28,22 @@
 //!
 //! ## How each OpenAI request field lands
 //!
-//! | OpenAI | Anthropic | Gemini |
-//! | --- | --- | --- |
-//! | `system` / `developer` messages | `system` (joined, blank line between) | `systemInstruction` |
-//! | consecutive `tool` messages | one user turn of `tool_result` blocks | one user turn of `functionResponse` parts (names recovered from the calls) |
-//! | assistant `tool_calls` | `tool_use` blocks (arguments parsed) | `functionCall` parts |
-//! | `image_url` parts | `image` blocks (data URLs inline, http(s) by URL) | `inlineData` / `fileData` |
-//! | `tool_choice` auto / required / none / named | `{type: auto / any / none / tool}` | `functionCallingConfig.mode` AUTO / ANY / NONE / ANY + `allowedFunctionNames` |
-//! | `parallel_tool_calls: false` | `disable_parallel_tool_use` | refused (no counterpart) |
-//! | `function.strict: true` | tool `strict` | mode `VALIDATED` instead of `AUTO` |
-//! | `max_completion_tokens` / `max_tokens` | `max_tokens` (4096 when unset: the API requires one) | `maxOutputTokens` |
-//! | `temperature`, `top_p`, `stop` | `temperature` (0…1), `top_p`, `stop_sequences` | `temperature`, `topP`, `stopSequences` |
-//! | `response_format` json_schema / json_object | `output_config.format` / refused | `responseJsonSchema` / `responseMimeType` |
-//! | `reasoning_effort` | `output_config.effort` | `thinkingConfig.thinkingLevel` |
-//! | `seed`, `presence_penalty`, `frequency_penalty` | refused unless neutral | `seed`, `presencePenalty`, `frequencyPenalty` |
-//! | `user` / `safety_identifier` | `metadata.user_id` | refused |
+//! | OpenAI | Anthropic | Gemini | OpenAI Responses |
+//! | --- | --- | --- | --- |
+//! | `system` / `developer` messages | `system` (joined, blank line between) | `systemInstruction` | `instructions` |
+//! | consecutive `tool` messages | one user turn of `tool_result` blocks | one user turn of `functionResponse` parts (names recovered from the calls) | `function_call_output` items, one per call |
+//! | assistant `tool_calls` | `tool_use` blocks (arguments parsed) | `functionCall` parts | `function_call` items (raw `arguments`) |
+//! | `image_url` parts | `image` blocks (data URLs inline, http(s) by URL) | `inlineData` / `fileData` | `input_image` parts (`detail: auto`) |
+//! | `tool_choice` auto / required / none / named | `{type: auto / any / none / tool}` | `functionCallingConfig.mode` AUTO / ANY / NONE / ANY + `allowedFunctionNames` | `tool_choice` `auto` / `required` / `none` / `{type: function, name}` |
+//! | `parallel_tool_calls: false` | `disable_parallel_tool_use` | refused (no counterpart) | `parallel_tool_calls: false` |
+//! | `function.strict: true` | tool `strict` | mode `VALIDATED` instead of `AUTO` | tool `strict: true` (otherwise `false`) |
+//! | `max_completion_tokens` / `max_tokens` | `max_tokens` (4096 when unset: the API requires one) | `maxOutputTokens` | `max_output_tokens` |
+//! | `temperature`, `top_p`, `stop` | `temperature` (0…1), `top_p`, `stop_sequences` | `temperature`, `topP`, `stopSequences` | `temperature`, `top_p`; `stop` refused |
+//! | `response_format` json_schema / json_object | `output_config.format` / refused | `responseJsonSchema` / `responseMimeType` | `text.format` json_schema (name, strict kept) / json_object |
+//! | `reasoning_effort` | `output_config.effort` | `thinkingConfig.thinkingLevel` | `reasoning.effort` |
+//! | `seed`, `presence_penalty`, `frequency_penalty` | refused unless neutral | `seed`, `presencePenalty`, `frequencyPenalty` | refused unless neutral |
+//! | `user` / `safety_identifier` | `metadata.user_id` | refused | `user` / `safety_identifier` |
+//! | `metadata`, `service_tier`, `prompt_cache_key`, `prompt_cache_retention`, `store`, `verbosity` | refused | refused | the same (`verbosity` as `text.verbosity`) |
 //!
 //! A field set to `null`, or to the value that means "not set" (`n: 1`,
 //! `logprobs: false`, zero penalties, `store: false`, …), is accepted
@@ -67,11 +72,16 @@ use crate::provider::Style;
 mod conversation;
 mod request;
 mod response;
+mod responses;
 mod stream;
 
 pub use request::{openai_request_bytes_to, openai_request_to};
 pub use response::{
     error_to_openai, remote_error_to_openai, response_to_openai, response_to_openai_with, turn_to_openai,
+};
+pub use responses::{
+    read_responses_request, turn_to_responses, turn_to_responses_events, ResponseMeta, ResponsesRequest,
+    PROVIDER_DATA_KEY as RESPONSES_KEY,
 };
 pub use stream::StreamTranslator;
 

@@ -1,4 +1,4 @@
-//! OpenAI Chat Completions request → Anthropic / Gemini request.
+//! OpenAI Chat Completions request → Anthropic / Gemini / OpenAI Responses request.
 //!
 //! The body is read into the neutral transcript and encoded by the
 //! provider modules; the settings the transcript does not carry are then
@@ -121,7 +121,13 @@ struct Settings {
     effort: Option<String>,
     choice: Option<Choice>,
     parallel: Option<bool>,
+    /// Settings a Responses upstream takes under the same name and meaning.
+    same_name: Vec<(String, Value)>,
 }
+
+/// Chat Completions settings the Responses API has under the same name.
+const RESPONSES_SAME_NAME: &[&str] =
+    &["metadata", "service_tier", "prompt_cache_key", "prompt_cache_retention", "store"];
 
 /// Top-level keys read by [`read_settings`] or by the conversation readers.
 const CONVERSATION_KEYS: &[&str] = &["messages", "tools"];
@@ -148,6 +154,7 @@ fn translate(style: Style, obj: &Map<String, Value>) -> Result<TranslatedRequest
     match style {
         Style::Anthropic => anthropic_settings(out, &settings, &tools, &strict)?,
         Style::Gemini => gemini_settings(out, &settings, &tools, &strict)?,
+        Style::OpenAiResponses => responses_settings(out, &settings, obj, &tools, &strict)?,
         Style::OpenAi => {}
     }
     let body = serde_json::to_vec(&body).map_err(|e| TranslateError::invalid("", e.to_string()))?;
@@ -237,6 +244,13 @@ fn read_settings(style: Style, obj: &Map<String, Value>) -> Result<Settings, Tra
             }
             "tool_choice" => s.choice = Some(read_choice(value)?),
             "parallel_tool_calls" => s.parallel = opt_bool(Some(value), k)?,
+            _ if style == Style::OpenAiResponses && RESPONSES_SAME_NAME.contains(&k) => {
+                s.same_name.push((k.to_string(), value.clone()));
+            }
+            "verbosity" if style == Style::OpenAiResponses => {
+                let v = value.as_str().ok_or_else(|| TranslateError::invalid(k, "`verbosity` must be a string"))?;
+                s.same_name.push((k.to_string(), Value::String(v.to_string())));
+            }
             // Values that mean "not set": accepted, nothing to carry.
             "logprobs" | "store" if value == &Value::Bool(false) => {}
             "logit_bias" | "metadata" if value.as_object().is_some_and(Map::is_empty) => {}
@@ -506,6 +520,90 @@ fn gemini_settings(
     };
     if let Some(config) = config {
         out.insert("toolConfig".into(), json!({ "functionCallingConfig": config }));
+    }
+    Ok(())
+}
+
+fn responses_settings(
+    out: &mut Map<String, Value>,
+    s: &Settings,
+    request: &Map<String, Value>,
+    tools: &[ToolDecl],
+    strict: &[bool],
+) -> Result<(), TranslateError> {
+    const T: Style = Style::OpenAiResponses;
+    for (key, value) in [("temperature", &s.temperature), ("top_p", &s.top_p)] {
+        if let Some(n) = value {
+            out.insert(key.into(), Value::Number(n.clone()));
+        }
+    }
+    if !s.stop.is_empty() {
+        return Err(TranslateError::unsupported("stop", T, "the Responses API has no stop sequences"));
+    }
+    for (param, value) in
+        [("seed", &s.seed), ("presence_penalty", &s.presence_penalty), ("frequency_penalty", &s.frequency_penalty)]
+    {
+        if value.is_some() {
+            return Err(TranslateError::unsupported(param, T, "the Responses API has no such setting"));
+        }
+    }
+    if let Some((key, user)) = &s.user {
+        out.insert((*key).into(), Value::String(user.clone()));
+    }
+    let mut text = Map::new();
+    match &s.format {
+        None => {}
+        Some(Format::Text) => {
+            text.insert("format".into(), json!({ "type": "text" }));
+        }
+        Some(Format::JsonObject) => {
+            text.insert("format".into(), json!({ "type": "json_object" }));
+        }
+        Some(Format::JsonSchema(schema)) => {
+            // `name` is required on both sides; `strict` and `description` carry over.
+            let given = request.get("response_format").and_then(|f| f.get("json_schema"));
+            let name = given.and_then(|g| g.get("name")).and_then(Value::as_str).unwrap_or("response");
+            let mut format = json!({ "type": "json_schema", "name": name, "schema": schema });
+            for key in ["strict", "description"] {
+                if let Some(v) = given.and_then(|g| g.get(key)).filter(|v| !v.is_null()) {
+                    format[key] = v.clone();
+                }
+            }
+            text.insert("format".into(), format);
+        }
+    }
+    for (key, value) in &s.same_name {
+        if key == "verbosity" {
+            text.insert(key.clone(), value.clone());
+        } else {
+            out.insert(key.clone(), value.clone());
+        }
+    }
+    if !text.is_empty() {
+        out.insert("text".into(), Value::Object(text));
+    }
+    if let Some(effort) = &s.effort {
+        out.insert("reasoning".into(), json!({ "effort": effort }));
+    }
+    if let Some(Value::Array(wire_tools)) = out.get_mut("tools") {
+        for (tool, strict) in wire_tools.iter_mut().zip(strict) {
+            if let (Value::Object(tool), true) = (tool, *strict) {
+                tool.insert("strict".into(), Value::Bool(true));
+            }
+        }
+    }
+    if let Some(parallel) = s.parallel {
+        out.insert("parallel_tool_calls".into(), Value::Bool(parallel));
+    }
+    let choice = match check_choice(s.choice.as_ref(), tools)? {
+        None => None,
+        Some(Choice::Auto) => Some(json!("auto")),
+        Some(Choice::Required) => Some(json!("required")),
+        Some(Choice::None) => Some(json!("none")),
+        Some(Choice::Named(name)) => Some(json!({ "type": "function", "name": name })),
+    };
+    if let Some(choice) = choice {
+        out.insert("tool_choice".into(), choice);
     }
     Ok(())
 }

@@ -52,10 +52,12 @@ pub(crate) fn call_ids(meta: &CompletionMeta) -> CallIds {
 }
 
 /// The provider's own response id (Anthropic `id` / `message.id`, Gemini
-/// `responseId`), reduced to characters safe in any id.
+/// `responseId`, Responses `id` / `response.id`), reduced to characters safe in any id.
 pub(crate) fn provider_id(body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
-    let raw = ["/id", "/responseId", "/message/id"].iter().find_map(|p| v.pointer(p).and_then(Value::as_str))?;
+    let raw = ["/id", "/responseId", "/message/id", "/response/id"]
+        .iter()
+        .find_map(|p| v.pointer(p).and_then(Value::as_str))?;
     let clean: String = raw.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-')).take(48).collect();
     (!clean.is_empty()).then_some(clean)
 }

@@ -32,6 +32,20 @@ impl Turn {
 
 /// Counts model turns already present in a request body.
 pub fn model_turns(style: Style, body: &Value) -> usize {
+    if style == Style::OpenAiResponses {
+        // A model turn is a run of output items between inputs.
+        let is_output = |item: &Value| match item["type"].as_str() {
+            Some("reasoning" | "function_call") => true,
+            Some("message") | None => item["role"] == "assistant",
+            _ => false,
+        };
+        let items = body["input"].as_array().cloned().unwrap_or_default();
+        return items
+            .iter()
+            .enumerate()
+            .filter(|(i, it)| is_output(it) && (*i == 0 || !is_output(&items[i - 1])))
+            .count();
+    }
     let (key, role) = match style {
         Style::Gemini => ("contents", "model"),
         _ => ("messages", "assistant"),
@@ -39,9 +53,98 @@ pub fn model_turns(style: Style, body: &Value) -> usize {
     body[key].as_array().map(|a| a.iter().filter(|m| m["role"] == role).count()).unwrap_or(0)
 }
 
+/// The wire body of a scripted turn (whole JSON or an SSE stream). Turn `n`
+/// (0-based) numbers the Responses item ids, and every Responses turn starts
+/// with a reasoning item whose encrypted content names it.
+pub fn wire_n(style: Style, turn: &Turn, stream: bool, n: usize) -> Vec<u8> {
+    if style == Style::OpenAiResponses {
+        return responses_wire(turn, stream, n);
+    }
+    wire(style, turn, stream)
+}
+
+/// The encrypted content of scripted Responses turn `n`'s reasoning item.
+pub fn encrypted(n: usize) -> String {
+    format!("gAAAA-turn-{n}")
+}
+
+fn responses_wire(turn: &Turn, stream: bool, n: usize) -> Vec<u8> {
+    let reasoning = json!({"id": format!("rs_{n}"), "type": "reasoning", "encrypted_content": encrypted(n),
+                           "summary": [{"type": "summary_text", "text": format!("thinking {n}")}]});
+    let message = |t: &str| {
+        json!({"id": format!("msg_{n}"), "type": "message", "status": "completed", "role": "assistant",
+                                   "content": [{"type": "output_text", "text": t, "annotations": [], "logprobs": []}]})
+    };
+    let call = |i: usize, id: &str, name: &str, args: &str| {
+        json!({"id": format!("fc_{n}_{i}"), "type": "function_call",
+        "status": "completed", "call_id": id, "name": name, "arguments": args})
+    };
+    let mut output = vec![reasoning.clone()];
+    if let Some(t) = &turn.text {
+        output.push(message(t));
+    }
+    for (i, (id, name, args)) in turn.calls.iter().enumerate() {
+        output.push(call(i, id, name, args));
+    }
+    let usage = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+                       "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 15});
+    let response = |status: &str, output: Vec<Value>, usage: Value| {
+        json!({"id": format!("resp_{n}"), "object": "response",
+        "created_at": 1, "status": status, "error": null, "incomplete_details": null, "model": "m",
+        "output": output, "usage": usage})
+    };
+    if !stream {
+        return serde_json::to_vec(&response("completed", output, usage)).unwrap();
+    }
+    let mut out = String::new();
+    let mut seq = 0;
+    let mut ev = |mut data: Value| {
+        data["sequence_number"] = json!(seq);
+        seq += 1;
+        out += &format!("event: {}\ndata: {data}\n\n", data["type"].as_str().unwrap());
+    };
+    ev(json!({"type": "response.created", "response": response("in_progress", vec![], Value::Null)}));
+    for (index, item) in output.iter().enumerate() {
+        let mut added = item.clone();
+        match item["type"].as_str().unwrap() {
+            "reasoning" => {
+                added["summary"] = json!([]);
+                added["encrypted_content"] = json!("gAAAA-partial");
+                ev(json!({"type": "response.output_item.added", "output_index": index, "item": added}));
+                for piece in split3(&format!("thinking {n}")) {
+                    ev(json!({"type": "response.reasoning_summary_text.delta", "item_id": format!("rs_{n}"),
+                              "output_index": index, "summary_index": 0, "delta": piece}));
+                }
+            }
+            "message" => {
+                added["content"] = json!([]);
+                ev(json!({"type": "response.output_item.added", "output_index": index, "item": added}));
+                for piece in split3(item["content"][0]["text"].as_str().unwrap()) {
+                    ev(json!({"type": "response.output_text.delta", "item_id": item["id"], "output_index": index,
+                              "content_index": 0, "delta": piece, "logprobs": []}));
+                }
+            }
+            _ => {
+                added["arguments"] = json!("");
+                ev(json!({"type": "response.output_item.added", "output_index": index, "item": added}));
+                for piece in split3(item["arguments"].as_str().unwrap()) {
+                    ev(json!({"type": "response.function_call_arguments.delta", "item_id": item["id"],
+                              "output_index": index, "delta": piece}));
+                }
+                ev(json!({"type": "response.function_call_arguments.done", "item_id": item["id"],
+                          "output_index": index, "arguments": item["arguments"]}));
+            }
+        }
+        ev(json!({"type": "response.output_item.done", "output_index": index, "item": item}));
+    }
+    ev(json!({"type": "response.completed", "response": response("completed", output, usage)}));
+    out.into_bytes()
+}
+
 /// The wire body of a scripted turn (whole JSON or an SSE stream).
 pub fn wire(style: Style, turn: &Turn, stream: bool) -> Vec<u8> {
     match (style, stream) {
+        (Style::OpenAiResponses, _) => responses_wire(turn, stream, 0),
         (Style::OpenAi, false) => {
             let calls: Vec<Value> = turn
                 .calls
@@ -241,7 +344,7 @@ impl Sim {
         let n = model_turns(self.style, &body);
         self.sent.push(body);
         let turn = self.script.get(n).cloned().unwrap_or_else(|| Turn::text("(script exhausted)"));
-        let bytes = wire(self.style, &turn, req.streaming);
+        let bytes = wire_n(self.style, &turn, req.streaming, n);
         let ct = if req.streaming { "text/event-stream" } else { "application/json" };
         self.feed_response(req.exchange, 200, ct, &bytes);
     }

@@ -4,7 +4,7 @@
 use super::reply::{Body, FullCut, Reply, StreamCut};
 use super::script::{Fault, FaultKind};
 use super::wire::{Ctx, Reject};
-use super::{anthropic, gemini, openai, Style};
+use super::{anthropic, gemini, openai, responses, Style};
 
 /// The fault for attempt `attempt` (0-based): faults cover consecutive
 /// attempts in order, `times` each; past them the turn answers normally.
@@ -35,7 +35,7 @@ pub enum Framing {
 pub fn status_reject(style: Style, status: u16, model: &str) -> Reject {
     match style {
         Style::Anthropic => anthropic::status_error(status),
-        Style::OpenAi => openai::status_error(status, model),
+        Style::OpenAi | Style::OpenAiResponses => openai::status_error(status, model),
         Style::Gemini => gemini::status_error(status),
     }
 }
@@ -50,6 +50,7 @@ fn whole_body(style: Style, ctx: &Ctx<'_>) -> Vec<u8> {
         Style::Anthropic => anthropic::body(ctx),
         Style::OpenAi => openai::body(ctx),
         Style::Gemini => gemini::body(ctx),
+        Style::OpenAiResponses => responses::body(ctx),
     }
 }
 
@@ -59,6 +60,7 @@ fn events(style: Style, ctx: &Ctx<'_>, framing: Framing) -> Vec<Vec<u8>> {
         (Style::Anthropic, _) => anthropic::events(ctx),
         (Style::OpenAi, _) => openai::events(ctx),
         (Style::Gemini, _) => gemini::events(ctx),
+        (Style::OpenAiResponses, _) => responses::events(ctx),
     }
 }
 
@@ -67,6 +69,7 @@ fn stream_error_event(style: Style) -> Vec<u8> {
         Style::Anthropic => anthropic::stream_error_event(),
         Style::OpenAi => openai::stream_error_event(),
         Style::Gemini => gemini::stream_error_event(),
+        Style::OpenAiResponses => responses::stream_error_event(),
     }
 }
 
@@ -75,6 +78,7 @@ fn malformed_event(style: Style) -> Vec<u8> {
         Style::Anthropic => anthropic::malformed_event(),
         Style::OpenAi => openai::malformed_event(),
         Style::Gemini => gemini::malformed_event(),
+        Style::OpenAiResponses => responses::malformed_event(),
     }
 }
 
@@ -83,6 +87,7 @@ fn malformed_body(style: Style) -> Vec<u8> {
         Style::Anthropic => anthropic::malformed_body(),
         Style::OpenAi => openai::malformed_body(),
         Style::Gemini => gemini::malformed_body(),
+        Style::OpenAiResponses => responses::malformed_body(),
     }
 }
 
@@ -90,7 +95,7 @@ fn malformed_body(style: Style) -> Vec<u8> {
 fn overloaded_status(style: Style) -> u16 {
     match style {
         Style::Anthropic => 529,
-        Style::OpenAi | Style::Gemini => 503,
+        Style::OpenAi | Style::Gemini | Style::OpenAiResponses => 503,
     }
 }
 

@@ -1,5 +1,5 @@
 //! A fake LLM provider on loopback HTTP/1.1 that speaks the Anthropic,
-//! OpenAI and Gemini wire formats.
+//! OpenAI Chat Completions, OpenAI Responses and Gemini wire formats.
 //!
 //! It is an implementation independent of `nexus-proto`: request bodies are
 //! read and responses written with `serde_json` directly, following the real
@@ -38,6 +38,7 @@ mod gemini;
 mod http;
 mod openai;
 mod reply;
+mod responses;
 pub mod script;
 mod server;
 mod wire;
@@ -59,18 +60,31 @@ pub enum Style {
     OpenAi,
     /// Gemini generateContent.
     Gemini,
+    /// OpenAI Responses.
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
 }
 
 impl Style {
-    /// All three.
-    pub const ALL: [Style; 3] = [Style::Anthropic, Style::OpenAi, Style::Gemini];
+    /// All four.
+    pub const ALL: [Style; 4] = [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses];
 
-    /// `anthropic` | `openai` | `gemini` (the oracles' names too).
+    /// `anthropic` | `openai` | `gemini` | `openai-responses` (the corpus
+    /// folders' names; the oracles call the last one `responses`).
     pub fn name(self) -> &'static str {
         match self {
             Style::Anthropic => "anthropic",
             Style::OpenAi => "openai",
             Style::Gemini => "gemini",
+            Style::OpenAiResponses => "openai-responses",
+        }
+    }
+
+    /// The oracles' name for the style.
+    pub fn oracle_name(self) -> &'static str {
+        match self {
+            Style::OpenAiResponses => "responses",
+            other => other.name(),
         }
     }
 }
@@ -159,7 +173,7 @@ impl FakeProvider {
     pub fn base_url(&self, style: Style) -> String {
         match style {
             Style::Anthropic => format!("http://{}", self.addr),
-            Style::OpenAi => format!("http://{}/v1", self.addr),
+            Style::OpenAi | Style::OpenAiResponses => format!("http://{}/v1", self.addr),
             Style::Gemini => format!("http://{}/v1beta", self.addr),
         }
     }
@@ -169,6 +183,7 @@ impl FakeProvider {
         match style {
             Style::Anthropic => format!("{}/v1/messages", self.base_url(style)),
             Style::OpenAi => format!("{}/chat/completions", self.base_url(style)),
+            Style::OpenAiResponses => format!("{}/responses", self.base_url(style)),
             Style::Gemini if stream => format!("{}/models/{model}:streamGenerateContent?alt=sse", self.base_url(style)),
             Style::Gemini => format!("{}/models/{model}:generateContent", self.base_url(style)),
         }

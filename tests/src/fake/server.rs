@@ -15,7 +15,7 @@ use super::http::{write_full, Conn, ReadError, Request};
 use super::reply::{self, Reply};
 use super::script::{ExpectFinal, Scripts};
 use super::wire::{stable_id, Ctx, Parsed, Reject};
-use super::{anthropic, gemini, openai, RecordedRequest, Style};
+use super::{anthropic, gemini, openai, responses, RecordedRequest, Style};
 
 /// Connections served at once; more are closed on arrival.
 const MAX_CONNECTIONS: usize = 256;
@@ -134,6 +134,10 @@ fn handle(shared: &Shared, req: &Request, connection: u64) -> (Reply, RecordedRe
     } else if path == "/v1/chat/completions" {
         record.style = Some(Style::OpenAi);
         only_post(req, Style::OpenAi).unwrap_or_else(|| model_call(shared, Style::OpenAi, req, None, &mut record))
+    } else if path == "/v1/responses" {
+        record.style = Some(Style::OpenAiResponses);
+        only_post(req, Style::OpenAiResponses)
+            .unwrap_or_else(|| model_call(shared, Style::OpenAiResponses, req, None, &mut record))
     } else if path == "/v1/models" {
         model_list(shared, req, &mut record)
     } else if let Some((model, method)) = gemini::route(path) {
@@ -167,7 +171,7 @@ fn only_post(req: &Request, style: Style) -> Option<Reply> {
     let message = format!("Method Not Allowed: {} {}", req.method, req.path());
     let reject = match style {
         Style::Anthropic => anthropic::error(405, &message),
-        Style::OpenAi => openai::error(405, &message),
+        Style::OpenAi | Style::OpenAiResponses => openai::error(405, &message),
         Style::Gemini => gemini::error(405, &message),
     };
     Some(faults::reject_reply(reject).header("allow", "POST"))
@@ -197,7 +201,7 @@ fn model_list(shared: &Shared, req: &Request, record: &mut RecordedRequest) -> R
 fn style_error(style: Style, status: u16, message: &str) -> Reject {
     match style {
         Style::Anthropic => anthropic::error(status, message),
-        Style::OpenAi => openai::error(status, message),
+        Style::OpenAi | Style::OpenAiResponses => openai::error(status, message),
         Style::Gemini => gemini::error(status, message),
     }
 }
@@ -216,7 +220,7 @@ fn model_call(
     .header(
         match style {
             Style::Anthropic => "request-id",
-            Style::OpenAi => "x-request-id",
+            Style::OpenAi | Style::OpenAiResponses => "x-request-id",
             Style::Gemini => "x-goog-request-id",
         },
         stable_id("req_", &[&record.connection.to_string(), &lock(&shared.requests).len().to_string()], 24),
@@ -233,18 +237,19 @@ fn plan(
     let key = &shared.scripts.api_key;
     match style {
         Style::Anthropic => anthropic::check_auth(req, key)?,
-        Style::OpenAi => openai::check_auth(req, key)?,
+        Style::OpenAi | Style::OpenAiResponses => openai::check_auth(req, key)?,
         Style::Gemini => gemini::check_auth(req, key)?,
     }
     let body: Value = serde_json::from_slice(&req.body).map_err(|e| match style {
         Style::Anthropic => anthropic::error(400, &format!("The request body is not valid JSON: {e}")),
-        Style::OpenAi => openai::malformed_request(),
+        Style::OpenAi | Style::OpenAiResponses => openai::malformed_request(),
         Style::Gemini => gemini::malformed_request(&e.to_string()),
     })?;
     record.json = Some(body.clone());
     let parsed: Parsed = match (style, &gemini_route) {
         (Style::Anthropic, _) => anthropic::parse(req, &body),
         (Style::OpenAi, _) => openai::parse(&body),
+        (Style::OpenAiResponses, _) => responses::parse(&body),
         (Style::Gemini, Some((model, framing))) => gemini::parse(&body, model, *framing != Framing::Whole),
         (Style::Gemini, None) => Err(gemini::error(404, "Not Found")),
     }?;
@@ -252,13 +257,14 @@ fn plan(
     let Some(script) = shared.scripts.models.get(&parsed.model) else {
         return Err(match style {
             Style::Anthropic => anthropic::error(404, &format!("model: {}", parsed.model)),
-            Style::OpenAi => openai::unknown_model(&parsed.model),
+            Style::OpenAi | Style::OpenAiResponses => openai::unknown_model(&parsed.model),
             Style::Gemini => gemini::unknown_model(&parsed.model),
         });
     };
     match style {
         Style::Anthropic => anthropic::check_balance(&body)?,
         Style::OpenAi => openai::check_balance(&body)?,
+        Style::OpenAiResponses => responses::check_balance(&body)?,
         Style::Gemini => {
             gemini::check_balance(&body)?;
             gemini::check_signatures(&body, &parsed.model)?;

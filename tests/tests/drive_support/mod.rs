@@ -120,13 +120,14 @@ impl Cl {
 
 // ------------------------------------------------------------------ helpers
 
-pub const STYLES: [Style; 3] = Style::ALL;
+pub const STYLES: [Style; 4] = Style::ALL;
 
 pub fn proto_style(s: Style) -> nexus_drive::Style {
     match s {
         Style::Anthropic => nexus_drive::Style::Anthropic,
         Style::OpenAi => nexus_drive::Style::OpenAi,
         Style::Gemini => nexus_drive::Style::Gemini,
+        Style::OpenAiResponses => nexus_drive::Style::OpenAiResponses,
     }
 }
 

@@ -217,6 +217,7 @@ pub fn call_target(style: Style, model: &str, stream: bool) -> String {
     match style {
         Style::Anthropic => "/v1/messages".to_string(),
         Style::OpenAi => "/v1/chat/completions".to_string(),
+        Style::OpenAiResponses => "/v1/responses".to_string(),
         Style::Gemini if stream => format!("/v1beta/models/{model}:streamGenerateContent?alt=sse"),
         Style::Gemini => format!("/v1beta/models/{model}:generateContent"),
     }
@@ -230,7 +231,7 @@ pub fn auth_headers(style: Style, key: Option<&str>) -> Vec<(String, String)> {
     if let Some(k) = key {
         h.push(match style {
             Style::Anthropic => ("x-api-key".to_string(), k.to_string()),
-            Style::OpenAi => ("Authorization".to_string(), format!("Bearer {k}")),
+            Style::OpenAi | Style::OpenAiResponses => ("Authorization".to_string(), format!("Bearer {k}")),
             Style::Gemini => ("x-goog-api-key".to_string(), k.to_string()),
         });
     }
@@ -254,6 +255,11 @@ pub fn body(style: Style, model: &str, turns: usize, stream: bool) -> Value {
                 messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
                     {"id": id, "type": "function", "function": {"name": "lookup", "arguments": format!("{{\"n\":{t}}}")}}]}));
                 messages.push(json!({"role": "tool", "tool_call_id": id, "content": format!("result {t}")}));
+            }
+            Style::OpenAiResponses => {
+                messages.push(json!({"type": "function_call", "id": format!("fc_{t}"), "call_id": id,
+                    "name": "lookup", "arguments": format!("{{\"n\":{t}}}")}));
+                messages.push(json!({"type": "function_call_output", "call_id": id, "output": format!("result {t}")}));
             }
             Style::Gemini => {
                 messages
@@ -283,6 +289,7 @@ pub fn wrap(style: Style, model: &str, messages: Vec<Value>, stream: bool) -> Va
             json!({"model": model, "stream": true, "stream_options": {"include_usage": true}, "messages": messages})
         }
         Style::OpenAi => json!({"model": model, "messages": messages}),
+        Style::OpenAiResponses => json!({"model": model, "input": messages, "stream": stream, "store": false}),
         Style::Gemini => json!({"contents": messages}),
     }
 }

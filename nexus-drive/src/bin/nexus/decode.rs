@@ -12,7 +12,7 @@ use crate::{out, parse_style, read_input, Fail};
 const SPEC: Spec = Spec { command: "decode", values: &["style"], switches: &["stream"], optional: &[] };
 
 pub const HELP: &str = "\
-nexus decode --style anthropic|openai|gemini [--stream] FILE
+nexus decode --style anthropic|openai|gemini|openai-responses [--stream] FILE
 
 Decodes one provider response body (or, with --stream, one raw SSE capture)
 with the code the loop uses, and prints one JSON object:
@@ -30,8 +30,9 @@ exits 1; a malformed or truncated input exits 1 with a message on stderr.";
 /// Runs the command.
 pub fn main(args: &[String]) -> Result<i32, Fail> {
     let p = parse(args, &SPEC)?;
-    let style =
-        parse_style(p.value("style").ok_or_else(|| Fail::usage("decode needs --style anthropic|openai|gemini"))?)?;
+    let style = parse_style(
+        p.value("style").ok_or_else(|| Fail::usage("decode needs --style anthropic|openai|gemini|openai-responses"))?,
+    )?;
     let [file] = p.positionals.as_slice() else {
         return Err(Fail::usage("decode takes exactly one FILE (or - for standard input)"));
     };

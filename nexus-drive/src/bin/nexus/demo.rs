@@ -25,7 +25,7 @@ const SPEC: Spec =
     Spec { command: "demo", values: &["style", "record", "base-url", "api-key-env"], switches: &[], optional: &[] };
 
 pub const HELP: &str = "\
-nexus demo [--style anthropic|openai|gemini]
+nexus demo [--style anthropic|openai|gemini|openai-responses]
 
 Replays a recorded session offline through the real state machine and
 prints its trace: two tool calls in parallel, an approval answered in the
@@ -45,12 +45,14 @@ const PROMPT_2: &str = "Great. Please email the plan to sam@example.com.";
 const CASSETTE_ANTHROPIC: &str = include_str!("../../../../examples/cassettes/demo-anthropic.jsonl");
 const CASSETTE_OPENAI: &str = include_str!("../../../../examples/cassettes/demo-openai.jsonl");
 const CASSETTE_GEMINI: &str = include_str!("../../../../examples/cassettes/demo-gemini.jsonl");
+const CASSETTE_RESPONSES: &str = include_str!("../../../../examples/cassettes/demo-openai-responses.jsonl");
 
 fn embedded(style: Style) -> &'static str {
     match style {
         Style::Anthropic => CASSETTE_ANTHROPIC,
         Style::OpenAi => CASSETTE_OPENAI,
         Style::Gemini => CASSETTE_GEMINI,
+        Style::OpenAiResponses => CASSETTE_RESPONSES,
     }
 }
 

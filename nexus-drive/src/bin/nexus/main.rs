@@ -86,7 +86,8 @@ pub fn out_inline(text: &str) {
 
 /// Parses a `--style` value.
 pub fn parse_style(s: &str) -> Result<Style, Fail> {
-    Style::parse(s).ok_or_else(|| Fail::usage(format!("unknown style {s:?}: use anthropic, openai or gemini")))
+    Style::parse(s)
+        .ok_or_else(|| Fail::usage(format!("unknown style {s:?}: use anthropic, openai, gemini or openai-responses")))
 }
 
 /// Reads a file, or standard input for `-`.

@@ -48,7 +48,7 @@ const RESUME_SPEC: Spec = Spec {
 pub const DEFAULT_STATE: &str = "nexus-state.json";
 
 pub const RUN_HELP: &str = "\
-nexus run [--style anthropic|openai|gemini] [--base-url URL] [--model M]
+nexus run [--style anthropic|openai|gemini|openai-responses] [--base-url URL] [--model M]
           [--api-key-env VAR] [--system TEXT] [--max-turns N] [--stream]
           [--relay TOOLS.json] [--builtins[=NAMES]] [--root DIR]
           [--state FILE | --store STORE] [--record FILE] [--json]
@@ -126,6 +126,7 @@ fn default_model(style: Style) -> &'static str {
         Style::Anthropic => "claude-sonnet-4-5",
         Style::OpenAi => "gpt-4o-mini",
         Style::Gemini => "gemini-2.5-flash",
+        Style::OpenAiResponses => "gpt-5-mini",
     }
 }
 

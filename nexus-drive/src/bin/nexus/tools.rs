@@ -15,7 +15,7 @@ use crate::{builtins, out, parse_style, read_input, Fail};
 const SPEC: Spec = Spec { command: "tools", values: &["relay", "style"], switches: &[], optional: &["builtins"] };
 
 pub const HELP: &str = "\
-nexus tools [--builtins[=NAMES]] [--relay TOOLS.json] [--style anthropic|openai|gemini]
+nexus tools [--builtins[=NAMES]] [--relay TOOLS.json] [--style anthropic|openai|gemini|openai-responses]
 
 Prints the tool declarations exactly as the provider receives them in the
 `tools` field of a request (the request encoder builds them). Without
@@ -118,7 +118,7 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
         Some(s) => wire_tools(s, &decls),
         None => {
             let mut all = Map::new();
-            for s in [Style::Anthropic, Style::OpenAi, Style::Gemini] {
+            for s in [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses] {
                 all.insert(s.name().into(), wire_tools(s, &decls));
             }
             Value::Object(all)

@@ -1,0 +1,585 @@
+//! The OpenAI Responses wire format (`POST {base}/responses`), used
+//! statelessly: every request carries `store: false` and
+//! `include: ["reasoning.encrypted_content"]`, and the whole conversation is
+//! replayed in `input` each turn. Nothing is ever referenced by id alone and
+//! `previous_response_id` is never sent, so a run can move between processes,
+//! servers and API keys (and to OpenRouter, which is stateless-only).
+//!
+//! How the neutral transcript maps onto it:
+//!
+//! * `reasoning` output items ⇄ [`Block::Reasoning`] whose text is the
+//!   summary (or, without one, the `reasoning_text` content). The item itself
+//!   (id, `summary`, the `encrypted_content` of `output_item.done`) rides in
+//!   `provider_data` as `{"openai-responses": {"item": <the item>}}` and is
+//!   echoed back verbatim, in its place.
+//! * `message` output items ⇄ one [`Block::Text`] per content part, with
+//!   `{"openai-responses": {"id", "status", "phase"?, "annotations"?, "refusal"?}}`;
+//!   consecutive blocks of one message id are sent back as that one message.
+//! * `function_call` items ⇄ [`Block::ToolCall`] (`call_id` is the id, the raw
+//!   `arguments` text is kept) with `{"openai-responses": {"id", "status"?}}`.
+//! * Tool results → one `function_call_output` per call, same `call_id`.
+//!
+//! Data under another style's key is never read, and data under this key is
+//! never read by another style, so opaque reasoning never leaks elsewhere;
+//! reasoning that came from another provider has no form here and is left
+//! out. A reasoning item is only valid followed by the item the model produced
+//! after it: one left last in its turn (a turn cut by the output cap) is left
+//! out, and one followed by an item that no longer carries its id (a rewritten
+//! history) is refused by the pre-send gate.
+//!
+//! A whole body and a stream decode through the same item reader, so the
+//! stream [`Assembler`] produces exactly what [`decode_response`] produces for
+//! the same response sent as one body.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::error::{DecodeError, RemoteError};
+use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock, Usage};
+use crate::provider::partial_json::parse_partial;
+use crate::provider::{parse_arguments, ModelCall, Stop, StopReason, Style, TurnResponse};
+
+mod stream;
+mod write;
+
+pub use stream::Assembler;
+pub(crate) use write::fields as body_fields;
+
+/// This style's key in `provider_data`.
+pub const KEY: &str = "openai-responses";
+
+/// What every request asks to be included: the reasoning items' encrypted
+/// content, without which a stateless replay loses the model's reasoning.
+pub const INCLUDE: &str = "reasoning.encrypted_content";
+
+/// The URL of one model call (`…/v1` is part of the base URL, as for Chat Completions).
+pub fn endpoint(base_url: &str) -> String {
+    format!("{}/responses", base_url.trim_end_matches('/'))
+}
+
+// ---------------------------------------------------------------- encoding
+
+/// The request body:
+/// `{model, input, instructions?, tools?, stream?, store: false, include, max_output_tokens?}`.
+///
+/// `tool_choice` and `parallel_tool_calls` are left to the API's defaults
+/// (`auto`, `true`), which are what the loop wants; a caller who needs others
+/// passes them in the params. Tools are declared non-strict, as in the other
+/// styles (the Responses API would otherwise default to strict schemas).
+pub fn encode_body(call: &ModelCall<'_>) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), Value::String(call.model.to_string()));
+    body.insert("input".into(), Value::Array(encode_input(call.messages)));
+    if let Some(system) = call.system.filter(|s| !s.is_empty()) {
+        body.insert("instructions".into(), Value::String(system.to_string()));
+    }
+    if !call.tools.is_empty() {
+        let tools = call
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.input_schema,
+                    "strict": false,
+                })
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if call.stream {
+        body.insert("stream".into(), Value::Bool(true));
+    }
+    body.insert("store".into(), Value::Bool(false));
+    body.insert("include".into(), json!([INCLUDE]));
+    if let Some(max) = call.max_tokens {
+        body.insert("max_output_tokens".into(), Value::from(max));
+    }
+    Value::Object(body)
+}
+
+/// The `input` items of the whole transcript, in order.
+pub fn encode_input(messages: &[Message]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(messages.len() * 2);
+    for message in messages {
+        match message.role {
+            Role::User => {
+                for result in message.tool_results() {
+                    out.push(encode_output(result));
+                }
+                if let Some(parts) = user_parts(message) {
+                    let content: Vec<Value> = parts.filter_map(encode_user_part).collect();
+                    out.push(json!({ "type": "message", "role": "user", "content": content }));
+                }
+            }
+            Role::Assistant => {
+                for item in assistant_items(&message.content) {
+                    out.push(encode_assistant_item(&item));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The text and image blocks of a user turn, which become one user message,
+/// or `None` when the turn holds tool results and nothing else.
+pub(super) fn user_parts(message: &Message) -> Option<impl Iterator<Item = &Block> + Clone> {
+    let parts = message.content.iter().filter(|b| matches!(b, Block::Text { .. } | Block::Image { .. }));
+    let had_results = message.content.iter().any(|b| matches!(b, Block::ToolResult(_)));
+    (parts.clone().next().is_some() || !had_results).then_some(parts)
+}
+
+/// `{type:"input_text"}` or `{type:"input_image"}`.
+fn encode_user_part(block: &Block) -> Option<Value> {
+    match block {
+        Block::Text { text, .. } => Some(json!({ "type": "input_text", "text": text })),
+        Block::Image { media_type, source } => Some(json!({
+            "type": "input_image",
+            "image_url": image_url(media_type, source),
+            "detail": "auto",
+        })),
+        _ => None,
+    }
+}
+
+/// An inline image travels as a data URL.
+fn image_url(media_type: &str, source: &ImageSource) -> String {
+    match source {
+        ImageSource::Base64 { data } => format!("data:{media_type};base64,{data}"),
+        ImageSource::Url { url } => url.clone(),
+    }
+}
+
+/// `{type:"function_call_output", call_id, output}`. The wire has no error
+/// flag: an error result is sent as its text, which says what went wrong.
+fn encode_output(result: &ToolResultBlock) -> Value {
+    json!({ "type": "function_call_output", "call_id": result.call_id, "output": result.output })
+}
+
+/// One input item an assistant turn becomes.
+pub(super) enum AssistantItem<'a> {
+    /// A reasoning item of ours, verbatim.
+    Reasoning(&'a Value),
+    /// Consecutive text blocks of one message of ours.
+    Message { meta: &'a Map<String, Value>, parts: &'a [Block] },
+    /// Text without a message of ours behind it (another style's, or written
+    /// by the host): an assistant message without id.
+    Plain(&'a str),
+    /// A function call.
+    Call(&'a ToolCall),
+}
+
+/// The input items of an assistant turn, in order (see the module docs for
+/// what is left out).
+pub(super) fn assistant_items(blocks: &[Block]) -> Vec<AssistantItem<'_>> {
+    let mut out = Vec::with_capacity(blocks.len());
+    let mut i = 0;
+    while i < blocks.len() {
+        match &blocks[i] {
+            Block::Reasoning { provider_data, .. } => {
+                if let Some(item) = reasoning_item(provider_data.as_ref()) {
+                    // Sent only with the item that followed it.
+                    if i + 1 < blocks.len() {
+                        out.push(AssistantItem::Reasoning(item));
+                    }
+                }
+            }
+            Block::Text { text, provider_data } => match message_meta(provider_data.as_ref()) {
+                Some(meta) => {
+                    let id = meta.get("id");
+                    let mut end = i + 1;
+                    while let Some(Block::Text { provider_data, .. }) = blocks.get(end) {
+                        match message_meta(provider_data.as_ref()) {
+                            Some(next) if next.get("id") == id => end += 1,
+                            _ => break,
+                        }
+                    }
+                    out.push(AssistantItem::Message { meta, parts: &blocks[i..end] });
+                    i = end;
+                    continue;
+                }
+                // An empty text carries nothing (another style's opaque block).
+                None if text.is_empty() => {}
+                None => out.push(AssistantItem::Plain(text)),
+            },
+            Block::ToolCall(call) => out.push(AssistantItem::Call(call)),
+            // An image the model produced elsewhere has no assistant form
+            // here; a result in an assistant turn is a malformed transcript.
+            Block::Image { .. } | Block::ToolResult(_) => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+fn encode_assistant_item(item: &AssistantItem<'_>) -> Value {
+    match item {
+        AssistantItem::Reasoning(item) => (*item).clone(),
+        AssistantItem::Message { meta, parts } => {
+            let content: Vec<Value> = parts
+                .iter()
+                .filter_map(|b| match b {
+                    Block::Text { text, provider_data } => Some(match message_meta(provider_data.as_ref()) {
+                        Some(m) if is_refusal(m) => json!({ "type": "refusal", "refusal": text }),
+                        m => json!({
+                            "type": "output_text",
+                            "text": text,
+                            "annotations": m.and_then(|m| m.get("annotations")).cloned().unwrap_or(json!([])),
+                        }),
+                    }),
+                    _ => None,
+                })
+                .collect();
+            let mut m = Map::new();
+            m.insert("type".into(), Value::String("message".into()));
+            m.insert("role".into(), Value::String("assistant".into()));
+            m.insert("id".into(), meta.get("id").cloned().unwrap_or(Value::Null));
+            m.insert("status".into(), Value::String(message_status(meta).to_string()));
+            if let Some(phase) = meta.get("phase") {
+                m.insert("phase".into(), phase.clone());
+            }
+            m.insert("content".into(), Value::Array(content));
+            Value::Object(m)
+        }
+        AssistantItem::Plain(text) => json!({ "type": "message", "role": "assistant", "content": text }),
+        AssistantItem::Call(call) => {
+            let mut m = Map::new();
+            m.insert("type".into(), Value::String("function_call".into()));
+            m.insert("call_id".into(), Value::String(call.id.clone()));
+            m.insert("name".into(), Value::String(call.name.clone()));
+            let arguments = if arguments_from_input(call) { call.input.to_string() } else { call.arguments.clone() };
+            m.insert("arguments".into(), Value::String(arguments));
+            if let Some(own) = own(call.provider_data.as_ref()) {
+                for key in ["id", "status"] {
+                    if let Some(v) = own.get(key).filter(|v| v.is_string()) {
+                        m.insert(key.into(), v.clone());
+                    }
+                }
+            }
+            Value::Object(m)
+        }
+    }
+}
+
+/// Whether a call's `arguments` go out as the JSON of its `input` (a call
+/// built in code may carry only `input`).
+pub(super) fn arguments_from_input(call: &ToolCall) -> bool {
+    call.arguments.is_empty() && call.input.as_object().is_some_and(|o| !o.is_empty())
+}
+
+/// This style's part of a `provider_data` value.
+pub(crate) fn own(provider_data: Option<&Value>) -> Option<&Map<String, Value>> {
+    provider_data?.get(KEY)?.as_object()
+}
+
+/// The verbatim reasoning item a block carries.
+pub(crate) fn reasoning_item(provider_data: Option<&Value>) -> Option<&Value> {
+    own(provider_data)?.get("item").filter(|v| v.is_object())
+}
+
+/// The message a text block came from (it has a string id).
+pub(crate) fn message_meta(provider_data: Option<&Value>) -> Option<&Map<String, Value>> {
+    own(provider_data).filter(|m| m.get("id").is_some_and(Value::is_string))
+}
+
+/// Whether a block is an output item of this style (so a reasoning item
+/// before it is followed by its own item).
+pub(crate) fn is_own_item(block: &Block) -> bool {
+    match block {
+        Block::Reasoning { provider_data, .. } => reasoning_item(provider_data.as_ref()).is_some(),
+        Block::Text { provider_data, .. } => message_meta(provider_data.as_ref()).is_some(),
+        Block::ToolCall(call) => {
+            own(call.provider_data.as_ref()).is_some_and(|m| m.get("id").is_some_and(Value::is_string))
+        }
+        _ => false,
+    }
+}
+
+pub(super) fn is_refusal(meta: &Map<String, Value>) -> bool {
+    meta.get("refusal").and_then(Value::as_bool).unwrap_or(false)
+}
+
+pub(super) fn message_status(meta: &Map<String, Value>) -> &str {
+    meta.get("status").and_then(Value::as_str).unwrap_or("completed")
+}
+
+// ---------------------------------------------------------------- decoding
+
+/// Decodes one whole success body (a `response` object).
+///
+/// An error body (`{"error": {…}}`, sometimes sent with a 200) and a
+/// response whose `status` is `failed` are a [`RemoteError::Provider`].
+pub fn decode_response(body: &[u8], _ids: &mut crate::provider::CallIds) -> Result<TurnResponse, RemoteError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| super::serde_failure(e, body))?;
+    let Value::Object(mut obj) = value else {
+        return Err(DecodeError::Shape("the response is not a JSON object".into()).into());
+    };
+    let has_output = obj.contains_key("output");
+    if !has_output && obj.get("error").is_some_and(|e| !e.is_null()) {
+        return Err(RemoteError::Provider(Style::OpenAiResponses.decode_error(None, None, body)));
+    }
+    if obj.get("status").and_then(Value::as_str) == Some("failed") {
+        return Err(failed(&obj, body));
+    }
+    let Some(Value::Array(output)) = obj.remove("output") else {
+        return Err(DecodeError::Shape("no `output` array in the response".into()).into());
+    };
+    let mut items = Vec::with_capacity(output.len());
+    for item in output {
+        items.push(Item::read(item)?);
+    }
+    Ok(Ending::read(&obj).into_turn(items))
+}
+
+/// The error of a `failed` response: `response.error = {code, message}`;
+/// `raw` is what arrived (the body or the event), kept as the error body.
+pub(super) fn failed(response: &Map<String, Value>, raw: &[u8]) -> RemoteError {
+    let err = response.get("error").and_then(Value::as_object);
+    let kind = err
+        .and_then(|e| ["code", "type"].iter().find_map(|k| e.get(*k).and_then(Value::as_str)))
+        .filter(|s| !s.is_empty())
+        .unwrap_or("response_failed");
+    let message = err.and_then(|e| e.get("message")).and_then(Value::as_str).unwrap_or("the response failed");
+    RemoteError::Provider(super::provider_error(None, Some((kind.to_string(), message.to_string())), None, raw))
+}
+
+/// (type, message) from an error body: `{"error":{"message","type","param","code"}}`
+/// (as Chat Completions sends it), or an in-stream `error` event, nested
+/// (`{"type":"error","error":{…}}`, what the API sends) or flat
+/// (`{"type":"error","code","message","param"}`, what the SDK types say).
+pub fn error_details(body: &[u8]) -> Option<(String, String)> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    if v.get("type").and_then(Value::as_str) == Some("error") && !v.get("error").is_some_and(Value::is_object) {
+        let kind = ["code", "type"]
+            .iter()
+            .filter_map(|k| v.get(*k).and_then(Value::as_str))
+            .find(|s| !s.is_empty() && *s != "error")
+            .unwrap_or("error");
+        let message = v.get("message").and_then(Value::as_str).unwrap_or_default();
+        return Some((kind.to_string(), message.to_string()));
+    }
+    super::openai::error_details(body)
+}
+
+/// How a response ended: its status, why it is incomplete, usage and model.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Ending {
+    status: Option<String>,
+    incomplete_reason: Option<String>,
+    usage: Option<Usage>,
+    model: Option<String>,
+}
+
+impl Ending {
+    pub(super) fn read(response: &Map<String, Value>) -> Ending {
+        let str_of = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+        Ending {
+            status: str_of(response.get("status")),
+            incomplete_reason: str_of(response.get("incomplete_details").and_then(|d| d.get("reason"))),
+            usage: response
+                .get("usage")
+                .filter(|u| u.is_object())
+                .and_then(|u| WireUsage::deserialize(u).ok())
+                .map(Usage::from),
+            model: str_of(response.get("model")).filter(|m| !m.is_empty()),
+        }
+    }
+
+    /// The turn made of `items` (in output order) ending so.
+    pub(super) fn into_turn(self, items: Vec<Item>) -> TurnResponse {
+        let mut content = Vec::with_capacity(items.len());
+        let mut has_calls = false;
+        for item in items {
+            has_calls |= matches!(item, Item::Call { .. });
+            item.into_blocks(&mut content);
+        }
+        let (reason, raw) = match (self.status.as_deref(), self.incomplete_reason.as_deref()) {
+            (Some("incomplete"), Some("max_output_tokens")) => (StopReason::MaxTokens, "max_tokens".to_string()),
+            (Some("incomplete"), Some("content_filter")) => (StopReason::ContentFilter, "content_filter".to_string()),
+            (Some("incomplete"), other) => (StopReason::Other, other.unwrap_or("incomplete").to_string()),
+            // `completed`, or a server that sends no status.
+            (Some("completed") | None, _) if has_calls => (StopReason::ToolUse, "tool_use".to_string()),
+            (Some("completed") | None, _) => (StopReason::EndTurn, "end_turn".to_string()),
+            (Some(other), _) => (StopReason::Other, other.to_string()),
+        };
+        TurnResponse {
+            content,
+            stop: Stop { reason, raw: Some(raw) },
+            usage: self.usage.unwrap_or_default(),
+            usage_reported: self.usage.is_some(),
+            model: self.model,
+        }
+    }
+}
+
+/// One output item, read.
+#[derive(Debug, Clone)]
+pub(crate) enum Item {
+    /// Kept whole: it goes back verbatim.
+    Reasoning {
+        text: String,
+        item: Value,
+    },
+    Message {
+        meta: Map<String, Value>,
+        parts: Vec<(String, Option<Value>, bool)>,
+    },
+    Call {
+        call_id: String,
+        name: String,
+        arguments: String,
+        meta: Map<String, Value>,
+    },
+    /// Hosted-tool calls, custom tools and kinds added later: not ours to run
+    /// and not needed back (a stateless request cannot refer to them).
+    Other,
+}
+
+impl Item {
+    /// Reads an output item; unknown kinds are [`Item::Other`], not errors.
+    pub(crate) fn read(item: Value) -> Result<Item, RemoteError> {
+        let Value::Object(mut obj) = item else {
+            return Err(DecodeError::Shape("an output item is not an object".into()).into());
+        };
+        let kind = obj.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
+        let id = obj.get("id").filter(|v| v.is_string()).cloned();
+        Ok(match kind.as_str() {
+            "reasoning" => {
+                let text = reasoning_text(&obj);
+                // The API refuses a replayed reasoning item without `summary`.
+                if !obj.get("summary").is_some_and(Value::is_array) {
+                    obj.insert("summary".into(), json!([]));
+                }
+                Item::Reasoning { text, item: Value::Object(obj) }
+            }
+            "message" => {
+                let mut meta = Map::new();
+                if let Some(id) = id {
+                    meta.insert("id".into(), id);
+                }
+                for key in ["status", "phase"] {
+                    if let Some(v) = obj.get(key).filter(|v| v.is_string()) {
+                        meta.insert(key.into(), v.clone());
+                    }
+                }
+                let mut parts = Vec::new();
+                if let Some(Value::Array(content)) = obj.get_mut("content") {
+                    for part in content.iter_mut() {
+                        let Some(part) = part.as_object_mut() else { continue };
+                        match part.get("type").and_then(Value::as_str) {
+                            Some("output_text") => {
+                                let text = part.get("text").and_then(Value::as_str).unwrap_or_default().to_string();
+                                let annotations =
+                                    part.remove("annotations").filter(|a| a.as_array().is_some_and(|a| !a.is_empty()));
+                                parts.push((text, annotations, false));
+                            }
+                            Some("refusal") => {
+                                let text = part.get("refusal").and_then(Value::as_str).unwrap_or_default().to_string();
+                                parts.push((text, None, true));
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                Item::Message { meta, parts }
+            }
+            "function_call" => {
+                let str_of = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+                let arguments = match obj.get("arguments") {
+                    Some(Value::String(s)) => s.clone(),
+                    // Some compatible servers send an object: its JSON text.
+                    Some(v @ Value::Object(_)) => v.to_string(),
+                    _ => String::new(),
+                };
+                let mut meta = Map::new();
+                if let Some(id) = id {
+                    meta.insert("id".into(), id);
+                }
+                if let Some(v) = obj.get("status").filter(|v| v.is_string()) {
+                    meta.insert("status".into(), v.clone());
+                }
+                Item::Call { call_id: str_of("call_id"), name: str_of("name"), arguments, meta }
+            }
+            _ => Item::Other,
+        })
+    }
+
+    pub(crate) fn into_blocks(self, out: &mut Vec<Block>) {
+        match self {
+            Item::Reasoning { text, item } => out.push(Block::Reasoning {
+                text,
+                signature: None,
+                redacted: None,
+                provider_data: Some(json!({ KEY: { "item": item } })),
+            }),
+            Item::Message { meta, parts } => {
+                if parts.is_empty() {
+                    // An empty message still takes its place after a reasoning item.
+                    out.push(Block::Text { text: String::new(), provider_data: Some(json!({ KEY: meta })) });
+                }
+                for (text, annotations, refusal) in parts {
+                    let mut m = meta.clone();
+                    if let Some(a) = annotations {
+                        m.insert("annotations".into(), a);
+                    }
+                    if refusal {
+                        m.insert("refusal".into(), Value::Bool(true));
+                    }
+                    let provider_data = (!m.is_empty()).then(|| json!({ KEY: m }));
+                    out.push(Block::Text { text, provider_data });
+                }
+            }
+            Item::Call { call_id, name, arguments, meta } => {
+                // Arguments that are not JSON do not fail the turn: the loop
+                // answers such a call with an error result instead of running it.
+                let input =
+                    parse_arguments(&arguments).ok().or_else(|| parse_partial(&arguments)).unwrap_or(Value::Null);
+                let provider_data = (!meta.is_empty()).then(|| json!({ KEY: meta }));
+                out.push(Block::ToolCall(ToolCall { id: call_id, name, input, arguments, provider_data }));
+            }
+            Item::Other => {}
+        }
+    }
+}
+
+/// The summary texts joined, or without any the `reasoning_text` content.
+fn reasoning_text(item: &Map<String, Value>) -> String {
+    let join = |key: &str, kind: &str| -> String {
+        let mut s = String::new();
+        for part in item.get(key).and_then(Value::as_array).into_iter().flatten() {
+            if part.get("type").and_then(Value::as_str) == Some(kind) {
+                s.push_str(part.get("text").and_then(Value::as_str).unwrap_or_default());
+            }
+        }
+        s
+    };
+    let summary = join("summary", "summary_text");
+    if summary.is_empty() {
+        join("content", "reasoning_text")
+    } else {
+        summary
+    }
+}
+
+/// `usage`: input tokens include cached ones; output tokens include reasoning ones.
+#[derive(Deserialize, Clone, Copy)]
+pub(super) struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    total_tokens: Option<u64>,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(u: WireUsage) -> Usage {
+        let prompt = u.input_tokens.unwrap_or(0);
+        let completion = u.output_tokens.unwrap_or(0);
+        let total = u.total_tokens.filter(|t| *t > 0).unwrap_or(prompt.saturating_add(completion));
+        Usage { prompt_tokens: prompt, completion_tokens: completion, total_tokens: total }
+    }
+}
