@@ -17,9 +17,11 @@ use crate::provider::{decode_stream_chunks, CallIds, ModelCall, Style, TurnRespo
 use crate::rng::SplitMix64;
 use crate::sse::{SseDecoder, SseEvent};
 
+mod failover;
 mod machine;
 mod translate;
 
+pub use failover::failover;
 pub use machine::{machine, state};
 pub use translate::translate;
 
