@@ -109,3 +109,30 @@ fn a_fallback_spec_is_checked() {
     }
     assert!(primary.requests().is_empty(), "nothing is sent on a usage error");
 }
+
+/// A cassette recorded before state format 2 (its stored states are version
+/// 1) still replays: the replayed machine writes version 2, which agrees with
+/// the recording on everything version 1 knew.
+#[test]
+fn a_cassette_with_format_1_states_still_replays() {
+    let dir = scratch("format-1-cassette");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cassettes/demo-openai-state-format-1.jsonl");
+    let text = std::fs::read_to_string(&fixture).unwrap_or_else(|e| panic!("{}: {e}", fixture.display()));
+    assert!(text.contains(r#""format_version":1,"#), "the fixture holds version-1 states");
+    let mut replay = nexus(&dir, None);
+    replay.arg("replay").arg(&fixture);
+    let out = run(&mut replay).expect(0);
+    assert!(out.stdout.contains("replay matches the recording"), "{}", out.stdout);
+    // One changed byte in a stored state still fails it.
+    let tampered = text.replacen(
+        r#""format_version":1,"runId":"run_975835de1c9756ce""#,
+        r#""format_version":1,"runId":"run_975835de1c9756cf""#,
+        1,
+    );
+    assert_ne!(tampered, text);
+    std::fs::write(dir.join("t.jsonl"), tampered).unwrap_or_default();
+    let mut replay = nexus(&dir, None);
+    replay.args(["replay", "t.jsonl"]);
+    run(&mut replay).expect(1);
+}
