@@ -110,9 +110,9 @@ fn a_fallback_spec_is_checked() {
     assert!(primary.requests().is_empty(), "nothing is sent on a usage error");
 }
 
-/// A cassette recorded before state format 2 (its stored states are version
-/// 1) still replays: the replayed machine writes version 2, which agrees with
-/// the recording on everything version 1 knew.
+/// A cassette recorded before state format 2 (its stored states are of
+/// version one) still replays: the replayed machine writes version 2, which
+/// agrees with the recording on everything version one knew.
 #[test]
 fn a_cassette_with_format_1_states_still_replays() {
     let dir = scratch("format-1-cassette");
