@@ -163,7 +163,7 @@ mod tests {
             text: "hi".into(),
             tool_calls: vec![],
             turns: 1,
-            usage: Usage { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 },
+            usage: Usage { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5, ..Usage::default() },
             model: "m".into(),
             limit: None,
             pending: vec![],

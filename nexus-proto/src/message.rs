@@ -172,6 +172,18 @@ pub struct Usage {
     pub completion_tokens: u64,
     /// The provider's total when it gives one, else prompt + completion.
     pub total_tokens: u64,
+    /// Of `prompt_tokens`, those read from the provider's prompt cache
+    /// (OpenAI `cached_tokens`; zero where a provider reports none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_tokens: u64,
+    /// Of `completion_tokens`, those spent on reasoning (OpenAI
+    /// `reasoning_tokens`; zero where a provider reports none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -180,5 +192,7 @@ impl Usage {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
         self.total_tokens += other.total_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
     }
 }

@@ -116,7 +116,9 @@ fn incomplete_responses_map_to_their_stop() {
                       "output_tokens": 9, "output_tokens_details": {"reasoning_tokens": 8}, "total_tokens": 12}});
         let turn = decode_capture(STYLE, body.to_string().as_bytes(), false).unwrap();
         assert_eq!((turn.stop.reason, turn.stop.raw.as_deref()), (stop, Some(raw)));
-        assert_eq!((turn.usage.prompt_tokens, turn.usage.completion_tokens, turn.usage.total_tokens), (3, 9, 12));
+        let u = turn.usage;
+        assert_eq!((u.prompt_tokens, u.completion_tokens, u.total_tokens), (3, 9, 12));
+        assert_eq!((u.cached_tokens, u.reasoning_tokens), (1, 8), "the parts of the counts");
         assert_eq!(turn.text(), "cut");
     }
 }
@@ -496,4 +498,41 @@ fn oracle_accepts_every_encoded_body() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The pre-send gate holds a reasoning item to the item that followed it:
+/// followed by an item of the same response it passes; followed by text that
+/// lost its id (a rewritten history) it is refused before anything is sent;
+/// last in its turn it passes and is not sent (nothing can follow it).
+#[test]
+fn the_gate_keeps_reasoning_with_its_following_item() {
+    let reasoning = Block::Reasoning {
+        text: "r".into(),
+        signature: None,
+        redacted: None,
+        provider_data: Some(json!({"openai-responses": {"item": {"id": "rs_1", "type": "reasoning", "summary": []}}})),
+    };
+    let own_text = Block::Text { text: "t".into(), provider_data: Some(json!({"openai-responses": {"id": "msg_1"}})) };
+    let turn = |content: Vec<Block>| {
+        vec![Message::user("hi"), Message { role: Role::Assistant, content }, Message::user("more")]
+    };
+    check_transcript(STYLE, &turn(vec![reasoning.clone(), own_text])).unwrap();
+    let err = check_transcript(STYLE, &turn(vec![reasoning.clone(), Block::text("t")])).unwrap_err();
+    assert!(err.to_string().contains("rs_1"), "{err}");
+    // Other styles do not hold it to that.
+    check_transcript(Style::Anthropic, &turn(vec![reasoning.clone(), Block::text("t")])).unwrap();
+    let last = turn(vec![Block::text("t"), reasoning]);
+    check_transcript(STYLE, &last).unwrap();
+    let params = Map::new();
+    let call = ModelCall {
+        model: "m",
+        system: None,
+        messages: &last,
+        tools: &[],
+        max_tokens: None,
+        stream: false,
+        params: &params,
+    };
+    let body = STYLE.encode_body(&call);
+    assert!(body["input"].as_array().unwrap().iter().all(|i| i["type"] != "reasoning"), "{body}");
 }

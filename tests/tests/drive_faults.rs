@@ -283,14 +283,15 @@ fn a_reset_on_a_kept_alive_connection_is_one_attempt(d: Drv) {
 fn a_stream_cut_after_visible_text_is_not_retried(d: Drv) {
     for style in STYLES {
         let ctx = format!("{d:?} {style:?}");
-        // Events before the first text delta: Anthropic message_start,
-        // content_block_start, ping; OpenAI the role chunk; Gemini none.
+        // Events up to the first text delta: Anthropic message_start,
+        // content_block_start, ping; OpenAI the role chunk; Gemini none; and the delta.
         let after_events = match style {
             Style::Anthropic => 4,
             Style::OpenAi => 2,
             Style::Gemini => 1,
-            // created, in_progress, the message's output_item.added and content_part.added.
-            Style::OpenAiResponses => 4,
+            // created, in_progress, the message's output_item.added and
+            // content_part.added, then the first delta.
+            Style::OpenAiResponses => 5,
         };
         let model = "m-mid";
         let cut = Fault::new(FaultKind::ResetMidStream { after_events });

@@ -748,3 +748,49 @@ fn the_binary_serves_a_scripts_file() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["choices"][0]["message"]["content"], "third");
 }
+
+/// OpenAI Responses refuses, with its own texts (the reasoning one is in the
+/// recorded corpus): a function_call without its output, an output without
+/// its call, a reasoning item without the item that followed it or without
+/// `summary`, and items referred to by id while nothing is stored.
+#[test]
+fn responses_replays_are_refused_like_the_api() {
+    let fake = FakeProvider::start(scripts());
+    let s = Style::OpenAiResponses;
+    let reasoning = json!({"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA"});
+    let call = json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "lookup", "arguments": "{}"});
+    let output = json!({"type": "function_call_output", "call_id": "call_1", "output": "ok"});
+    let message = json!({"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                         "content": [{"type": "output_text", "text": "hm", "annotations": []}]});
+    let no_id = json!({"role": "assistant", "content": "hm"});
+    let mut no_summary = reasoning.clone();
+    no_summary.as_object_mut().unwrap().remove("summary");
+    let cases: Vec<(Vec<Value>, u16, &str)> = vec![
+        (vec![user(s, "hi"), call.clone()], 400, "No tool output found for function call call_1."),
+        (vec![user(s, "hi"), output.clone()], 400, "No tool call found for function call output with call_id call_1."),
+        (
+            vec![user(s, "hi"), reasoning.clone(), no_id, user(s, "more")],
+            400,
+            "Item 'rs_1' of type 'reasoning' was provided without its required following item.",
+        ),
+        (vec![user(s, "hi"), reasoning.clone()], 400, "without its required following item"),
+        (
+            vec![user(s, "hi"), no_summary, message.clone(), user(s, "more")],
+            400,
+            "Missing required parameter: 'input[1].summary'.",
+        ),
+        (
+            vec![user(s, "hi"), json!({"type": "item_reference", "id": "rs_1"})],
+            404,
+            "Items are not persisted when `store` is set to false.",
+        ),
+    ];
+    for (items, status, text) in cases {
+        let body = wrap(s, "m-rich", items, false);
+        let r = call_with(&fake, s, "m-rich", &body, false, Some(KEY));
+        assert_error(s, &r, status, "", text);
+    }
+    // The same items, whole and in order, are accepted.
+    let ok = wrap(s, "m-rich", vec![user(s, "hi"), reasoning, message, call, output], false);
+    assert_eq!(call_with(&fake, s, "m-rich", &ok, false, Some(KEY)).status, 200);
+}

@@ -313,6 +313,7 @@ fn provider() -> (RunConfig, Option<String>, Option<FakeProvider>) {
                     Style::Anthropic => "claude-haiku-4-5",
                     Style::OpenAi => "gpt-4o-mini",
                     Style::Gemini => "gemini-2.5-flash",
+                    Style::OpenAiResponses => "gpt-5-mini",
                 }
                 .to_string()
             });
@@ -326,6 +327,7 @@ fn provider() -> (RunConfig, Option<String>, Option<FakeProvider>) {
                 Style::Anthropic => nexus_tests::fake::Style::Anthropic,
                 Style::OpenAi => nexus_tests::fake::Style::OpenAi,
                 Style::Gemini => nexus_tests::fake::Style::Gemini,
+                Style::OpenAiResponses => nexus_tests::fake::Style::OpenAiResponses,
             };
             eprintln!("# offline: a scripted {} provider at {}", style.name(), fake.addr());
             let mut config = RunConfig::new(style, "scripted-model");

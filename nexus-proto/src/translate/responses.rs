@@ -386,9 +386,9 @@ fn usage(turn: &TurnResponse) -> Value {
     }
     json!({
         "input_tokens": turn.usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": turn.usage.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": turn.usage.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": turn.usage.reasoning_tokens},
         "total_tokens": turn.usage.total_tokens,
     })
 }

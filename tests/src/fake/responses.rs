@@ -91,7 +91,15 @@ pub fn parse(body: &Value) -> Result<Parsed, Reject> {
             None => String::new(),
         })
         .collect();
-    Ok(Parsed { model, stream, include_usage: false, assistant_turns, messages: items.len(), tool_results })
+    // Messages as Chat Completions counts them: each input item, and each
+    // model turn (a run of output items) as one assistant message.
+    let messages = items.len()
+        - items
+            .iter()
+            .enumerate()
+            .filter(|(i, it)| is_output_item(it) && *i > 0 && is_output_item(&items[i - 1]))
+            .count();
+    Ok(Parsed { model, stream, include_usage: false, assistant_turns, messages, tool_results })
 }
 
 /// The conversation rules the API enforces with a 400 (or a 404 for items it

@@ -29,7 +29,7 @@ pub struct Parsed {
     pub include_usage: bool,
     /// Assistant (`model`) messages in the transcript: the turn index.
     pub assistant_turns: usize,
-    /// Messages (Gemini: contents) in the transcript.
+    /// Messages (Gemini: contents; Responses: input items, a model turn counting once) in the transcript.
     pub messages: usize,
     /// The text of every tool result in the transcript, in order.
     pub tool_results: Vec<String>,

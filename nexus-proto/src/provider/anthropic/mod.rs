@@ -152,7 +152,12 @@ fn stop(raw: Option<String>) -> Stop {
 /// Cache tokens are not added: `input_tokens` is what the API counts as input.
 fn usage(input: Option<u64>, output: Option<u64>) -> Usage {
     let (prompt_tokens, completion_tokens) = (input.unwrap_or(0), output.unwrap_or(0));
-    Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens.saturating_add(completion_tokens) }
+    Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: prompt_tokens.saturating_add(completion_tokens),
+        ..Usage::default()
+    }
 }
 
 fn reasoning(text: String, signature: String) -> Block {

@@ -121,6 +121,7 @@ impl WireUsage {
             prompt_tokens: prompt,
             completion_tokens: completion,
             total_tokens: self.total_token_count.unwrap_or(prompt.saturating_add(completion)),
+            ..Usage::default()
         }
     }
 }

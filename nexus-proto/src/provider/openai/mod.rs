@@ -478,6 +478,24 @@ struct WireUsage {
     completion_tokens: Option<u64>,
     #[serde(default)]
     total_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<TokenDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<TokenDetails>,
+}
+
+/// `*_tokens_details` of a usage object (Chat Completions and Responses):
+/// the parts of a count, read leniently (anything but a count is none).
+#[derive(Deserialize, Clone, Copy, Default)]
+pub(crate) struct TokenDetails {
+    #[serde(default, deserialize_with = "lenient_count")]
+    pub(crate) cached_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "lenient_count")]
+    pub(crate) reasoning_tokens: Option<u64>,
+}
+
+fn lenient_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    Ok(Value::deserialize(d)?.as_u64())
 }
 
 impl From<WireUsage> for Usage {
@@ -486,7 +504,13 @@ impl From<WireUsage> for Usage {
         let completion = u.completion_tokens.unwrap_or(0);
         // Some compatible servers send a zero total; the sum is then the truth.
         let total = u.total_tokens.filter(|t| *t > 0).unwrap_or(prompt.saturating_add(completion));
-        Usage { prompt_tokens: prompt, completion_tokens: completion, total_tokens: total }
+        Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: total,
+            cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens).unwrap_or(0),
+            reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens).unwrap_or(0),
+        }
     }
 }
 

@@ -36,6 +36,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{DecodeError, RemoteError};
 use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock, Usage};
+use crate::provider::openai::TokenDetails;
 use crate::provider::partial_json::parse_partial;
 use crate::provider::{parse_arguments, ModelCall, Stop, StopReason, Style, TurnResponse};
 
@@ -573,6 +574,10 @@ pub(super) struct WireUsage {
     output_tokens: Option<u64>,
     #[serde(default)]
     total_tokens: Option<u64>,
+    #[serde(default)]
+    input_tokens_details: Option<TokenDetails>,
+    #[serde(default)]
+    output_tokens_details: Option<TokenDetails>,
 }
 
 impl From<WireUsage> for Usage {
@@ -580,6 +585,12 @@ impl From<WireUsage> for Usage {
         let prompt = u.input_tokens.unwrap_or(0);
         let completion = u.output_tokens.unwrap_or(0);
         let total = u.total_tokens.filter(|t| *t > 0).unwrap_or(prompt.saturating_add(completion));
-        Usage { prompt_tokens: prompt, completion_tokens: completion, total_tokens: total }
+        Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: total,
+            cached_tokens: u.input_tokens_details.and_then(|d| d.cached_tokens).unwrap_or(0),
+            reasoning_tokens: u.output_tokens_details.and_then(|d| d.reasoning_tokens).unwrap_or(0),
+        }
     }
 }
