@@ -41,7 +41,7 @@ fn model(style: Style, role: &str) -> String {
 
 /// Turn 0 thinks (signed), says `FIRST` and calls `count`; turn 1 says
 /// `FINAL` and must see the one result. `turn1` faults hit the primary.
-fn script(style: Style, own_turn0: bool, turn1: &[Fault]) -> Script {
+fn script(style: Style, turn1: &[Fault]) -> Script {
     let t0 = Turn::default()
         .thinking("Let me count carefully.", "c2lnbmVkLXRoaW5raW5n")
         .with_text(FIRST)
@@ -51,14 +51,9 @@ fn script(style: Style, own_turn0: bool, turn1: &[Fault]) -> Script {
     Script::new(vec![t0, t1]).expect_final(ExpectFinal {
         tool_result_contains: vec!["counted 1".into()],
         tool_results: Some(1),
-        // prompt, the call turn, its result. Responses counts input items: the
-        // call turn is a reasoning item (only when Responses wrote it: another
-        // provider's reasoning is never sent there), a message and the call.
-        messages: Some(match (style, own_turn0) {
-            (Style::OpenAiResponses, true) => 5,
-            (Style::OpenAiResponses, false) => 4,
-            _ => 3,
-        }),
+        // prompt, the call turn, its result (the Responses fake counts input
+        // items its own way: its tool-result count is checked instead).
+        messages: (style != Style::OpenAiResponses).then_some(3),
     })
 }
 
@@ -71,8 +66,8 @@ struct Pair {
 
 impl Pair {
     fn start(a: Style, b: Style, turn1: &[Fault]) -> Pair {
-        let primary = FakeProvider::start(Scripts::new(PRIMARY_KEY).model(model(a, "primary"), script(a, true, turn1)));
-        let backup = FakeProvider::start(Scripts::new(BACKUP_KEY).model(model(b, "backup"), script(b, false, &[])));
+        let primary = FakeProvider::start(Scripts::new(PRIMARY_KEY).model(model(a, "primary"), script(a, turn1)));
+        let backup = FakeProvider::start(Scripts::new(BACKUP_KEY).model(model(b, "backup"), script(b, &[])));
         Pair { primary, backup, a, b }
     }
 
