@@ -8,11 +8,14 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nexus_proto::http::is_secret_header;
-use nexus_proto::{Answer, Request, RetryPolicy, RunConfig, StreamEvent, Style, Timestamp, TransportErrorKind};
+use nexus_proto::{
+    Answer, BreakerPolicy, Breakers, FailoverPolicy, Request, RetryPolicy, RunConfig, StreamEvent, Style, Timestamp,
+    TransportErrorKind, Upstream,
+};
 use serde_json::{Map, Value};
 
 use crate::cancel::CancelToken;
@@ -92,6 +95,10 @@ pub struct ClientConfig {
     /// The skills runs may activate; their folders become readable once activated.
     #[cfg(feature = "skills")]
     pub(crate) skills: Option<Arc<crate::skills::Skills>>,
+    /// Keys of upstreams other than the primary, by the upstream they open.
+    pub(crate) upstream_keys: Vec<(Upstream, String)>,
+    /// The circuits of every upstream this client's runs talk to, shared by them.
+    pub(crate) breakers: Arc<Mutex<Breakers>>,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -146,6 +153,30 @@ impl ClientConfig {
     pub fn cancel_token(&self) -> &CancelToken {
         &self.cancel
     }
+
+    /// The circuit breakers this client's runs share.
+    pub fn breakers(&self) -> Breakers {
+        self.breakers.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The key for upstream `u` (not the primary): the one given for it
+    /// (same style, base URL and model, else same style and model), else
+    /// the primary's key when the style is the primary's, else the style's
+    /// environment variable (`OPENAI_API_KEY`, …) when set.
+    pub(crate) fn key_for(&self, u: &Upstream) -> Option<String> {
+        let given = self
+            .upstream_keys
+            .iter()
+            .find(|(k, _)| k == u)
+            .or_else(|| self.upstream_keys.iter().find(|(k, _)| k.style == u.style && k.model == u.model));
+        if let Some((_, key)) = given {
+            return Some(key.clone());
+        }
+        if u.style == self.run.style {
+            return self.api_key.clone();
+        }
+        std::env::var(u.style.api_key_env()).ok().filter(|k| !k.is_empty())
+    }
 }
 
 enum KeySource {
@@ -160,6 +191,8 @@ enum KeySource {
 pub struct ClientBuilder {
     cfg: ClientConfig,
     key: KeySource,
+    fallback_keys: Vec<(Upstream, KeySource)>,
+    breaker: BreakerPolicy,
     error: Option<DriveError>,
 }
 
@@ -188,10 +221,57 @@ impl ClientBuilder {
                 base_url_set: false,
                 #[cfg(feature = "skills")]
                 skills: None,
+                upstream_keys: Vec::new(),
+                breakers: Arc::default(),
             },
             key: KeySource::Default,
+            fallback_keys: Vec::new(),
+            breaker: BreakerPolicy::default(),
             error: None,
         }
+    }
+
+    /// An upstream tried, in the order given, after the primary when a call
+    /// fails for the upstream's fault (see [`FailoverPolicy`]). Its key is the
+    /// primary's when it speaks the primary's style, else the style's
+    /// environment variable; [`fallback_key`](Self::fallback_key) and
+    /// [`fallback_key_env`](Self::fallback_key_env) give another.
+    pub fn fallback(mut self, upstream: Upstream) -> Self {
+        self.cfg.run.fallbacks.push(upstream);
+        self
+    }
+
+    /// An upstream with its own key (memory only, never in a snapshot). Also
+    /// used for runs this client resumes that list the same upstream.
+    pub fn fallback_key(mut self, upstream: Upstream, key: impl Into<String>) -> Self {
+        self.fallback_keys.push((upstream.clone(), KeySource::Explicit(key.into())));
+        self.fallback(upstream)
+    }
+
+    /// An upstream whose key is read from `var` (which must be set).
+    pub fn fallback_key_env(mut self, upstream: Upstream, var: impl Into<String>) -> Self {
+        self.fallback_keys.push((upstream.clone(), KeySource::Env(var.into())));
+        self.fallback(upstream)
+    }
+
+    /// A key for an upstream that resumed runs list, without adding it to
+    /// this client's own fallbacks.
+    pub fn upstream_key(mut self, upstream: Upstream, key: impl Into<String>) -> Self {
+        self.fallback_keys.push((upstream, KeySource::Explicit(key.into())));
+        self
+    }
+
+    /// When a failed call moves on to the next upstream.
+    pub fn failover_policy(mut self, policy: FailoverPolicy) -> Self {
+        self.cfg.run.failover = policy;
+        self
+    }
+
+    /// When an upstream's circuit opens and how long it stays open. The
+    /// breakers belong to the client: every run it drives shares them.
+    pub fn breaker_policy(mut self, policy: BreakerPolicy) -> Self {
+        self.breaker = policy;
+        self
     }
 
     fn fail(&mut self, e: DriveError) {
@@ -451,7 +531,7 @@ impl ClientBuilder {
 
     /// Checks and builds the config.
     pub fn build(self) -> Result<ClientConfig, DriveError> {
-        let ClientBuilder { mut cfg, key, error } = self;
+        let ClientBuilder { mut cfg, key, fallback_keys, breaker, error } = self;
         if let Some(e) = error {
             return Err(e);
         }
@@ -466,6 +546,18 @@ impl ClientBuilder {
                 _ => catalog,
             });
         }
+        for (upstream, source) in fallback_keys {
+            let key = match source {
+                KeySource::Explicit(k) => k,
+                KeySource::Env(var) => match std::env::var(&var) {
+                    Ok(k) if !k.is_empty() => k,
+                    _ => return Err(DriveError::Config(format!("the API key variable {var} is not set"))),
+                },
+                KeySource::Default | KeySource::None => continue,
+            };
+            cfg.upstream_keys.push((upstream, key));
+        }
+        cfg.breakers = Arc::new(Mutex::new(Breakers::new(breaker)));
         cfg.run.validate()?;
         cfg.api_key = match key {
             KeySource::Explicit(k) => Some(k),

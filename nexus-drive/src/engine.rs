@@ -52,6 +52,8 @@ struct Exchange {
     held: Option<Held>,
     usage_before: Usage,
     turns_before: u32,
+    /// The model of the upstream it went to.
+    model: String,
 }
 
 struct Held {
@@ -141,6 +143,11 @@ impl Engine {
         if let Some(key) = &cfg.api_key {
             run.set_api_key(key.clone());
         }
+        for (i, u) in run.config().upstreams().into_iter().enumerate().skip(1) {
+            if let Some(key) = cfg.key_for(&u) {
+                run.set_upstream_api_key(i, key);
+            }
+        }
         for (k, v) in &cfg.secret_headers {
             run.set_secret_header(k.clone(), v.clone());
         }
@@ -174,6 +181,12 @@ impl Engine {
     /// The run's deadline.
     pub(crate) fn deadline(&self) -> Option<Timestamp> {
         self.run.config().deadline
+    }
+
+    /// When the exchange in flight must have its response head by: the
+    /// failover policy's head timeout, or the run's deadline when earlier.
+    pub(crate) fn head_deadline(&self) -> Option<Timestamp> {
+        self.run.head_deadline()
     }
 
     /// How long until `t` by the wall clock (zero when past).
@@ -222,6 +235,12 @@ impl Engine {
                 self.exchange = None;
                 let _ = self.feed(Input::Cancel);
             }
+            if self.run.config().upstream_count() > 1 {
+                // Routing skips upstreams whose circuit the client's other runs opened.
+                let now = self.now();
+                let mut breakers = self.cfg.breakers.lock().unwrap_or_else(|e| e.into_inner());
+                self.run.sync_circuits(now, &mut breakers);
+            }
             let output = self.run.poll_output();
             if let Some(tap) = &self.cfg.tap {
                 tap.output(&self.run, &output);
@@ -234,6 +253,19 @@ impl Engine {
                         StreamEvent::ToolResult { call_id, name, result } => {
                             if let Some(activated) = self.activation(call_id, name, result) {
                                 self.queued.push_back(activated);
+                            }
+                        }
+                        StreamEvent::Failover { from, to, reason, .. } => {
+                            self.attempt = 0;
+                            if let Some(m) = &self.cfg.on_metric {
+                                let name = |i: usize| {
+                                    self.run
+                                        .config()
+                                        .upstream(i)
+                                        .map(|u| format!("{} {}", u.style.name(), u.model))
+                                        .unwrap_or_default()
+                                };
+                                m(&Metric::Failover { from: name(*from), to: name(*to), reason: reason.clone() });
                             }
                         }
                         _ => {}
@@ -323,6 +355,10 @@ impl Engine {
                 return None;
             }
         }
+        if self.run.config().failover.head_timeout_ms.is_some() {
+            // The machine starts the head timer at its first input after the send.
+            let _ = self.feed(Input::Timeout);
+        }
         self.exchange = Some(Exchange {
             id: req.exchange,
             started: Instant::now(),
@@ -330,6 +366,7 @@ impl Engine {
             held: None,
             usage_before: self.run.usage(),
             turns_before: self.run.turns(),
+            model: self.run.upstream().model,
         });
         Some(req)
     }
@@ -445,7 +482,7 @@ impl Engine {
         if let Some(m) = &self.cfg.on_metric {
             let usage = self.run.usage();
             m(&Metric::Llm {
-                model: self.run.config().model.clone(),
+                model: ex.model.clone(),
                 status: if ok { "ok" } else { "error" },
                 http_status: ex.status,
                 latency,
@@ -603,6 +640,7 @@ impl Engine {
     }
 
     fn result(&self, status: RunStatus, limit: Option<String>) -> RunResult {
+        let (upstreams, failovers) = RunResult::routing(&self.run);
         RunResult {
             status,
             text: self.run.final_text(),
@@ -615,6 +653,8 @@ impl Engine {
             stop_reason: self.last_stop,
             messages: self.run.transcript().to_vec(),
             suspended: None,
+            upstreams,
+            failovers,
         }
     }
 

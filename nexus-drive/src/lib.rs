@@ -247,7 +247,7 @@ pub use config::{ClientBuilder, ClientConfig, FailureInfo, RetryDecision};
 pub use error::DriveError;
 pub use hooks::{BeforeTool, HookAbort, Hooks};
 pub use metrics::{Metric, Metrics};
-pub use result::{RunResult, RunStatus, StreamItem, SuspendedRun};
+pub use result::{FailoverReport, RunResult, RunStatus, StreamItem, SuspendedRun, UpstreamTurn};
 pub use store::{
     ConversationStore, FileConversationStore, FileRunStore, MemoryConversationStore, MemoryRunStore, RunRecord,
     RunStore, StoreError,
@@ -257,6 +257,6 @@ pub use tool::{
 };
 
 pub use nexus_proto::{
-    Answer, Message, Request, RunError, StopReason, StreamEvent, Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply,
-    ToolResult, Usage,
+    Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, Request, RunError, StopReason, StreamEvent, Style,
+    Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream, Usage,
 };

@@ -39,6 +39,15 @@ pub enum Metric {
         /// Whether it suspended (a suspension is not an error).
         pending: bool,
     },
+    /// A model call moved on to another upstream.
+    Failover {
+        /// The upstream left, as `style model`.
+        from: String,
+        /// The upstream moved to, as `style model`.
+        to: String,
+        /// Why: the failure, or `circuit open`.
+        reason: String,
+    },
     /// A run ended, or stopped pending.
     Run {
         /// The model asked for.
@@ -111,6 +120,7 @@ struct Registry {
     tool_duration: BTreeMap<String, Histogram>,
     runs: BTreeMap<String, u64>,
     run_errors: BTreeMap<String, u64>,
+    failovers: BTreeMap<String, u64>,
 }
 
 /// Counters and histograms over [`Metric`]s, rendered as Prometheus text.
@@ -155,6 +165,9 @@ impl Metrics {
                 *r.tool_calls.entry(key).or_default() += 1;
                 r.tool_duration.entry(labels(&[("tool", name)])).or_default().observe(latency.as_secs_f64());
             }
+            Metric::Failover { from, to, .. } => {
+                *r.failovers.entry(labels(&[("from", from), ("to", to)])).or_default() += 1;
+            }
             Metric::Run { model, status, .. } => {
                 *r.runs.entry(labels(&[("model", model), ("status", status)])).or_default() += 1;
                 if *status == "failed" {
@@ -176,6 +189,12 @@ impl Metrics {
         histogram(&mut out, "nexus_tool_duration_seconds", "Tool execution latency.", &r.tool_duration);
         counter(&mut out, "nexus_runs_total", "Runs by model and final status.", &r.runs);
         counter(&mut out, "nexus_run_errors_total", "Failed runs by model.", &r.run_errors);
+        counter(
+            &mut out,
+            "nexus_failovers_total",
+            "Model calls moved to another upstream, by upstreams.",
+            &r.failovers,
+        );
         out
     }
 }
@@ -255,7 +274,9 @@ mod tests {
             latency: Duration::from_millis(1),
             error: Some("x".into()),
         });
+        m.observe(&Metric::Failover { from: "openai a".into(), to: "gemini b".into(), reason: "503".into() });
         let text = m.render();
+        assert!(text.contains("nexus_failovers_total{from=\"openai a\",to=\"gemini b\"} 1\n"), "{text}");
         assert!(
             text.contains("nexus_tool_calls_total{tool=\"a\\\"b\",is_error=\"false\",pending=\"true\"} 1\n"),
             "{text}"

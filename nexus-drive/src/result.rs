@@ -1,6 +1,6 @@
 //! What a run gives back.
 
-use nexus_proto::{Message, Request, StopReason, StreamEvent, ToolCallRecord, Usage};
+use nexus_proto::{Message, Request, Run, StopReason, StreamEvent, Style, ToolCallRecord, Upstream, Usage};
 use serde::{Deserialize, Serialize};
 
 /// How a run that did not fail ended.
@@ -18,7 +18,8 @@ pub enum RunStatus {
 /// The result of a run that did not fail. Serializes with the CLI's keys:
 /// `status`, `text`, `toolCalls`, `turns`, `usage`, `model`, `limit` (only
 /// when incomplete), `pending` (an array, only when pending), plus
-/// `stopReason` and the transcript as `messages`.
+/// `stopReason`, the transcript as `messages`, which upstream answered each
+/// turn (`upstreams`) and the moves between upstreams (`failovers`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunResult {
@@ -49,9 +50,63 @@ pub struct RunResult {
     /// The saved run, when pending: store it and resume it with the answers.
     #[serde(skip)]
     pub suspended: Option<SuspendedRun>,
+    /// Which upstream answered each turn of this run.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamTurn>,
+    /// Every move to another upstream in this run, in order.
+    #[serde(default)]
+    pub failovers: Vec<FailoverReport>,
+}
+
+/// The upstream that answered one turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamTurn {
+    /// 1-based turn.
+    pub turn: u32,
+    /// Wire format.
+    pub style: Style,
+    /// API root.
+    pub base_url: String,
+    /// Model.
+    pub model: String,
+}
+
+/// One move from an upstream to the next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverReport {
+    /// The 1-based turn it happened in.
+    pub turn: u32,
+    /// The upstream left.
+    pub from: Upstream,
+    /// The upstream moved to.
+    pub to: Upstream,
+    /// Why: the failure, or `circuit open`.
+    pub reason: String,
 }
 
 impl RunResult {
+    /// The routing of `run` as reported: `(upstreams, failovers)`.
+    pub fn routing(run: &Run) -> (Vec<UpstreamTurn>, Vec<FailoverReport>) {
+        let cfg = run.config();
+        let at = |i: usize| cfg.upstream(i).unwrap_or_else(|| Upstream::new(cfg.style, cfg.model.clone()));
+        let upstreams = run
+            .served()
+            .iter()
+            .map(|s| {
+                let u = at(s.upstream);
+                UpstreamTurn { turn: s.turn, style: u.style, base_url: u.base_url, model: u.model }
+            })
+            .collect();
+        let failovers = run
+            .failovers()
+            .iter()
+            .map(|f| FailoverReport { turn: f.turn, from: at(f.from), to: at(f.to), reason: f.reason.clone() })
+            .collect();
+        (upstreams, failovers)
+    }
+
     /// Whether the run waits for answers.
     pub fn is_pending(&self) -> bool {
         self.status == RunStatus::Pending
@@ -115,6 +170,8 @@ mod tests {
             stop_reason: Some(StopReason::EndTurn),
             messages: vec![],
             suspended: None,
+            upstreams: vec![],
+            failovers: vec![],
         }
     }
 

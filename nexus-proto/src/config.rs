@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::failover::{FailoverPolicy, Upstream};
 use crate::provider::{Style, RESERVED_PARAMS};
 use crate::time::Timestamp;
 use crate::InputError;
@@ -74,6 +75,17 @@ pub struct RunConfig {
     /// A fixed run id (else derived from the seed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// Upstreams tried in order after the primary (`style`, `base_url`,
+    /// `model`) when it fails (see [`FailoverPolicy`]). Empty: the primary only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<Upstream>,
+    /// When a failed call moves on to the next upstream.
+    #[serde(default, skip_serializing_if = "is_default_failover")]
+    pub failover: FailoverPolicy,
+}
+
+fn is_default_failover(p: &FailoverPolicy) -> bool {
+    *p == FailoverPolicy::default()
 }
 
 impl RunConfig {
@@ -94,7 +106,33 @@ impl RunConfig {
             headers: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             run_id: None,
+            fallbacks: Vec::new(),
+            failover: FailoverPolicy::default(),
         }
+    }
+
+    /// Adds an upstream tried after the primary and the fallbacks before it.
+    pub fn with_fallback(mut self, upstream: Upstream) -> RunConfig {
+        self.fallbacks.push(upstream);
+        self
+    }
+
+    /// How many upstreams the run may use (the primary plus the fallbacks).
+    pub fn upstream_count(&self) -> usize {
+        1 + self.fallbacks.len()
+    }
+
+    /// Upstream `i` (0 is the primary), or `None` past the end.
+    pub fn upstream(&self, i: usize) -> Option<Upstream> {
+        match i {
+            0 => Some(Upstream { style: self.style, base_url: self.base_url.clone(), model: self.model.clone() }),
+            _ => self.fallbacks.get(i - 1).cloned(),
+        }
+    }
+
+    /// Every upstream in order, the primary first.
+    pub fn upstreams(&self) -> Vec<Upstream> {
+        (0..self.upstream_count()).filter_map(|i| self.upstream(i)).collect()
     }
 
     /// Refuses configs the machine cannot honour.
@@ -104,6 +142,9 @@ impl RunConfig {
         }
         if self.model.is_empty() {
             return Err(InputError::Config("model is empty".into()));
+        }
+        if let Some(i) = self.fallbacks.iter().position(|u| u.model.is_empty() || u.base_url.is_empty()) {
+            return Err(InputError::Config(format!("fallback {} has an empty model or base URL", i + 1)));
         }
         if self.max_turns == 0 {
             return Err(InputError::Config("max_turns must be at least 1".into()));

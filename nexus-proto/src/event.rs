@@ -82,6 +82,18 @@ pub enum StreamEvent {
         /// The skill's name.
         name: String,
     },
+    /// The model call moves on to another upstream (indexes into the run's
+    /// upstreams, 0 the primary): the turn is sent again there.
+    Failover {
+        /// The 1-based turn.
+        turn: u32,
+        /// The upstream left.
+        from: usize,
+        /// The upstream moved to.
+        to: usize,
+        /// Why: the failure, or `circuit open`.
+        reason: String,
+    },
     /// A failed model call will be retried.
     Retrying {
         /// 1-based retry number.

@@ -17,11 +17,13 @@ use crate::provider::{decode_stream_chunks, CallIds, ModelCall, Style, TurnRespo
 use crate::rng::SplitMix64;
 use crate::sse::{SseDecoder, SseEvent};
 
+mod failover;
 mod machine;
 mod mcp;
 mod surfaces;
 mod translate;
 
+pub use failover::failover;
 pub use machine::{machine, state};
 pub use mcp::mcp;
 pub use surfaces::{

@@ -142,6 +142,19 @@
 //! says to transmit. A server's tools become ordinary tools of the loop, and
 //! a server asking the user something becomes a `Pending(Request)` like any
 //! other suspension. See the [`mcp`] module docs for its driving loop.
+//! ## Failover
+//!
+//! A [`RunConfig`] may list fallback [`Upstream`]s after its primary, in any
+//! wire format. When the upstream is at fault (a reset, a timeout, a 5xx, a
+//! 429/529 after its retries) and nothing of the answer reached the host,
+//! the machine moves the turn to the next upstream and re-encodes the
+//! transcript for it ([`StreamEvent::Failover`]); [`FailoverPolicy`] holds
+//! the rules. Give each fallback its key with [`Run::set_upstream_api_key`].
+//! Circuit breakers ([`Breakers`]) are the host's, shared by its runs: call
+//! [`Run::sync_circuits`] before polling and routing skips open circuits.
+//! A driver that enforces the policy's head timeout feeds
+//! [`Input::Timeout`] as it sends and bounds its wait for the response head
+//! by [`Run::head_deadline`].
 //!
 //! ## Guarantees
 //!
@@ -174,6 +187,7 @@
 pub mod config;
 pub mod error;
 pub mod event;
+pub mod failover;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -198,6 +212,9 @@ pub use error::{
     DecodeError, GateError, InputError, ProviderError, RemoteError, RunError, StateError, TransportErrorKind,
 };
 pub use event::StreamEvent;
+pub use failover::{
+    Attempt, BreakerPolicy, Breakers, CircuitState, Decision, FailoverPolicy, FailoverRecord, ServedTurn, Upstream,
+};
 pub use gate::check as check_transcript;
 pub use http::{ExchangeId, HttpRequest};
 pub use ledger::{ToolBatch, ToolInvocation, MAX_SUSPENSION_ROUNDS};

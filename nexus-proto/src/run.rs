@@ -13,10 +13,11 @@ use serde_json::Value;
 use crate::config::RunConfig;
 use crate::error::{DecodeError, InputError, RemoteError, RunError, TransportErrorKind};
 use crate::event::StreamEvent;
+use crate::failover::{params_for, Attempt, Breakers, CircuitState, Decision, FailoverRecord, ServedTurn, Upstream};
 use crate::http::{ExchangeId, HttpRequest};
 use crate::ledger::{Batch, CallState, Entry, ToolBatch};
 use crate::message::{Block, Message, Role, Usage};
-use crate::provider::{Assembler, CallIds, ModelCall, StopReason, TurnResponse};
+use crate::provider::{Assembler, CallIds, ModelCall, StopReason, Style, TurnResponse};
 use crate::rng::SplitMix64;
 use crate::sse::{SseDecoder, SseEvent};
 use crate::suspend::{Answer, Request, ToolReply, ToolResult};
@@ -187,6 +188,15 @@ pub(crate) struct RunState {
     pub rng: SplitMix64,
     pub next_exchange: u64,
     pub last_now: Timestamp,
+    /// The upstream model calls go to (0 the primary). Format 2 on.
+    #[serde(default)]
+    pub upstream: usize,
+    /// Which upstream answered each turn. Format 2 on.
+    #[serde(default)]
+    pub served: Vec<ServedTurn>,
+    /// Every move to another upstream. Format 2 on.
+    #[serde(default)]
+    pub failovers: Vec<FailoverRecord>,
 }
 
 /// The response being read; not part of the state (a restored run re-sends).
@@ -199,6 +209,10 @@ struct Inflight {
     stream: Option<(SseDecoder, Assembler)>,
     /// Bytes of a stream read so far, held to `max_body_bytes` like a whole body.
     streamed: usize,
+    /// The time of the first input after the request was emitted: the head
+    /// timeout counts from it (the machine reads no clock, and the time of its
+    /// last input may be long past, as in a restored run).
+    sent_at: Option<Timestamp>,
 }
 
 /// Secrets: in memory only, never serialized.
@@ -206,6 +220,8 @@ struct Inflight {
 struct Secrets {
     api_key: Option<String>,
     headers: Vec<(String, String)>,
+    /// Keys of the fallback upstreams, by upstream index.
+    upstream_keys: Vec<(usize, String)>,
 }
 
 impl std::fmt::Debug for Secrets {
@@ -223,6 +239,13 @@ pub struct Run {
     secrets: Secrets,
     sse_scratch: Vec<SseEvent>,
     delta_scratch: Vec<StreamEvent>,
+    /// Until when each upstream's circuit is open, as of the last
+    /// [`Run::sync_circuits`] (empty: no breaker in use).
+    open_until: Vec<Option<Timestamp>>,
+    /// Outcomes of exchanges not yet handed to the breakers: (upstream, ok, at).
+    reports: Vec<(usize, bool, Timestamp)>,
+    /// The turn a `TurnStarted` was last emitted for (not again after a failover).
+    announced_turn: u32,
 }
 
 impl Run {
@@ -242,6 +265,13 @@ impl Run {
         let run_id = config.run_id.clone().unwrap_or_else(|| format!("run_{:016x}", rng.next_u64()));
         let short: String = run_id.chars().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect();
         let history_len = messages.len() - 1;
+        let mut messages = messages;
+        if config.upstreams().iter().any(|u| u.style == Style::Gemini) {
+            // History Gemini did not write carries no signature it would accept.
+            for m in &mut messages {
+                crate::provider::gemini::stamp_placeholder(m);
+            }
+        }
         Ok(Run::from_state(RunState {
             format_version: crate::state::FORMAT_VERSION,
             call_ids: CallIds::new(format!("call_{short}_")),
@@ -256,6 +286,9 @@ impl Run {
             rng,
             next_exchange: 1,
             last_now: Timestamp(0),
+            upstream: 0,
+            served: Vec::new(),
+            failovers: Vec::new(),
         }))
     }
 
@@ -267,12 +300,109 @@ impl Run {
             secrets: Secrets::default(),
             sse_scratch: Vec::new(),
             delta_scratch: Vec::new(),
+            open_until: Vec::new(),
+            reports: Vec::new(),
+            announced_turn: 0,
         }
     }
 
     /// Gives the API key. Held in memory only: never in a snapshot.
     pub fn set_api_key(&mut self, key: impl Into<String>) {
         self.secrets.api_key = Some(key.into());
+    }
+
+    /// Gives the key of upstream `index` (0 is the primary, the same as
+    /// [`set_api_key`](Self::set_api_key)). Memory only: never in a snapshot.
+    pub fn set_upstream_api_key(&mut self, index: usize, key: impl Into<String>) {
+        if index == 0 {
+            self.set_api_key(key);
+            return;
+        }
+        self.secrets.upstream_keys.retain(|(i, _)| *i != index);
+        self.secrets.upstream_keys.push((index, key.into()));
+    }
+
+    /// Re-points upstream `index` (0 is the primary, as
+    /// [`set_base_url`](Self::set_base_url)); out-of-range indexes are ignored.
+    pub fn set_upstream_base_url(&mut self, index: usize, base_url: impl Into<String>) {
+        match index {
+            0 => self.set_base_url(base_url),
+            i => {
+                if let Some(u) = self.state.config.fallbacks.get_mut(i - 1) {
+                    u.base_url = base_url.into();
+                }
+            }
+        }
+    }
+
+    /// The index of the upstream model calls go to now (0 is the primary).
+    pub fn upstream_index(&self) -> usize {
+        self.state.upstream
+    }
+
+    /// The upstream model calls go to now.
+    pub fn upstream(&self) -> Upstream {
+        self.state.config.upstream(self.state.upstream).unwrap_or_else(|| self.primary())
+    }
+
+    fn primary(&self) -> Upstream {
+        let c = &self.state.config;
+        Upstream { style: c.style, base_url: c.base_url.clone(), model: c.model.clone() }
+    }
+
+    /// Which upstream answered each turn of this run.
+    pub fn served(&self) -> &[ServedTurn] {
+        &self.state.served
+    }
+
+    /// Every move to another upstream in this run, in order.
+    pub fn failovers(&self) -> &[FailoverRecord] {
+        &self.state.failovers
+    }
+
+    /// Exchanges the circuit breakers with the client's shared [`Breakers`]:
+    /// hands over the outcomes of this run's model calls since the last
+    /// call, then takes each upstream's circuit as it stands at `now`. Call
+    /// it before polling when a breaker is in use; routing then never picks
+    /// an upstream whose circuit is open (a run whose every upstream is open
+    /// waits for the first cooldown to end). A run never synced routes
+    /// without a breaker.
+    pub fn sync_circuits(&mut self, now: Timestamp, breakers: &mut Breakers) {
+        let upstreams = self.state.config.upstreams();
+        for (i, ok, at) in self.reports.drain(..) {
+            if let Some(u) = upstreams.get(i) {
+                if ok {
+                    breakers.record_success(&u.circuit_key(), at);
+                } else {
+                    breakers.record_failure(&u.circuit_key(), at);
+                }
+            }
+        }
+        self.open_until = upstreams
+            .iter()
+            .map(|u| match breakers.state(&u.circuit_key(), now) {
+                CircuitState::Open { until } => Some(until),
+                _ => None,
+            })
+            .collect();
+    }
+
+    /// When the exchange in flight must have its response head by (the
+    /// failover policy's `head_timeout_ms`), or the run's deadline when
+    /// earlier. Drivers bound their wait for a response head by it. The head
+    /// timeout counts from the first input after the request was emitted: a
+    /// driver feeds [`Input::Timeout`] as it sends to start it.
+    pub fn head_deadline(&self) -> Option<Timestamp> {
+        let deadline = self.state.config.deadline;
+        let head = self
+            .inflight
+            .as_ref()
+            .filter(|f| f.status.is_none())
+            .and_then(|f| Some(f.sent_at?.plus_ms(self.state.config.failover.head_timeout_ms?)));
+        match (deadline, head) {
+            (Some(d), Some(h)) => Some(d.min(h)),
+            (d, h) => d.or(h),
+        }
     }
 
     /// Adds a secret header (held in memory only).
@@ -399,6 +529,9 @@ impl Run {
         }
         self.validate(&input)?;
         self.state.last_now = now;
+        if let Some(f) = self.inflight.as_mut() {
+            f.sent_at.get_or_insert(now);
+        }
         if self.state.config.deadline.is_some_and(|d| now >= d) {
             self.finish(Outcome::Failed { error: RunError::DeadlineExceeded });
             return Ok(());
@@ -435,6 +568,16 @@ impl Run {
                     if now >= until {
                         self.state.phase = Phase::Ready { attempt };
                     }
+                }
+                let head_due = self.inflight.as_ref().is_some_and(|f| f.status.is_none())
+                    && self.head_deadline().is_some_and(|h| now >= h);
+                if head_due {
+                    let ms = self.state.config.failover.head_timeout_ms.unwrap_or_default();
+                    let error = RunError::Transport {
+                        kind: TransportErrorKind::Timeout,
+                        message: format!("no response head within {ms} ms"),
+                    };
+                    self.fail_exchange(now, error, false, None);
                 }
             }
             Input::Cancel => {
@@ -500,6 +643,18 @@ impl Run {
         match &mut self.state.phase {
             Phase::Ready { attempt } => {
                 let attempt = *attempt;
+                if let Some(wait) = self.route() {
+                    self.state.phase = Phase::Backoff { until: wait, attempt };
+                    return self.poll_output();
+                }
+                if !self.events.is_empty() {
+                    // A failover event goes out before the request it reroutes.
+                    return self.poll_output();
+                }
+                let attempt = match self.state.phase {
+                    Phase::Ready { attempt } => attempt,
+                    _ => attempt,
+                };
                 match self.build_request(attempt) {
                     Ok(req) => Output::Send(req),
                     Err(e) => {
@@ -508,7 +663,7 @@ impl Run {
                     }
                 }
             }
-            Phase::Awaiting { .. } => Output::Wait { until: deadline },
+            Phase::Awaiting { .. } => Output::Wait { until: self.head_deadline() },
             Phase::Backoff { until, .. } => Output::Wait { until: Some(deadline.map_or(*until, |d| d.min(*until))) },
             Phase::Tools { batch } => {
                 if let Some(b) = batch.start_requested() {
@@ -526,23 +681,32 @@ impl Run {
 
     /// Builds, checks and records the next model request.
     fn build_request(&mut self, attempt: u32) -> Result<HttpRequest, RunError> {
+        let index = self.state.upstream;
+        let up = self.upstream();
         let cfg = &self.state.config;
-        crate::gate::check(cfg.style, &self.state.transcript).map_err(RunError::Gate)?;
+        crate::gate::check(up.style, &self.state.transcript).map_err(RunError::Gate)?;
+        let no_params = serde_json::Map::new();
         let call = ModelCall {
-            model: &cfg.model,
+            model: &up.model,
             system: cfg.system.as_deref(),
             messages: &self.state.transcript,
             tools: &self.state.tools,
             max_tokens: cfg.max_tokens,
             stream: cfg.stream,
-            params: &cfg.params,
+            params: params_for(cfg.style, up.style, &cfg.params, &no_params),
         };
-        let body = cfg.style.body_bytes(&call);
-        let mut headers = cfg.style.base_headers();
-        if let Some(key) = &self.secrets.api_key {
-            headers.push(cfg.style.auth_header(key));
+        let body = up.style.body_bytes(&call);
+        let mut headers = up.style.base_headers();
+        let key = match index {
+            0 => self.secrets.api_key.as_ref(),
+            i => self.secrets.upstream_keys.iter().find(|(k, _)| *k == i).map(|(_, v)| v),
+        };
+        if let Some(key) = key {
+            headers.push(up.style.auth_header(key));
         }
-        for (k, v) in cfg.headers.iter().chain(self.secrets.headers.iter()) {
+        // Secret headers belong to the primary's endpoint; plain ones go everywhere.
+        let secret = if index == 0 { &self.secrets.headers[..] } else { &[] };
+        for (k, v) in cfg.headers.iter().chain(secret.iter()) {
             headers.retain(|(name, _)| !name.eq_ignore_ascii_case(k));
             headers.push((k.clone(), v.clone()));
         }
@@ -550,23 +714,32 @@ impl Run {
         let request = HttpRequest {
             exchange,
             method: "POST",
-            url: cfg.style.endpoint(&cfg.base_url, &cfg.model, cfg.stream),
+            url: up.style.endpoint(&up.base_url, &up.model, cfg.stream),
             headers,
             body,
             streaming: cfg.stream,
         };
         self.state.next_exchange += 1;
-        if attempt == 0 {
-            self.events.push_back(StreamEvent::TurnStarted { turn: self.state.turns + 1 });
+        let turn = self.state.turns + 1;
+        if attempt == 0 && self.announced_turn != turn {
+            self.announced_turn = turn;
+            self.events.push_back(StreamEvent::TurnStarted { turn });
         }
-        self.inflight =
-            Some(Inflight { exchange, status: None, retry_after: None, body: Vec::new(), stream: None, streamed: 0 });
+        self.inflight = Some(Inflight {
+            exchange,
+            status: None,
+            retry_after: None,
+            body: Vec::new(),
+            stream: None,
+            streamed: 0,
+            sent_at: None,
+        });
         self.state.phase = Phase::Awaiting { exchange, attempt };
         Ok(request)
     }
 
     fn on_head(&mut self, status: u16, headers: Vec<(String, String)>) {
-        let style = self.state.config.style;
+        let style = self.upstream().style;
         let Some(f) = self.inflight.as_mut() else { return };
         f.status = Some(status);
         let header = |name: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
@@ -613,7 +786,7 @@ impl Run {
     }
 
     fn on_end(&mut self, now: Timestamp) {
-        let style = self.state.config.style;
+        let style = self.upstream().style;
         let Some(mut f) = self.inflight.take() else { return };
         let status = f.status.unwrap_or(0);
         if !(200..300).contains(&status) {
@@ -695,20 +868,90 @@ impl Run {
             Phase::Awaiting { attempt, .. } => attempt,
             _ => return,
         };
-        let policy = self.state.config.retry;
-        if retryable && !emitted && attempt < policy.retries {
-            let delay = retry_after_ms.unwrap_or_else(|| {
-                let exp = policy.base_delay_ms.saturating_mul(1u64 << attempt.min(20));
-                exp.saturating_add(self.state.rng.below(exp / 2 + 1)).min(policy.max_delay_ms.max(policy.base_delay_ms))
-            });
-            self.events.push_back(StreamEvent::Retrying {
-                attempt: attempt + 1,
-                delay_ms: delay,
-                reason: error.to_string(),
-            });
-            self.state.phase = Phase::Backoff { until: now.plus_ms(delay), attempt: attempt + 1 };
-        } else {
-            self.finish(Outcome::Failed { error });
+        if crate::failover::FailoverPolicy::upstream_at_fault(&error) {
+            self.reports.push((self.state.upstream, false, now));
+        }
+        let next = self.next_upstream(now);
+        let cfg = &self.state.config;
+        let (retry, policy) = (cfg.retry, cfg.failover);
+        let failovers = u32::try_from(self.state.failovers.len()).unwrap_or(u32::MAX);
+        let rng = &mut self.state.rng;
+        let attempt_info = Attempt {
+            error: &error,
+            retryable,
+            retry_after_ms,
+            attempt,
+            delivered: emitted,
+            failovers,
+            has_next: next.is_some(),
+        };
+        match policy.decide(&retry, attempt_info, |bound| rng.below(bound)) {
+            Decision::Retry { delay_ms } => {
+                self.events.push_back(StreamEvent::Retrying {
+                    attempt: attempt + 1,
+                    delay_ms,
+                    reason: error.to_string(),
+                });
+                self.state.phase = Phase::Backoff { until: now.plus_ms(delay_ms), attempt: attempt + 1 };
+            }
+            Decision::FailOver => match next {
+                Some(to) => self.fail_over(to, error.to_string()),
+                None => self.finish(Outcome::Failed { error }),
+            },
+            Decision::Fail => self.finish(Outcome::Failed { error }),
+        }
+    }
+
+    /// The upstream after the current one, in order and wrapping around,
+    /// whose circuit is not open at `now`; `None` when there is none.
+    fn next_upstream(&self, now: Timestamp) -> Option<usize> {
+        let n = self.state.config.upstream_count();
+        let cur = self.state.upstream;
+        (1..n).map(|k| (cur + k) % n).find(|&i| !self.is_open(i, now))
+    }
+
+    fn is_open(&self, i: usize, now: Timestamp) -> bool {
+        self.open_until.get(i).copied().flatten().is_some_and(|until| now < until)
+    }
+
+    /// Moves the run to upstream `to`; the turn is sent there afresh.
+    fn fail_over(&mut self, to: usize, reason: String) {
+        let record = FailoverRecord { turn: self.state.turns + 1, from: self.state.upstream, to, reason };
+        self.events.push_back(StreamEvent::Failover {
+            turn: record.turn,
+            from: record.from,
+            to: record.to,
+            reason: record.reason.clone(),
+        });
+        self.state.failovers.push(record);
+        self.state.upstream = to;
+        self.state.phase = Phase::Ready { attempt: 0 };
+    }
+
+    /// Before a request goes out: when the current upstream's circuit is
+    /// open, move to the next one that is not (within the failover cap), or
+    /// say until when to wait for the first cooldown to end.
+    fn route(&mut self) -> Option<Timestamp> {
+        let now = self.state.last_now;
+        if !self.is_open(self.state.upstream, now) {
+            return None;
+        }
+        let capped = self.state.failovers.len() >= self.state.config.failover.max_failovers as usize;
+        match self.next_upstream(now) {
+            Some(to) if !capped => {
+                self.fail_over(to, "circuit open".to_string());
+                None
+            }
+            // Every candidate is open (or no more failovers are allowed): the
+            // current one's cooldown, or the first to end, is the wait.
+            _ => {
+                let until = if capped {
+                    self.open_until.get(self.state.upstream).copied().flatten()
+                } else {
+                    self.open_until.iter().flatten().filter(|t| **t > now).min().copied()
+                };
+                until
+            }
         }
     }
 
@@ -720,6 +963,8 @@ impl Run {
         self.state.usage.add(turn.usage);
         self.state.turns += 1;
         let turn_no = self.state.turns;
+        self.state.served.push(ServedTurn { turn: turn_no, upstream: self.state.upstream });
+        self.reports.push((self.state.upstream, true, self.state.last_now));
         for call in turn.tool_calls() {
             self.events.push_back(StreamEvent::ToolCallFinished { call: call.clone() });
         }
@@ -727,7 +972,13 @@ impl Run {
         self.events.push_back(StreamEvent::TurnFinished { turn: turn_no, stop: turn.stop.reason });
         let calls: Vec<_> = turn.tool_calls().cloned().collect();
         if !turn.content.is_empty() {
-            self.state.transcript.push(Message { role: Role::Assistant, content: turn.content });
+            let mut message = Message { role: Role::Assistant, content: turn.content };
+            let up = self.upstream();
+            if up.style != Style::Gemini && self.state.config.upstreams().iter().any(|u| u.style == Style::Gemini) {
+                // Sent to a Gemini fallback later, this turn needs a signature.
+                crate::provider::gemini::stamp_placeholder(&mut message);
+            }
+            self.state.transcript.push(message);
         }
         if calls.is_empty() {
             let outcome = match turn.stop.reason {

@@ -13,7 +13,13 @@ use crate::error::StateError;
 use crate::run::{Run, RunState};
 
 /// The version this build writes.
-pub const FORMAT_VERSION: u64 = 1;
+///
+/// - 1: the first format.
+/// - 2: adds `upstream` (the index of the upstream calls go to), `served`
+///   (which upstream answered each turn) and `failovers`; the config may
+///   hold `fallbacks` and `failover`. A version-1 state is read as a run on
+///   its primary upstream with nothing served or failed over yet recorded.
+pub const FORMAT_VERSION: u64 = 2;
 
 #[derive(Deserialize)]
 struct VersionProbe {
@@ -39,12 +45,26 @@ impl Run {
         if version == 0 || version > FORMAT_VERSION {
             return Err(StateError::UnsupportedVersion { found: version, supported: FORMAT_VERSION });
         }
-        let state: RunState = serde_json::from_slice(bytes).map_err(|e| StateError::Corrupt(e.to_string()))?;
+        let mut state: RunState = serde_json::from_slice(bytes).map_err(|e| StateError::Corrupt(e.to_string()))?;
+        migrate(&mut state, version);
         check(&state)?;
         let mut run = Run::from_state(state);
         run.after_restore();
         Ok(run)
     }
+}
+
+/// Brings an older state up to [`FORMAT_VERSION`]; what serde filled in with
+/// defaults is already right, so only the version changes.
+fn migrate(state: &mut RunState, from: u64) {
+    if from < 2 {
+        // Version 1 knew one upstream: calls went to the primary, and the
+        // turns it served are not recorded (no record beats a guessed one).
+        state.upstream = 0;
+        state.served.clear();
+        state.failovers.clear();
+    }
+    state.format_version = FORMAT_VERSION;
 }
 
 /// Invariants serde cannot express.
@@ -53,5 +73,12 @@ fn check(state: &RunState) -> Result<(), StateError> {
         return Err(StateError::Inconsistent("history_len is past the end of the transcript".into()));
     }
     state.config.validate().map_err(|e| StateError::Inconsistent(e.to_string()))?;
+    let n = state.config.upstream_count();
+    if state.upstream >= n {
+        return Err(StateError::Inconsistent(format!("upstream {} is past the {n} configured", state.upstream)));
+    }
+    if state.served.iter().any(|s| s.upstream >= n) || state.failovers.iter().any(|f| f.from >= n || f.to >= n) {
+        return Err(StateError::Inconsistent("a served turn or failover names an unknown upstream".into()));
+    }
     Ok(())
 }

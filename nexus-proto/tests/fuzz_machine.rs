@@ -7,7 +7,7 @@
 
 mod common;
 
-use nexus_proto::fuzzing::{machine, state, translate};
+use nexus_proto::fuzzing::{failover, machine, state, translate};
 use nexus_proto::provider::Style;
 use nexus_proto::translate::openai_request_bytes_to;
 use nexus_proto::Run;
@@ -107,5 +107,14 @@ proptest! {
     #[test]
     fn translate_body_on_random_bytes(data in proptest::collection::vec(any::<u8>(), 0..512)) {
         translate(&data);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn failover_body_on_generated_inputs(data in prop::collection::vec(any::<u8>(), 0..2048)) {
+        failover(&data);
     }
 }

@@ -118,7 +118,7 @@ fn durable_halt_resumes_from_a_snapshot() {
         let Stop::Suspended(reqs) = sim.drive(&mut tool) else { panic!() };
         let bytes = sim.run.snapshot();
         let text = String::from_utf8(bytes.clone()).unwrap();
-        assert!(text.contains("\"format_version\":1"));
+        assert!(text.contains(&format!("\"format_version\":{}", nexus_proto::FORMAT_VERSION)));
         sim.run = nexus_proto::Run::restore(&bytes).unwrap();
         // serialize → deserialize → serialize is byte-identical
         assert_eq!(sim.run.snapshot(), bytes);

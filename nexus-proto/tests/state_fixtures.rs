@@ -4,7 +4,9 @@
 
 mod sim;
 
-use nexus_proto::{Answer, Outcome, Run, Style, ToolDecl, ToolReply, ToolResult, FORMAT_VERSION};
+use nexus_proto::{
+    Answer, Message, Outcome, Output, Run, ServedTurn, Style, ToolDecl, ToolReply, ToolResult, Upstream, FORMAT_VERSION,
+};
 use serde_json::{json, Map};
 use sim::{Sim, Stop, Turn};
 
@@ -37,19 +39,74 @@ fn dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state")
 }
 
+/// A run whose OpenAI primary answered 503 (no retries) and whose first
+/// turn the Anthropic fallback served: suspended on the approval and the relay.
+fn failed_over_sim() -> Sim {
+    let mut cfg = sim::config(Style::OpenAi, false);
+    cfg.retry.retries = 0;
+    cfg.fallbacks.push(Upstream {
+        style: Style::Anthropic,
+        base_url: "http://127.0.0.1:2".into(),
+        model: "fallback-model".into(),
+    });
+    let run = Run::new(cfg, tools(), vec![Message::user("go")]).unwrap();
+    let mut sim = Sim::from_run(run, script());
+    let req = loop {
+        match sim.run.poll_output() {
+            Output::Send(req) => break req,
+            Output::Event(_) => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    let body = br#"{"error":{"message":"The server is overloaded.","type":"server_error","param":null,"code":null}}"#;
+    sim.feed_response(req.exchange, 503, "application/json", body);
+    sim
+}
+
 #[test]
 fn write_current_fixture_when_asked() {
     if std::env::var("NEXUS_WRITE_STATE_FIXTURES").is_err() {
         return;
     }
-    // OpenAI Responses: the transcript holds a reasoning item (encrypted
-    // content, id) and item ids that must survive into the follow-up request.
-    for style in [Style::OpenAi, Style::OpenAiResponses] {
-        let mut sim = Sim::new(style, false, tools(), script());
-        let Stop::Suspended(_) = sim.drive(&mut tool) else { panic!() };
-        let name = format!("v{FORMAT_VERSION}-{}-approval-and-relay.json", style.name());
-        std::fs::write(dir().join(name), sim.run.snapshot()).unwrap();
-    }
+    let mut sim = failed_over_sim();
+    let Stop::Suspended(_) = sim.drive(&mut tool) else { panic!() };
+    std::fs::write(dir().join(format!("v{FORMAT_VERSION}-openai-failed-over-to-anthropic.json")), sim.run.snapshot())
+        .unwrap();
+}
+
+#[test]
+fn the_current_fixture_is_what_this_build_writes() {
+    let mut sim = failed_over_sim();
+    let Stop::Suspended(_) = sim.drive(&mut tool) else { panic!() };
+    let name = format!("v{FORMAT_VERSION}-openai-failed-over-to-anthropic.json");
+    let stored = std::fs::read(dir().join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(String::from_utf8(sim.run.snapshot()).unwrap(), String::from_utf8(stored).unwrap());
+    assert_eq!(sim.run.upstream_index(), 1);
+    assert_eq!(sim.run.failovers().len(), 1);
+    assert_eq!(sim.run.served(), &[ServedTurn { turn: 1, upstream: 1 }]);
+}
+
+#[test]
+fn a_version_1_state_migrates_to_the_primary_upstream() {
+    let bytes = std::fs::read(dir().join("v1-openai-approval-and-relay.json")).unwrap();
+    let run = Run::restore(&bytes).unwrap();
+    assert_eq!(run.upstream_index(), 0);
+    assert!(run.served().is_empty() && run.failovers().is_empty());
+    assert_eq!(run.config().upstream_count(), 1);
+    let again = String::from_utf8(run.snapshot()).unwrap();
+    assert!(again.starts_with(&format!("{{\"format_version\":{FORMAT_VERSION},")), "{again}");
+    // The migrated state is a current one: it round-trips byte for byte.
+    assert_eq!(Run::restore(again.as_bytes()).unwrap().snapshot(), again.as_bytes());
+}
+
+#[test]
+fn a_state_naming_an_unknown_upstream_is_inconsistent() {
+    let bytes = std::fs::read(dir().join("v1-openai-approval-and-relay.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    v["format_version"] = json!(2);
+    v["upstream"] = json!(1);
+    let err = Run::restore(&serde_json::to_vec(&v).unwrap()).unwrap_err();
+    assert!(matches!(err, nexus_proto::StateError::Inconsistent(_)), "{err:?}");
 }
 
 #[test]

@@ -650,7 +650,7 @@ fn whole_and_streamed_recordings_of_one_answer_end_alike() {
             for drv in [Drv::Blocking, Drv::Async] {
                 let without_model = |end: Result<RunResult, DriveError>| {
                     // The model name differs by design: each recording has its own.
-                    comparable(&end.map(|r| RunResult { model: String::new(), ..r }))
+                    comparable(&end.map(|r| RunResult { model: String::new(), upstreams: Vec::new(), ..r }))
                 };
                 let (a, b) = (client(&fake, whole, drv).run(PROMPT), client(&fake, streamed, drv).run(PROMPT));
                 // Both are the recorded answer, not merely alike.

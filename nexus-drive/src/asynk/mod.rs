@@ -268,7 +268,8 @@ impl Driver {
     /// Sends a request and reads its head, racing the cancel token and the deadline.
     async fn send(&mut self, req: HttpRequest) {
         let cancel = self.engine.cancel_token().clone();
-        let deadline = self.engine.deadline().map(|d| self.engine.until(d));
+        // The head may be due before the run's deadline (the failover policy's head timeout).
+        let deadline = self.engine.head_deadline().map(|d| self.engine.until(d));
         let pool = self.pool.clone();
         // A stack temporary, matched right away: boxing the response buys nothing.
         #[allow(clippy::large_enum_variant)]

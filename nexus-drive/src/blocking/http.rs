@@ -58,12 +58,14 @@ pub(crate) struct Response {
 }
 
 /// Sends `req` and waits for the response head. `timeout` bounds the whole
-/// exchange, body included (the run's deadline).
+/// exchange, body included (the run's deadline); `head` bounds the wait for
+/// the response head alone (the failover policy's head timeout).
 pub(crate) fn send(
     agent: &ureq::Agent,
     req: &HttpRequest,
     cancel: &CancelToken,
     timeout: Option<Duration>,
+    head: Option<Duration>,
 ) -> Result<Response, (TransportErrorKind, String)> {
     let _scope = Scope::enter(cancel);
     let mut builder = ureq::http::Request::builder().method(req.method).uri(req.url.as_str());
@@ -72,9 +74,9 @@ pub(crate) fn send(
     }
     let request = builder.body(req.body.as_slice()).map_err(|e| (TransportErrorKind::Connect, e.to_string()))?;
     // A request-level config copies the agent's; only pay for it when a deadline applies.
-    let request = match timeout {
-        Some(t) => agent.configure_request(request).timeout_global(Some(t)).build(),
-        None => request,
+    let request = match (timeout, head) {
+        (None, None) => request,
+        (t, h) => agent.configure_request(request).timeout_global(t).timeout_recv_response(h).build(),
     };
     let response = agent.run(request).map_err(|e| (kind_of(&e), e.to_string()))?;
     let status = response.status().as_u16();

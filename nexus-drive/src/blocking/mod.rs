@@ -234,7 +234,9 @@ impl<'c> Driver<'c> {
                     // A new request supersedes a body still open (the machine gave up on it).
                     self.body = None;
                     let timeout = self.engine.deadline().map(|d| self.engine.until(d));
-                    match http::send(&self.client.agent, &req, self.engine.cancel_token(), timeout) {
+                    let head =
+                        self.engine.head_deadline().map(|d| self.engine.until(d)).filter(|h| Some(*h) != timeout);
+                    match http::send(&self.client.agent, &req, self.engine.cancel_token(), timeout, head) {
                         Ok(resp) => {
                             if self.engine.on_head(req.exchange, resp.status, resp.headers) {
                                 self.body = Some(Body { id: req.exchange, reader: resp.body });

@@ -338,6 +338,8 @@ impl Sim {
     /// Serves one request with the scripted reply.
     pub fn serve(&mut self, req: &HttpRequest) {
         let body: Value = serde_json::from_slice(&req.body).unwrap();
+        // A run that failed over speaks its current upstream's format.
+        self.style = self.run.upstream().style;
         nexus_proto::check_transcript(self.style, self.run.transcript()).expect("emitted request must be balanced");
         let n = model_turns(self.style, &body);
         self.sent.push(body);

@@ -146,6 +146,12 @@ fn tool_result_texts(messages: &[Value]) -> Vec<String> {
 pub fn check_balance(body: &Value) -> Result<(), Reject> {
     let messages = body.get("messages").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
     for (i, m) in messages.iter().enumerate() {
+        for (k, b) in blocks(m).iter().enumerate() {
+            // Only thinking the API signed can come back.
+            if block_type(b) == "thinking" && str_field(b, "signature").is_empty() {
+                return Err(error(400, &format!("messages.{i}.content.{k}.thinking.signature: Field required")));
+            }
+        }
         if role(m) == "user" {
             let prev_ids: Vec<&str> = match i.checked_sub(1).and_then(|p| messages.get(p)) {
                 Some(p) if role(p) == "assistant" => {

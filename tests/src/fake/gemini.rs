@@ -174,6 +174,35 @@ pub fn check_balance(body: &Value) -> Result<(), Reject> {
     Ok(())
 }
 
+/// Gemini 3 models refuse a model turn whose function calls come back
+/// without a thought signature on the first of them (history from another
+/// model passes with Google's documented placeholder value there).
+pub fn check_signatures(body: &Value, model: &str) -> Result<(), Reject> {
+    if !model.starts_with("gemini-3") {
+        return Ok(());
+    }
+    let contents = body.get("contents").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    for (i, c) in contents.iter().enumerate().filter(|(_, c)| role(c) == "model") {
+        let first_call = parts(c).iter().position(|p| p.get("functionCall").is_some());
+        if let Some(k) = first_call {
+            let signed = parts(c)[k].get("thoughtSignature").and_then(Value::as_str).is_some_and(|s| !s.is_empty());
+            if !signed {
+                return Err(error(
+                    400,
+                    &format!(
+                        "Function call is missing a thought_signature in functionCall parts. This is required for \
+                         tools to work correctly, and missing thought_signature may lead to degraded model \
+                         performance. Additional data, function call `default_api:{}` , position {}.",
+                        parts(c)[k]["functionCall"]["name"].as_str().unwrap_or(""),
+                        i + 1
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct FunctionCall<'a> {

@@ -322,7 +322,10 @@ fn plan(
         Style::Anthropic => anthropic::check_balance(&body)?,
         Style::OpenAi => openai::check_balance(&body)?,
         Style::OpenAiResponses => responses::check_balance(&body)?,
-        Style::Gemini => gemini::check_balance(&body)?,
+        Style::Gemini => {
+            gemini::check_balance(&body)?;
+            gemini::check_signatures(&body, &parsed.model)?;
+        }
     }
     let turn_index = parsed.assistant_turns;
     record.turn = Some(turn_index);

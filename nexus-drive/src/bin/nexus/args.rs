@@ -22,7 +22,7 @@ pub struct Spec {
 }
 
 /// Value flags that may be given more than once (each time adds a value, in order).
-pub const REPEATABLE: &[&str] = &["skills", "mcp"];
+pub const REPEATABLE: &[&str] = &["skills", "mcp", "fallback"];
 
 /// What was given.
 #[derive(Debug, Default)]
@@ -123,8 +123,12 @@ pub fn parse(args: &[String], spec: &Spec) -> Result<Parsed, Fail> {
 mod tests {
     use super::*;
 
-    const SPEC: Spec =
-        Spec { command: "t", values: &["style", "max-turns"], switches: &["json"], optional: &["builtins"] };
+    const SPEC: Spec = Spec {
+        command: "t",
+        values: &["style", "max-turns", "fallback"],
+        switches: &["json"],
+        optional: &["builtins"],
+    };
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
@@ -141,6 +145,8 @@ mod tests {
         assert!(p.switch("json") && p.switch("builtins"));
         assert_eq!(p.value("builtins"), Some("read,grep"));
         assert_eq!(p.positionals, ["hello", "--not-a-flag"]);
+        let p = parse(&args(&["--fallback", "a", "--fallback=b"]), &SPEC).unwrap();
+        assert_eq!(p.all("fallback"), ["a", "b"]);
         let p = parse(&args(&["--max-turns=3", "-"]), &SPEC).unwrap();
         assert!(p.all("skills").is_empty());
         let spec = Spec { command: "t", values: &["skills"], switches: &[], optional: &[] };

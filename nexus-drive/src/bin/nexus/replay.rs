@@ -79,6 +79,7 @@ pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Valu
             return json!({"status": "failed", "error": error, "turns": run.turns(), "model": run.config().model});
         }
     };
+    let (upstreams, failovers) = RunResult::routing(run);
     let result = RunResult {
         status,
         text: run.final_text(),
@@ -91,6 +92,8 @@ pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Valu
         stop_reason: stop,
         messages: run.transcript().to_vec(),
         suspended: None,
+        upstreams,
+        failovers,
     };
     serde_json::to_value(&result).unwrap_or(Value::Null)
 }

@@ -12,7 +12,9 @@ use nexus_drive::blocking::Client;
 use nexus_drive::cassette::Recorder;
 use nexus_drive::mcp::McpTools;
 use nexus_drive::{ClientBuilder, ClientConfig, DriveError, RunResult, RunStatus, StreamItem, Toolbox};
-use nexus_proto::{Answer, Input, InputError, Run, RunConfig, StreamEvent, Style, Timestamp, ToolDecl, ToolKind};
+use nexus_proto::{
+    Answer, Input, InputError, Run, RunConfig, StreamEvent, Style, Timestamp, ToolDecl, ToolKind, Upstream,
+};
 
 use crate::args::{parse, Parsed, Spec};
 use crate::store::{self, Held, Store};
@@ -35,6 +37,7 @@ const RUN_SPEC: Spec = Spec {
         "skills",
         "skills-budget",
         "mcp",
+        "fallback",
     ],
     switches: &["stream", "json"],
     optional: &["builtins"],
@@ -42,7 +45,7 @@ const RUN_SPEC: Spec = Spec {
 
 const RESUME_SPEC: Spec = Spec {
     command: "resume",
-    values: &["state", "store", "run", "answer", "api-key-env", "root", "record", "skills", "mcp"],
+    values: &["state", "store", "run", "answer", "api-key-env", "root", "record", "skills", "mcp", "fallback"],
     switches: &["json", "stream", "accept-tool-changes"],
     optional: &[],
 };
@@ -55,7 +58,8 @@ nexus run [--style anthropic|openai|gemini|openai-responses] [--base-url URL] [-
           [--api-key-env VAR] [--system TEXT] [--max-turns N] [--stream]
           [--relay TOOLS.json] [--builtins[=NAMES]] [--root DIR] [--mcp FILE]...
           [--skills DIR]... [--skills-budget BYTES]
-          [--state FILE | --store STORE] [--record FILE] [--json] PROMPT
+          [--state FILE | --store STORE] [--record FILE] [--json]
+          [--fallback style=S,base-url=URL[,model=M][,api-key-env=VAR]]... PROMPT
 
 Runs the tool-calling loop on PROMPT (`-` reads it from standard input).
 
@@ -94,10 +98,18 @@ Runs the tool-calling loop on PROMPT (`-` reads it from standard input).
                  path (a file per run). The run id is printed (the first line of
                  output, `runId` with --json); resume it with nexus resume --store
   --record       write the session to a cassette (see nexus replay)
+  --fallback     an upstream tried, in the order given, after the primary when a
+                 model call fails for the upstream's fault (connect errors, resets,
+                 5xx, 429/529 after its retries, or at once when Retry-After is
+                 over 10 s); never on a 4xx request error or once text was shown.
+                 model defaults as for --model; the key comes from api-key-env,
+                 else from the style's usual variable (none when unset). Another
+                 style gets the transcript re-encoded for it. Repeatable
   --stream       print text as it arrives (with --json: every event as a JSON line)
   --json         print the result as one JSON object: status, text, toolCalls,
                  turns, usage, model, limit (when incomplete), pending (when pending),
-                 runId (with --store)
+                 upstreams ([{turn, style, baseUrl, model}]: which upstream answered
+                 each turn), failovers ([{turn, from, to, reason}]), runId (with --store)
 
 exit codes: 0 done · 3 pending (state written) · 4 incomplete · 2 usage or config error · 1 runtime error";
 
@@ -112,7 +124,10 @@ an array of them: {\"id\": \"<request id>\", \"ok\": true, \"data\": {...}}; a r
 Answers for only some requests leave the run pending on the rest (the state
 file is replaced atomically); an answer whose id matches no outstanding
 request changes nothing and exits 1. When the run finishes, the state file
-is removed. The API key is read from the environment again. With --record,
+is removed. The API key is read from the environment again, and so are the
+keys of the run's fallback upstreams (kept in the state without their keys):
+--fallback style=S,base-url=URL[,model=M],api-key-env=VAR names the variable
+for one of them (the style's usual variable otherwise). With --record,
 the session is appended to that cassette. Give the run's --root again: the
 built-in path tools are confined to it (default: the current directory).
 A run that uses MCP tools needs the same --mcp files again; an MCP tool that
@@ -153,6 +168,38 @@ fn api_key(p: &Parsed, style: Style) -> Result<String, Fail> {
     }
 }
 
+/// One `--fallback style=S,base-url=URL[,model=M][,api-key-env=VAR]`: the
+/// upstream and its key (from the named variable, which must be set, else
+/// from the style's usual variable when set).
+fn fallback(spec: &str) -> Result<(Upstream, Option<String>), Fail> {
+    let usage = |why: String| Fail::usage(format!("--fallback {spec:?}: {why}"));
+    let (mut style, mut base_url, mut model, mut var) = (None, None, None, None);
+    for item in spec.split(',') {
+        let (k, v) = item.split_once('=').ok_or_else(|| usage(format!("{item:?} is not key=value")))?;
+        let slot = match k.trim() {
+            "style" => &mut style,
+            "base-url" => &mut base_url,
+            "model" => &mut model,
+            "api-key-env" => &mut var,
+            other => return Err(usage(format!("unknown key {other:?} (style, base-url, model, api-key-env)"))),
+        };
+        if slot.replace(v.trim().to_string()).is_some() {
+            return Err(usage(format!("{k} is given twice")));
+        }
+    }
+    let style = parse_style(&style.ok_or_else(|| usage("style= is required".into()))?)?;
+    let base_url = base_url.filter(|u| !u.is_empty()).ok_or_else(|| usage("base-url= is required".into()))?;
+    let model = model.filter(|m| !m.is_empty()).unwrap_or_else(|| default_model(style).to_string());
+    let key = match var {
+        Some(var) => match std::env::var(&var) {
+            Ok(k) if !k.trim().is_empty() => Some(k),
+            _ => return Err(usage(format!("no API key: {var} is not set"))),
+        },
+        None => std::env::var(style.api_key_env()).ok().filter(|k| !k.trim().is_empty()),
+    };
+    Ok((Upstream { style, base_url, model }, key))
+}
+
 /// How a client's error ends the command.
 fn drive_fail(e: DriveError) -> Fail {
     match e {
@@ -164,14 +211,16 @@ fn drive_fail(e: DriveError) -> Fail {
 }
 
 /// Opens the cassette: a new one for `run`, appended to for `resume`.
-fn recorder(p: &Parsed, append: bool, key: &str) -> Result<Option<Arc<Recorder>>, Fail> {
+fn recorder(p: &Parsed, append: bool, keys: &[String]) -> Result<Option<Arc<Recorder>>, Fail> {
     let Some(path) = p.value("record") else {
         return Ok(None);
     };
     let path = Path::new(path);
     let rec = if append { Recorder::append(path) } else { Recorder::create(path) }
         .map_err(|e| Fail::runtime(format!("cannot record to {}: {e}", path.display())))?;
-    rec.set_api_key(key);
+    for key in keys {
+        rec.set_api_key(key);
+    }
     Ok(Some(Arc::new(rec)))
 }
 
@@ -250,6 +299,17 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
     if let Some(url) = p.value("base-url") {
         b = b.base_url(url);
     }
+    let mut keys = vec![key.clone()];
+    for spec in p.all("fallback") {
+        let (upstream, key) = fallback(spec)?;
+        b = match key {
+            Some(k) => {
+                keys.push(k.clone());
+                b.fallback_key(upstream, k)
+            }
+            None => b.fallback(upstream),
+        };
+    }
     if let Some(s) = p.value("system") {
         b = b.system(s);
     }
@@ -263,7 +323,7 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
         Some(spec) => Keep::Store { store: Box::new(Store::open(spec, true)?), held: None },
         None => Keep::File { path: PathBuf::from(p.value("state").unwrap_or(DEFAULT_STATE)), resumed: false },
     };
-    let record = recorder(&p, false, &key)?;
+    let record = recorder(&p, false, &keys)?;
     if let Some(r) = &record {
         b = b.tap(r.clone());
     }
@@ -415,7 +475,20 @@ fn resume_client(p: &Parsed, run: &Run, state: &[u8], root: &Path) -> Result<Res
     if let Some(found) = found {
         b = b.skills(found.skills);
     }
-    let record = recorder(p, true, &key)?;
+    // The fallbacks come from the state; their keys from --fallback or the environment.
+    let mut keys = vec![key.clone()];
+    for spec in p.all("fallback") {
+        if let (upstream, Some(k)) = fallback(spec)? {
+            keys.push(k.clone());
+            b = b.upstream_key(upstream, k);
+        }
+    }
+    for u in run.config().upstreams().iter().skip(1) {
+        if let Some(k) = std::env::var(u.style.api_key_env()).ok().filter(|k| !k.trim().is_empty()) {
+            keys.push(k);
+        }
+    }
+    let record = recorder(p, true, &keys)?;
     if let Some(r) = &record {
         r.resume(state);
         b = b.tap(r.clone());

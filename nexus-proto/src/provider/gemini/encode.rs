@@ -120,11 +120,26 @@ fn part(data_key: &str, data: Value, sig: Option<&str>) -> Value {
 /// Gemini signature) has no Gemini form and is left out.
 pub(super) fn keeps_block(block: &Block) -> bool {
     match block {
-        Block::Text { text, provider_data } | Block::Reasoning { text, provider_data, .. } => {
-            !text.is_empty() || signature(provider_data.as_ref()).is_some()
+        Block::Text { text, provider_data } => !text.is_empty() || signature(provider_data.as_ref()).is_some(),
+        // Reasoning another provider made opaque (Anthropic's signed or
+        // redacted thinking, a Responses reasoning item) is that provider's
+        // alone: never sent here.
+        Block::Reasoning { text, provider_data, signature: anthropic, redacted } => {
+            match signature(provider_data.as_ref()) {
+                Some(_) => true,
+                None => {
+                    !text.is_empty() && anthropic.is_none() && redacted.is_none() && !foreign(provider_data.as_ref())
+                }
+            }
         }
         Block::Image { .. } | Block::ToolCall(_) | Block::ToolResult(_) => true,
     }
+}
+
+/// Whether `provider_data` holds another provider's data (any key but ours
+/// and the core's own `nexus`).
+fn foreign(provider_data: Option<&Value>) -> bool {
+    provider_data.and_then(Value::as_object).is_some_and(|m| m.keys().any(|k| k != super::STYLE_KEY && k != "nexus"))
 }
 
 /// The part of a block [`keeps_block`] keeps.

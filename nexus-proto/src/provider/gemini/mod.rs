@@ -58,6 +58,47 @@ pub fn error_details(body: &[u8]) -> Option<(String, String)> {
     Some((kind, message))
 }
 
+/// The value Google documents for function calls whose thought signature is
+/// not available (a transcript from another model or provider): Gemini 3
+/// refuses a function-call turn sent back without a signature. It goes on
+/// the first call of a model turn, where Gemini puts its own.
+pub const PLACEHOLDER_SIGNATURE: &str = "skip_thought_signature_validator";
+
+/// Gives an assistant turn that Gemini did not produce the placeholder
+/// signature on its first call, when none of its blocks carries a Gemini
+/// signature already (under the `"gemini"` key, so no other encoder sends
+/// it). Returns whether it changed the turn.
+pub fn stamp_placeholder(message: &mut crate::message::Message) -> bool {
+    use crate::message::{Block, Role};
+    if message.role != Role::Assistant {
+        return false;
+    }
+    let signed = message.content.iter().any(|b| match b {
+        Block::Text { provider_data, .. } | Block::Reasoning { provider_data, .. } => {
+            signature(provider_data.as_ref()).is_some()
+        }
+        Block::ToolCall(call) => signature(call.provider_data.as_ref()).is_some(),
+        _ => false,
+    });
+    if signed {
+        return false;
+    }
+    let Some(call) = message.content.iter_mut().find_map(|b| match b {
+        Block::ToolCall(call) => Some(call),
+        _ => None,
+    }) else {
+        return false;
+    };
+    let data = call.provider_data.get_or_insert_with(|| Value::Object(serde_json::Map::new()));
+    match data {
+        Value::Object(map) => {
+            map.insert(STYLE_KEY.to_string(), serde_json::json!({ "thoughtSignature": PLACEHOLDER_SIGNATURE }));
+            true
+        }
+        _ => false,
+    }
+}
+
 /// The Gemini thought signature held in `provider_data`, if any.
 fn signature(provider_data: Option<&Value>) -> Option<&str> {
     provider_data?.get(STYLE_KEY)?.get("thoughtSignature")?.as_str().filter(|s| !s.is_empty())
