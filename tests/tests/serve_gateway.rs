@@ -15,32 +15,8 @@ use nexus_tests::fake::{FakeProvider, Fault, FaultKind, Script, Scripts, Style, 
 use nexus_tests::oracle::python;
 use serde_json::{json, Value};
 
-const UPSTREAM_KEY: &str = "sk-upstream-secret";
-const CLIENT_TOKEN: &str = "client-secret-token";
-const SLOW_DOWN: &str = "slow down, said the upstream";
-const WEATHER: &str = r#"{"city": "Paris"}"#;
-const ADD: &str = r#"{"a":2,"b":2}"#;
-
-fn proto(style: Style) -> ProtoStyle {
-    match style {
-        Style::Anthropic => ProtoStyle::Anthropic,
-        Style::OpenAi => ProtoStyle::OpenAi,
-        Style::Gemini => ProtoStyle::Gemini,
-        Style::OpenAiResponses => ProtoStyle::OpenAiResponses,
-    }
-}
-
-/// The provider's own error body for a 429 carrying [`SLOW_DOWN`].
-fn rate_limit_body(style: Style) -> String {
-    match style {
-        Style::Anthropic => json!({"type": "error", "error": {"type": "rate_limit_error", "message": SLOW_DOWN}}),
-        Style::OpenAi | Style::OpenAiResponses => {
-            json!({"error": {"message": SLOW_DOWN, "type": "requests", "param": null, "code": "rate_limit_exceeded"}})
-        }
-        Style::Gemini => json!({"error": {"code": 429, "message": SLOW_DOWN, "status": "RESOURCE_EXHAUSTED"}}),
-    }
-    .to_string()
-}
+mod serve_support;
+use serve_support::{proto, rate_limit_body, ADD, CLIENT_TOKEN, SLOW_DOWN, UPSTREAM_KEY, WEATHER};
 
 fn scripts(style: Style) -> Scripts {
     let busy = Fault::new(FaultKind::Status {

@@ -123,12 +123,7 @@ impl Cl {
 pub const STYLES: [Style; 4] = Style::ALL;
 
 pub fn proto_style(s: Style) -> nexus_drive::Style {
-    match s {
-        Style::Anthropic => nexus_drive::Style::Anthropic,
-        Style::OpenAi => nexus_drive::Style::OpenAi,
-        Style::Gemini => nexus_drive::Style::Gemini,
-        Style::OpenAiResponses => nexus_drive::Style::OpenAiResponses,
-    }
+    nexus_drive::Style::parse(s.name()).expect("the fake and the library name their styles alike")
 }
 
 /// A builder aimed at the fake for `style`, with fast backoff.
