@@ -155,6 +155,15 @@ pub(crate) fn is_encoding_of(text: &str, value: &Value) -> bool {
     serde_json::to_writer(&mut w, value).is_ok() && !w.differs && w.rest.is_empty()
 }
 
+/// A text content part, `{"text", "type"}`: Chat Completions writes it as
+/// `text`, Responses as `input_text`.
+#[derive(serde::Serialize)]
+pub(crate) struct TextPart<'a> {
+    pub(crate) text: &'a str,
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

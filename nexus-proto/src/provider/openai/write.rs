@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{arguments_from_input, is_refusal};
 use crate::message::{Block, ImageSource, Message, Role, ToolCall};
-use crate::provider::body::{Field, Fields, Joined, Seq};
+use crate::provider::body::{Field, Fields, Joined, Seq, TextPart};
 use crate::provider::ModelCall;
 use crate::tool::ToolDecl;
 
@@ -134,13 +134,6 @@ impl Serialize for UserPart<'_> {
             _ => s.serialize_none(),
         }
     }
-}
-
-#[derive(DeriveSerialize)]
-struct TextPart<'a> {
-    text: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
 }
 
 #[derive(DeriveSerialize)]

@@ -13,7 +13,7 @@ use super::{
     INCLUDE,
 };
 use crate::message::{Block, ImageSource, Message, Role, ToolCall};
-use crate::provider::body::{Field, Fields, Joined, Seq};
+use crate::provider::body::{Field, Fields, Joined, Seq, TextPart};
 use crate::provider::ModelCall;
 use crate::tool::ToolDecl;
 
@@ -115,13 +115,6 @@ impl Serialize for UserPart<'_> {
             _ => s.serialize_none(),
         }
     }
-}
-
-#[derive(DeriveSerialize)]
-struct TextPart<'a> {
-    text: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
 }
 
 #[derive(DeriveSerialize)]
