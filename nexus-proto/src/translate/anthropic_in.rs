@@ -31,17 +31,10 @@ pub fn anthropic_request_to(
     body: &[u8],
     beta_headers: &[&str],
 ) -> Result<SurfaceRequest, TranslateError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| TranslateError {
-        status: 400,
-        message: format!("The request body is not valid JSON: {e}"),
-        kind: "invalid_request_error".to_string(),
-        param: None,
-        code: Some("invalid_json".to_string()),
-    })?;
-    let obj = value.as_object().ok_or_else(|| TranslateError {
-        param: None,
-        ..TranslateError::invalid("", "the request body must be a JSON object")
-    })?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| TranslateError::invalid_json(format!("The request body is not valid JSON: {e}")))?;
+    let obj =
+        value.as_object().ok_or_else(|| TranslateError::not_an_object("the request body must be a JSON object"))?;
     let model = match obj.get("model") {
         Some(Value::String(m)) if !m.is_empty() => m.clone(),
         _ => return Err(TranslateError::invalid("model", "model: Field required")),

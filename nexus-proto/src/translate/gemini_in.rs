@@ -25,17 +25,11 @@ pub fn gemini_request_to(
     stream: bool,
     body: &[u8],
 ) -> Result<SurfaceRequest, TranslateError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| TranslateError {
-        status: 400,
-        message: format!("Invalid JSON payload received. {e}"),
-        kind: "invalid_request_error".to_string(),
-        param: None,
-        code: Some("invalid_json".to_string()),
-    })?;
-    let obj = value.as_object().ok_or_else(|| TranslateError {
-        param: None,
-        ..TranslateError::invalid("", "Invalid JSON payload received. The body must be an object.")
-    })?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| TranslateError::invalid_json(format!("Invalid JSON payload received. {e}")))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| TranslateError::not_an_object("Invalid JSON payload received. The body must be an object."))?;
     let model = gemini_model(model)?;
     if style == Style::Gemini {
         let upstream = TranslatedRequest { style, model, stream, include_usage: true, body: body.to_vec() };

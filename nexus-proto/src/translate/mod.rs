@@ -125,6 +125,17 @@ impl TranslateError {
         }
     }
 
+    /// A 400 for a body that is not JSON (`code: invalid_json`), in the
+    /// words of the dialect that was asked.
+    pub fn invalid_json(message: impl Into<String>) -> TranslateError {
+        TranslateError { code: Some("invalid_json".to_string()), param: None, ..TranslateError::invalid("", message) }
+    }
+
+    /// A 400 for a JSON body that is not an object.
+    pub fn not_an_object(message: impl Into<String>) -> TranslateError {
+        TranslateError { param: None, ..TranslateError::invalid("", message) }
+    }
+
     /// A 400 for a setting the target provider has no way to express.
     pub fn unsupported(param: impl Into<String>, target: Style, why: impl fmt::Display) -> TranslateError {
         let param = param.into();

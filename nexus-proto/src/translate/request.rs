@@ -30,13 +30,8 @@ pub fn openai_request_to(style: Style, request: &Value) -> Result<TranslatedRequ
 /// [`openai_request_to`] on raw body bytes. Malformed JSON is a 400; for
 /// [`Style::OpenAi`] the bytes are forwarded exactly as given.
 pub fn openai_request_bytes_to(style: Style, body: &[u8]) -> Result<TranslatedRequest, TranslateError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| TranslateError {
-        status: 400,
-        message: format!("We could not parse the JSON body of your request: {e}"),
-        kind: "invalid_request_error".to_string(),
-        param: None,
-        code: Some("invalid_json".to_string()),
-    })?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| TranslateError::invalid_json(format!("We could not parse the JSON body of your request: {e}")))?;
     if style == Style::OpenAi {
         let obj = value.as_object().ok_or_else(not_an_object)?;
         let (model, stream, include_usage) = passthrough_fields(obj)?;
@@ -46,7 +41,7 @@ pub fn openai_request_bytes_to(style: Style, body: &[u8]) -> Result<TranslatedRe
 }
 
 fn not_an_object() -> TranslateError {
-    TranslateError { param: None, ..TranslateError::invalid("", "the request body must be a JSON object") }
+    TranslateError::not_an_object("the request body must be a JSON object")
 }
 
 /// What a passed-through request says about how to read its answer.

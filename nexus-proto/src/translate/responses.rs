@@ -52,16 +52,10 @@ pub struct ResponsesRequest {
 /// Reads a Responses request body. Malformed JSON, a stateful request, an
 /// unknown input item or a non-function tool is a 400 naming the field.
 pub fn read_responses_request(body: &[u8]) -> Result<ResponsesRequest, TranslateError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| TranslateError {
-        code: Some("invalid_json".into()),
-        param: None,
-        ..TranslateError::invalid("", format!("We could not parse the JSON body of your request: {e}"))
-    })?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| TranslateError::invalid_json(format!("We could not parse the JSON body of your request: {e}")))?;
     let Value::Object(obj) = value else {
-        return Err(TranslateError {
-            param: None,
-            ..TranslateError::invalid("", "the request body must be a JSON object")
-        });
+        return Err(TranslateError::not_an_object("the request body must be a JSON object"));
     };
     let model = match obj.get("model") {
         Some(Value::String(m)) if !m.is_empty() => m.clone(),
