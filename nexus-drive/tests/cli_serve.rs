@@ -36,11 +36,16 @@ struct Gateway {
 
 impl Gateway {
     fn start(config: &str) -> Gateway {
+        Gateway::start_with(config, &[])
+    }
+
+    fn start_with(config: &str, extra_args: &[&str]) -> Gateway {
         let dir = scratch("serve");
         let path = dir.join("gateway.toml");
         std::fs::write(&path, config).unwrap();
         let mut cmd = nexus(&dir, None);
         cmd.args(["serve", "--config", path.to_str().unwrap()])
+            .args(extra_args)
             .env("UPSTREAM_KEY", KEY)
             .env("CLIENT_KEY", CLIENT_KEY)
             .stdout(Stdio::piped())
@@ -77,6 +82,15 @@ impl Gateway {
                 .unwrap_or_else(|| panic!("{name} in /proc status"))
         };
         (field("Threads:"), field("VmRSS:"), field("VmHWM:"))
+    }
+
+    /// How many of the gateway's threads run its event loop.
+    fn event_loop_threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
+            .expect("/proc/PID/task (this test needs Linux)")
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|name| name.starts_with("nexus-serve-"))
+            .count()
     }
 
     /// Sends SIGTERM and waits for a clean exit.
@@ -355,4 +369,34 @@ fn the_readme_configuration_example_is_a_valid_configuration() {
     assert_eq!(config.upstreams.len(), 2);
     assert_eq!(config.routes.len(), 2);
     assert_eq!(config.keys[0].max_concurrent, Some(8));
+}
+
+#[test]
+fn one_event_loop_thread_by_default_and_as_many_as_threads_asks() {
+    // Nothing is sent upstream here: any base URL will do.
+    let base = "http://127.0.0.1:9";
+    let plain = config(base, "").replace(&format!("threads = {THREADS}\n"), "");
+    assert!(!plain.contains("threads"), "{plain}");
+    let gw = Gateway::start(&plain);
+    assert_eq!(gw.event_loop_threads(), 1, "the default");
+    drop(gw);
+    let gw = Gateway::start_with(&plain, &["--threads", "3"]);
+    assert_eq!(gw.event_loop_threads(), 3, "--threads 3");
+    drop(gw);
+    // The flag overrides the file.
+    let gw = Gateway::start_with(&config(base, ""), &["--threads", "1"]);
+    assert_eq!(gw.event_loop_threads(), 1, "--threads 1 over the file's {THREADS}");
+    drop(gw);
+    let dir = scratch("serve-threads");
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, &plain).unwrap();
+    let out = run(nexus(&dir, None).env("UPSTREAM_KEY", KEY).env("CLIENT_KEY", CLIENT_KEY).args([
+        "serve",
+        "--config",
+        path.to_str().unwrap(),
+        "--threads",
+        "many",
+    ]));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--threads many"), "{}", out.stderr);
 }

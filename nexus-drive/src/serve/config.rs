@@ -104,7 +104,12 @@ pub struct ServeConfig {
     pub shutdown_grace: Duration,
     /// How often `/ready` re-checks that each upstream can be reached.
     pub probe_interval: Duration,
-    /// Threads running the server (0: one per CPU). Connections never get their own.
+    /// Threads running the server's event loop (0: one per CPU; default 1).
+    /// Connections never get their own. One thread is the default because
+    /// async-io has one reactor: with several executor threads most I/O
+    /// wake-ups cross threads (a futex and an eventfd write each), which
+    /// costs more CPU per request than a second core gains until a few
+    /// dozen requests are in flight at once.
     pub threads: usize,
     /// Write one JSON line per request to stderr (never a body, a header or a key).
     pub log_requests: bool,
@@ -200,7 +205,7 @@ impl ServeConfig {
             request_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(60),
             probe_interval: Duration::from_secs(15),
-            threads: 0,
+            threads: 1,
             log_requests: false,
         }
     }
@@ -474,7 +479,7 @@ impl File {
         c.upstream_read_timeout = secs("upstream_read", t.upstream_read, c.upstream_read_timeout)?;
         c.shutdown_grace = secs("shutdown_grace", t.shutdown_grace, c.shutdown_grace)?;
         c.probe_interval = secs("probe_interval", t.probe_interval, c.probe_interval)?;
-        c.threads = self.threads.unwrap_or(0);
+        c.threads = self.threads.unwrap_or(1);
         c.log_requests = self.log_requests.unwrap_or(true);
         c.forward_client_key = self.forward_client_key;
         c.models = self.models;

@@ -17,7 +17,7 @@
 //!   [`ServeConfig::max_header_bytes`], bodies at [`ServeConfig::max_body_bytes`]
 //!   (413 before the body is read when `content-length` says so).
 //! * Connections are tasks on a small smol executor
-//!   ([`ServeConfig::threads`], one per CPU by default): ten thousand idle
+//!   ([`ServeConfig::threads`], one by default): ten thousand idle
 //!   keep-alive connections or a thousand streams need no more threads.
 //! * Slow clients: a request head must arrive within
 //!   [`ServeConfig::idle_timeout`] of the connection going idle, a body within

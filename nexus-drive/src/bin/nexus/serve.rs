@@ -10,16 +10,16 @@ use crate::{out, parse_style, Fail};
 
 const SPEC: Spec = Spec {
     command: "serve",
-    values: &["config", "listen", "upstream-style", "upstream-base-url", "api-key-env", "client-token"],
+    values: &["config", "listen", "upstream-style", "upstream-base-url", "api-key-env", "client-token", "threads"],
     switches: &["forward-client-key", "quiet"],
     optional: &[],
 };
 
 pub const HELP: &str = "\
-nexus serve --config gateway.toml [--listen ADDR:PORT] [--quiet]
+nexus serve --config gateway.toml [--listen ADDR:PORT] [--threads N] [--quiet]
 nexus serve --listen 127.0.0.1:PORT --upstream-style anthropic|gemini|openai
             [--upstream-base-url URL] [--api-key-env VAR] [--client-token TOKEN]
-            [--forward-client-key] [--quiet]
+            [--forward-client-key] [--threads N] [--quiet]
 
 Serves POST /v1/chat/completions (streaming and not) and GET /v1/models over
 HTTP/1.1 and h2c, translating each request into one upstream call, plus
@@ -32,6 +32,10 @@ Without it, the flags describe one upstream: its key comes from the
 environment (VAR, default the style's own variable); the client's bearer
 token is never forwarded unless --forward-client-key is given; with
 --client-token, clients must send it as their key.
+
+--threads sets the event-loop threads (default 1, 0 = one per CPU; overrides
+the file's `threads`): one thread has the least latency and CPU per request,
+more threads more throughput when many requests are in flight at once.
 
 One JSON line per request goes to stderr (no bodies, no keys) unless --quiet.
 SIGINT/SIGTERM stop accepting connections and let in-flight streams finish.";
@@ -77,6 +81,9 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
             cfg
         }
     };
+    if let Some(t) = p.value("threads") {
+        cfg.threads = t.parse().map_err(|e| Fail::usage(format!("--threads {t}: {e}")))?;
+    }
     if p.switch("quiet") {
         cfg.log_requests = false;
     }
