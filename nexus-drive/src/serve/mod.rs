@@ -79,6 +79,7 @@
 //! ```
 
 mod config;
+mod failover;
 mod gateway;
 mod handler;
 mod ops;
@@ -93,7 +94,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-pub use config::{ClientKeyConfig, ConfigError, RouteConfig, ServeConfig, UpstreamConfig};
+pub use config::{ClientKeyConfig, ConfigError, RouteConfig, RouteFailover, ServeConfig, UpstreamConfig};
 pub use gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest, UpstreamResponse};
 pub use surface::{BoxFuture, ChunkStream, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
