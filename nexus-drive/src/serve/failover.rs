@@ -116,8 +116,8 @@ pub(crate) enum Forwarded<T> {
     Served {
         /// What the request was built with for this target.
         with: T,
-        /// The answer.
-        response: UpstreamResponse,
+        /// The answer (boxed: it is much larger than the other outcomes).
+        response: Box<UpstreamResponse>,
     },
     /// The last target tried refused with an error status the policy does
     /// not move on from (a 4xx request error, or the last upstream's 5xx).
@@ -217,7 +217,7 @@ impl Ctx {
                         match read {
                             Ok(()) => {
                                 circuits.success(&keys[i]);
-                                return Forwarded::Served { with, response };
+                                return Forwarded::Served { with, response: Box::new(response) };
                             }
                             Err(e) => {
                                 let what = response.body.failure().unwrap_or("io");
