@@ -28,6 +28,7 @@ fn scripts() -> Scripts {
         .model("m-503", Script::new(vec![text().fault(status(503))]))
         .model("m-400", Script::new(vec![text().fault(status(400))]))
         .model("m-cut-early", Script::new(vec![text().fault(always(FaultKind::ResetAfterHeaders))]))
+        .model("m-storm-early", Script::new(vec![text().fault(always(FaultKind::StreamError { after_events: 0 }))]))
         .model("m-cut-late", Script::new(vec![text().fault(always(FaultKind::ResetMidStream { after_events: 2 }))]))
         .model(
             "m-stall-early",
@@ -79,6 +80,13 @@ upstreams = [{{ name = "oai", model = "m-503" }}, {{ name = "gem", model = "m-te
 [[routes]]
 model = "cut-*"
 upstreams = [{{ name = "anth", model = "m-cut-*" }}, {{ name = "oai", model = "m-text" }}]
+[[routes]]
+model = "storm-early"
+upstreams = [{{ name = "anth", model = "m-storm-early" }}, {{ name = "oai", model = "m-text" }}]
+[[routes]]
+model = "storm-alone"
+upstream = "anth"
+upstream_model = "m-storm-early"
 [[routes]]
 model = "stall-early"
 upstreams = [{{ name = "anth", model = "m-stall-early" }}, {{ name = "gem", model = "m-text" }}]
@@ -362,9 +370,14 @@ fn a_stream_that_fails_before_its_first_byte_fails_over_and_one_that_fails_after
     let server = start(&fake, NO_BREAKER);
     let addr = server.local_addr();
     for client in CLIENTS {
-        // Cut right after the response head, or silent past the read timeout, before any
-        // event: nothing has reached the client, the next upstream answers.
-        for (model, failing, next) in [("cut-early", "m-cut-early", "oai"), ("stall-early", "m-stall-early", "gem")] {
+        // Cut right after the response head, silent past the read timeout, or an
+        // overloaded error as the first event: nothing has reached the client, the
+        // next upstream answers.
+        for (model, failing, next) in [
+            ("cut-early", "m-cut-early", "oai"),
+            ("stall-early", "m-stall-early", "gem"),
+            ("storm-early", "m-storm-early", "oai"),
+        ] {
             fake.clear_requests();
             let a = ask(addr, client, model, true);
             assert_eq!(a.status, 200, "{client:?} {model}");
@@ -395,6 +408,7 @@ fn a_stream_that_fails_before_its_first_byte_fails_over_and_one_that_fails_after
     assert_eq!(metric(&text, r#"nexus_gateway_failovers_total{from="anth",to="oai",reason="timeout"}"#), 1.0, "{text}");
     assert_eq!(metric(&text, r#"nexus_gateway_failovers_total{from="anth",to="oai",reason="stream_cut"}"#), 4.0);
     assert_eq!(metric(&text, r#"nexus_gateway_failovers_total{from="anth",to="gem",reason="stalled"}"#), 4.0);
+    assert_eq!(metric(&text, r#"nexus_gateway_failovers_total{from="anth",to="oai",reason="stream_error"}"#), 4.0);
     server.shutdown();
 }
 
@@ -428,6 +442,14 @@ fn request_errors_are_not_failed_over_and_the_last_upstreams_refusal_is_the_answ
     assert_eq!(a.json()["error"]["type"], "overloaded_error", "{}", a.text());
     assert_eq!(a.header("x-nexus-upstream"), Some("anth"));
     assert!(fake.requests_for("m-text").is_empty());
+    // A stream that opens with the provider's error and has no upstream after it: the
+    // client gets that error as its own dialect's error event.
+    for client in CLIENTS {
+        let a = ask(addr, client, "storm-alone", true);
+        assert_eq!(a.status, 200, "{client:?}");
+        assert_eq!(a.header("x-nexus-upstream"), Some("anth"), "{client:?}");
+        assert!(error_event(client, &a.events()).is_some(), "{client:?}: no error event in {}", a.text());
+    }
     let text = metrics(addr);
     assert!(!text.contains(r#"reason="status_400""#), "{text}");
     server.shutdown();

@@ -10,8 +10,8 @@
 //!
 //! A failure counts until the first byte reaches the client: a stream's
 //! first piece and a whole body are read before the answer is committed, so
-//! a stream cut or stalled before it has sent anything is answered by the
-//! next target. After that the client has the answer's beginning, and a
+//! a stream cut, stalled or opening with the provider's error before it has
+//! sent anything is answered by the next target. After that the client has the answer's beginning, and a
 //! failure ends it with an error event in its own dialect.
 
 use std::collections::hash_map::RandomState;
@@ -20,8 +20,12 @@ use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use nexus_proto::error::{ProviderError, RemoteError};
 use nexus_proto::translate::TranslateError;
-use nexus_proto::{Attempt, BreakerPolicy, Breakers, CircuitState, Decision, RunError, Timestamp, TransportErrorKind};
+use nexus_proto::{
+    Attempt, BreakerPolicy, Breakers, CallIds, CircuitState, Decision, FailoverPolicy, RunError, SseDecoder, Style,
+    Timestamp, TransportErrorKind,
+};
 
 use super::gateway::{Ctx, Route, SendFailure, Target, UpstreamRequest, UpstreamResponse};
 use super::surface::{ErrorKind, GatewayError};
@@ -142,8 +146,31 @@ const MAX_ERROR_BODY: usize = 1024 * 1024;
 
 /// One failed attempt, kept until the next succeeds or the policy gives up.
 enum Failure<T> {
-    Refused { with: T, status: u16, retry_after: Option<String>, body: Vec<u8> },
+    Refused {
+        with: T,
+        status: u16,
+        retry_after: Option<String>,
+        body: Vec<u8>,
+    },
     Failed(GatewayError),
+    /// A stream whose first event is the provider's error: when it is the
+    /// last word, the client gets it as its own dialect's error event.
+    Stream {
+        with: T,
+        response: Box<UpstreamResponse>,
+        message: String,
+    },
+}
+
+impl<T> Failure<T> {
+    /// What is kept of a failure once another attempt follows: not the
+    /// upstream connection of a failed stream.
+    fn settled(self) -> Failure<T> {
+        match self {
+            Failure::Stream { message, .. } => Failure::Failed(GatewayError::new(ErrorKind::Upstream, message)),
+            other => other,
+        }
+    }
 }
 
 impl<T> From<Failure<T>> for Forwarded<T> {
@@ -153,8 +180,29 @@ impl<T> From<Failure<T>> for Forwarded<T> {
                 Forwarded::Refused { with, status, retry_after, body }
             }
             Failure::Failed(e) => Forwarded::Failed(e),
+            Failure::Stream { with, response, .. } => Forwarded::Served { with, response },
         }
     }
+}
+
+/// The provider's error, when a stream's first piece says nothing visible
+/// before it (an `overloaded_error` event instead of an answer), read by the
+/// core's own stream decoder for `style`.
+fn stream_error(style: Style, piece: &[u8]) -> Option<ProviderError> {
+    let mut events = Vec::new();
+    SseDecoder::new().feed(piece, &mut events);
+    let mut assembler = style.assembler();
+    let (mut ids, mut deltas) = (CallIds::default(), Vec::new());
+    for event in &events {
+        match assembler.push(event, &mut ids, &mut deltas) {
+            Err(RemoteError::Provider(p)) if !assembler.emitted_anything() => return Some(p),
+            // A malformed event is the stream's to report; a visible delta commits the answer.
+            Err(_) => return None,
+            Ok(()) if assembler.emitted_anything() => return None,
+            Ok(()) => {}
+        }
+    }
+    None
 }
 
 /// A random share in `0..bound` for the backoff's jitter (std's per-process
@@ -214,12 +262,32 @@ impl Ctx {
                         } else {
                             response.body.buffer(self.max_upstream_body_bytes()).await
                         };
-                        match read {
-                            Ok(()) => {
+                        let refused = match (&read, stream) {
+                            (Ok(()), true) => response.body.held().and_then(|p| stream_error(target.style(), p)),
+                            _ => None,
+                        };
+                        match (read, refused) {
+                            (Ok(()), Some(p)) => {
+                                let (retryable, after) = (p.retryable, p.retry_after_ms);
+                                let message = format!("the upstream stream failed: {p}");
+                                let error = RunError::Provider(p);
+                                if FailoverPolicy::upstream_at_fault(&error) {
+                                    circuits.failure(&keys[i], target.upstream());
+                                }
+                                let response = Box::new(response);
+                                (
+                                    error,
+                                    retryable,
+                                    after,
+                                    Failure::Stream { with, response, message },
+                                    "stream_error".into(),
+                                )
+                            }
+                            (Ok(()), None) => {
                                 circuits.success(&keys[i]);
                                 return Forwarded::Served { with, response: Box::new(response) };
                             }
-                            Err(e) => {
+                            (Err(e), _) => {
                                 let what = response.body.failure().unwrap_or("io");
                                 if what == "body_too_large" {
                                     // Our cap, not the upstream's fault: no other upstream would do better.
@@ -243,7 +311,7 @@ impl Ctx {
                         let p = target.style().decode_error(Some(status), retry_after.as_deref(), &body);
                         let (retryable, after) = (p.retryable, p.retry_after_ms);
                         let error = RunError::Provider(p);
-                        if nexus_proto::FailoverPolicy::upstream_at_fault(&error) {
+                        if FailoverPolicy::upstream_at_fault(&error) {
                             circuits.failure(&keys[i], target.upstream());
                         }
                         (
@@ -256,7 +324,7 @@ impl Ctx {
                     }
                     Err(SendFailure { what, kind, error: e }) => {
                         let error = RunError::Transport { kind, message: e.message.clone() };
-                        if nexus_proto::FailoverPolicy::upstream_at_fault(&error) {
+                        if FailoverPolicy::upstream_at_fault(&error) {
                             circuits.failure(&keys[i], target.upstream());
                         }
                         (error, true, None, Failure::Failed(e), what.to_string())
@@ -279,12 +347,12 @@ impl Ctx {
             );
             match (decision, next) {
                 (Decision::Retry { delay_ms }, _) => {
-                    last = Some(failure);
+                    last = Some(failure.settled());
                     attempt += 1;
                     smol::Timer::after(Duration::from_millis(delay_ms)).await;
                 }
                 (Decision::FailOver, Some(to)) => {
-                    last = Some(failure);
+                    last = Some(failure.settled());
                     self.note_failover(target, targets[to], &reason);
                     failovers += 1;
                     attempt = 0;

@@ -395,6 +395,11 @@ impl UpstreamBody {
         Ok(())
     }
 
+    /// The piece [`prefetch`](Self::prefetch) read, not yet handed out.
+    pub(crate) fn held(&self) -> Option<&[u8]> {
+        self.held.as_deref()
+    }
+
     /// What the last failure of this body was.
     pub(crate) fn failure(&self) -> Option<&'static str> {
         self.failure

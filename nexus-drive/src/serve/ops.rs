@@ -316,7 +316,7 @@ impl Metrics {
         counter(
             &mut out,
             "nexus_gateway_failovers_total",
-            "Requests moved from one upstream to the next, by from, to and reason (status_NNN, connect, io, timeout, stalled, stream_cut, circuit_open).",
+            "Requests moved from one upstream to the next, by from, to and reason (status_NNN, connect, io, timeout, stalled, stream_cut, stream_error, circuit_open).",
             &r.failovers,
         );
         let _ = writeln!(
