@@ -15,7 +15,7 @@
 //! failure ends it with an error event in its own dialect.
 
 use std::collections::hash_map::RandomState;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -43,19 +43,60 @@ struct CircuitsInner {
     breakers: Breakers,
     /// Circuit key → upstream name.
     owners: BTreeMap<String, String>,
+    /// Half-open circuits with a probe request in flight: the others wait
+    /// for its outcome instead of all trying an upstream that may still be down.
+    probing: BTreeSet<String>,
+}
+
+/// A half-open circuit's probe in flight; dropping it lets the next one through.
+pub(crate) struct Probe<'a> {
+    circuits: &'a Circuits,
+    key: Option<String>,
+}
+
+impl Drop for Probe<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.circuits.lock().probing.remove(&key);
+        }
+    }
 }
 
 impl Circuits {
     pub(crate) fn new(policy: BreakerPolicy) -> Circuits {
-        Circuits(Mutex::new(CircuitsInner { breakers: Breakers::new(policy), owners: BTreeMap::new() }))
+        Circuits(Mutex::new(CircuitsInner {
+            breakers: Breakers::new(policy),
+            owners: BTreeMap::new(),
+            probing: BTreeSet::new(),
+        }))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CircuitsInner> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether a call to `key` may go out now: its circuit is closed, or
+    /// half-open with no probe in flight.
     fn allows(&self, key: &str) -> bool {
-        self.lock().breakers.allows(key, now())
+        let c = self.lock();
+        match c.breakers.state(key, now()) {
+            CircuitState::Closed => true,
+            CircuitState::HalfOpen => !c.probing.contains(key),
+            CircuitState::Open { .. } => false,
+        }
+    }
+
+    /// Lets a call to `key` go out: `None` when its circuit is open or its
+    /// half-open probe is taken; a half-open circuit's call is its probe.
+    pub(crate) fn admit(&self, key: &str) -> Option<Probe<'_>> {
+        let mut c = self.lock();
+        match c.breakers.state(key, now()) {
+            CircuitState::Closed => Some(Probe { circuits: self, key: None }),
+            CircuitState::HalfOpen if c.probing.insert(key.to_string()) => {
+                Some(Probe { circuits: self, key: Some(key.to_string()) })
+            }
+            _ => None,
+        }
     }
 
     fn success(&self, key: &str) {
@@ -232,13 +273,7 @@ impl Ctx {
             (start..targets.len()).find(|&j| circuits.allows(&keys[j]))
         };
         let Some(mut i) = next_after(None) else {
-            let wait_s = circuits.reopens_in(&keys).div_ceil(1000).max(1);
-            let mut e = GatewayError::new(
-                ErrorKind::Overloaded,
-                format!("every upstream for `{}` is failing; the next try is in {wait_s} s", route.pattern),
-            );
-            e.headers.push(("retry-after".into(), wait_s.to_string()));
-            return Forwarded::Failed(e);
+            return all_open(route, circuits, &keys);
         };
         if i > 0 {
             self.note_failover(targets[0], targets[i], "circuit_open");
@@ -246,6 +281,20 @@ impl Ctx {
         let (mut attempt, mut failovers) = (0u32, 0u32);
         let mut last: Option<Failure<T>> = None;
         loop {
+            // Held until this attempt's outcome is recorded.
+            let _probe = loop {
+                match circuits.admit(&keys[i]) {
+                    Some(probe) => break probe,
+                    // Opened, or its probe taken, since it was chosen: the next one.
+                    None => match next_after(Some(i)) {
+                        Some(j) => {
+                            self.note_failover(targets[i], targets[j], "circuit_open");
+                            i = j;
+                        }
+                        None => return last.map_or_else(|| all_open(route, circuits, &keys), Forwarded::from),
+                    },
+                }
+            };
             let target = targets[i];
             let (with, request) = match build(target) {
                 Ok(x) => x,
@@ -366,5 +415,44 @@ impl Ctx {
     fn note_failover(&self, from: &Target, to: &Target, reason: &str) {
         self.shared.metrics.failover(from.upstream(), to.upstream(), reason);
         self.record.note_failover(from.upstream(), to.upstream(), reason);
+    }
+}
+
+/// Every upstream of `route` is skipped: 503, retry when the first circuit turns half-open.
+fn all_open<T>(route: &Route, circuits: &Circuits, keys: &[String]) -> Forwarded<T> {
+    let wait_s = circuits.reopens_in(keys).div_ceil(1000).max(1);
+    let mut e = GatewayError::new(
+        ErrorKind::Overloaded,
+        format!("every upstream for `{}` is failing; the next try is in {wait_s} s", route.pattern),
+    );
+    e.headers.push(("retry-after".into(), wait_s.to_string()));
+    Forwarded::Failed(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_half_open_circuit_lets_one_probe_through_at_a_time() {
+        let circuits = Circuits::new(BreakerPolicy { failures: 1, window_ms: 60_000, cooldown_ms: 1 });
+        assert!(circuits.admit("k").is_some_and(|p| p.key.is_none()), "closed: no probe");
+        circuits.failure("k", "up");
+        // Wait out the 1 ms cooldown (the breakers read the wall clock).
+        let until = now().plus_ms(5);
+        while now() < until {
+            std::thread::yield_now();
+        }
+        assert_eq!(circuits.state_of("up"), CircuitState::HalfOpen);
+        let probe = circuits.admit("k").expect("the probe");
+        assert!(circuits.admit("k").is_none(), "a second call while the probe is out");
+        assert!(!circuits.allows("k"));
+        drop(probe);
+        assert!(circuits.allows("k"), "the probe ended without an outcome: another may try");
+        let probe = circuits.admit("k").expect("the next probe");
+        circuits.success("k");
+        drop(probe);
+        assert_eq!(circuits.state_of("up"), CircuitState::Closed);
+        assert!(circuits.admit("k").is_some() && circuits.admit("k").is_some(), "closed: no limit");
     }
 }
