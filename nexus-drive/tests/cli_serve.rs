@@ -367,8 +367,54 @@ fn the_readme_configuration_example_is_a_valid_configuration() {
     let config = nexus_drive::serve::ServeConfig::from_toml(block, |var| Some(format!("value-of-{var}")))
         .unwrap_or_else(|e| panic!("the README example: {e}"));
     assert_eq!(config.upstreams.len(), 2);
-    assert_eq!(config.routes.len(), 2);
+    assert_eq!(config.routes.len(), 3);
     assert_eq!(config.keys[0].max_concurrent, Some(8));
+    let smart = &config.routes[1];
+    assert_eq!((smart.upstreams.len(), smart.upstream_models.len()), (2, 2), "{smart:?}");
+    assert_eq!(smart.failover.policy.max_failovers, 1);
+}
+
+#[test]
+fn the_access_log_names_the_upstream_that_answered_and_the_failovers() {
+    let overloaded = Fault::new(FaultKind::Status { status: 529, retry_after: None, body: None }).times(u32::MAX);
+    let fake = nexus_tests::fake::FakeProvider::start(
+        Scripts::new(KEY)
+            .model("m-529", Script::new(vec![Turn::text(TEXT).fault(overloaded)]))
+            .model("m-text", Script::new(vec![Turn::text(TEXT).usage(3, 5)])),
+    );
+    let gw = Gateway::start(&format!(
+        r#"
+listen = "127.0.0.1:0"
+threads = {THREADS}
+[[upstreams]]
+name = "anth"
+style = "anthropic"
+base_url = "{anth}"
+api_key_env = "UPSTREAM_KEY"
+[[upstreams]]
+name = "oai"
+style = "openai"
+base_url = "{oai}"
+api_key_env = "UPSTREAM_KEY"
+[[routes]]
+model = "smart"
+upstreams = [{{ name = "anth", model = "m-529" }}, {{ name = "oai", model = "m-text" }}]
+[[keys]]
+name = "load"
+key_env = "CLIENT_KEY"
+"#,
+        anth = fake.base_url(Style::Anthropic),
+        oai = fake.base_url(Style::OpenAi),
+    ));
+    let (text, done) = smol::block_on(stream_once(gw.addr, "smart")).expect("an answer");
+    assert_eq!((text.as_str(), done), (TEXT, true));
+    let log = gw.stop();
+    assert!(!log.contains(KEY) && !log.contains(CLIENT_KEY), "a key in the access log");
+    assert!(!log.contains(&fake.addr().to_string()), "an upstream URL in the access log: {log}");
+    let lines: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).expect("a JSON log line")).collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert_eq!((lines[0]["status"].as_u64(), lines[0]["upstream"].as_str()), (Some(200), Some("oai")), "{log}");
+    assert_eq!(lines[0]["failovers"], json!([{"from": "anth", "to": "oai", "reason": "status_529"}]), "{log}");
 }
 
 #[test]

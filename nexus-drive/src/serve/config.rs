@@ -31,6 +31,19 @@
 //! upstreams = ["anthropic"]           # tried in this order by the failover policy
 //! upstream_model = "claude-haiku-4-5" # optional; `*` here takes what `*` matched
 //!
+//! [[routes]]
+//! model = "smart"                     # a fallback of another provider needs its own model name:
+//! upstreams = [{ name = "anthropic", model = "claude-sonnet-4-5" }, { name = "openai", model = "gpt-4.1" }]
+//! max_failovers = 4                   # moves to a later upstream in one request
+//! retries = 0                         # retries at the same upstream before moving on
+//! retry_after_bound = 10              # seconds: a longer Retry-After moves on at once
+//! head_timeout = 30                   # seconds without a response head: move on (default: timeouts.upstream)
+//!
+//! [breaker]                           # one circuit per upstream and model, shared by every route
+//! failures = 5                        # failures within `window` that open it
+//! window = 30                         # seconds
+//! cooldown = 30                       # seconds open before one probe request is let through
+//!
 //! [[keys]]
 //! name = "team-a"                     # what logs and metrics show
 //! key_env = "TEAM_A_KEY"
@@ -45,7 +58,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use nexus_proto::Style;
+use nexus_proto::{BreakerPolicy, FailoverPolicy, RetryPolicy, Style};
 use serde::Deserialize;
 
 /// How the gateway runs.
@@ -113,6 +126,10 @@ pub struct ServeConfig {
     pub threads: usize,
     /// Write one JSON line per request to stderr (never a body, a header or a key).
     pub log_requests: bool,
+    /// When an upstream's circuit opens and for how long. One circuit per
+    /// upstream and model ([`nexus_proto::Upstream::circuit_key`]), shared by
+    /// every route and request of the process.
+    pub breaker: BreakerPolicy,
 }
 
 /// One upstream provider endpoint.
@@ -147,12 +164,50 @@ impl fmt::Debug for UpstreamConfig {
 pub struct RouteConfig {
     /// The client's model name; `*` matches any run of characters.
     pub model: String,
-    /// Upstream names, in the order a failover policy tries them (today the
-    /// first is used; see [`Route`](super::Route)).
+    /// Upstream names, in the order [`failover`](Self::failover) tries them.
     pub upstreams: Vec<String>,
+    /// Per entry of [`upstreams`](Self::upstreams) (same order; missing or
+    /// `None`: [`upstream_model`](Self::upstream_model)), the model name
+    /// sent to that upstream — a fallback of another provider needs its own.
+    /// A `*` in it is filled as in `upstream_model`.
+    pub upstream_models: Vec<Option<String>>,
     /// The model name sent upstream; `None` sends the client's. A `*` in it
     /// is replaced by what the first `*` of [`model`](Self::model) matched.
     pub upstream_model: Option<String>,
+    /// When a request moves on to the next upstream (the core's policy).
+    pub failover: RouteFailover,
+}
+
+impl RouteConfig {
+    /// A route from `model` to `upstreams`, in order, with the default policy.
+    pub fn new(model: impl Into<String>, upstreams: Vec<String>) -> RouteConfig {
+        RouteConfig {
+            model: model.into(),
+            upstreams,
+            upstream_models: Vec::new(),
+            upstream_model: None,
+            failover: RouteFailover::default(),
+        }
+    }
+}
+
+/// A route's failover settings: [`FailoverPolicy`] (how many moves, the
+/// `Retry-After` bound, the head timeout) and the retries at one upstream
+/// before moving on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteFailover {
+    /// Which failures move on, and how often.
+    pub policy: FailoverPolicy,
+    /// Retries at the same upstream before moving on. The gateway's default
+    /// is none: its clients retry on their own, and a second upstream is
+    /// the faster help.
+    pub retry: RetryPolicy,
+}
+
+impl Default for RouteFailover {
+    fn default() -> Self {
+        RouteFailover { policy: FailoverPolicy::default(), retry: RetryPolicy { retries: 0, ..RetryPolicy::default() } }
+    }
 }
 
 /// A named client key.
@@ -207,6 +262,7 @@ impl ServeConfig {
             probe_interval: Duration::from_secs(15),
             threads: 1,
             log_requests: false,
+            breaker: BreakerPolicy::default(),
         }
     }
 
@@ -250,7 +306,7 @@ impl ServeConfig {
             api_key: self.api_key.clone(),
             headers: Vec::new(),
         };
-        let route = RouteConfig { model: "*".into(), upstreams: vec!["default".into()], upstream_model: None };
+        let route = RouteConfig::new("*", vec!["default".into()]);
         let mut keys = self.keys.clone();
         if let Some(token) = &self.client_token {
             keys.push(ClientKeyConfig { name: "default".into(), key: token.clone(), max_concurrent: None });
@@ -292,6 +348,16 @@ struct File {
     routes: Vec<FileRoute>,
     #[serde(default)]
     keys: Vec<FileKey>,
+    #[serde(default)]
+    breaker: FileBreaker,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileBreaker {
+    failures: Option<u32>,
+    window: Option<f64>,
+    cooldown: Option<f64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -333,8 +399,27 @@ struct FileRoute {
     model: String,
     upstream: Option<String>,
     #[serde(default)]
-    upstreams: Vec<String>,
+    upstreams: Vec<FileTarget>,
     upstream_model: Option<String>,
+    max_failovers: Option<u32>,
+    retries: Option<u32>,
+    retry_after_bound: Option<f64>,
+    head_timeout: Option<f64>,
+}
+
+/// A route's upstream: its name, or `{ name, model }`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum FileTarget {
+    Name(String),
+    WithModel(FileTargetModel),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTargetModel {
+    name: String,
+    model: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -350,6 +435,15 @@ fn secs(field: &str, v: Option<f64>, default: Duration) -> Result<Duration, Conf
         None => Ok(default),
         Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Duration::from_secs_f64(s)),
         Some(s) => Err(bad(format!("timeouts.{field}: {s} is not a positive number of seconds"))),
+    }
+}
+
+/// Seconds as whole milliseconds, for the core's policies.
+fn millis(owner: &str, field: &str, v: Option<f64>, default: u64) -> Result<u64, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok((s * 1000.0).round().max(1.0) as u64),
+        Some(s) => Err(bad(format!("{owner}.{field}: {s} is not a positive number of seconds"))),
     }
 }
 
@@ -411,7 +505,18 @@ impl File {
                 return Err(bad(format!("routes[{i}]: model is empty")));
             }
             let mut names = r.upstream.into_iter().collect::<Vec<_>>();
-            names.extend(r.upstreams);
+            let mut models = vec![None; names.len()];
+            for t in r.upstreams {
+                let (name, model) = match t {
+                    FileTarget::Name(n) => (n, None),
+                    FileTarget::WithModel(FileTargetModel { name, model }) => (name, model),
+                };
+                if model.as_deref().is_some_and(|m| m.contains('*')) && !r.model.contains('*') {
+                    return Err(bad(format!("{at}: the model for {name:?} has a `*` but model has none to fill it")));
+                }
+                names.push(name);
+                models.push(model);
+            }
             if names.is_empty() {
                 return Err(bad(format!("{at}: give upstream = \"name\" or upstreams = [\"a\", \"b\"]")));
             }
@@ -424,7 +529,25 @@ impl File {
             if r.upstream_model.as_deref().is_some_and(|m| m.contains('*')) && !r.model.contains('*') {
                 return Err(bad(format!("{at}: upstream_model has a `*` but model has none to fill it")));
             }
-            routes.push(RouteConfig { model: r.model, upstreams: names, upstream_model: r.upstream_model });
+            let defaults = RouteFailover::default();
+            let policy = FailoverPolicy {
+                max_failovers: r.max_failovers.unwrap_or(defaults.policy.max_failovers),
+                retry_after_bound_ms: millis(
+                    &at,
+                    "retry_after_bound",
+                    r.retry_after_bound,
+                    defaults.policy.retry_after_bound_ms,
+                )?,
+                head_timeout_ms: r.head_timeout.map(|s| millis(&at, "head_timeout", Some(s), 0)).transpose()?,
+            };
+            let retry = RetryPolicy { retries: r.retries.unwrap_or(defaults.retry.retries), ..defaults.retry };
+            routes.push(RouteConfig {
+                model: r.model,
+                upstreams: names,
+                upstream_models: models,
+                upstream_model: r.upstream_model,
+                failover: RouteFailover { policy, retry },
+            });
         }
         if routes.is_empty() {
             // One upstream and no routes: everything goes to it, as with the flags.
@@ -432,7 +555,7 @@ impl File {
                 return Err(bad("no [[routes]]: with several upstreams, say which models go where"));
             }
             let name = upstreams.first().map(|u| u.name.clone()).unwrap_or_default();
-            routes.push(RouteConfig { model: "*".into(), upstreams: vec![name], upstream_model: None });
+            routes.push(RouteConfig::new("*", vec![name]));
         }
         let mut keys: Vec<ClientKeyConfig> = Vec::new();
         for (i, k) in self.keys.into_iter().enumerate() {
@@ -482,6 +605,16 @@ impl File {
         c.threads = self.threads.unwrap_or(1);
         c.log_requests = self.log_requests.unwrap_or(true);
         c.forward_client_key = self.forward_client_key;
+        let b = self.breaker;
+        let d = BreakerPolicy::default();
+        if b.failures == Some(0) {
+            return Err(bad("breaker.failures: must be more than 0"));
+        }
+        c.breaker = BreakerPolicy {
+            failures: b.failures.unwrap_or(d.failures),
+            window_ms: millis("breaker", "window", b.window, d.window_ms)?,
+            cooldown_ms: millis("breaker", "cooldown", b.cooldown, d.cooldown_ms)?,
+        };
         c.models = self.models;
         c.upstreams = upstreams;
         c.routes = routes;
@@ -544,8 +677,11 @@ name = "o"
 style = "openai"
 [[routes]]
 model = "claude-*"
-upstreams = ["a", "o"]
+upstreams = ["a", { name = "o", model = "gpt-*" }]
 upstream_model = "real-*"
+max_failovers = 1
+retries = 2
+head_timeout = 2.5
 [[routes]]
 model = "*"
 upstream = "o"
@@ -553,6 +689,9 @@ upstream = "o"
 name = "team"
 key_env = "TEAM_KEY"
 max_concurrent = 2
+[breaker]
+failures = 3
+cooldown = 0.5
 "#;
 
     #[test]
@@ -563,8 +702,16 @@ max_concurrent = 2
         assert_eq!(c.upstreams.len(), 2);
         assert_eq!(c.upstreams[0].api_key.as_deref(), Some("sk-a"));
         assert_eq!(c.upstreams[0].headers, vec![("x-extra".to_string(), "1".to_string())]);
+        let f = c.routes[0].failover;
+        assert_eq!((f.policy.max_failovers, f.retry.retries, f.policy.head_timeout_ms), (1, 2, Some(2500)));
+        assert_eq!(f.policy.retry_after_bound_ms, FailoverPolicy::default().retry_after_bound_ms);
+        assert_eq!(c.routes[1].failover, RouteFailover::default());
+        assert_eq!(c.routes[1].failover.retry.retries, 0, "the gateway moves on instead of retrying");
+        assert_eq!((c.breaker.failures, c.breaker.cooldown_ms), (3, 500));
+        assert_eq!(c.breaker.window_ms, BreakerPolicy::default().window_ms);
         assert_eq!(c.upstreams[1].style, Style::OpenAi);
         assert_eq!(c.routes[0].upstreams, vec!["a", "o"]);
+        assert_eq!(c.routes[0].upstream_models, vec![None, Some("gpt-*".to_string())]);
         assert_eq!(c.keys[0].key, "team-secret");
         assert_eq!(c.keys[0].max_concurrent, Some(2));
         // Secrets stay out of Debug output.
@@ -593,6 +740,9 @@ max_concurrent = 2
             ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\n[[routes]]\nmodel = \"m\"\nupstream = \"a\"\nupstream_model = \"x-*\"", "has a `*` but model has none"),
             ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\nbase_url = \"ftp://x\"", "must start with http"),
             ("[[upstreams]\nname = \"a\"", "line 1"),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\n[breaker]\nfailures = 0", "breaker.failures"),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\n[breaker]\ncooldown = -2", "breaker.cooldown"),
+            ("[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\n[[routes]]\nmodel = \"m\"\nupstream = \"a\"\nhead_timeout = 0", "head_timeout"),
         ];
         for (text, want) in cases {
             let e = ServeConfig::from_toml(text, env).expect_err(text).0;
@@ -604,10 +754,7 @@ max_concurrent = 2
     #[test]
     fn one_upstream_without_routes_takes_every_model() {
         let c = ServeConfig::from_toml("[[upstreams]]\nname = \"only\"\nstyle = \"gemini\"", env).unwrap();
-        assert_eq!(
-            c.routes,
-            vec![RouteConfig { model: "*".into(), upstreams: vec!["only".into()], upstream_model: None }]
-        );
+        assert_eq!(c.routes, vec![RouteConfig::new("*", vec!["only".into()])]);
         assert!(c.log_requests);
     }
 

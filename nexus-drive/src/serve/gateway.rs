@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use futures_lite::FutureExt;
 use nexus_proto::{ExchangeId, HttpRequest, Style, TransportErrorKind};
 
-use super::config::{match_model, ServeConfig};
+use super::config::{match_model, RouteFailover, ServeConfig};
+use super::failover::Circuits;
 use super::ops::{Health, Metrics, Record};
 use super::surface::{ErrorKind, GatewayError, Surface};
 use crate::asynk::h1;
@@ -26,8 +27,10 @@ pub(crate) struct Upstream {
 
 struct RouteRule {
     pattern: String,
-    upstreams: Vec<Arc<Upstream>>,
+    /// Each upstream with the model name it is sent, when it has its own.
+    upstreams: Vec<(Arc<Upstream>, Option<String>)>,
     upstream_model: Option<String>,
+    failover: RouteFailover,
 }
 
 /// A client key with its in-flight count.
@@ -57,6 +60,8 @@ pub(crate) struct Shared {
     pub(crate) keys: Vec<Key>,
     pool: Arc<h1::Pool>,
     pub(crate) metrics: Metrics,
+    /// Every upstream's circuit breaker, shared by all requests.
+    pub(crate) circuits: Circuits,
     pub(crate) surfaces: Vec<Arc<dyn Surface>>,
     pub(crate) stopping: AtomicBool,
     /// Connections being served, and the condition a shutdown waits on.
@@ -88,10 +93,15 @@ impl Shared {
                 upstreams: r
                     .upstreams
                     .iter()
-                    .filter_map(|n| upstreams.iter().find(|u| &u.name == n).cloned())
+                    .enumerate()
+                    .filter_map(|(i, n)| {
+                        let up = upstreams.iter().find(|u| &u.name == n)?.clone();
+                        Some((up, r.upstream_models.get(i).cloned().flatten()))
+                    })
                     .collect(),
                 pattern: r.model,
                 upstream_model: r.upstream_model,
+                failover: r.failover,
             })
             .collect();
         let keys = keys
@@ -107,6 +117,7 @@ impl Shared {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or_default();
+        let breaker = config.breaker;
         Shared {
             pool: Arc::new(h1::Pool::with_max_idle(config.upstream_connect_timeout, config.upstream_max_idle)),
             config,
@@ -114,6 +125,7 @@ impl Shared {
             routes,
             keys,
             metrics: Metrics::default(),
+            circuits: Circuits::new(breaker),
             surfaces,
             stopping: AtomicBool::new(false),
             active: Mutex::new(0),
@@ -180,6 +192,17 @@ impl Target {
     pub fn model(&self) -> &str {
         &self.model
     }
+
+    /// The key of this target's circuit breaker (style, base URL and model;
+    /// see [`nexus_proto::Upstream::circuit_key`]).
+    pub fn circuit_key(&self) -> String {
+        nexus_proto::Upstream {
+            style: self.upstream.style,
+            base_url: self.upstream.base_url.clone(),
+            model: self.model.clone(),
+        }
+        .circuit_key()
+    }
 }
 
 impl std::fmt::Debug for Target {
@@ -190,10 +213,9 @@ impl std::fmt::Debug for Target {
 
 /// Where a client model name goes: its upstream targets, in order.
 ///
-/// This is the seam a failover policy plugs into: a policy walks
-/// [`targets`](Self::targets) in order, deciding after each failed attempt
-/// whether the next may be tried. Until then surfaces send to
-/// [`primary`](Self::primary).
+/// A request is forwarded through [`targets`](Self::targets) in order; after
+/// each failed attempt the core's [`FailoverPolicy`](nexus_proto::FailoverPolicy)
+/// (in [`failover`](Self::failover)) says whether to retry, move on or stop.
 #[derive(Debug, Clone)]
 pub struct Route {
     /// The name the client asked for.
@@ -204,6 +226,8 @@ pub struct Route {
     pub primary: Target,
     /// The targets after it, in the configured order.
     pub fallbacks: Vec<Target>,
+    /// When a request moves on to the next target.
+    pub failover: RouteFailover,
 }
 
 impl Route {
@@ -265,8 +289,18 @@ pub struct UpstreamBody {
     /// cost a reactor wake-up per piece.
     watchdog: Option<smol::Timer>,
     upstream: Arc<Upstream>,
+    /// The circuit a stall or a cut counts against.
+    circuit: String,
     record: Arc<Record>,
     shared: Arc<Shared>,
+    /// Bytes already read (a stream's first piece, or a whole body) that
+    /// [`chunk`](Self::chunk) hands out before reading more.
+    held: Option<Vec<u8>>,
+    held_out: Vec<u8>,
+    /// The body has been read to its end (into `held`).
+    ended: bool,
+    /// What the last failure was (`stalled`, `stream_cut`, `body_too_large`).
+    failure: Option<&'static str>,
 }
 
 impl UpstreamBody {
@@ -274,6 +308,13 @@ impl UpstreamBody {
     /// silent past the upstream read timeout (or the exchange's deadline) is
     /// a 504; a cut connection a 502.
     pub async fn chunk(&mut self) -> Result<Option<&[u8]>, GatewayError> {
+        if let Some(held) = self.held.take() {
+            self.held_out = held;
+            return Ok(Some(&self.held_out));
+        }
+        if self.ended {
+            return Ok(None);
+        }
         let UpstreamBody { body, watchdog, progress, read_timeout, deadline, .. } = self;
         let stall_at = |progress: Instant| {
             let at = progress + *read_timeout;
@@ -333,9 +374,45 @@ impl UpstreamBody {
         Ok(out)
     }
 
-    fn failed(&self, what: &'static str) {
+    /// Reads the first piece now and keeps it for [`chunk`](Self::chunk):
+    /// a stream that fails before it has sent anything can still be
+    /// answered by another upstream.
+    pub(crate) async fn prefetch(&mut self) -> Result<(), GatewayError> {
+        let first = self.chunk().await?.map(<[u8]>::to_vec);
+        match first {
+            Some(piece) => self.held = Some(piece),
+            None => self.ended = true,
+        }
+        Ok(())
+    }
+
+    /// Reads the whole body now (up to `cap` bytes) and keeps it for
+    /// [`chunk`](Self::chunk) and [`read_to_end`](Self::read_to_end).
+    pub(crate) async fn buffer(&mut self, cap: usize) -> Result<(), GatewayError> {
+        let all = self.read_to_end(cap).await?;
+        self.ended = true;
+        self.held = (!all.is_empty()).then_some(all);
+        Ok(())
+    }
+
+    /// The piece [`prefetch`](Self::prefetch) read, not yet handed out.
+    pub(crate) fn held(&self) -> Option<&[u8]> {
+        self.held.as_deref()
+    }
+
+    /// What the last failure of this body was.
+    pub(crate) fn failure(&self) -> Option<&'static str> {
+        self.failure
+    }
+
+    fn failed(&mut self, what: &'static str) {
+        self.failure = Some(what);
         self.shared.metrics.upstream_error(&self.upstream.name, what);
         self.record.note_upstream_error(what);
+        if what != "body_too_large" {
+            // A stall or a cut is the upstream's doing; a body over our cap is not.
+            self.shared.circuits.failure(&self.circuit, &self.upstream.name);
+        }
     }
 }
 
@@ -355,17 +432,19 @@ impl Ctx {
     pub fn route(&self, client_model: &str) -> Result<Route, GatewayError> {
         for rule in &self.shared.routes {
             let Some(captured) = match_model(&rule.pattern, client_model) else { continue };
-            let model = match &rule.upstream_model {
+            let model_for = |own: &Option<String>| match own.as_ref().or(rule.upstream_model.as_ref()) {
                 None => client_model.to_string(),
                 Some(m) => m.replacen('*', captured, 1),
             };
-            let mut targets = rule.upstreams.iter().map(|u| Target { upstream: u.clone(), model: model.clone() });
+            let mut targets =
+                rule.upstreams.iter().map(|(u, own)| Target { upstream: u.clone(), model: model_for(own) });
             let Some(primary) = targets.next() else { continue };
             return Ok(Route {
                 client_model: client_model.to_string(),
                 pattern: rule.pattern.clone(),
                 primary,
                 fallbacks: targets.collect(),
+                failover: rule.failover,
             });
         }
         let mut e = GatewayError::new(
@@ -379,7 +458,10 @@ impl Ctx {
     /// Whether routing depends on the model name at all (a single `*` route
     /// to one upstream without renaming does not: a surface may skip reading it).
     pub fn routes_by_model(&self) -> bool {
-        !matches!(self.shared.routes.as_slice(), [r] if r.pattern == "*" && r.upstream_model.is_none())
+        !matches!(
+            self.shared.routes.as_slice(),
+            [r] if r.pattern == "*" && r.upstream_model.is_none() && r.upstreams.iter().all(|(_, own)| own.is_none())
+        )
     }
 
     /// The models `GET /models` should list: the configured list, else the
@@ -391,15 +473,19 @@ impl Ctx {
         self.shared.routes.iter().filter(|r| !r.pattern.contains('*')).map(|r| r.pattern.clone()).collect()
     }
 
-    /// The route of the first rule (for requests that name no model, such as a model list).
+    /// The route of the first rule (for requests that name no model, such as
+    /// a model list, or when [`routes_by_model`](Self::routes_by_model) is false);
+    /// its targets' model is empty (the request's own is sent).
     pub fn default_route(&self) -> Option<Route> {
         let rule = self.shared.routes.first()?;
-        let upstream = rule.upstreams.first()?.clone();
+        let mut targets = rule.upstreams.iter().map(|(u, _)| Target { upstream: u.clone(), model: String::new() });
+        let primary = targets.next()?;
         Some(Route {
             client_model: String::new(),
             pattern: rule.pattern.clone(),
-            primary: Target { upstream, model: String::new() },
-            fallbacks: Vec::new(),
+            primary,
+            fallbacks: targets.collect(),
+            failover: rule.failover,
         })
     }
 
@@ -436,6 +522,17 @@ impl Ctx {
     /// its configured headers. Unreachable is a 502, no head within the
     /// exchange timeout a 504.
     pub async fn send(&self, target: &Target, req: UpstreamRequest) -> Result<UpstreamResponse, GatewayError> {
+        self.send_within(target, req, None).await.map_err(|f| f.error)
+    }
+
+    /// [`send`](Self::send), waiting at most `head_timeout` for the response
+    /// head (else the exchange timeout), and saying how it failed.
+    pub(crate) async fn send_within(
+        &self,
+        target: &Target,
+        req: UpstreamRequest,
+        head_timeout: Option<Duration>,
+    ) -> Result<UpstreamResponse, SendFailure> {
         let up = &target.upstream;
         self.record.note_upstream(&up.name);
         let mut headers = req.headers;
@@ -453,7 +550,8 @@ impl Ctx {
         };
         let cfg = &self.shared.config;
         let deadline = cfg.upstream_timeout.map(|t| Instant::now() + t);
-        let head_wait = cfg.upstream_timeout.unwrap_or(Duration::from_secs(365 * 24 * 3600));
+        let whole = cfg.upstream_timeout.unwrap_or(Duration::from_secs(365 * 24 * 3600));
+        let head_wait = head_timeout.map_or(whole, |h| h.min(whole));
         let pool = &self.shared.pool;
         let sent = async { Some(h1::send(pool, &http).await) }
             .or(async {
@@ -461,10 +559,10 @@ impl Ctx {
                 None
             })
             .await;
-        let fail = |what: &'static str, e: GatewayError| {
+        let fail = |what: &'static str, kind: TransportErrorKind, error: GatewayError| {
             self.shared.metrics.upstream_error(&up.name, what);
             self.record.note_upstream_error(what);
-            e
+            SendFailure { what, kind, error }
         };
         match sent {
             Some(Ok(resp)) => {
@@ -479,8 +577,13 @@ impl Ctx {
                         progress: Instant::now(),
                         watchdog: None,
                         upstream: up.clone(),
+                        circuit: target.circuit_key(),
                         record: self.record.clone(),
                         shared: self.shared.clone(),
+                        held: None,
+                        held_out: Vec::new(),
+                        ended: false,
+                        failure: None,
                     },
                 })
             }
@@ -492,11 +595,13 @@ impl Ctx {
                 let what = if connect { "connect" } else { "io" };
                 Err(fail(
                     what,
+                    f.kind,
                     GatewayError::new(ErrorKind::Upstream, format!("the upstream could not be reached: {}", f.message)),
                 ))
             }
             None => Err(fail(
                 "timeout",
+                TransportErrorKind::Timeout,
                 GatewayError::new(
                     ErrorKind::Timeout,
                     format!("the upstream did not answer within {:.0} s", head_wait.as_secs_f64()),
@@ -504,4 +609,12 @@ impl Ctx {
             )),
         }
     }
+}
+
+/// How an upstream call failed: the metric label, the kind the failover
+/// policy judges, and the error for the client.
+pub(crate) struct SendFailure {
+    pub(crate) what: &'static str,
+    pub(crate) kind: TransportErrorKind,
+    pub(crate) error: GatewayError,
 }

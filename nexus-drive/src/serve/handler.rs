@@ -9,7 +9,8 @@ use nexus_proto::translate::{
 use nexus_proto::{SseDecoder, SseEvent, Style};
 use serde_json::{json, Value};
 
-use super::gateway::{Ctx, Target, UpstreamBody, UpstreamRequest, UpstreamResponse};
+use super::failover::Forwarded;
+use super::gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest};
 use super::surface::{BoxFuture, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
 /// Error bodies read from the upstream are capped here: they are messages.
@@ -92,18 +93,15 @@ fn openai_error(e: &GatewayError) -> TranslateError {
     }
 }
 
-/// The translated request and where it goes: routed by the request's model
-/// (renamed as the route says), or — with one catch-all route — straight to
-/// its upstream with the body read once.
-fn translate(req: &SurfaceRequest, ctx: &Ctx) -> Result<(TranslatedRequest, Target, String), TranslateError> {
+/// Where the request goes, and the body to translate for each target:
+/// routed by the request's model (renamed as the route says), or — with one
+/// catch-all route — `None`: the body is translated straight from its bytes.
+fn plan(req: &SurfaceRequest, ctx: &Ctx) -> Result<(Route, Option<Value>), TranslateError> {
     if !ctx.routes_by_model() {
-        let target = ctx
+        let route = ctx
             .default_route()
-            .map(|r| r.primary)
             .ok_or_else(|| openai_error(&GatewayError::new(ErrorKind::ModelNotFound, "no route is configured")))?;
-        let t = openai_request_bytes_to(target.style(), &req.body)?;
-        let model = t.model.clone();
-        return Ok((t, target, model));
+        return Ok((route, None));
     }
     let mut v: Value = match serde_json::from_slice(&req.body) {
         Ok(v) => v,
@@ -114,54 +112,80 @@ fn translate(req: &SurfaceRequest, ctx: &Ctx) -> Result<(TranslatedRequest, Targ
         return Err(TranslateError::invalid("model", "you must provide a model parameter"));
     };
     let route = ctx.route(&model).map_err(|e| openai_error(&e))?;
-    let target = route.primary().clone();
-    if target.model() != model {
+    // Renamed for the first target here; a later one with a model of its own gets a copy.
+    let renamed = route.primary().model();
+    if renamed != model {
         if let Some(m) = v.get_mut("model") {
-            *m = Value::String(target.model().to_string());
+            *m = Value::String(renamed.to_string());
         }
     }
-    let t = openai_request_to(target.style(), &v)?;
-    Ok((t, target, model))
+    Ok((route, Some(v)))
 }
 
 fn not_json() -> TranslateError {
     TranslateError::invalid("", "the request body is not valid JSON")
 }
 
-/// `POST /v1/chat/completions`: translate, one upstream call, translate back.
+/// `POST /v1/chat/completions`: translate, forward through the route's
+/// upstreams (failing over as the route's policy says), translate back.
 async fn chat_completion(req: &SurfaceRequest, ctx: &Ctx) -> Reply {
-    let (t, target, client_model) = match translate(req, ctx) {
+    let (route, parsed) = match plan(req, ctx) {
         Ok(x) => x,
         Err(e) => return send_error(&e, &[]),
     };
-    ctx.note_model(&client_model);
+    let mut client_model = route.client_model.clone();
+    if !client_model.is_empty() {
+        ctx.note_model(&client_model);
+    }
+    let forwarded = ctx
+        .forward(&route, |target| {
+            let t = match &parsed {
+                Some(v) if v.get("model").and_then(Value::as_str) == Some(target.model()) => {
+                    openai_request_to(target.style(), v)?
+                }
+                Some(v) => {
+                    let mut own = v.clone();
+                    own["model"] = Value::String(target.model().to_string());
+                    openai_request_to(target.style(), &own)?
+                }
+                None => openai_request_bytes_to(target.style(), &req.body)?,
+            };
+            let up = UpstreamRequest {
+                method: "POST",
+                url: t.url(target.base_url()),
+                headers: t.headers(None),
+                body: t.body.clone(),
+                stream: t.stream,
+            };
+            Ok((t, up))
+        })
+        .await;
+    let (t, response) = match forwarded {
+        Forwarded::Served { with, response } => (with, response),
+        Forwarded::Refused { with: t, status, retry_after, body } => {
+            let retry_after = retry_after_header(retry_after.as_deref());
+            if t.style == Style::OpenAi {
+                // The upstream already speaks OpenAI: its own error, as sent.
+                return with_headers(Reply::json(status, body), &retry_after);
+            }
+            return send_error(&error_to_openai(t.style, status, &body), &retry_after);
+        }
+        Forwarded::Failed(e) => return send_error(&openai_error(&e), &e.headers),
+        Forwarded::Invalid(e) => return send_error(&e, &[]),
+    };
+    if client_model.is_empty() {
+        // Straight from the bytes: the request's own model is the client's.
+        client_model = t.model.clone();
+        ctx.note_model(&client_model);
+    }
     let style = t.style;
     let meta = CompletionMeta { id: ctx.response_id("chatcmpl-"), model: client_model, created: ctx.now_secs() };
-    let up = UpstreamRequest {
-        method: "POST",
-        url: t.url(target.base_url()),
-        headers: t.headers(None),
-        body: t.body.clone(),
-        stream: t.stream,
-    };
-    let response = match ctx.send(&target, up).await {
-        Ok(r) => r,
-        Err(e) => return send_error(&openai_error(&e), &[]),
-    };
     let status = response.status;
-    let retry_after = retry_after(&response);
     let mut body = response.body;
-    if !(200..300).contains(&status) {
-        let bytes = body.read_to_end(MAX_ERROR_BODY).await.unwrap_or_default();
-        if style == Style::OpenAi {
-            // The upstream already speaks OpenAI: its own error, as sent.
-            return with_headers(Reply::json(status, bytes), &retry_after);
-        }
-        return send_error(&error_to_openai(style, status, &bytes), &retry_after);
-    }
     if t.stream {
         return stream(&t, body, meta, ctx.clone());
     }
+    // Read whole already, by the forwarding.
     let bytes = match body.read_to_end(ctx.max_upstream_body_bytes()).await {
         Ok(bytes) => bytes,
         Err(e) => return send_error(&openai_error(&e), &[]),
@@ -414,9 +438,8 @@ pub(super) async fn upstream_models(ctx: &Ctx, target: &Target) -> Result<Vec<St
 
 /// `Retry-After` from an upstream refusal, passed on when it is delay-seconds
 /// (the OpenAI SDKs honour it).
-fn retry_after(response: &UpstreamResponse) -> Vec<(String, String)> {
-    response
-        .header("retry-after")
+pub(super) fn retry_after_header(value: Option<&str>) -> Vec<(String, String)> {
+    value
         .filter(|v| nexus_proto::provider::parse_retry_after(v).is_some())
         .map(|v| vec![("retry-after".to_string(), v.trim().to_string())])
         .unwrap_or_default()

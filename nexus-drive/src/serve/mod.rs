@@ -4,8 +4,8 @@
 //!
 //! Point the official OpenAI SDK (or anything that speaks Chat Completions)
 //! at it and each `POST /v1/chat/completions` is routed by its model,
-//! translated with [`nexus_proto::translate`], sent upstream as exactly one
-//! call, and answered in OpenAI shapes — streamed or not, tool calls
+//! translated with [`nexus_proto::translate`], sent upstream as one call
+//! (another only when it fails and its route fails over), and answered in OpenAI shapes — streamed or not, tool calls
 //! included. The caller owns the conversation and runs its tools; the
 //! gateway keeps no state between requests and executes nothing.
 //!
@@ -40,7 +40,14 @@
 //! [`config`](ServeConfig::from_toml)'s docs): upstreams (style, base URL,
 //! key from an environment variable, extra headers), model routes (client
 //! model name or `*` pattern → upstreams in order + upstream model name),
-//! named client keys with a concurrency limit each. A request without a
+//! named client keys with a concurrency limit each.
+//!
+//! A route's upstreams are tried in order: a request the first cannot
+//! answer (overloaded, unreachable, silent, cut before its first byte) is
+//! re-translated for the next, as the core's
+//! [`FailoverPolicy`](nexus_proto::FailoverPolicy) decides; one set of
+//! circuit breakers per process skips upstreams that keep failing. The
+//! `x-nexus-upstream` response header names the upstream that answered. A request without a
 //! valid key gets 401 and one over its key's limit 429 with `Retry-After`,
 //! both in the surface's own error shape. Upstream keys and client keys are
 //! never logged, never metric labels and never in an error body; the
@@ -54,7 +61,8 @@
 //!   real exchange) succeeded; 503 with the reason otherwise.
 //! * `GET /metrics`: Prometheus text — requests by surface, upstream, model,
 //!   status and outcome; histograms of time to first byte and to the end;
-//!   upstream errors by kind; tokens in and out; requests in flight.
+//!   upstream errors by kind; failovers; circuit states; tokens in and out;
+//!   requests in flight.
 //! * With [`ServeConfig::log_requests`], one JSON line per request on stderr
 //!   (method, path, surface, key name, status, model, upstream, times,
 //!   tokens, upstream error) — never a body, a header or a key.
@@ -79,6 +87,7 @@
 //! ```
 
 mod config;
+mod failover;
 mod gateway;
 mod handler;
 mod ops;
@@ -93,7 +102,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-pub use config::{ClientKeyConfig, ConfigError, RouteConfig, ServeConfig, UpstreamConfig};
+pub use config::{ClientKeyConfig, ConfigError, RouteConfig, RouteFailover, ServeConfig, UpstreamConfig};
 pub use gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest, UpstreamResponse};
 pub use surface::{BoxFuture, ChunkStream, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 

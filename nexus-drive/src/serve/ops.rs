@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use futures_lite::FutureExt;
 use serde_json::json;
 
+use nexus_proto::CircuitState;
+
+use super::failover::state_name;
 use super::gateway::Shared;
 use super::surface::Reply;
 use crate::metrics::{counter, histogram, labels, Histogram, FINE_BUCKETS};
@@ -59,8 +62,17 @@ struct RecordData {
     tokens_in: u64,
     tokens_out: u64,
     upstream_error: Option<&'static str>,
+    failovers: Vec<LogFailover>,
     status: u16,
     first_byte: Option<Duration>,
+}
+
+/// One move to the next upstream, as the access log shows it.
+#[derive(serde::Serialize)]
+struct LogFailover {
+    from: String,
+    to: String,
+    reason: String,
 }
 
 impl Record {
@@ -95,6 +107,15 @@ impl Record {
         let mut d = self.data();
         d.tokens_in += input;
         d.tokens_out += output;
+    }
+
+    /// The upstream that served (or whose answer the client got).
+    pub(crate) fn upstream(&self) -> Option<String> {
+        self.data().upstream.clone()
+    }
+
+    pub(crate) fn note_failover(&self, from: &str, to: &str, reason: &str) {
+        self.data().failovers.push(LogFailover { from: from.into(), to: to.into(), reason: reason.into() });
     }
 
     pub(crate) fn note_upstream_error(&self, what: &'static str) {
@@ -156,6 +177,7 @@ impl Drop for Finish {
                 tokens_in: d.tokens_in,
                 tokens_out: d.tokens_out,
                 upstream_error: d.upstream_error,
+                failovers: &d.failovers,
                 outcome,
             };
             // One write per line, so lines from concurrent requests never interleave.
@@ -183,6 +205,8 @@ struct LogLine<'a> {
     tokens_in: u64,
     tokens_out: u64,
     upstream_error: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[LogFailover]>::is_empty")]
+    failovers: &'a [LogFailover],
     outcome: &'a str,
 }
 
@@ -200,6 +224,7 @@ struct Registry {
     first_byte: BTreeMap<String, Histogram>,
     duration: BTreeMap<String, Histogram>,
     upstream_errors: BTreeMap<String, u64>,
+    failovers: BTreeMap<String, u64>,
     tokens: BTreeMap<String, u64>,
 }
 
@@ -221,6 +246,13 @@ impl Metrics {
     pub(crate) fn upstream_error(&self, upstream: &str, kind: &str) {
         let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         *r.upstream_errors.entry(labels(&[("upstream", upstream), ("kind", kind)])).or_default() += 1;
+    }
+
+    /// A request moved from upstream `from` to `to` (reason: a bounded label
+    /// such as `status_529`, `connect`, `stalled`, `circuit_open`).
+    pub(crate) fn failover(&self, from: &str, to: &str, reason: &str) {
+        let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        *r.failovers.entry(labels(&[("from", from), ("to", to), ("reason", reason)])).or_default() += 1;
     }
 
     fn finish(&self, surface: &str, d: &RecordData, total: Duration, outcome: &str) {
@@ -252,8 +284,9 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition.
-    pub(crate) fn render(&self) -> String {
+    /// The Prometheus text exposition; `circuits` is each upstream's
+    /// breaker state (0 closed, 1 half-open, 2 open).
+    pub(crate) fn render(&self, circuits: &BTreeMap<String, u64>) -> String {
         let r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
         counter(
@@ -280,6 +313,19 @@ impl Metrics {
             "Upstream failures by upstream and kind (connect, io, timeout, stalled, stream_cut, body_too_large).",
             &r.upstream_errors,
         );
+        counter(
+            &mut out,
+            "nexus_gateway_failovers_total",
+            "Requests moved from one upstream to the next, by from, to and reason (status_NNN, connect, io, timeout, stalled, stream_cut, stream_error, circuit_open).",
+            &r.failovers,
+        );
+        let _ = writeln!(
+            out,
+            "# HELP nexus_gateway_upstream_circuit Each upstream's circuit breaker: 0 closed, 1 half-open, 2 open.\n# TYPE nexus_gateway_upstream_circuit gauge"
+        );
+        for (series, v) in circuits {
+            let _ = writeln!(out, "nexus_gateway_upstream_circuit{{{series}}} {v}");
+        }
         counter(&mut out, "nexus_gateway_tokens_total", "Tokens reported by upstreams, by direction.", &r.tokens);
         let _ = writeln!(
             out,
@@ -299,7 +345,7 @@ pub(crate) fn answer(shared: &Shared, method: &hyper::Method, path: &str) -> Opt
             let mut ready = !shared.upstreams.is_empty() && !shared.stopping.load(Ordering::SeqCst);
             let mut ups = serde_json::Map::new();
             for u in &shared.upstreams {
-                let state = match u.health.get() {
+                let mut state = match u.health.get() {
                     Some(Ok(())) => json!({"status": "ok"}),
                     Some(Err(why)) => {
                         ready = false;
@@ -310,6 +356,12 @@ pub(crate) fn answer(shared: &Shared, method: &hyper::Method, path: &str) -> Opt
                         json!({"status": "unknown"})
                     }
                 };
+                // A reachable upstream that keeps failing is not ready either.
+                let circuit = shared.circuits.state_of(&u.name);
+                if matches!(circuit, CircuitState::Open { .. }) {
+                    ready = false;
+                }
+                state["circuit"] = json!(state_name(circuit));
                 ups.insert(u.name.clone(), state);
             }
             let body = json!({"status": if ready { "ready" } else { "not_ready" }, "upstreams": ups});
@@ -318,10 +370,26 @@ pub(crate) fn answer(shared: &Shared, method: &hyper::Method, path: &str) -> Opt
         "/metrics" if get => Some(Reply::Whole {
             status: 200,
             headers: vec![("content-type".into(), "text/plain; version=0.0.4; charset=utf-8".into())],
-            body: shared.metrics.render().into(),
+            body: shared.metrics.render(&circuit_gauges(shared)).into(),
         }),
         _ => None,
     }
+}
+
+/// Each upstream's breaker state as a gauge series.
+fn circuit_gauges(shared: &Shared) -> BTreeMap<String, u64> {
+    shared
+        .upstreams
+        .iter()
+        .map(|u| {
+            let v = match shared.circuits.state_of(&u.name) {
+                CircuitState::Closed => 0,
+                CircuitState::HalfOpen => 1,
+                CircuitState::Open { .. } => 2,
+            };
+            (labels(&[("upstream", &u.name)]), v)
+        })
+        .collect()
 }
 
 /// Checks every upstream now and then: a TCP connection to its host and port

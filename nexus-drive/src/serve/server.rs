@@ -379,9 +379,14 @@ impl Body for GwBody {
     }
 }
 
+/// The response header naming the upstream that answered.
+const UPSTREAM_HEADER: &str = "x-nexus-upstream";
+
 /// Turns a reply into a hyper response that carries `finish` (and `permit`).
 fn respond(reply: Reply, finish: Finish, permit: Option<Permit>) -> Response<GwBody> {
     finish.record.note_status(reply.status());
+    // The configured name of the upstream whose answer this is (never its URL or key).
+    let served_by = finish.record.upstream();
     let (status, headers, kind) = match reply {
         Reply::Whole { status, headers, body } => {
             (status, headers, Kind::Whole(if body.is_empty() { None } else { Some(body) }))
@@ -399,6 +404,9 @@ fn respond(reply: Reply, finish: Finish, permit: Option<Permit>) -> Response<GwB
     let mut response = Response::new(body);
     *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::BAD_GATEWAY);
     let h = response.headers_mut();
+    if let Some(v) = served_by.and_then(|name| hyper::header::HeaderValue::from_str(&name).ok()) {
+        h.insert(UPSTREAM_HEADER, v);
+    }
     for (k, v) in headers {
         if let (Ok(k), Ok(v)) =
             (hyper::header::HeaderName::from_bytes(k.as_bytes()), hyper::header::HeaderValue::from_str(&v))

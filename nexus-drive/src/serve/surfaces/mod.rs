@@ -24,7 +24,9 @@ use nexus_proto::translate::{
 use nexus_proto::{SseDecoder, SseEvent, Style};
 use serde_json::{json, Value};
 
-use super::gateway::{Ctx, Target, UpstreamBody, UpstreamRequest, UpstreamResponse};
+use super::failover::Forwarded;
+use super::gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest};
+use super::handler::retry_after_header;
 use super::surface::{BoxFuture, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
 /// Error bodies read from the upstream are capped here: they are messages.
@@ -117,14 +119,13 @@ impl Surface for OpenAiResponses {
             if req.method != "POST" {
                 return cx.not_allowed();
             }
-            let (target, body, model) = match cx.body_routed() {
+            let (route, body, model) = match cx.body_routed() {
                 Ok(x) => x,
                 Err(e) => return cx.error(&e, &[]),
             };
-            match responses_request_to(target.style(), &body) {
-                Ok(t) => cx.relay(target, t, model).await,
-                Err(e) => cx.error(&e, &[]),
-            }
+            let first = route.primary().model().to_string();
+            cx.relay(&route, model, |target| responses_request_to(target.style(), &retarget(&body, &first, target)))
+                .await
         })
     }
 }
@@ -180,20 +181,20 @@ impl Cx<'_> {
         self.error(&e, &[("allow".into(), "POST".into())])
     }
 
-    /// The target for the client's `model`, and the body with the model
-    /// renamed when the route renames it.
-    fn route(&self, model: &str) -> Result<(Target, Option<String>), TranslateError> {
+    /// The route for the client's `model`, and the model name to send
+    /// upstream when the route renames it (every target is sent the same).
+    fn route(&self, model: &str) -> Result<(Route, Option<String>), TranslateError> {
         if !self.ctx.routes_by_model() {
-            let target =
-                self.ctx.default_route().map(|r| r.primary).ok_or_else(|| {
-                    gateway_error(&GatewayError::new(ErrorKind::ModelNotFound, "no route is configured"))
-                })?;
-            return Ok((target, None));
+            let route = self
+                .ctx
+                .default_route()
+                .ok_or_else(|| gateway_error(&GatewayError::new(ErrorKind::ModelNotFound, "no route is configured")))?;
+            return Ok((route, None));
         }
         let route = self.ctx.route(model).map_err(|e| gateway_error(&e))?;
-        let target = route.primary().clone();
-        let renamed = (target.model() != model).then(|| target.model().to_string());
-        Ok((target, renamed))
+        let upstream_model = route.primary().model();
+        let renamed = (upstream_model != model).then(|| upstream_model.to_string());
+        Ok((route, renamed))
     }
 
     // ------------------------------------------------------------ Anthropic
@@ -202,9 +203,9 @@ impl Cx<'_> {
         self.req.headers.get_all("anthropic-beta").iter().filter_map(|v| v.to_str().ok()).collect()
     }
 
-    /// The body's model (routing needs it before translating), the target,
+    /// The body's model (routing needs it before translating), the route,
     /// and the body to translate (model renamed as the route says).
-    fn body_routed(&self) -> Result<(Target, Bytes, String), TranslateError> {
+    fn body_routed(&self) -> Result<(Route, Bytes, String), TranslateError> {
         let parsed: Option<Value> = serde_json::from_slice(&self.req.body).ok();
         let model = parsed.as_ref().and_then(|v| v.get("model")).and_then(Value::as_str).unwrap_or_default();
         let model = model.to_string();
@@ -216,7 +217,7 @@ impl Cx<'_> {
             };
             return Err(worded.unwrap_or_else(|| TranslateError::invalid("model", "model: Field required")));
         }
-        let (target, renamed) = self.route(&model)?;
+        let (route, renamed) = self.route(&model)?;
         let body = match (renamed, parsed) {
             (Some(name), Some(mut v)) => {
                 v["model"] = Value::String(name);
@@ -224,18 +225,20 @@ impl Cx<'_> {
             }
             _ => self.req.body.clone(),
         };
-        Ok((target, body, model))
+        Ok((route, body, model))
     }
 
     async fn messages(&self) -> Reply {
-        let (target, body, model) = match self.body_routed() {
+        let (route, body, model) = match self.body_routed() {
             Ok(x) => x,
             Err(e) => return self.error(&e, &[]),
         };
-        match anthropic_request_to(target.style(), &body, &self.beta_headers()) {
-            Ok(t) => self.relay(target, t, model).await,
-            Err(e) => self.error(&e, &[]),
-        }
+        let betas = self.beta_headers();
+        let first = route.primary().model().to_string();
+        self.relay(&route, model, |target| {
+            anthropic_request_to(target.style(), &retarget(&body, &first, target), &betas)
+        })
+        .await
     }
 
     /// Headers for an Anthropic upstream when the client speaks Anthropic
@@ -257,11 +260,13 @@ impl Cx<'_> {
     /// so the count is estimated from the translated request (system and
     /// tools included) and the `x-nexus-token-count: estimate` header says so.
     async fn count_tokens(&self) -> Reply {
-        let (target, body, model) = match self.body_routed() {
+        let (route, body, model) = match self.body_routed() {
             Ok(x) => x,
             Err(e) => return self.error(&e, &[]),
         };
         self.ctx.note_model(&model);
+        // A count is not worth a failover: the route's first upstream answers it.
+        let target = route.primary;
         let style = target.style();
         let sr = match anthropic_request_to(style, &body, &self.beta_headers()) {
             Ok(sr) => sr,
@@ -346,51 +351,68 @@ impl Cx<'_> {
             }
             _ => return self.error(&not_found(&format!("Method {method}")), &[]),
         };
-        let (target, renamed) = match self.route(model) {
-            Ok(x) => x,
+        let route = match self.route(model) {
+            Ok((route, _)) => route,
             Err(e) => return self.error(&e, &[]),
         };
-        let upstream_model = renamed.as_deref().unwrap_or(model);
-        match gemini_request_to(target.style(), upstream_model, stream, &self.req.body) {
-            Ok(t) => self.relay(target, t, model.to_string()).await,
-            Err(e) => self.error(&e, &[]),
-        }
+        let body = &self.req.body;
+        self.relay(&route, model.to_string(), |target| {
+            // A catch-all route's targets name no model: the client's is sent.
+            let upstream_model = if target.model().is_empty() { model } else { target.model() };
+            gemini_request_to(target.style(), upstream_model, stream, body)
+        })
+        .await
     }
 
     // ------------------------------------------------------------ both
 
-    /// One upstream call and its answer in this surface's shapes.
-    async fn relay(&self, target: Target, sr: Translated, client_model: String) -> Reply {
+    /// The request forwarded through `route`'s upstreams (`translate`
+    /// writes it for each one's wire format; the route's policy says when to
+    /// move on) and the answer in this surface's shapes.
+    async fn relay(
+        &self,
+        route: &Route,
+        client_model: String,
+        translate: impl Fn(&Target) -> Result<Translated, TranslateError>,
+    ) -> Reply {
         self.ctx.note_model(&client_model);
+        let forwarded = self
+            .ctx
+            .forward(route, |target| {
+                let sr = translate(target)?;
+                let t = &sr.upstream;
+                let mut url = t.url(target.base_url());
+                let headers = if t.style == Style::Anthropic && self.dialect == Dialect::Anthropic {
+                    if self.req.query_param("beta") == Some("true") {
+                        url.push_str("?beta=true");
+                    }
+                    self.anthropic_headers(t)
+                } else {
+                    t.headers(None)
+                };
+                let up = UpstreamRequest { method: "POST", url, headers, body: t.body.clone(), stream: t.stream };
+                Ok((sr, up))
+            })
+            .await;
+        let (sr, response) = match forwarded {
+            Forwarded::Served { with, response } => (with, response),
+            Forwarded::Refused { with: sr, status, retry_after, body } => {
+                let mut extra = retry_after_header(retry_after.as_deref());
+                extra.extend(dropped_header(&sr.dropped));
+                if sr.upstream.style == self.dialect.native_style() {
+                    // Same family: the upstream's own error, as sent (clients match on its wording).
+                    return with_headers(Reply::json(status, body), &extra);
+                }
+                return self.error(&error_to_openai(sr.upstream.style, status, &body), &extra);
+            }
+            Forwarded::Failed(e) => return self.error(&gateway_error(&e), &e.headers),
+            Forwarded::Invalid(e) => return self.error(&e, &[]),
+        };
         let t = &sr.upstream;
         let native = t.style == self.dialect.native_style();
-        let dropped = dropped_header(&sr.dropped);
-        let mut url = t.url(target.base_url());
-        let headers = if t.style == Style::Anthropic && self.dialect == Dialect::Anthropic {
-            if self.req.query_param("beta") == Some("true") {
-                url.push_str("?beta=true");
-            }
-            self.anthropic_headers(t)
-        } else {
-            t.headers(None)
-        };
-        let up = UpstreamRequest { method: "POST", url, headers, body: t.body.clone(), stream: t.stream };
-        let response = match self.ctx.send(&target, up).await {
-            Ok(r) => r,
-            Err(e) => return self.error(&gateway_error(&e), &dropped),
-        };
+        let extra = dropped_header(&sr.dropped);
         let status = response.status;
-        let mut extra = retry_after(&response);
-        extra.extend(dropped);
         let mut body = response.body;
-        if !(200..300).contains(&status) {
-            let bytes = body.read_to_end(MAX_ERROR_BODY).await.unwrap_or_default();
-            if native {
-                // Same family: the upstream's own error, as sent (clients match on its wording).
-                return with_headers(Reply::json(status, bytes), &extra);
-            }
-            return self.error(&error_to_openai(t.style, status, &bytes), &extra);
-        }
         let prefix = if self.dialect == Dialect::Anthropic { "msg_" } else { "resp_" };
         let meta =
             CompletionMeta { id: self.ctx.response_id(prefix), model: client_model, created: self.ctx.now_secs() };
@@ -572,13 +594,20 @@ async fn models(ctx: &Ctx, dialect: Dialect) -> Reply {
     Reply::json(200, body.to_string())
 }
 
-/// `Retry-After` from an upstream refusal, passed on when it is delay-seconds.
-fn retry_after(response: &UpstreamResponse) -> Vec<(String, String)> {
-    response
-        .header("retry-after")
-        .filter(|v| nexus_proto::provider::parse_retry_after(v).is_some())
-        .map(|v| vec![("retry-after".to_string(), v.trim().to_string())])
-        .unwrap_or_default()
+/// The body for `target`: as it is when the target is sent the model the
+/// body already names (`first`, the route's first target's), else a copy
+/// naming the target's own model.
+fn retarget(body: &Bytes, first: &str, target: &Target) -> Bytes {
+    if target.model().is_empty() || target.model() == first {
+        return body.clone();
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Ok(mut v) if v.is_object() => {
+            v["model"] = Value::String(target.model().to_string());
+            Bytes::from(v.to_string())
+        }
+        _ => body.clone(),
+    }
 }
 
 /// The `x-nexus-dropped` header, when anything was dropped. Names come from
