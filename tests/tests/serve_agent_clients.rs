@@ -120,13 +120,13 @@ impl Drop for Workspace {
 /// The fake: `model` calls `tool` with `arguments`, then says [`FINAL`];
 /// every other model named answers text only.
 fn fake(model: &str, tool: &str, arguments: Value, others: &[&str]) -> FakeProvider {
-    let mut scripts = Scripts::new(UPSTREAM_KEY).model(
-        model,
-        Script::new(vec![
-            Turn::default().call(tool, arguments.to_string()).usage(30, 8),
-            Turn::text(FINAL).usage(60, 6),
-        ]),
-    );
+    fake_with(model, Turn::default().call(tool, arguments.to_string()), others)
+}
+
+/// The fake: `model` answers `calls` first, then says [`FINAL`].
+fn fake_with(model: &str, calls: Turn, others: &[&str]) -> FakeProvider {
+    let mut scripts =
+        Scripts::new(UPSTREAM_KEY).model(model, Script::new(vec![calls.usage(30, 8), Turn::text(FINAL).usage(60, 6)]));
     for other in others {
         scripts = scripts.model(*other, Script::new(vec![Turn::text("ok").usage(5, 1)]));
     }
@@ -197,14 +197,18 @@ fn check_round_trip(fake: &FakeProvider, upstream: Style, model: &str, secret: &
 // ---------------------------------------------------------------- CLIs
 
 fn claude_code(upstream: Style) {
+    let bash = json!({"command": "cat note.txt", "description": "Show the note"});
+    claude_code_with(upstream, Turn::default().call("Bash", bash.to_string()), 1);
+}
+
+fn claude_code_with(upstream: Style, calls: Turn, n_calls: usize) {
     let Some(claude) = client("NEXUS_NODE_BIN", "claude") else { return };
-    let fake =
-        fake("m-claude", "Bash", json!({"command": "cat note.txt", "description": "Show the note"}), &["m-fast"]);
+    let fake = fake_with("m-claude", calls, &["m-fast"]);
     let server = gateway(&fake, upstream);
     let ws = Workspace::new("claude");
     let out = ws.run(
         &claude,
-        &["-p", "What does note.txt say?", "--output-format", "json", "--allowedTools", "Bash(cat:*)"],
+        &["-p", "What does note.txt say?", "--output-format", "json", "--allowedTools", "Bash(cat:*)", "Bash(wc:*)"],
         &[
             ("ANTHROPIC_BASE_URL", format!("http://{}", server.local_addr())),
             ("ANTHROPIC_API_KEY", CLIENT_TOKEN.to_string()),
@@ -220,9 +224,14 @@ fn claude_code(upstream: Style) {
     let result: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("claude's JSON ({e}): {stdout}"));
     assert_eq!(result["is_error"], false, "{result}");
     assert_eq!(result["result"], FINAL, "{result}");
-    assert_eq!(result["num_turns"], 2, "{result}");
+    // One model call with the calls, one with their results (Claude Code
+    // counts each parallel call's message as a turn of its own).
+    assert_eq!(result["num_turns"], 1 + n_calls, "{result}");
+    assert_eq!(fake.requests_for("m-claude").len(), 2);
     assert_eq!(result["permission_denials"], json!([]), "{result}");
     check_round_trip(&fake, upstream, "m-claude", &ws.secret);
+    let follow_up = fake.requests_for("m-claude").into_iter().filter_map(|r| r.json).last().unwrap();
+    assert_eq!(tool_results(upstream, &follow_up).len(), n_calls, "{follow_up}");
     server.shutdown();
 }
 
@@ -234,6 +243,21 @@ fn claude_code_runs_its_bash_tool_through_the_gateway_to_openai_chat() {
 #[test]
 fn claude_code_runs_its_bash_tool_through_the_gateway_to_gemini() {
     claude_code(Style::Gemini);
+}
+
+#[test]
+fn claude_code_runs_its_bash_tool_through_the_gateway_to_an_openai_responses_upstream() {
+    claude_code(Style::OpenAiResponses);
+}
+
+/// Two parallel calls whose argument pieces the Chat upstream interleaves:
+/// Claude Code gets two whole tool_use blocks, runs both, and answers both.
+#[test]
+fn claude_code_runs_two_interleaved_parallel_calls_through_the_gateway_to_openai_chat() {
+    let cat = json!({"command": "cat note.txt", "description": "Show the note"});
+    let wc = json!({"command": "wc -c note.txt", "description": "Count the note's bytes"});
+    let calls = Turn::default().call("Bash", cat.to_string()).call("Bash", wc.to_string()).interleaved();
+    claude_code_with(Style::OpenAi, calls, 2);
 }
 
 fn codex(upstream: Style) {
@@ -259,7 +283,6 @@ fn codex(upstream: Style) {
     let transcript = String::from_utf8_lossy(&out.stderr);
     assert!(transcript.contains(&ws.secret), "codex ran its own tool: {transcript}");
     check_round_trip(&fake, upstream, "m-codex", &ws.secret);
-    // Codex sends hosted tools and namespaces only OpenAI runs: named, not refused.
     server.shutdown();
 }
 
@@ -271,6 +294,11 @@ fn codex_runs_its_exec_tool_through_the_gateway_to_anthropic() {
 #[test]
 fn codex_runs_its_exec_tool_through_the_gateway_to_openai_chat() {
     codex(Style::OpenAi);
+}
+
+#[test]
+fn codex_runs_its_exec_tool_through_the_gateway_to_gemini() {
+    codex(Style::Gemini);
 }
 
 fn gemini_cli(upstream: Style) {
@@ -299,6 +327,11 @@ fn gemini_cli(upstream: Style) {
 #[test]
 fn gemini_cli_runs_its_shell_tool_through_the_gateway_to_anthropic() {
     gemini_cli(Style::Anthropic);
+}
+
+#[test]
+fn gemini_cli_runs_its_shell_tool_through_the_gateway_to_openai_chat() {
+    gemini_cli(Style::OpenAi);
 }
 
 #[test]
