@@ -230,7 +230,7 @@ fn claude_code_with(upstream: Style, calls: Turn, n_calls: usize) {
     assert_eq!(fake.requests_for("m-claude").len(), 2);
     assert_eq!(result["permission_denials"], json!([]), "{result}");
     check_round_trip(&fake, upstream, "m-claude", &ws.secret);
-    let follow_up = fake.requests_for("m-claude").into_iter().filter_map(|r| r.json).last().unwrap();
+    let follow_up = fake.requests_for("m-claude").into_iter().filter_map(|r| r.json).next_back().unwrap();
     assert_eq!(tool_results(upstream, &follow_up).len(), n_calls, "{follow_up}");
     server.shutdown();
 }

@@ -166,7 +166,7 @@ pub trait Emitter {
 /// are whole parts, so a call's arguments are sent when the call is complete;
 /// a Chat Completions upstream may interleave the argument pieces of parallel
 /// calls, so there a call that starts while another streams is held until
-/// the stream ends or text follows, see [`CallOrder`]).
+/// the stream ends or text follows, then sent whole).
 #[derive(Debug)]
 pub struct SurfaceStream<E> {
     upstream: Style,
