@@ -173,24 +173,65 @@ fn parallel_openai_calls_become_two_anthropic_blocks_in_order() {
     assert_eq!((calls[1].0, calls[1].1["b"].as_u64()), ("add", Some(2)));
 }
 
-/// Arguments of two calls interleaved by the upstream cannot be placed in
-/// closed Anthropic blocks: the stream ends in an error, never out of order.
+/// A Chat Completions upstream may interleave the argument pieces of
+/// parallel calls (index 0, 1, 0, 1). The Anthropic and Responses streams
+/// still frame each call whole, in the order the calls started, every piece
+/// in its own call's block or item.
 #[test]
-fn interleaved_call_arguments_end_the_anthropic_stream_in_an_error() {
+fn interleaved_call_arguments_come_out_whole_and_in_order() {
     let tc = |index: u32, extra: &str| {
         format!(
             r#"{{"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":{index}{extra}}}]}},"finish_reason":null}}]}}"#
         )
     };
     let events = [
-        tc(0, r#","id":"a","type":"function","function":{"name":"f","arguments":"{"}"#),
-        tc(1, r#","id":"b","type":"function","function":{"name":"g","arguments":"{"}"#),
-        tc(0, r#","function":{"arguments":"}"}"#),
+        tc(0, r#","id":"a","type":"function","function":{"name":"get_weather","arguments":"{\"city\":"}"#),
+        tc(1, r#","id":"b","type":"function","function":{"name":"add","arguments":"{\"a\":2,"}"#),
+        tc(0, r#","function":{"arguments":" \"Paris\"}"}"#),
+        tc(1, r#","function":{"arguments":"\"b\":2}"}"#),
+        r#"{"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#.to_string(),
+        "[DONE]".to_string(),
     ];
     let events: Vec<SseEvent> = events.iter().map(|e| ev(e)).collect();
+
     let lines = anthropic_lines(Style::OpenAi, &events);
     check_anthropic(&lines);
-    assert!(lines.last().unwrap().starts_with("event: error"), "{lines:?}");
+    let parsed: Vec<Value> =
+        lines.iter().map(|l| serde_json::from_str(l.split_once("\ndata: ").unwrap().1.trim()).unwrap()).collect();
+    assert!(parsed.iter().all(|v| v["type"] != "error"), "{lines:?}");
+    let starts: Vec<(u64, &str)> = parsed
+        .iter()
+        .filter(|v| v["type"] == "content_block_start")
+        .map(|v| (v["index"].as_u64().unwrap(), v["content_block"]["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(starts, [(0, "get_weather"), (1, "add")]);
+    let args = |index: u64| -> String {
+        parsed
+            .iter()
+            .filter(|v| v["type"] == "content_block_delta" && v["index"] == index)
+            .map(|v| v["delta"]["partial_json"].as_str().unwrap_or_default())
+            .collect()
+    };
+    assert_eq!(args(0), r#"{"city": "Paris"}"#);
+    assert_eq!(args(1), r#"{"a":2,"b":2}"#);
+    assert_eq!(parsed.iter().find(|v| v["type"] == "message_delta").unwrap()["delta"]["stop_reason"], "tool_use");
+
+    let lines = responses_lines(Style::OpenAi, &events);
+    check_responses(&lines);
+    let parsed: Vec<Value> =
+        lines.iter().map(|l| serde_json::from_str(l.split_once("\ndata: ").unwrap().1.trim()).unwrap()).collect();
+    assert!(parsed.iter().all(|v| v["type"] != "error"), "{lines:?}");
+    let done: Vec<(&str, &str)> = parsed
+        .iter()
+        .filter(|v| v["type"] == "response.function_call_arguments.done")
+        .map(|v| (v["name"].as_str().unwrap(), v["arguments"].as_str().unwrap()))
+        .collect();
+    assert_eq!(done, [("get_weather", r#"{"city": "Paris"}"#), ("add", r#"{"a":2,"b":2}"#)]);
+    let completed = parsed.last().unwrap();
+    assert_eq!(completed["type"], "response.completed");
+    let output = completed["response"]["output"].as_array().unwrap();
+    assert_eq!(output.len(), 2);
+    assert_eq!(output[1]["arguments"], r#"{"a":2,"b":2}"#);
 }
 
 proptest! {

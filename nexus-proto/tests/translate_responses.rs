@@ -242,7 +242,7 @@ fn stateful_and_unsupported_requests_are_refused_by_name() {
         (with("previous_response_id", json!("resp_1")), "previous_response_id"),
         (with("conversation", json!("conv_1")), "conversation"),
         (with("input", json!([{"type": "item_reference", "id": "rs_1"}])), "input[0]"),
-        (with("tools", json!([{"type": "web_search"}])), "tools[0].type"),
+        (with("tools", json!([{"name": "f"}])), "tools[0].type"),
         (with("input", json!([{"type": "custom_tool_call_output", "call_id": "c", "output": "x"}])), "input[0].type"),
         (b"{\"input\": \"x\"}".to_vec(), "model"),
     ] {
@@ -251,6 +251,18 @@ fn stateful_and_unsupported_requests_are_refused_by_name() {
     }
     let r = read_responses_request(&with("previous_response_id", Value::Null)).unwrap();
     assert_eq!(r.messages.len(), 1);
+    // Hosted tools and the record of their runs are left out and named.
+    let body = json!({"model": "m", "tools": [
+        {"type": "web_search"},
+        {"type": "function", "name": "f", "parameters": {"type": "object"}},
+        {"type": "code_interpreter", "container": {"type": "auto"}},
+    ], "input": [
+        {"role": "user", "content": "hi"},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
+    ]});
+    let r = read_responses_request(&serde_json::to_vec(&body).unwrap()).unwrap();
+    assert_eq!(r.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["f"]);
+    assert_eq!(r.dropped, ["input[1] (web_search_call)", "tools[0] (web_search)", "tools[2] (code_interpreter)"]);
 }
 
 /// Every corpus turn written as a Responses object reads back (with the

@@ -327,21 +327,23 @@ impl Pump {
 /// running totals (Anthropic's `message_delta`, Gemini's `usageMetadata`),
 /// so the largest value of each wins.
 #[derive(Default)]
-struct Usage {
-    input: u64,
-    output: u64,
+pub(super) struct Usage {
+    pub(super) input: u64,
+    pub(super) output: u64,
 }
 
 impl Usage {
     /// One event's JSON, read only when it mentions usage.
-    fn scan(&mut self, data: &[u8]) {
+    pub(super) fn scan(&mut self, data: &[u8]) {
         if !contains(data, b"usage") {
             return;
         }
         let Ok(v) = serde_json::from_slice::<Value>(data) else { return };
         let n = |v: Option<&Value>, k: &str| v.and_then(|u| u.get(k)).and_then(Value::as_u64).unwrap_or(0);
-        // Anthropic: message_start.message.usage and message_delta.usage.
-        for u in [v.get("usage"), v.get("message").and_then(|m| m.get("usage"))] {
+        // Anthropic: message_start.message.usage and message_delta.usage;
+        // Responses: response.completed's response.usage.
+        let nested = |k: &str| v.get(k).and_then(|m| m.get("usage"));
+        for u in [v.get("usage"), nested("message"), nested("response")] {
             self.input = self.input.max(n(u, "input_tokens")).max(n(u, "prompt_tokens"));
             self.output = self.output.max(n(u, "output_tokens")).max(n(u, "completion_tokens"));
         }
@@ -351,7 +353,7 @@ impl Usage {
     }
 
     /// The `data:` lines of a piece of an OpenAI stream.
-    fn scan_lines(&mut self, piece: &[u8]) {
+    pub(super) fn scan_lines(&mut self, piece: &[u8]) {
         if !contains(piece, b"\"usage\":{") {
             return;
         }

@@ -182,8 +182,10 @@ impl Emitter for AnthropicEmitter {
                     let i = self.blocks - 1;
                     out.push(self.delta(i, json!({ "type": "input_json_delta", "partial_json": arguments })));
                 } else {
-                    // Arguments for a block already closed cannot be placed: the
-                    // stream would lose them, so it ends in an error instead.
+                    // Arguments for a block already closed cannot be placed (the
+                    // stream holds back calls an upstream may interleave, so
+                    // this is a broken upstream): the stream would lose them,
+                    // so it ends in an error instead.
                     return Err(TranslateError {
                         status: 502,
                         message: format!(

@@ -42,6 +42,11 @@ pub struct ResponsesRequest {
     pub max_tokens: Option<u32>,
     /// `stream`.
     pub stream: bool,
+    /// What was left out, by name: hosted tools (`web_search`,
+    /// `file_search`, `code_interpreter`, `computer_use_preview`, `mcp`, …),
+    /// which only OpenAI's servers run, as `tools[i] (type)`, and the record
+    /// of such tools' past runs in `input` as `input[i] (type)`.
+    pub dropped: Vec<String>,
     /// Every other top-level setting, as given (`tool_choice`,
     /// `parallel_tool_calls`, `temperature`, `top_p`, `reasoning`, `text`,
     /// `store`, `include`, `metadata`, …): each upstream maps what it can and
@@ -49,8 +54,9 @@ pub struct ResponsesRequest {
     pub settings: Map<String, Value>,
 }
 
-/// Reads a Responses request body. Malformed JSON, a stateful request, an
-/// unknown input item or a non-function tool is a 400 naming the field.
+/// Reads a Responses request body. Malformed JSON, a stateful request or an
+/// unknown input item is a 400 naming the field; hosted tools are left out
+/// and named in [`ResponsesRequest::dropped`].
 pub fn read_responses_request(body: &[u8]) -> Result<ResponsesRequest, TranslateError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| TranslateError::invalid_json(format!("We could not parse the JSON body of your request: {e}")))?;
@@ -73,6 +79,7 @@ pub fn read_responses_request(body: &[u8]) -> Result<ResponsesRequest, Translate
         }
     }
     let mut system: Vec<String> = Vec::new();
+    let mut dropped = Vec::new();
     match obj.get("instructions") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => system.push(s.clone()),
@@ -81,10 +88,10 @@ pub fn read_responses_request(body: &[u8]) -> Result<ResponsesRequest, Translate
     let messages = match obj.get("input") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) => vec![Message::user(s.clone())],
-        Some(Value::Array(items)) => read_input(items, &mut system)?,
+        Some(Value::Array(items)) => read_input(items, &mut system, &mut dropped)?,
         Some(_) => return Err(TranslateError::invalid("input", "`input` must be a string or an array of items")),
     };
-    let (tools, strict) = read_tools(obj.get("tools"))?;
+    let (tools, strict) = read_tools(obj.get("tools"), &mut dropped)?;
     let max_tokens = match obj.get("max_output_tokens") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
@@ -107,10 +114,10 @@ pub fn read_responses_request(body: &[u8]) -> Result<ResponsesRequest, Translate
         })
         .collect();
     let system = (!system.is_empty()).then(|| system.join("\n\n"));
-    Ok(ResponsesRequest { model, system, messages, tools, strict, max_tokens, stream, settings })
+    Ok(ResponsesRequest { model, system, messages, tools, strict, max_tokens, stream, dropped, settings })
 }
 
-fn read_tools(tools: Option<&Value>) -> Result<(Vec<ToolDecl>, Vec<bool>), TranslateError> {
+fn read_tools(tools: Option<&Value>, dropped: &mut Vec<String>) -> Result<(Vec<ToolDecl>, Vec<bool>), TranslateError> {
     let items = match tools {
         None | Some(Value::Null) => return Ok((Vec::new(), Vec::new())),
         Some(Value::Array(items)) => items,
@@ -120,15 +127,16 @@ fn read_tools(tools: Option<&Value>) -> Result<(Vec<ToolDecl>, Vec<bool>), Trans
     let mut strict = Vec::with_capacity(items.len());
     for (i, tool) in items.iter().enumerate() {
         let at = format!("tools[{i}]");
-        let kind = tool.get("type").and_then(Value::as_str);
-        if kind != Some("function") {
-            return Err(TranslateError {
-                code: Some("unsupported_parameter".into()),
-                ..TranslateError::invalid(
-                    format!("{at}.type"),
-                    format!("only `function` tools are supported, not {kind:?}"),
-                )
-            });
+        match tool.get("type").and_then(Value::as_str) {
+            Some("function") => {}
+            // Hosted tools run on OpenAI's servers; no other upstream has
+            // them. Clients send them on every request, so they are dropped
+            // and named rather than refused.
+            Some(kind) => {
+                dropped.push(format!("{at} ({kind})"));
+                continue;
+            }
+            None => return Err(TranslateError::invalid(format!("{at}.type"), "a tool needs a `type`")),
         }
         let name = tool
             .get("name")
@@ -155,7 +163,11 @@ fn read_tools(tools: Option<&Value>) -> Result<(Vec<ToolDecl>, Vec<bool>), Trans
 }
 
 /// The input items as turns.
-fn read_input(items: &[Value], system: &mut Vec<String>) -> Result<Vec<Message>, TranslateError> {
+fn read_input(
+    items: &[Value],
+    system: &mut Vec<String>,
+    dropped: &mut Vec<String>,
+) -> Result<Vec<Message>, TranslateError> {
     let mut messages: Vec<Message> = Vec::new();
     let mut names: Vec<(String, String)> = Vec::new(); // call_id → name, for results
     for (i, item) in items.iter().enumerate() {
@@ -176,6 +188,10 @@ fn read_input(items: &[Value], system: &mut Vec<String>) -> Result<Vec<Message>,
                 (Role::Assistant, vec![Block::text(text)])
             }
             ("reasoning" | "function_call", _) | ("message", Some("assistant")) => {
+                if kind == "reasoning" {
+                    // Its summary and encrypted content are OpenAI's own: no other family takes them.
+                    dropped.push(format!("{at} (reasoning)"));
+                }
                 let item = Item::read(item.clone()).map_err(|e| TranslateError::invalid(at.clone(), e.to_string()))?;
                 let mut blocks = Vec::new();
                 item.into_blocks(&mut blocks);
@@ -213,6 +229,22 @@ fn read_input(items: &[Value], system: &mut Vec<String>) -> Result<Vec<Message>,
                 let name = names.iter().rev().find(|(id, _)| id == call_id).map(|(_, n)| n.clone()).unwrap_or_default();
                 let result = ToolResultBlock { call_id: call_id.to_string(), name, output, is_error: false };
                 (Role::User, vec![Block::ToolResult(result)])
+            }
+            // The record of a hosted tool's run: the upstream can neither run
+            // nor read it, and nothing the client executed is lost with it.
+            (
+                kind @ ("web_search_call"
+                | "file_search_call"
+                | "code_interpreter_call"
+                | "image_generation_call"
+                | "mcp_list_tools"
+                | "mcp_call"
+                | "mcp_approval_request"
+                | "mcp_approval_response"),
+                _,
+            ) => {
+                dropped.push(format!("{at} ({kind})"));
+                continue;
             }
             ("item_reference", _) => {
                 return Err(TranslateError::invalid(

@@ -30,6 +30,9 @@ pub fn responses_request_to(style: Style, body: &[u8]) -> Result<SurfaceRequest,
         return Ok(SurfaceRequest { upstream, dropped: Vec::new() });
     }
     let mut dropped = Dropped::default();
+    for what in &r.dropped {
+        dropped.add(what.clone());
+    }
     let mut s = Settings {
         model: r.model,
         stream: r.stream,
@@ -291,6 +294,8 @@ impl Emitter for ResponsesEmitter {
             }
             StreamEvent::ToolCallDelta { id, arguments } if !arguments.is_empty() => {
                 if self.open.as_ref() != Some(&Open::Call(id.clone())) {
+                    // A closed item cannot take them (interleaving upstreams
+                    // are put in order before this writer sees their calls).
                     return Err(TranslateError {
                         status: 502,
                         message: format!(

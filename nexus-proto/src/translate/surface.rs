@@ -13,6 +13,7 @@ use super::request::{encode_neutral, Neutral};
 use super::response::provider_id;
 use super::{CompletionMeta, TranslateError, TranslatedRequest};
 use crate::event::StreamEvent;
+use crate::message::Usage;
 use crate::message::{Block, Message, Role};
 use crate::provider::{Assembler, CallIds, Style, TurnResponse};
 use crate::sse::SseEvent;
@@ -162,7 +163,10 @@ pub trait Emitter {
 /// [`finish`](Self::finish) at the end of the upstream body (or
 /// [`abort`](Self::abort) when reading it failed). Nothing is held back
 /// beyond what the surface needs to frame an event (Gemini function calls
-/// are whole parts, so a call's arguments are sent when the call is complete).
+/// are whole parts, so a call's arguments are sent when the call is complete;
+/// a Chat Completions upstream may interleave the argument pieces of parallel
+/// calls, so there a call that starts while another streams is held until
+/// the stream ends or text follows, then sent whole).
 #[derive(Debug)]
 pub struct SurfaceStream<E> {
     upstream: Style,
@@ -170,9 +174,76 @@ pub struct SurfaceStream<E> {
     ids: CallIds,
     meta: CompletionMeta,
     emitter: E,
+    order: CallOrder,
     finished: bool,
     failed: Option<TranslateError>,
     scratch: Vec<StreamEvent>,
+    ordered: Vec<StreamEvent>,
+    usage: Option<Usage>,
+}
+
+/// Keeps each call's events contiguous for writers that frame one call at a
+/// time (an Anthropic `tool_use` block, a Responses `function_call` item).
+///
+/// Chat Completions streams address argument pieces by `tool_calls[].index`,
+/// so an upstream may send call 0's pieces after call 1 has begun; a block
+/// once closed cannot take them. Nothing in that wire says a call is
+/// complete before the stream ends, so the first call streams live and every
+/// call that starts while it is open is held, pieces appended in arrival
+/// order, then released whole (start, then its arguments as one piece) at
+/// the end of the stream or before text or reasoning that follows. Upstreams
+/// whose wire frames calls one at a time (Anthropic, Responses, Gemini)
+/// cannot interleave and pass straight through.
+#[derive(Debug, Default)]
+struct CallOrder {
+    /// Whether the upstream's wire can interleave calls.
+    hold: bool,
+    /// Whether a call is streaming live.
+    live: bool,
+    /// Held calls in start order: id, name, arguments so far.
+    held: Vec<(String, String, String)>,
+}
+
+impl CallOrder {
+    fn route(&mut self, event: &StreamEvent, out: &mut Vec<StreamEvent>) {
+        if !self.hold {
+            out.push(event.clone());
+            return;
+        }
+        match event {
+            StreamEvent::ToolCallStarted { id, name } => {
+                if self.live || !self.held.is_empty() {
+                    self.held.push((id.clone(), name.clone(), String::new()));
+                } else {
+                    self.live = true;
+                    out.push(event.clone());
+                }
+            }
+            StreamEvent::ToolCallDelta { id, arguments } => {
+                // The last held call of that id: a repeated id names the newest call.
+                match self.held.iter_mut().rev().find(|(held, _, _)| held == id) {
+                    Some((_, _, args)) => args.push_str(arguments),
+                    None => out.push(event.clone()),
+                }
+            }
+            StreamEvent::TextDelta { text } | StreamEvent::ReasoningDelta { text } if !text.is_empty() => {
+                self.release(out);
+                out.push(event.clone());
+            }
+            _ => out.push(event.clone()),
+        }
+    }
+
+    /// Every held call, whole, in the order the calls started.
+    fn release(&mut self, out: &mut Vec<StreamEvent>) {
+        self.live = false;
+        for (id, name, arguments) in self.held.drain(..) {
+            out.push(StreamEvent::ToolCallStarted { id: id.clone(), name });
+            if !arguments.is_empty() {
+                out.push(StreamEvent::ToolCallDelta { id, arguments });
+            }
+        }
+    }
 }
 
 impl<E: Emitter> SurfaceStream<E> {
@@ -183,10 +254,19 @@ impl<E: Emitter> SurfaceStream<E> {
             ids,
             meta,
             emitter,
+            order: CallOrder { hold: upstream == Style::OpenAi, ..CallOrder::default() },
             finished: false,
             failed: None,
             scratch: Vec::new(),
+            ordered: Vec::new(),
+            usage: None,
         }
+    }
+
+    /// The token counts of the completed turn, once the stream has finished
+    /// without failing (for the gateway's metrics).
+    pub fn usage(&self) -> Option<&Usage> {
+        self.usage.as_ref()
     }
 
     /// The error the stream failed with, once it has.
@@ -211,16 +291,10 @@ impl<E: Emitter> SurfaceStream<E> {
             return out;
         }
         let result = self.assembler.push(event, &mut self.ids, &mut self.scratch);
-        let events = std::mem::take(&mut self.scratch);
-        let mut emitted = Ok(());
-        for ev in &events {
-            emitted = self.emitter.event(ev, &mut out);
-            if emitted.is_err() {
-                break;
-            }
+        for ev in self.scratch.drain(..) {
+            self.order.route(&ev, &mut self.ordered);
         }
-        self.scratch = events;
-        self.scratch.clear();
+        let emitted = self.emit(&mut out);
         if let Err(e) = emitted {
             self.fail(e, &mut out);
         } else if let Err(e) = result {
@@ -238,10 +312,31 @@ impl<E: Emitter> SurfaceStream<E> {
         }
         self.finished = true;
         match self.assembler.finish() {
-            Ok(turn) => self.emitter.finish(&turn, &mut out),
+            Ok(turn) => {
+                self.order.release(&mut self.ordered);
+                if let Err(e) = self.emit(&mut out) {
+                    self.fail(e, &mut out);
+                    return out;
+                }
+                self.emitter.finish(&turn, &mut out);
+                self.usage = Some(turn.usage);
+            }
             Err(e) => self.fail(super::remote_error_to_openai(&e), &mut out),
         }
         out
+    }
+
+    /// Hands the ordered events to the writer; the first it cannot express ends the stream.
+    fn emit(&mut self, out: &mut Vec<String>) -> Result<(), TranslateError> {
+        let mut emitted = Ok(());
+        for ev in &self.ordered {
+            emitted = self.emitter.event(ev, out);
+            if emitted.is_err() {
+                break;
+            }
+        }
+        self.ordered.clear();
+        emitted
     }
 
     /// Reading the upstream failed: the error event ending the client's stream.

@@ -447,19 +447,39 @@ pub fn events(ctx: &Ctx<'_>) -> Vec<Vec<u8>> {
     for piece in ctx.text_pieces() {
         out.push(chunk(choice(Delta { content: Some(Value::String(piece)), ..Delta::default() }, None), None));
     }
-    for (i, call) in ctx.turn.tool_calls.iter().enumerate() {
-        let head = ToolCall {
-            index: Some(i),
-            id: Some(ctx.call_id(i, "call_")),
-            kind: Some("function"),
-            function: Function { name: Some(&call.name), arguments: String::new() },
-        };
-        out.push(chunk(choice(Delta { tool_calls: vec![head], ..Delta::default() }, None), None));
-        for frag in argument_fragments(&call.arguments) {
-            let more =
-                ToolCall { index: Some(i), id: None, kind: None, function: Function { name: None, arguments: frag } };
-            out.push(chunk(choice(Delta { tool_calls: vec![more], ..Delta::default() }, None), None));
+    // Each call's head, then its argument pieces, in (call index, piece) order;
+    // interleaved, the heads come first and the pieces go round the calls.
+    let mut steps: Vec<(usize, Option<String>)> = Vec::new();
+    let pieces: Vec<Vec<String>> = ctx.turn.tool_calls.iter().map(|call| argument_fragments(&call.arguments)).collect();
+    if ctx.turn.interleave_calls {
+        steps.extend((0..pieces.len()).map(|i| (i, None)));
+        let longest = pieces.iter().map(Vec::len).max().unwrap_or(0);
+        for round in 0..longest {
+            for (i, p) in pieces.iter().enumerate() {
+                if let Some(frag) = p.get(round) {
+                    steps.push((i, Some(frag.clone())));
+                }
+            }
         }
+    } else {
+        for (i, p) in pieces.iter().enumerate() {
+            steps.push((i, None));
+            steps.extend(p.iter().map(|frag| (i, Some(frag.clone()))));
+        }
+    }
+    for (i, frag) in steps {
+        let call = match frag {
+            None => ToolCall {
+                index: Some(i),
+                id: Some(ctx.call_id(i, "call_")),
+                kind: Some("function"),
+                function: Function { name: Some(&ctx.turn.tool_calls[i].name), arguments: String::new() },
+            },
+            Some(arguments) => {
+                ToolCall { index: Some(i), id: None, kind: None, function: Function { name: None, arguments } }
+            }
+        };
+        out.push(chunk(choice(Delta { tool_calls: vec![call], ..Delta::default() }, None), None));
     }
     out.push(chunk(choice(Delta::default(), Some(finish_reason(ctx))), None));
     if ctx.include_usage {

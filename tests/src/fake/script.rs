@@ -122,6 +122,11 @@ pub struct Turn {
     /// Gemini only: send call ids (the API normally sends functionCall parts without one).
     #[serde(default, skip_serializing_if = "is_false")]
     pub with_ids: bool,
+    /// OpenAI Chat Completions streams only: every call's head first, then
+    /// the argument pieces of the calls in turn (index 0, 1, 0, 1, ...), as
+    /// some servers stream parallel calls.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub interleave_calls: bool,
     /// Token counts reported for this turn.
     #[serde(default)]
     pub usage: TurnUsage,
@@ -200,6 +205,12 @@ impl Turn {
     /// Appends a fault.
     pub fn fault(mut self, fault: Fault) -> Turn {
         self.faults.push(fault);
+        self
+    }
+
+    /// Streams the calls' argument pieces interleaved (Chat Completions only).
+    pub fn interleaved(mut self) -> Turn {
+        self.interleave_calls = true;
         self
     }
 

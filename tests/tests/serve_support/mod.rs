@@ -1,6 +1,9 @@
 //! What the gateway suites share: the keys, the scripted arguments, and the
 //! upstream's own 429 body in each wire format.
 
+// Each suite uses a part of what is here.
+#![allow(dead_code)]
+
 use nexus_drive::Style as ProtoStyle;
 use nexus_tests::fake::Style;
 use serde_json::json;

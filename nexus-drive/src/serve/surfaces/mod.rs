@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 
 use super::failover::Forwarded;
 use super::gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest};
-use super::handler::retry_after_header;
+use super::handler::{retry_after_header, Usage};
 use super::surface::{BoxFuture, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
 /// Error bodies read from the upstream are capped here: they are messages.
@@ -431,6 +431,9 @@ impl Cx<'_> {
                 events: Vec::new(),
                 done: false,
                 dialect: self.dialect,
+                scanned: Usage::default(),
+                counted: false,
+                ctx: self.ctx.clone(),
             };
             let chunks = futures_lite::stream::unfold(pump, |mut p| async move {
                 let out = p.next().await?;
@@ -477,6 +480,8 @@ trait Translate: Send {
     fn finish(&mut self) -> Vec<String>;
     fn abort(&mut self, error: TranslateError) -> Vec<String>;
     fn failed(&self) -> bool;
+    /// Input and output tokens of the finished turn.
+    fn usage(&self) -> Option<(u64, u64)>;
 }
 
 impl<E: Emitter + Send> Translate for SurfaceStream<E> {
@@ -492,6 +497,9 @@ impl<E: Emitter + Send> Translate for SurfaceStream<E> {
     fn failed(&self) -> bool {
         self.error().is_some()
     }
+    fn usage(&self) -> Option<(u64, u64)> {
+        SurfaceStream::usage(self).map(|u| (u.prompt_tokens, u.completion_tokens))
+    }
 }
 
 /// An upstream event stream re-emitted event by event, pulled by the
@@ -505,11 +513,30 @@ struct Pump {
     events: Vec<SseEvent>,
     done: bool,
     dialect: Dialect,
+    /// Token counts read from a stream that passes through untranslated.
+    scanned: Usage,
+    counted: bool,
+    ctx: Ctx,
 }
 
 impl Pump {
     async fn next(&mut self) -> Option<Bytes> {
-        let Pump { body, translator, decoder, events, done, dialect } = self;
+        let out = self.step().await;
+        if self.done {
+            // Counted once, before the last piece leaves, as for a whole answer.
+            let (input, output) = match &self.translator {
+                Some(tr) => tr.usage().unwrap_or_default(),
+                None => (self.scanned.input, self.scanned.output),
+            };
+            if !std::mem::replace(&mut self.counted, true) && input + output > 0 {
+                self.ctx.note_usage(input, output);
+            }
+        }
+        out
+    }
+
+    async fn step(&mut self) -> Option<Bytes> {
+        let Pump { body, translator, decoder, events, done, dialect, scanned, .. } = self;
         loop {
             if *done {
                 return None;
@@ -517,18 +544,23 @@ impl Pump {
             let mut lines = Vec::new();
             match body.chunk().await {
                 Ok(Some(piece)) => {
+                    decoder.feed(piece, events);
                     let Some(tr) = translator.as_mut() else {
+                        // Same family: the bytes go on as they came; only usage is read.
+                        events.drain(..).for_each(|ev| scanned.scan(ev.data.as_bytes()));
                         return Some(Bytes::copy_from_slice(piece));
                     };
-                    decoder.feed(piece, events);
                     lines.extend(events.drain(..).flat_map(|ev| tr.push(&ev)));
                     // After an error event nothing more is read: the upstream is done for.
                     *done = tr.failed();
                 }
                 Ok(None) => {
                     *done = true;
-                    let tr = translator.as_mut()?;
                     decoder.finish(events);
+                    let Some(tr) = translator.as_mut() else {
+                        events.drain(..).for_each(|ev| scanned.scan(ev.data.as_bytes()));
+                        return None;
+                    };
                     lines.extend(events.drain(..).flat_map(|ev| tr.push(&ev)));
                     lines.extend(tr.finish());
                 }
