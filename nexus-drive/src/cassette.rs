@@ -191,6 +191,15 @@ pub enum Entry {
         #[serde(default)]
         at: u64,
     },
+    /// The circuits routing saw changed (a run with fallbacks and a breaker):
+    /// until when each upstream's circuit is open, in the run's upstream
+    /// order. Recorded because other runs of the same client move them; a
+    /// replay feeds them back where they were recorded.
+    Circuits {
+        /// Per upstream: the time its circuit stays open until, or null.
+        #[serde(rename = "openUntil")]
+        open_until: Vec<Option<u64>>,
+    },
     /// The run stopped suspended on these requests and its state was stored.
     Pending {
         /// The outstanding requests.
@@ -404,6 +413,9 @@ pub trait Tap: Send + Sync {
     fn input(&self, _now: Timestamp, _input: &Input<'_>) {}
     /// An output the machine produced, before the driver acts on it.
     fn output(&self, _run: &Run, _output: &Output) {}
+    /// The circuits the run routes by changed ([`Run::circuit_view`]), before
+    /// its next output.
+    fn circuits(&self, _run: &Run) {}
 }
 
 /// Writes a cassette as a session goes. It is a [`Tap`] for the driver; the
@@ -611,6 +623,11 @@ impl Tap for Recorder {
             Input::Abort { error } => Entry::Abort { error: error.clone(), at },
         };
         self.write(&entry);
+    }
+
+    fn circuits(&self, run: &Run) {
+        let open_until = run.circuit_view().iter().map(|t| t.map(|t| t.0)).collect();
+        self.write(&Entry::Circuits { open_until });
     }
 
     fn output(&self, run: &Run, output: &Output) {

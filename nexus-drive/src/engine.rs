@@ -238,8 +238,16 @@ impl Engine {
             if self.run.config().upstream_count() > 1 {
                 // Routing skips upstreams whose circuit the client's other runs opened.
                 let now = self.now();
+                let before = self.cfg.tap.as_ref().map(|_| open_circuits(self.run.circuit_view()));
                 let mut breakers = self.cfg.breakers.lock().unwrap_or_else(|e| e.into_inner());
                 self.run.sync_circuits(now, &mut breakers);
+                drop(breakers);
+                if let (Some(tap), Some(before)) = (&self.cfg.tap, before) {
+                    // Other runs move these: a cassette keeps them so the replay routes the same way.
+                    if open_circuits(self.run.circuit_view()) != before {
+                        tap.circuits(&self.run);
+                    }
+                }
             }
             let output = self.run.poll_output();
             if let Some(tap) = &self.cfg.tap {
@@ -725,4 +733,9 @@ fn fresh_seed() -> u64 {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     nanos ^ (u64::from(std::process::id()) << 32) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The circuits of a view that are open (an empty view and an all-closed one are the same).
+fn open_circuits(view: &[Option<Timestamp>]) -> Vec<(usize, Timestamp)> {
+    view.iter().enumerate().filter_map(|(i, t)| t.map(|t| (i, t))).collect()
 }

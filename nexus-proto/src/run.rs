@@ -387,6 +387,31 @@ impl Run {
             .collect();
     }
 
+    /// Until when each upstream's circuit is open, as routing sees it now
+    /// (as of the last [`Run::sync_circuits`] or [`Run::set_circuit_view`];
+    /// empty: no breaker in use, every circuit closed).
+    pub fn circuit_view(&self) -> &[Option<Timestamp>] {
+        &self.open_until
+    }
+
+    /// Sets the circuits routing sees without a [`Breakers`]: a replay feeds
+    /// back what the recording's breakers said at the same point, including
+    /// circuits other runs of that client opened. Outcomes not yet handed to
+    /// a breaker are dropped. The view names every upstream or none; any
+    /// other length is refused and nothing changes.
+    pub fn set_circuit_view(&mut self, open_until: Vec<Option<Timestamp>>) -> Result<(), InputError> {
+        let upstreams = self.state.config.upstream_count();
+        if !open_until.is_empty() && open_until.len() != upstreams {
+            return Err(InputError::Config(format!(
+                "a circuit view of {} upstreams for a run with {upstreams}",
+                open_until.len()
+            )));
+        }
+        self.reports.clear();
+        self.open_until = open_until;
+        Ok(())
+    }
+
     /// When the exchange in flight must have its response head by (the
     /// failover policy's `head_timeout_ms`), or the run's deadline when
     /// earlier. Drivers bound their wait for a response head by it. The head

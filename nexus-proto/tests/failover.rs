@@ -8,9 +8,9 @@ mod sim;
 use std::collections::{HashMap, VecDeque};
 
 use nexus_proto::{
-    Answer, BreakerPolicy, Breakers, CircuitState, Input, Message, Outcome, Output, Run, RunConfig, RunError,
-    StreamEvent, Style, Timestamp, ToolBatch, ToolDecl, ToolInvocation, ToolReply, ToolResult, TransportErrorKind,
-    Upstream,
+    Answer, BreakerPolicy, Breakers, CircuitState, Input, InputError, Message, Outcome, Output, Run, RunConfig,
+    RunError, StreamEvent, Style, Timestamp, ToolBatch, ToolDecl, ToolInvocation, ToolReply, ToolResult,
+    TransportErrorKind, Upstream,
 };
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -646,6 +646,27 @@ fn a_run_whose_every_circuit_is_open_waits_for_the_first_cooldown() {
     // The primary's cooldown ended first: it was tried half-open at that moment.
     assert!(m.sent.iter().all(|(u, _)| *u == 0));
     assert!(m.now >= Timestamp(31_000));
+}
+
+#[test]
+fn a_circuit_view_set_by_hand_routes_like_the_breakers_that_made_it() {
+    // What a replay does: no Breakers, the recorded view fed back.
+    let cfg = config(&[Style::Anthropic, Style::OpenAi], false);
+    let mut m = Multi::new(cfg.clone(), call_then_text());
+    m.now = Timestamp(5_000);
+    let refused = m.run.set_circuit_view(vec![Some(Timestamp(60_000))]);
+    assert!(matches!(refused, Err(InputError::Config(_))), "{refused:?}");
+    assert!(m.run.circuit_view().is_empty(), "a refused view changes nothing");
+    m.run.set_circuit_view(vec![Some(Timestamp(60_000)), None]).unwrap();
+    assert_eq!(m.run.circuit_view(), &[Some(Timestamp(60_000)), None]);
+    assert_eq!(m.finish(), Outcome::Done);
+    assert!(m.sent.iter().all(|(u, _)| *u == 1), "{:?}", m.sent.iter().map(|(u, _)| u).collect::<Vec<_>>());
+    assert_eq!(m.run.failovers()[0].reason, "circuit open");
+    // The same run with every circuit closed stays on the primary.
+    let mut m = Multi::new(cfg, call_then_text());
+    m.run.set_circuit_view(vec![None, None]).unwrap();
+    assert_eq!(m.finish(), Outcome::Done);
+    assert!(m.sent.iter().all(|(u, _)| *u == 0));
 }
 
 #[test]

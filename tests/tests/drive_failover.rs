@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use drive_support::*;
+use nexus_drive::cassette::{replay, Cassette, Quiet, Recorder, ReplayEnd, Tap};
 use nexus_drive::{
     BreakerPolicy, DriveError, FailoverPolicy, Metric, RunError, RunStatus, StreamEvent, Upstream, UpstreamTurn,
 };
@@ -220,12 +221,23 @@ fn an_open_circuit_sends_later_runs_straight_to_the_next_upstream(d: Drv) {
     let backup_up = Upstream { style: proto_style(b), base_url: backup.base_url(b), model: model(b, "backup") };
     let metrics: Arc<Mutex<Vec<Metric>>> = Arc::default();
     let sink = metrics.clone();
+    // Each run to a cassette of its own: the second's routing comes from the first's failures.
+    let dir = std::env::temp_dir().join(format!("nexus-circuits-{}-{d:?}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cassette = |name: &str| {
+        let rec = Recorder::create(&dir.join(name)).unwrap();
+        rec.set_api_key(PRIMARY_KEY);
+        rec.set_api_key(BACKUP_KEY);
+        Arc::new(rec)
+    };
+    let recorder: Arc<Mutex<Arc<Recorder>>> = Arc::new(Mutex::new(cassette("first.jsonl")));
     let cfg = builder(&primary, a, &model(a, "primary"), false)
         .api_key(PRIMARY_KEY)
         .retries(1)
         .fallback_key(backup_up.clone(), BACKUP_KEY)
         .breaker_policy(BreakerPolicy { failures: 2, window_ms: 60_000, cooldown_ms: 600_000 })
         .on_metric(move |m| sink.lock().unwrap().push(m.clone()))
+        .tap(Arc::new(Switch(recorder.clone())))
         .build()
         .unwrap();
     let client = d.client(cfg);
@@ -233,8 +245,11 @@ fn an_open_circuit_sends_later_runs_straight_to_the_next_upstream(d: Drv) {
     assert_eq!(first.text, FINAL);
     assert_eq!(primary.requests().len(), 2, "an attempt and a retry, then the failover");
     assert!(first.failovers[0].reason.contains("transport"), "{:?}", first.failovers);
+    recorder.lock().unwrap().finish().unwrap();
+    *recorder.lock().unwrap() = cassette("second.jsonl");
     // The circuit is open now: the next run never touches the primary.
     let second = client.run("hello again").unwrap();
+    recorder.lock().unwrap().finish().unwrap();
     assert_eq!(second.text, FINAL);
     assert_eq!(primary.requests().len(), 2, "nothing more went to the open circuit");
     assert_eq!(second.failovers.len(), 1);
@@ -242,4 +257,44 @@ fn an_open_circuit_sends_later_runs_straight_to_the_next_upstream(d: Drv) {
     assert_eq!(second.upstreams[0].base_url, backup.base_url(b));
     let failover_metrics = metrics.lock().unwrap().iter().filter(|m| matches!(m, Metric::Failover { .. })).count();
     assert_eq!(failover_metrics, 2, "one failover metric per failover");
+    // Each cassette replays alone, in a process whose breakers never saw the
+    // first run: the second routes past the primary because its cassette
+    // says the circuit was open.
+    for name in ["first.jsonl", "second.jsonl"] {
+        let cassette = Cassette::load(&dir.join(name)).unwrap();
+        let replayed = replay(&cassette, &mut Quiet).unwrap_or_else(|e| panic!("{d:?} {name}: {e}"));
+        assert_eq!(replayed.runs, 1, "{name}");
+        assert!(matches!(replayed.end, ReplayEnd::Finished(_)), "{name}: {:?}", replayed.end);
+        assert_eq!(replayed.run.final_text(), FINAL, "{name}");
+    }
+    let second = std::fs::read_to_string(dir.join("second.jsonl")).unwrap();
+    assert!(second.contains(r#""type":"circuits""#), "{second}");
+    let to_primary =
+        second.lines().filter(|l| l.contains(r#""type":"request""#) && l.contains(&primary.base_url(a))).count();
+    assert_eq!(to_primary, 0, "the second run never went to the primary");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A tap that writes to whichever recorder is current (one cassette per run).
+struct Switch(Arc<Mutex<Arc<Recorder>>>);
+
+impl Switch {
+    fn current(&self) -> Arc<Recorder> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Tap for Switch {
+    fn started(&self, run: &nexus_proto::Run) {
+        self.current().started(run)
+    }
+    fn input(&self, now: nexus_proto::Timestamp, input: &nexus_proto::Input<'_>) {
+        self.current().input(now, input)
+    }
+    fn output(&self, run: &nexus_proto::Run, output: &nexus_proto::Output) {
+        self.current().output(run, output)
+    }
+    fn circuits(&self, run: &nexus_proto::Run) {
+        self.current().circuits(run)
+    }
 }

@@ -115,6 +115,8 @@ impl From<CassetteError> for ReplayError {
 /// are compared by name and place only).
 pub fn replay(cassette: &Cassette, observer: &mut dyn Observer) -> Result<Replayed, ReplayError> {
     let mut r = Replayer {
+        entries: &cassette.entries,
+        next: 0,
         observer,
         run: None,
         sends: VecDeque::new(),
@@ -127,7 +129,8 @@ pub fn replay(cassette: &Cassette, observer: &mut dyn Observer) -> Result<Replay
         defer: false,
     };
     let mut last = None;
-    for (line, entry) in &cassette.entries {
+    while let Some((line, entry)) = cassette.entries.get(r.next) {
+        r.next += 1;
         r.line = *line;
         r.entry(entry)?;
         last = Some(entry);
@@ -148,6 +151,11 @@ pub fn replay(cassette: &Cassette, observer: &mut dyn Observer) -> Result<Replay
 }
 
 struct Replayer<'o> {
+    /// The whole cassette: `circuits` lines are applied as the machine is
+    /// polled past the point where they were recorded.
+    entries: &'o [(usize, Entry)],
+    /// The next entry the main loop takes.
+    next: usize,
     observer: &'o mut dyn Observer,
     run: Option<Run>,
     /// Requests the machine emitted that no `request` line has matched yet.
@@ -188,6 +196,12 @@ impl Replayer<'_> {
     fn drain(&mut self) -> Result<(), ReplayError> {
         self.defer = false;
         loop {
+            // The recording's driver set these just before the poll that follows them.
+            while let Some((line, Entry::Circuits { open_until })) = self.entries.get(self.next) {
+                self.next += 1;
+                self.line = *line;
+                self.circuits(open_until)?;
+            }
             let Some(run) = self.run.as_mut() else {
                 return Ok(());
             };
@@ -211,6 +225,17 @@ impl Replayer<'_> {
                 }
             }
         }
+    }
+
+    fn circuits(&mut self, open_until: &[Option<u64>]) -> Result<(), ReplayError> {
+        let line = self.line;
+        let Some(run) = self.run.as_mut() else {
+            return self.mismatch("`circuits` before any `start`");
+        };
+        run.set_circuit_view(open_until.iter().map(|t| t.map(Timestamp)).collect()).map_err(|e| ReplayError::Mismatch {
+            line,
+            message: format!("the machine refused the recorded circuits: {e}"),
+        })
     }
 
     fn begin(&mut self, state: &StateJson, api_key: bool, resumed: bool) -> Result<(), ReplayError> {
@@ -307,6 +332,7 @@ impl Replayer<'_> {
             Entry::Timeout { at } => self.feed(*at, Input::Timeout),
             Entry::Cancel { at } => self.feed(*at, Input::Cancel),
             Entry::Abort { error, at } => self.feed(*at, Input::Abort { error: error.clone() }),
+            Entry::Circuits { open_until } => self.circuits(open_until),
             Entry::Pending { requests } => {
                 let Some(run) = &self.run else {
                     return self.mismatch("`pending` before any `start`");
