@@ -184,3 +184,52 @@ fn run_suspends_on_the_authorization_and_resume_in_another_process_completes_it(
     let again = resume(&format!("{request_id}={redirect}"));
     assert_eq!(again.code, 5, "the finished run is no longer waiting: {}", again.stderr);
 }
+
+#[test]
+fn a_state_file_run_resumes_from_code_and_state_and_the_next_run_reuses_the_token() {
+    let Some(py) = mcp_support::python() else { return };
+    let (_server, url) = oauth_server(&py);
+    let dir = scratch("mcp-oauth-state-file");
+    let cfg = write_json(&dir, "mcp.json", &json!({"mcpServers": {"notes": {"type": "http", "url": url}}}));
+    let tokens = scratch("mcp-oauth-state-file-secrets").join("tokens.json");
+    let state = dir.join("state.json");
+    let f = fake(scripts());
+
+    let mut cmd = run_cmd(&dir, &f, "openai", MODEL, &["--mcp", &cfg, "--state", &state.to_string_lossy(), "who?"]);
+    cmd.env("NEXUS_MCP_TOKENS", &tokens);
+    let first = run(cmd).expect(3);
+    assert!(first.stderr.contains("nexus resume --state"), "{}", first.stderr);
+    let kept: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(kept["phase"], "starting", "{kept}");
+    let request = &kept["requests"][0];
+    let pending: Value =
+        serde_json::from_slice(&std::fs::read(tokens.with_extension("pending.json")).unwrap()).unwrap();
+    let verifier = pending[request["id"].as_str().unwrap()]["verifier"].as_str().unwrap().to_string();
+    assert!(!kept.to_string().contains(&verifier));
+
+    // The answer as a file, with the redirect's parameters instead of its URL.
+    let agent: ureq::Agent = ureq::Agent::config_builder().max_redirects(0).http_status_as_error(false).build().into();
+    let resp = agent.get(request["url"].as_str().unwrap()).call().unwrap();
+    let location = resp.headers().get("location").unwrap().to_str().unwrap().to_string();
+    let query = location.split_once('?').unwrap().1;
+    let params: serde_json::Map<String, Value> = form_urlencoded::parse(query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), Value::String(v.into_owned())))
+        .collect();
+    assert!(params.contains_key("code") && params.contains_key("state"), "{params:?}");
+    let answers = write_json(&dir, "answers.json", &json!({"id": request["id"], "ok": true, "data": params}));
+    let mut cmd = nexus(&dir, Some("openai"));
+    cmd.args(["resume", "--state", &state.to_string_lossy(), "--mcp", &cfg, "--json", "--answer", &answers]);
+    cmd.env("NEXUS_MCP_TOKENS", &tokens);
+    let done = run(cmd).expect(0);
+    assert_eq!(done.json()["toolCalls"].as_array().unwrap().len(), 1, "{}", done.stdout);
+    assert!(!state.exists(), "the finished run's state file is removed");
+
+    // A kept run with the token stored asks nobody and does not suspend.
+    let f = fake(scripts());
+    let store = format!("dir:{}", dir.join("runs").display());
+    let mut cmd = run_cmd(&dir, &f, "openai", MODEL, &["--mcp", &cfg, "--store", &store, "--json", "again"]);
+    cmd.env("NEXUS_MCP_TOKENS", &tokens);
+    let again = run(cmd).expect(0);
+    assert!(!again.stderr.contains("authorization"), "{}", again.stderr);
+    assert!(again.json()["toolCalls"][0]["output"].as_str().unwrap().contains("an authorized client"));
+}
