@@ -233,3 +233,35 @@ fn a_state_file_run_resumes_from_code_and_state_and_the_next_run_reuses_the_toke
     assert!(!again.stderr.contains("authorization"), "{}", again.stderr);
     assert!(again.json()["toolCalls"][0]["output"].as_str().unwrap().contains("an authorized client"));
 }
+
+#[test]
+fn a_declined_authorization_lets_the_run_go_on_without_the_servers_tools() {
+    let Some(py) = mcp_support::python() else { return };
+    let (_server, url) = oauth_server(&py);
+    let dir = scratch("mcp-oauth-declined");
+    let cfg = write_json(&dir, "mcp.json", &json!({"mcpServers": {"notes": {"type": "http", "url": url}}}));
+    let tokens = scratch("mcp-oauth-declined-secrets").join("tokens.json");
+    let state = dir.join("state.json").to_string_lossy().into_owned();
+    let f = fake(Scripts::new(KEY).model(MODEL, Script::new(vec![Turn::text("Without notes, then.")])));
+    let mut cmd = run_cmd(&dir, &f, "openai", MODEL, &["--mcp", &cfg, "--state", &state, "--json", "who?"]);
+    cmd.env("NEXUS_MCP_TOKENS", &tokens);
+    let first = run(cmd).expect(3);
+    let id = first.json()["pending"][0]["id"].as_str().unwrap().to_string();
+    let answers = write_json(&dir, "no.json", &json!({"id": id, "ok": false, "reason": "declined"}));
+    let mut cmd = nexus(&dir, Some("openai"));
+    cmd.args(["resume", "--state", &state, "--mcp", &cfg, "--json", "--answer", &answers]);
+    cmd.env("NEXUS_MCP_TOKENS", &tokens);
+    let done = run(cmd).expect(0);
+    assert!(done.stderr.contains("\"notes\" was not authorized"), "{}", done.stderr);
+    assert_eq!(done.json()["text"], "Without notes, then.");
+    let sent = f.requests();
+    assert_eq!(sent.len(), 1);
+    assert!(
+        !String::from_utf8_lossy(&sent[0].body).contains("notes__whoami"),
+        "a declined server's tools are not declared"
+    );
+    let pending: Value =
+        serde_json::from_slice(&std::fs::read(tokens.with_extension("pending.json")).unwrap()).unwrap();
+    assert!(pending.get(&id).is_none(), "the declined authorization's secrets are forgotten");
+    assert!(!tokens.exists());
+}

@@ -134,16 +134,19 @@ pub fn settle(configs: &[ServerConfig], state: &[u8], answers: Vec<Answer>) -> R
                 "the run waits for the authorization of MCP server {server:?}: give its --mcp FILE again"
             )));
         };
+        if !answer.ok {
+            // Declined: its secrets are forgotten (complete reports the
+            // refusal, which is the point) and the run goes on without it.
+            let _ = auth.complete(answer);
+            eprintln!("nexus: MCP server {server:?} was not authorized; the run goes on without its tools");
+            run.settle_host(&answer.id, Vec::new()).map_err(|e| Fail::runtime(e.to_string()))?;
+            continue;
+        }
         if let Err(e) = auth.complete(answer) {
             return Err(Fail::runtime(format!(
                 "MCP server {server:?}: {e}; the run is still suspended on {} and nothing was changed",
                 answer.id
             )));
-        }
-        if !answer.ok {
-            eprintln!("nexus: MCP server {server:?} was not authorized; the run goes on without its tools");
-            run.settle_host(&answer.id, Vec::new()).map_err(|e| Fail::runtime(e.to_string()))?;
-            continue;
         }
         let mut options = McpOptions::default();
         options.driver.auth = Some(auth.clone());
