@@ -120,6 +120,19 @@ impl Engine {
         Ok(Engine::with_run(cfg, cancel, run))
     }
 
+    /// A new run suspended before its first model call on `requests` the
+    /// host settles itself ([`Run::await_host`]).
+    pub(crate) fn start_awaiting(
+        cfg: Arc<ClientConfig>,
+        cancel: CancelToken,
+        messages: Vec<Message>,
+        requests: Vec<Request>,
+    ) -> Result<Engine, DriveError> {
+        let mut engine = Engine::start(cfg, cancel, messages)?;
+        engine.run.await_host(requests)?;
+        Ok(engine)
+    }
+
     /// A run restored from a snapshot, with `answers` applied. An answer that
     /// matches no outstanding request is refused before any I/O.
     pub(crate) fn resume(

@@ -101,6 +101,10 @@ pub enum InputError {
     /// The config is invalid.
     #[error("invalid config: {0}")]
     Config(String),
+    /// An answer to a request of [`Run::await_host`](crate::Run::await_host):
+    /// the host acts on it and calls [`Run::settle_host`](crate::Run::settle_host).
+    #[error("request {0:?} is settled by the host (Run::settle_host), not answered as an input")]
+    HostSettles(String),
 }
 
 /// A request that would be unbalanced or otherwise rejected by the provider

@@ -163,6 +163,10 @@ pub(crate) enum Phase {
     Backoff { until: Timestamp, attempt: u32 },
     /// The turn's tool calls are running or suspended.
     Tools { batch: Batch },
+    /// Before the first model call: waiting for the host to settle requests
+    /// it acts on itself (an MCP server's authorization, needed before its
+    /// tools can be listed and declared). See [`Run::await_host`].
+    Starting { requests: Vec<Request>, announced: bool },
     /// Over.
     Finished { outcome: Outcome },
 }
@@ -492,6 +496,7 @@ impl Run {
             Phase::Finished { outcome: Outcome::Incomplete { .. } } => Status::Incomplete,
             Phase::Finished { outcome: Outcome::Failed { .. } } => Status::Failed,
             Phase::Tools { batch } if batch.settled() && !batch.complete() => Status::Pending,
+            Phase::Starting { .. } => Status::Pending,
             _ => Status::Running,
         }
     }
@@ -509,8 +514,76 @@ impl Run {
     pub fn outstanding(&self) -> Vec<Request> {
         match &self.state.phase {
             Phase::Tools { batch } => batch.outstanding(),
+            Phase::Starting { requests, .. } => requests.clone(),
             _ => Vec::new(),
         }
+    }
+
+    /// Suspends a run that has not made its first model call on `requests`
+    /// the host settles itself: a step that must happen before the run's
+    /// tools are all known (an MCP server that needs a person's
+    /// authorization before it lists its tools). The run polls
+    /// [`Output::Suspended`] with them and is [`Status::Pending`]; its
+    /// snapshot is a suspended run like any other, so a durable host keeps it
+    /// and settles the requests in another process with [`Run::settle_host`].
+    /// Ids must be non-empty and distinct. On `Err` nothing changed.
+    pub fn await_host(&mut self, requests: Vec<Request>) -> Result<(), InputError> {
+        let fresh = matches!(self.state.phase, Phase::Ready { attempt: 0 }) && self.state.turns == 0;
+        if !fresh || self.inflight.is_some() {
+            return Err(InputError::OutOfOrder("await_host before the first model call only"));
+        }
+        if requests.is_empty() {
+            return Err(InputError::Config("await_host needs at least one request".into()));
+        }
+        let mut ids = std::collections::HashSet::new();
+        for r in &requests {
+            if r.id.is_empty() || !ids.insert(r.id.as_str()) {
+                return Err(InputError::Config(format!(
+                    "host request ids must be non-empty and distinct ({:?})",
+                    r.id
+                )));
+            }
+        }
+        self.state.phase = Phase::Starting { requests, announced: false };
+        Ok(())
+    }
+
+    /// The requests of [`Run::await_host`] still waiting (empty once the run
+    /// has started).
+    pub fn host_requests(&self) -> &[Request] {
+        match &self.state.phase {
+            Phase::Starting { requests, .. } => requests,
+            _ => &[],
+        }
+    }
+
+    /// The host settled the request `id` of [`Run::await_host`] (it took the
+    /// answer and acted on it) and the run gains `tools` (declared from now
+    /// on, as if given to [`Run::new`]). When no request is left, the run
+    /// goes on to its first model call. An id that is not waiting is
+    /// [`InputError::UnknownAnswer`], a tool name already declared is
+    /// [`InputError::Config`]; on `Err` nothing changed.
+    pub fn settle_host(&mut self, id: &str, tools: Vec<ToolDecl>) -> Result<(), InputError> {
+        let Phase::Starting { requests, .. } = &self.state.phase else {
+            return Err(InputError::UnknownAnswer(id.to_string()));
+        };
+        let Some(at) = requests.iter().position(|r| r.id == id) else {
+            return Err(InputError::UnknownAnswer(id.to_string()));
+        };
+        let mut names: std::collections::HashSet<&str> = self.state.tools.iter().map(|t| t.name.as_str()).collect();
+        for t in &tools {
+            if !names.insert(t.name.as_str()) {
+                return Err(InputError::Config(format!("two tools are named {:?}", t.name)));
+            }
+        }
+        self.state.tools.extend(tools);
+        if let Phase::Starting { requests, .. } = &mut self.state.phase {
+            requests.remove(at);
+            if requests.is_empty() {
+                self.state.phase = Phase::Ready { attempt: 0 };
+            }
+        }
+        Ok(())
     }
 
     /// The text of the last assistant turn of this run.
@@ -638,6 +711,9 @@ impl Run {
             Input::Answer(answer) => {
                 let known = match &self.state.phase {
                     Phase::Tools { batch } => batch.outstanding().iter().any(|r| r.id == answer.id),
+                    Phase::Starting { requests, .. } if requests.iter().any(|r| r.id == answer.id) => {
+                        return Err(InputError::HostSettles(answer.id.clone()))
+                    }
                     _ => false,
                 };
                 return if known { Ok(()) } else { Err(InputError::UnknownAnswer(answer.id.clone())) };
@@ -697,6 +773,13 @@ impl Run {
                 if batch.settled() && !batch.complete() && !batch.announced {
                     batch.announced = true;
                     return Output::Suspended(batch.outstanding());
+                }
+                Output::Wait { until: deadline }
+            }
+            Phase::Starting { requests, announced } => {
+                if !*announced {
+                    *announced = true;
+                    return Output::Suspended(requests.clone());
                 }
                 Output::Wait { until: deadline }
             }

@@ -136,6 +136,17 @@ impl AsyncClient {
         self.stream_of(Engine::start(self.cfg.clone(), self.cancel.clone(), messages))
     }
 
+    /// A run on `prompt` suspended at once on host requests (see
+    /// [`blocking::Client::stream_awaiting`](crate::blocking::Client::stream_awaiting)).
+    pub fn stream_awaiting(
+        &self,
+        prompt: impl Into<String>,
+        requests: Vec<Request>,
+    ) -> impl Stream<Item = Result<StreamItem, DriveError>> + Send + 'static {
+        let messages = vec![Message::user(prompt)];
+        self.stream_of(Engine::start_awaiting(self.cfg.clone(), self.cancel.clone(), messages, requests))
+    }
+
     /// [`resume`](Self::resume), as a stream.
     pub fn stream_resume(
         &self,

@@ -10,7 +10,7 @@ mod workers;
 use std::sync::Arc;
 use std::time::Instant;
 
-use nexus_proto::{Answer, ExchangeId, InputError, Message, TransportErrorKind};
+use nexus_proto::{Answer, ExchangeId, InputError, Message, Request, TransportErrorKind};
 
 use crate::cancel::CancelToken;
 use crate::config::ClientConfig;
@@ -129,6 +129,20 @@ impl Client {
     /// [`stream`](Self::stream) over `messages`.
     pub fn stream_messages(&self, messages: Vec<Message>) -> RunStream<'_> {
         RunStream::new(self, Engine::start(self.cfg.clone(), self.cancel.clone(), messages))
+    }
+
+    /// A run on `prompt` that suspends at once, before its first model call,
+    /// on `requests` the host settles itself
+    /// ([`Run::await_host`](nexus_proto::Run::await_host)): a step its tools
+    /// depend on, such as an MCP server's authorization. The result is
+    /// pending, with the state to keep; the host later restores it, calls
+    /// [`Run::settle_host`](nexus_proto::Run::settle_host) for each request
+    /// (adding the tools it brought) and resumes the new snapshot. For
+    /// durable hosts: a client with `wait_for` would hand these requests to
+    /// it, and their answers are not run inputs.
+    pub fn stream_awaiting(&self, prompt: impl Into<String>, requests: Vec<Request>) -> RunStream<'_> {
+        let messages = vec![Message::user(prompt)];
+        RunStream::new(self, Engine::start_awaiting(self.cfg.clone(), self.cancel.clone(), messages, requests))
     }
 
     /// [`resume`](Self::resume), as a stream.

@@ -10,7 +10,9 @@
 //! second re-reads the row once the first commits, and finds it held);
 //! [`ClaimStore::claim_ready`] picks its run with `FOR UPDATE SKIP LOCKED`,
 //! so workers polling together take different runs without waiting on each
-//! other.
+//! other. With the `mcp` feature the store is also a
+//! [`TokenStore`](crate::mcp::auth::TokenStore) (`postgres/tokens.rs`:
+//! tables `mcp_oauth_tokens` and `mcp_oauth_pending`).
 //!
 //! The client is the blocking [`postgres`](https://docs.rs/postgres) crate,
 //! over a unix socket or TCP without TLS (`host=/tmp/pg port=5432
@@ -50,6 +52,10 @@ use super::{
 };
 use crate::result::SuspendedRun;
 use crate::store::{ConversationStore, RunRecord, RunStore, StoreError};
+
+// MCP OAuth tokens beside the runs (`TokenStore`).
+#[cfg(feature = "mcp")]
+mod tokens;
 
 /// The schema this build writes.
 const SCHEMA_VERSION: i32 = 1;
@@ -337,6 +343,8 @@ fn prepare_session(client: &mut Client, schema: Option<&str>) -> Result<(), Stor
     if version < 1 {
         tx.batch_execute(SCHEMA_V1).map_err(db)?;
     }
+    #[cfg(feature = "mcp")]
+    tx.batch_execute(tokens::TOKEN_SCHEMA).map_err(db)?;
     tx.commit().map_err(db)?;
     if let Some(s) = schema {
         // For the session, now that the transaction-local one has ended.

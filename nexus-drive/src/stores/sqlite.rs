@@ -18,7 +18,9 @@
 //! through the file's locks.
 //!
 //! The schema version is SQLite's `user_version`; the schema is created on
-//! first use and a newer one is refused.
+//! first use and a newer one is refused. With the `mcp` feature the store is
+//! also a [`TokenStore`](crate::mcp::auth::TokenStore) (`sqlite/tokens.rs`:
+//! tables `mcp_oauth_tokens` and `mcp_oauth_pending`).
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -36,6 +38,10 @@ use super::{
 };
 use crate::result::SuspendedRun;
 use crate::store::{ConversationStore, RunRecord, RunStore, StoreError};
+
+// MCP OAuth tokens beside the runs (`TokenStore`).
+#[cfg(feature = "mcp")]
+mod tokens;
 
 /// The schema this build writes.
 const SCHEMA_VERSION: i64 = 1;
@@ -293,6 +299,8 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         tx.execute_batch(SCHEMA).map_err(db)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(db)?;
     }
+    #[cfg(feature = "mcp")]
+    tx.execute_batch(tokens::TOKEN_SCHEMA).map_err(db)?;
     tx.commit().map_err(db)
 }
 

@@ -119,10 +119,24 @@ impl Driver {
         if u.ratio(1, 8)? {
             config.max_body_bytes = u.int_in_range(0..=512)?;
         }
-        let run = match Run::new(config, machine_tools(), vec![Message::user("go")]) {
+        let mut run = match Run::new(config, machine_tools(), vec![Message::user("go")]) {
             Ok(run) => run,
             Err(e) => panic!("a valid config was refused: {e}"),
         };
+        // Some runs start suspended on host requests (SPEC §4 rule 7).
+        let host = u.int_in_range(0..=3)?;
+        if host > 0 && host < 3 {
+            let requests = (0..host)
+                .map(|i| {
+                    let mut r = Request::new("authorization", "log in");
+                    r.id = format!("host_{i}");
+                    r
+                })
+                .collect();
+            if let Err(e) = run.await_host(requests) {
+                panic!("a fresh run refused await_host: {e}");
+            }
+        }
         Ok(Driver {
             style,
             run,
@@ -311,7 +325,36 @@ impl Driver {
         Ok(())
     }
 
+    /// Settles a host request (or a bogus id), maybe with a tool whose name
+    /// clashes: a refusal leaves the run as it was.
+    fn settle(&mut self, u: &mut Unstructured<'_>) -> Step {
+        let host: Vec<String> = self.run.host_requests().iter().map(|r| r.id.clone()).collect();
+        let id = match host.is_empty() || u.ratio(1, 6)? {
+            true => u.choose(&["host_9", "pnd_c0", "host_0"])?.to_string(),
+            false => u.choose(&host)?.clone(),
+        };
+        let tools = match u.int_in_range(0..=2)? {
+            0 => Vec::new(),
+            1 => vec![ToolDecl::new("late", "added by the host", json!({"type": "object"}))],
+            _ => vec![ToolDecl::new("exec", "a clash", json!({"type": "object"}))],
+        };
+        let clash = self.run.tools().iter().any(|t| tools.iter().any(|n| n.name == t.name));
+        let before = self.run.snapshot();
+        let got = self.run.settle_host(&id, tools.clone());
+        if let Some(shadow) = &mut self.shadow {
+            assert_eq!(shadow.settle_host(&id, tools), got, "the restored run settled differently");
+        }
+        match &got {
+            Ok(()) => assert!(host.contains(&id) && !clash, "settled {id} with {host:?}"),
+            Err(e) => assert_eq!(self.run.snapshot(), before, "a refused settle ({e}) changed the run"),
+        }
+        Ok(())
+    }
+
     fn answer(&mut self, u: &mut Unstructured<'_>) -> Step {
+        if !self.run.host_requests().is_empty() && u.ratio(2, 3)? {
+            return self.settle(u);
+        }
         let outstanding = self.run.outstanding();
         let answer = match outstanding.is_empty() || u.ratio(1, 8)? {
             true => Answer::ok(u.choose(&["bogus", "pnd_c0", "relay_c0", "doubt_c0", "req1"])?.to_string(), None),
@@ -324,7 +367,9 @@ impl Driver {
                 }
             }
         };
-        let known = outstanding.iter().any(|r| r.id == answer.id) && !self.finished;
+        // Host requests are settled by the host, never answered as inputs.
+        let hosted = self.run.host_requests().iter().any(|r| r.id == answer.id);
+        let known = outstanding.iter().any(|r| r.id == answer.id) && !self.finished && !hosted;
         let id = answer.id.clone();
         let got = self.apply(self.now, Input::Answer(answer));
         assert_eq!(got.is_ok(), known, "answer {id} to {outstanding:?}: {got:?}");

@@ -6,7 +6,7 @@
 
 use nexus_drive::mcp::{parse_servers, McpTools, ServerConfig};
 use nexus_drive::Toolbox;
-use nexus_proto::ToolDecl;
+use nexus_proto::{Request, ToolDecl};
 
 use crate::args::Parsed;
 use crate::{read_input, Fail};
@@ -33,14 +33,41 @@ pub fn configs(p: &Parsed) -> Result<Vec<ServerConfig>, Fail> {
 /// Starts the servers and lists their tools. A server that fails is left
 /// out with a warning on stderr; the run goes on with the others.
 pub fn start(configs: &[ServerConfig]) -> McpTools {
-    let mcp = McpTools::start(configs, &crate::mcp_auth::options(configs)); // OAuth for HTTP servers
+    start_for_run(configs, false).0
+}
+
+/// [`start`] for a run. When `durable` (the run is kept with `--state` or
+/// `--store`), a server whose listing waits for a person's authorization is
+/// not left out: its authorization request is returned, for the run to
+/// suspend on before its first model call (the server's tools join the run
+/// once `nexus resume` completes it).
+pub fn start_for_run(configs: &[ServerConfig], durable: bool) -> (McpTools, Vec<Request>) {
+    let options = crate::mcp_auth::options(configs, durable); // OAuth for HTTP servers
+    let mcp = McpTools::start(configs, &options);
+    let mut waiting = Vec::new();
+    if let Some(auth) = &options.driver.auth {
+        for cfg in configs {
+            if mcp.server(&cfg.name).is_none() {
+                if let Some(request) = auth.open_request(&cfg.name) {
+                    waiting.push(request);
+                }
+            }
+        }
+    }
+    let names: Vec<&str> = waiting.iter().filter_map(|r| r.data.as_ref()?.get("server")?.as_str()).collect();
     for e in mcp.errors() {
+        if names.iter().any(|n| e.to_string().contains(&format!("{n:?}"))) {
+            continue;
+        }
         eprintln!("nexus: {e} (its tools are left out)");
+    }
+    for n in &names {
+        eprintln!("nexus: MCP server {n:?} needs a person's authorization before its tools can be listed");
     }
     for w in mcp.warnings() {
         eprintln!("nexus: {w}");
     }
-    mcp
+    (mcp, waiting)
 }
 
 /// Adds every MCP tool to `tb`.

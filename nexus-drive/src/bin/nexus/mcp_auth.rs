@@ -1,9 +1,17 @@
 //! OAuth for `--mcp` HTTP servers: tokens in a 0600 file
 //! (`$NEXUS_MCP_TOKENS`, else `~/.config/nexus/mcp-tokens.json`), keyed by
-//! server and issuer; a person's authorization is taken in this process: the
-//! URL is printed on stderr and the redirect is awaited on a loopback port
-//! (`http://127.0.0.1:PORT/callback`, `$NEXUS_MCP_REDIRECT_PORT` or any free
-//! one). Pre-registered clients come from the files' `"oauth"` blocks.
+//! server and issuer. Pre-registered clients come from the files' `"oauth"`
+//! blocks.
+//!
+//! In-process (no `--state`/`--store`), a person's authorization is taken
+//! here: the URL is printed on stderr and the redirect is awaited on a
+//! loopback port (`http://127.0.0.1:PORT/callback`,
+//! `$NEXUS_MCP_REDIRECT_PORT` or any free one). Durable (`--state` or
+//! `--store`), nothing waits: a server whose tool listing needs a person
+//! makes the run suspend before its first model call on the authorization
+//! request ([`nexus_proto::Run::await_host`]); its PKCE verifier and `state`
+//! wait in the token store (`…pending.json`, 0600), and `nexus resume
+//! --answer ID=REDIRECT_URL` completes it in any process ([`settle`]).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -11,11 +19,18 @@ use std::time::Duration;
 
 use nexus_drive::mcp::auth::config::oauth_clients;
 use nexus_drive::mcp::auth::{Authorizer, FileTokenStore, LoopbackBrowser, OAuthClient};
-use nexus_drive::mcp::{McpOptions, ServerConfig, Transport};
+use nexus_drive::mcp::{McpOptions, McpTools, ServerConfig, Transport};
+use nexus_proto::{Answer, Run};
+use serde_json::Value;
 
 use crate::Fail;
 
 static CLIENTS: Mutex<Vec<(String, OAuthClient)>> = Mutex::new(Vec::new());
+
+/// The redirect URI a durable run's authorization names (the person copies
+/// the URL the browser lands on; nothing needs to listen there):
+/// `$NEXUS_MCP_REDIRECT_URI`, else `http://127.0.0.1:8976/callback`.
+const DEFAULT_REDIRECT_URI: &str = "http://127.0.0.1:8976/callback";
 
 /// Reads the `oauth` blocks of one `--mcp` file.
 pub fn note_config(path: &str, text: &str) -> Result<(), Fail> {
@@ -24,10 +39,16 @@ pub fn note_config(path: &str, text: &str) -> Result<(), Fail> {
     Ok(())
 }
 
-/// The options for starting `configs`: an authorizer when any is an HTTP server.
-pub fn options(configs: &[ServerConfig]) -> McpOptions {
+/// The options for starting `configs`: an authorizer when any is an HTTP
+/// server — answering in this process on a loopback listener, or, when
+/// `durable`, leaving the person's step to the host (the run suspends).
+pub fn options(configs: &[ServerConfig], durable: bool) -> McpOptions {
     let mut options = McpOptions::default();
     if !configs.iter().any(|c| matches!(c.transport, Transport::Http { .. })) {
+        return options;
+    }
+    if durable {
+        options.driver.auth = Some(Arc::new(durable_authorizer()));
         return options;
     }
     let port = std::env::var("NEXUS_MCP_REDIRECT_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(0);
@@ -46,12 +67,99 @@ pub fn options(configs: &[ServerConfig]) -> McpOptions {
             return options;
         }
     };
-    let mut auth = Authorizer::new(Arc::new(FileTokenStore::new(token_file()))).with_browser(Arc::new(browser));
+    let auth =
+        with_clients(Authorizer::new(Arc::new(FileTokenStore::new(token_file()))).with_browser(Arc::new(browser)));
+    options.driver.auth = Some(Arc::new(auth));
+    options
+}
+
+/// An authorizer with no browser: a person's step becomes a request the
+/// host answers (its secrets kept in the token store meanwhile).
+fn durable_authorizer() -> Authorizer {
+    let redirect = std::env::var("NEXUS_MCP_REDIRECT_URI").unwrap_or_else(|_| DEFAULT_REDIRECT_URI.to_string());
+    with_clients(Authorizer::new(Arc::new(FileTokenStore::new(token_file()))).with_redirect_uri(redirect))
+}
+
+fn with_clients(mut auth: Authorizer) -> Authorizer {
     for (server, client) in CLIENTS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         auth = auth.with_client(server.clone(), client.clone());
     }
-    options.driver.auth = Some(Arc::new(auth));
-    options
+    auth
+}
+
+/// `ID=VALUE` for `--answer`: the answer to the authorization request `ID`,
+/// VALUE the URL the browser was redirected to (or its query,
+/// `code=…&state=…[&iss=…]`). `None` when `arg` is not of that form (then it
+/// names an answers file).
+pub fn answer_shorthand(arg: &str) -> Option<Answer> {
+    if std::path::Path::new(arg).exists() {
+        return None;
+    }
+    let (id, value) = arg.split_once('=')?;
+    if id.is_empty() || id.contains(['/', '\\', '.']) || value.is_empty() {
+        return None;
+    }
+    let mut data = serde_json::Map::new();
+    data.insert("redirect_url".into(), Value::String(value.to_string()));
+    Some(Answer::ok(id, Some(data)))
+}
+
+/// Settles the answers to `state`'s host requests (authorizations its tool
+/// listing waits for): each redirect is checked (`state`, `iss`) and its code
+/// exchanged, the tokens stored, the server's tools listed and added to the
+/// run. Returns the new state and the answers left for the run itself.
+/// Any failure (a wrong `state`, a refused exchange, a server that still
+/// refuses) is an error and nothing of the run changes; the authorization
+/// stays pending for a right answer.
+pub fn settle(configs: &[ServerConfig], state: &[u8], answers: Vec<Answer>) -> Result<(Vec<u8>, Vec<Answer>), Fail> {
+    let mut run = Run::restore(state).map_err(|e| Fail::runtime(format!("the saved run: {e}")))?;
+    let (mine, rest): (Vec<Answer>, Vec<Answer>) =
+        answers.into_iter().partition(|a| run.host_requests().iter().any(|r| r.id == a.id));
+    if mine.is_empty() {
+        return Ok((state.to_vec(), rest));
+    }
+    let auth = Arc::new(durable_authorizer());
+    for answer in &mine {
+        let server = run
+            .host_requests()
+            .iter()
+            .find(|r| r.id == answer.id)
+            .and_then(|r| r.data.as_ref())
+            .and_then(|d| d.get("server"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let Some(cfg) = configs.iter().find(|c| c.name == server) else {
+            return Err(Fail::usage(format!(
+                "the run waits for the authorization of MCP server {server:?}: give its --mcp FILE again"
+            )));
+        };
+        if !answer.ok {
+            // Declined: its secrets are forgotten (complete reports the
+            // refusal, which is the point) and the run goes on without it.
+            let _ = auth.complete(answer);
+            eprintln!("nexus: MCP server {server:?} was not authorized; the run goes on without its tools");
+            run.settle_host(&answer.id, Vec::new()).map_err(|e| Fail::runtime(e.to_string()))?;
+            continue;
+        }
+        if let Err(e) = auth.complete(answer) {
+            return Err(Fail::runtime(format!(
+                "MCP server {server:?}: {e}; the run is still suspended on {} and nothing was changed",
+                answer.id
+            )));
+        }
+        let mut options = McpOptions::default();
+        options.driver.auth = Some(auth.clone());
+        let listed = McpTools::start(std::slice::from_ref(cfg), &options);
+        if let Some(e) = listed.errors().first() {
+            return Err(Fail::runtime(format!(
+                "MCP server {server:?} was authorized but its tools could not be listed: {e}; the run is still suspended"
+            )));
+        }
+        run.settle_host(&answer.id, listed.decls())
+            .map_err(|e| Fail::runtime(format!("MCP server {server:?}: {e}")))?;
+    }
+    Ok((run.snapshot(), rest))
 }
 
 fn token_file() -> PathBuf {

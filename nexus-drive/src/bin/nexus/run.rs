@@ -90,7 +90,10 @@ Runs the tool-calling loop on PROMPT (`-` reads it from standard input).
                  \"deny\" (tool lists), \"timeout\" (ms per call), \"protocol\"
                  (auto, legacy or modern). A server that fails to start is left
                  out with a warning. A question a server asks suspends the run
-                 like any other request (kind input or authorization)
+                 like any other request (kind input or authorization). An OAuth
+                 server's login: in-process, the URL is printed and the redirect
+                 taken on a loopback port; with --state/--store, the run suspends
+                 on the authorization request before its first model call
   --state        where the state goes when the run suspends (default nexus-state.json);
                  it never contains the API key
   --store        keep a suspended run in a store, under its run id, instead of a
@@ -121,6 +124,9 @@ nexus resume --store STORE --run ID --answer ANSWERS.json [...the same options]
 Continues a suspended run in this process. ANSWERS.json holds one answer or
 an array of them: {\"id\": \"<request id>\", \"ok\": true, \"data\": {...}}; a relay
 (`tool_call`) request is answered with data.results: [{id, output, isError}].
+An `authorization` request (an MCP server's OAuth login) is answered with
+--answer ID=REDIRECT_URL: the URL the browser was sent back to (or its query,
+code=…&state=…); a wrong state is refused and the run stays as it was.
 Answers for only some requests leave the run pending on the rest (the state
 file is replaced atomically); an answer whose id matches no outstanding
 request changes nothing and exits 1. When the run finishes, the state file
@@ -282,13 +288,16 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
     let found = skills::load(&p)?;
     let key = api_key(&p, style)?;
     let servers = mcp::configs(&p)?;
+    // A kept run (--state/--store) does not wait for a person: a server
+    // whose listing needs an authorization makes the run suspend on it.
+    let durable = p.value("state").is_some() || p.value("store").is_some();
     // Kept for the whole run: dropping it stops the servers.
-    let _mcp = match servers.is_empty() {
-        true => None,
+    let (_mcp, waiting) = match servers.is_empty() {
+        true => (None, Vec::new()),
         false => {
-            let m = mcp::start(&servers);
+            let (m, waiting) = mcp::start_for_run(&servers, durable);
             mcp::add_to(&mut toolbox, &m)?;
-            Some(m)
+            (Some(m), waiting)
         }
     };
 
@@ -329,7 +338,12 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
     }
     let client = Client::new(b.build().map_err(drive_fail)?);
     let ctx = Ctx { json: p.switch("json"), stream: p.switch("stream"), keep, record };
-    let items = client.stream(prompt);
+    // The run itself waits for the authorizations (SPEC §13, durable runs):
+    // suspended before its first model call, kept like any suspended run.
+    let items = match waiting.is_empty() {
+        true => client.stream(prompt),
+        false => client.stream_awaiting(prompt, waiting),
+    };
     finish(&ctx, items)
 }
 
@@ -366,9 +380,13 @@ pub fn resume_main(args: &[String]) -> Result<i32, Fail> {
 /// `nexus resume --state FILE`.
 fn resume_file(p: &Parsed, state_path: &str, answer_path: &str, root: &Path) -> Result<i32, Fail> {
     let state = fs::read(state_path).map_err(|e| Fail::runtime(format!("cannot read state file {state_path}: {e}")))?;
-    let run = Run::restore(&state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
-    let answers = load_answers(answer_path)?;
+    Run::restore(&state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
+    let (host, answers) = split_host(&state, load_answers(answer_path)?);
     check_answers(&state, &answers, state_path)?;
+    // Authorizations the run waits for are completed first; the file is
+    // replaced only when the run suspends again (or removed when it ends).
+    let state = settle_host(p, &state, host)?;
+    let run = Run::restore(&state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
     let keep = Keep::File { path: PathBuf::from(state_path), resumed: true };
     let (client, record, _mcp) = resume_client(p, &run, &state, root)?;
     let ctx = Ctx { json: p.switch("json"), stream: p.switch("stream"), keep, record };
@@ -381,10 +399,10 @@ fn resume_file(p: &Parsed, state_path: &str, answer_path: &str, root: &Path) -> 
 /// leaves the store untouched; once claimed, any failure gives it back.
 fn resume_stored(p: &Parsed, spec: &str, id: &str, answer_path: &str, root: &Path) -> Result<i32, Fail> {
     let store = Store::open(spec, false)?;
-    let answers = load_answers(answer_path)?;
     let label = format!("run {id} in {spec}");
     let peeked = store.peek(id)?;
     let run = Run::restore(&peeked).map_err(|e| Fail::runtime(format!("{label}: {e}")))?;
+    let (host, answers) = split_host(&peeked, load_answers(answer_path)?);
     check_answers(&peeked, &answers, &label)?;
     api_key(p, run.config().style)?;
 
@@ -392,17 +410,20 @@ fn resume_stored(p: &Parsed, spec: &str, id: &str, answer_path: &str, root: &Pat
     let answers = with_recorded(answers, &held.recorded);
     // The record may have moved on between the look and the claim (another
     // resume suspended it again), and recorded answers join ours: check again.
-    let prepared = Run::restore(&held.state).map_err(|e| Fail::runtime(format!("{label}: {e}"))).and_then(|run| {
+    // Authorizations the run waits for are completed under the claim.
+    let prepared = Run::restore(&held.state).map_err(|e| Fail::runtime(format!("{label}: {e}"))).and_then(|_| {
         check_answers(&held.state, &answers, &label)?;
-        resume_client(p, &run, &held.state, root)
+        let state = settle_host(p, &held.state, host)?;
+        let run = Run::restore(&state).map_err(|e| Fail::runtime(format!("{label}: {e}")))?;
+        resume_client(p, &run, &state, root).map(|ready| (ready, state))
     });
-    let (client, record, _mcp) = match prepared {
+    let ((client, record, _mcp), state) = match prepared {
         Ok(ready) => ready,
         // Refused before anything ran: the claim goes back as it was.
         Err(fail) => return Err(release_after(&store, &held, fail, false)),
     };
     // The stream takes its own copy of the state, so the claim can move into the context.
-    let items = client.stream_resume(&held.state, answers);
+    let items = client.stream_resume(&state, answers);
     let ctx = Ctx {
         json: p.switch("json"),
         stream: p.switch("stream"),
@@ -410,6 +431,25 @@ fn resume_stored(p: &Parsed, spec: &str, id: &str, answer_path: &str, root: &Pat
         record,
     };
     finish(&ctx, items)
+}
+
+/// The answers to `state`'s host requests (the authorizations a run waits
+/// for before its first model call), and the others.
+fn split_host(state: &[u8], answers: Vec<Answer>) -> (Vec<Answer>, Vec<Answer>) {
+    let Ok(run) = Run::restore(state) else {
+        return (Vec::new(), answers);
+    };
+    answers.into_iter().partition(|a| run.host_requests().iter().any(|r| r.id == a.id))
+}
+
+/// Completes the authorizations answered in `host` and adds the servers'
+/// tools to the run: the state to resume from.
+fn settle_host(p: &Parsed, state: &[u8], host: Vec<Answer>) -> Result<Vec<u8>, Fail> {
+    if host.is_empty() {
+        return Ok(state.to_vec());
+    }
+    let servers = mcp::configs(p)?;
+    Ok(crate::mcp_auth::settle(&servers, state, host)?.0)
 }
 
 /// The answers given, then those recorded in the store for requests they
@@ -444,7 +484,8 @@ fn resume_client(p: &Parsed, run: &Run, state: &[u8], root: &Path) -> Result<Res
             )));
         }
         (false, false) => {
-            let m = mcp::start(&servers);
+            // A resumed run is a kept one: a person's step suspends it again.
+            let (m, _) = mcp::start_for_run(&servers, true);
             let drift = m.drift(&mcp_decls, &servers);
             if !drift.is_empty() && !p.switch("accept-tool-changes") {
                 let list: Vec<String> = drift.iter().map(|d| d.to_string()).collect();
@@ -501,6 +542,9 @@ type Resumed = (Client, Option<Arc<Recorder>>, Option<McpTools>);
 
 /// `ANSWERS.json`: one answer or an array of them.
 fn load_answers(path: &str) -> Result<Vec<Answer>, Fail> {
+    if let Some(answer) = crate::mcp_auth::answer_shorthand(path) {
+        return Ok(vec![answer]);
+    }
     let bytes = read_input(path)?;
     let value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| Fail::usage(format!("{path}: not JSON: {e}")))?;

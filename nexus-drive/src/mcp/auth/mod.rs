@@ -430,6 +430,11 @@ impl Authorizer {
         request.id = id.clone();
         request.url = Some(url);
         request.data = Some(data);
+        if self.browser.is_none() {
+            // The host answers, maybe in another process: the secrets wait in
+            // the token store, never in the request (nor the run holding it).
+            self.store.put_pending(&id, &pending)?;
+        }
         let mut inner = self.lock();
         if let Some(s) = &scope {
             inner.scopes.insert(server.to_string(), s.clone());
@@ -440,10 +445,21 @@ impl Authorizer {
         Ok(request)
     }
 
-    /// The secrets of the pending authorization `id`, for the host to keep
-    /// beside a suspended run (never in it).
+    /// The secrets of the pending authorization `id`: this process's, else
+    /// those the token store keeps for it (begun without a browser, maybe in
+    /// another process). Never part of a run.
     pub fn pending(&self, id: &str) -> Option<PendingAuthorization> {
-        self.lock().pending.get(id).cloned()
+        if let Some(p) = self.lock().pending.get(id).cloned() {
+            return Some(p);
+        }
+        self.store.get_pending(id).ok().flatten()
+    }
+
+    /// The authorization request open for `server` in this process (the one
+    /// its last refusal asked a person for), if any.
+    pub fn open_request(&self, server: &str) -> Option<Request> {
+        let inner = self.lock();
+        inner.open.get(server).and_then(|id| inner.requests.get(id)).cloned()
     }
 
     /// The open authorization request `id` (as [`Step::Person`] gave it).
@@ -466,6 +482,7 @@ impl Authorizer {
             return Err(AuthError::Answer(format!("no pending authorization has the id {:?}", answer.id)));
         };
         if !answer.ok {
+            self.store.remove_pending(&answer.id)?;
             let mut inner = self.lock();
             inner.pending.remove(&answer.id);
             inner.requests.remove(&answer.id);
@@ -501,6 +518,7 @@ impl Authorizer {
             client: pending.client.clone(),
         };
         self.store.put(&pending.server, &pending.issuer, record)?;
+        self.store.remove_pending(&answer.id)?;
         let mut inner = self.lock();
         inner.pending.remove(&answer.id);
         inner.requests.remove(&answer.id);

@@ -3,7 +3,14 @@
 //! Tokens are never part of a run: not its snapshot, not a cassette, not a
 //! log line, not an error. [`MemoryTokenStore`] keeps them for one process;
 //! [`FileTokenStore`] keeps them in one file only its owner can read (0600),
-//! for the CLI.
+//! for the CLI; the SQLite and PostgreSQL stores (`sql_store`) keep them in
+//! a table beside the run stores'.
+//!
+//! A store also keeps the secrets of each authorization a person has not
+//! finished yet ([`PendingAuthorization`]: the PKCE verifier, `state`, the
+//! client): a durable host's run suspends on the authorization request while
+//! these wait here, protected like the tokens, for the process that
+//! completes it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -12,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
+
+use super::flow::PendingAuthorization;
 
 /// How the client authenticates at the token endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,14 +106,22 @@ pub trait TokenStore: Send + Sync + fmt::Debug {
     fn put(&self, server: &str, issuer: &str, record: TokenRecord) -> Result<(), StoreError>;
     /// Forgets the record.
     fn remove(&self, server: &str, issuer: &str) -> Result<(), StoreError>;
+    /// Keeps (replaces) the pending authorization of the request `id`.
+    fn put_pending(&self, id: &str, pending: &PendingAuthorization) -> Result<(), StoreError>;
+    /// The pending authorization of the request `id`.
+    fn get_pending(&self, id: &str) -> Result<Option<PendingAuthorization>, StoreError>;
+    /// Forgets it (completed or declined).
+    fn remove_pending(&self, id: &str) -> Result<(), StoreError>;
 }
 
 type Records = BTreeMap<String, BTreeMap<String, TokenRecord>>;
+type Pendings = BTreeMap<String, PendingAuthorization>;
 
 /// Tokens for this process only.
 #[derive(Default)]
 pub struct MemoryTokenStore {
     records: Mutex<Records>,
+    pending: Mutex<Pendings>,
 }
 
 impl fmt::Debug for MemoryTokenStore {
@@ -141,10 +158,23 @@ impl TokenStore for MemoryTokenStore {
         }
         Ok(())
     }
+    fn put_pending(&self, id: &str, pending: &PendingAuthorization) -> Result<(), StoreError> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), pending.clone());
+        Ok(())
+    }
+    fn get_pending(&self, id: &str) -> Result<Option<PendingAuthorization>, StoreError> {
+        Ok(self.pending.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned())
+    }
+    fn remove_pending(&self, id: &str) -> Result<(), StoreError> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        Ok(())
+    }
 }
 
 /// Tokens in one JSON file with mode 0600, rewritten whole (write to a
 /// temporary file beside it, then rename) so a reader never sees half of it.
+/// Pending authorizations go in a second file beside it, the same way
+/// (`tokens.json` → `tokens.pending.json`).
 pub struct FileTokenStore {
     path: PathBuf,
     lock: Mutex<()>,
@@ -167,18 +197,39 @@ impl FileTokenStore {
         &self.path
     }
 
+    /// The file pending authorizations are kept in.
+    pub fn pending_path(&self) -> PathBuf {
+        self.path.with_extension("pending.json")
+    }
+
     fn read(&self) -> Result<Records, StoreError> {
-        match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| StoreError(format!("{} is not a token file: {e}", self.path.display()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Records::new()),
-            Err(e) => Err(StoreError(format!("reading {}: {e}", self.path.display()))),
-        }
+        read_json_file(&self.path)
     }
 
     fn write(&self, records: &Records) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec_pretty(records).map_err(|e| StoreError(e.to_string()))?;
-        let tmp = self.path.with_extension("tmp");
+        write_private(&self.path, records)
+    }
+
+    fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn read_json_file<T: serde::de::DeserializeOwned + Default>(path: &Path) -> Result<T, StoreError> {
+    match std::fs::read(path) {
+        // The serde error names a position, never the content.
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| StoreError(format!("{} is not a token file: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(T::default()),
+        Err(e) => Err(StoreError(format!("reading {}: {e}", path.display()))),
+    }
+}
+
+/// Replaces `path` with `value` as JSON, mode 0600, by rename.
+fn write_private<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
+    {
+        let bytes = serde_json::to_vec_pretty(value).map_err(|e| StoreError(e.to_string()))?;
+        let tmp = path.with_extension("tmp");
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create(true).truncate(true);
         #[cfg(unix)]
@@ -186,7 +237,7 @@ impl FileTokenStore {
             use std::os::unix::fs::OpenOptionsExt;
             options.mode(0o600);
         }
-        let io = |e: std::io::Error| StoreError(format!("writing {}: {e}", self.path.display()));
+        let io = |e: std::io::Error| StoreError(format!("writing {}: {e}", path.display()));
         let mut file = options.open(&tmp).map_err(io)?;
         #[cfg(unix)]
         {
@@ -196,11 +247,7 @@ impl FileTokenStore {
         }
         file.write_all(&bytes).map_err(io)?;
         file.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, &self.path).map_err(io)
-    }
-
-    fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+        std::fs::rename(&tmp, path).map_err(io)
     }
 }
 
@@ -230,6 +277,25 @@ impl TokenStore for FileTokenStore {
             m.remove(issuer);
         }
         self.write(&all)
+    }
+    fn put_pending(&self, id: &str, pending: &PendingAuthorization) -> Result<(), StoreError> {
+        let _g = self.guard();
+        let mut all: Pendings = read_json_file(&self.pending_path())?;
+        all.insert(id.to_string(), pending.clone());
+        write_private(&self.pending_path(), &all)
+    }
+    fn get_pending(&self, id: &str) -> Result<Option<PendingAuthorization>, StoreError> {
+        let _g = self.guard();
+        let all: Pendings = read_json_file(&self.pending_path())?;
+        Ok(all.get(id).cloned())
+    }
+    fn remove_pending(&self, id: &str) -> Result<(), StoreError> {
+        let _g = self.guard();
+        let mut all: Pendings = read_json_file(&self.pending_path())?;
+        if all.remove(id).is_some() {
+            write_private(&self.pending_path(), &all)?;
+        }
+        Ok(())
     }
 }
 
