@@ -123,10 +123,12 @@ impl ServerHandle {
         if kind == TransportKind::Stdio {
             // A legacy stdio server answers the probe with an error at once;
             // only a silent one waits it out. A slow start (an interpreter
-            // importing its SDK on a loaded machine) must not read as
+            // importing its SDK on a loaded machine) should not read as
             // silence: some servers bind the connection to the era of the
             // first request they read, the probe, and then refuse initialize.
-            cfg.probe_timeout_ms = cfg.probe_timeout_ms.max(options.stdio_probe_timeout.as_millis() as u64);
+            // Should the answer still come after the timeout, the session
+            // switches to the modern era then.
+            cfg.probe_timeout_ms = options.stdio_probe_timeout.as_millis() as u64;
         }
         cfg.max_message_bytes = options.stdio.max_message_bytes;
         if let Some(ms) = config.timeout_ms {
