@@ -84,7 +84,7 @@ pub mod elicit;
 mod error;
 pub mod jsonrpc;
 mod session;
-mod tools;
+pub(crate) mod tools;
 mod types;
 
 pub use content::{check_schema, tool_result};

@@ -204,7 +204,8 @@ def build(page_size: int) -> Kitchen:
         await ctx.notify_tools_changed()
         return f"added {name}"
 
-    @mcp.tool(description="Books a table after asking the user to confirm.")
+    # KITCHEN_BOOK_DESCRIPTION changes what the model is told `book` does (drift on resume).
+    @mcp.tool(description=os.environ.get("KITCHEN_BOOK_DESCRIPTION", "Books a table after asking the user to confirm."))
     def book(city: str, answer: Annotated[ElicitationResult[Booking], Resolve(ask_booking)]) -> str:
         if answer.action != "accept":
             return f"not booked ({answer.action})"
