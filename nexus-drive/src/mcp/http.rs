@@ -141,12 +141,15 @@ fn key(id: &Value) -> String {
     id.to_string()
 }
 
+/// One message to post and its extra headers.
+type Job = (Vec<u8>, Vec<(String, String)>);
+
 /// A bounded set of threads sending `POST`s from a queue, started on demand.
 struct Lane {
     name: &'static str,
     max: usize,
-    tx: async_channel::Sender<(Vec<u8>, Vec<(String, String)>)>,
-    rx: async_channel::Receiver<(Vec<u8>, Vec<(String, String)>)>,
+    tx: async_channel::Sender<Job>,
+    rx: async_channel::Receiver<Job>,
     workers: Arc<AtomicUsize>,
     idle: Arc<AtomicUsize>,
 }
@@ -158,7 +161,7 @@ impl Lane {
     }
 
     /// Queues one message; a worker starts when none is idle and the lane has room.
-    fn submit(&self, link: Weak<HttpLink>, server: &str, job: (Vec<u8>, Vec<(String, String)>)) -> io::Result<()> {
+    fn submit(&self, link: Weak<HttpLink>, server: &str, job: Job) -> io::Result<()> {
         self.tx.try_send(job).map_err(|_| io::Error::other("the link is closed"))?;
         if self.idle.load(Ordering::SeqCst) > 0 {
             return Ok(());
