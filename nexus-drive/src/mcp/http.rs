@@ -536,7 +536,17 @@ impl HttpLink {
     /// responses on one of their own): the outcome arrives on the link's
     /// channel as [`Inbound::Posted`] (after any message the answer
     /// carried), so a slow JSON answer never holds up the session's driver.
+    ///
+    /// `notifications/initialized` is the exception: it is posted before
+    /// this returns, because a server sets itself up when it has it (tools
+    /// it registers only for clients that declared a capability), and the
+    /// requests that follow must not overtake it.
     pub fn post_in_background(self: &Arc<Self>, body: Vec<u8>, extra: Vec<(String, String)>) -> Result<(), McpError> {
+        if is_initialized_notification(&body) {
+            let outcome = self.post(&body, &extra);
+            self.deliver(Inbound::Posted { request: None, outcome });
+            return Ok(());
+        }
         let lane = if request_id(&body).is_some() { &self.requests } else { &self.control };
         lane.submit(Arc::downgrade(self), &self.name, (body, extra)).map_err(|e| self.err(format!("thread: {e}")))
     }
@@ -871,6 +881,11 @@ fn request_id(body: &[u8]) -> Option<Value> {
     } else {
         None
     }
+}
+
+fn is_initialized_notification(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body)
+        .is_ok_and(|v| v.get("method").and_then(Value::as_str) == Some("notifications/initialized"))
 }
 
 /// Whether `data` is the response (result or error) to request `id`.
