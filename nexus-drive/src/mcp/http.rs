@@ -331,9 +331,17 @@ impl HttpLink {
     /// [abandoned](Self::abandon) from another thread while it waits.
     pub fn post(&self, body: &[u8], extra: &[(String, String)]) -> Result<PostOutcome, McpError> {
         let id = request_id(body);
-        let token = CancelToken::new();
-        if let Some(id) = &id {
-            self.streams().tokens.insert(key(id), token.clone());
+        // A request queued by `post_in_background` already has its token:
+        // abandoned while it waited, it is not sent at all.
+        let token = match &id {
+            Some(id) => self.streams().tokens.entry(key(id)).or_default().clone(),
+            None => CancelToken::new(),
+        };
+        if token.is_cancelled() {
+            if let Some(id) = &id {
+                self.streams().tokens.remove(&key(id));
+            }
+            return Ok(PostOutcome::Abandoned);
         }
         let out = with_cancel(&token, || self.post_authorized(body, extra, &token));
         if matches!(out, Ok(PostOutcome::Streaming)) {
@@ -352,7 +360,9 @@ impl HttpLink {
     /// messages for it are not read. Closing the stream is how a 2026 client
     /// cancels a request.
     pub fn abandon(&self, id: &Value) {
-        let token = self.streams().tokens.remove(&key(id));
+        // Left in place: whoever owns the exchange (a queued post, a POST, a
+        // stream's reader) sees it cancelled and removes it.
+        let token = self.streams().tokens.get(&key(id)).cloned();
         if let Some(token) = token {
             token.cancel();
         }
@@ -547,7 +557,14 @@ impl HttpLink {
             self.deliver(Inbound::Posted { request: None, outcome });
             return Ok(());
         }
-        let lane = if request_id(&body).is_some() { &self.requests } else { &self.control };
+        let lane = match request_id(&body) {
+            Some(id) => {
+                // Registered now, so an abandon while it waits in the queue stops it.
+                self.streams().tokens.entry(key(&id)).or_default();
+                &self.requests
+            }
+            None => &self.control,
+        };
         lane.submit(Arc::downgrade(self), &self.name, (body, extra)).map_err(|e| self.err(format!("thread: {e}")))
     }
 
