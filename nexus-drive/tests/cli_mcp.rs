@@ -87,6 +87,45 @@ fn legacy_elicitation_across_two_processes_is_in_doubt_and_not_rerun() {
 }
 
 #[test]
+fn a_tool_that_changed_since_the_run_began_stops_the_resume_unless_accepted() {
+    let Some(py) = mcp_support::python() else { return };
+    let dir = scratch("mcp-drift");
+    let cfg = config(&dir, &py, "modern");
+    let f = fake(scripts());
+    let mut cmd = run_cmd(&dir, &f, "openai", MODEL, &["--mcp", &cfg, "--json", "book a table"]);
+    cmd.env("NEXUS_TEST_MCP_TOKEN", "t");
+    let req = run(cmd).expect(3).json()["pending"][0].clone();
+    let answers =
+        write_json(&dir, "answers.json", &json!({"id": req["id"], "ok": true, "data": {"confirm": true, "seats": 2}}));
+    // The server now tells the model something else about `book`.
+    let changed = write_json(
+        &dir,
+        "mcp-changed.json",
+        &json!({"mcpServers": {"kitchen": {
+            "command": py,
+            "args": [mcp_support::server("kitchen.py"), "stdio"],
+            "protocol": "modern",
+            "env": {"KITCHEN_BOOK_DESCRIPTION": "Cancels every booking."}
+        }}}),
+    );
+    let resume = |extra: &[&str]| {
+        let mut cmd = nexus(&dir, Some("openai"));
+        cmd.args(["resume", "--state", "nexus-state.json", "--answer", &answers, "--mcp", &changed, "--json"]);
+        cmd.args(extra);
+        run(cmd)
+    };
+    let refused = resume(&[]);
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("kitchen__book changed"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("--accept-tool-changes"), "{}", refused.stderr);
+    assert!(dir.join("nexus-state.json").exists(), "the refused resume kept the state");
+    let done = resume(&["--accept-tool-changes"]);
+    assert!(done.stderr.contains("kitchen__book changed"), "the accepted change is still reported: {}", done.stderr);
+    let done = done.expect(0).json();
+    assert!(done["toolCalls"][0]["output"].as_str().unwrap().starts_with("booked 2 in Lima"), "{done}");
+}
+
+#[test]
 fn tools_lists_mcp_tools_and_leaves_out_a_broken_server() {
     let Some(py) = mcp_support::python() else { return };
     let dir = scratch("mcp-tools");

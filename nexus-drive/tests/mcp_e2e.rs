@@ -246,7 +246,7 @@ fn tool_lists_page_change_and_filter() {
     cfg.deny = vec!["crash".into()];
     let mcp = start(std::slice::from_ref(&cfg));
     let names: Vec<String> = mcp.tools().iter().map(|t| t.exposed.clone()).collect();
-    assert_eq!(names.len(), 10, "every page, minus the denied tool: {names:?}");
+    assert_eq!(names.len(), 12, "every page, minus the denied tool: {names:?}");
     assert!(!names.contains(&"k__crash".to_string()));
     // list_changed: the server adds a tool and says so; the next list has it.
     let f = fake(vec![Turn::default().call("k__add_tool", r#"{"name": "shout"}"#), Turn::text("ok")]);

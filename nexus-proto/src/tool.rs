@@ -40,6 +40,24 @@ impl ToolDecl {
         }
     }
 
+    /// A digest of what the model is shown of this tool — its name,
+    /// description and input schema — as `sha256:<hex>` over their
+    /// canonical JSON (object keys sorted). Two declarations the model
+    /// cannot tell apart digest the same; any change it could see changes
+    /// the digest. A run's state keeps its declarations, so a host resuming
+    /// it pins its tools by comparing these digests with the tools offered
+    /// now. How a tool is served ([`ToolKind`]) is not shown to the model
+    /// and is not part of it.
+    pub fn digest(&self) -> String {
+        let mut o = serde_json::Map::new();
+        o.insert("name".into(), Value::from(self.name.as_str()));
+        o.insert("description".into(), Value::from(self.description.as_str()));
+        o.insert("inputSchema".into(), self.input_schema.clone());
+        let mut text = String::new();
+        crate::mcp::tools::canonical(&Value::Object(o), &mut text);
+        crate::mcp::tools::sha256_label(text.as_bytes())
+    }
+
     /// A declaration-only (relay) tool.
     pub fn relay(name: &str, description: impl Into<String>, input_schema: Value) -> ToolDecl {
         ToolDecl { kind: ToolKind::Relay, ..ToolDecl::new(name, description, input_schema) }
@@ -136,6 +154,47 @@ fn normalize_schema(schema: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_digest_covers_what_the_model_sees_and_nothing_else() {
+        let a = ToolDecl::new(
+            "t",
+            "Does t",
+            json!({"type": "object", "properties": {"x": {"type": "string"}, "y": {"type": "integer"}}}),
+        );
+        // Key order is not meaning.
+        let same = ToolDecl::new(
+            "t",
+            "Does t",
+            json!({"properties": {"y": {"type": "integer"}, "x": {"type": "string"}}, "type": "object"}),
+        );
+        assert_eq!(a.digest(), same.digest());
+        assert!(a.digest().starts_with("sha256:") && a.digest().len() == 71);
+        // How it is served is not shown to the model.
+        assert_eq!(a.digest(), ToolDecl::relay("t", "Does t", a.input_schema.clone()).digest());
+        let changed = [
+            ToolDecl::new("u", "Does t", a.input_schema.clone()),
+            ToolDecl::new("t", "Does t!", a.input_schema.clone()),
+            ToolDecl::new(
+                "t",
+                "Does t",
+                json!({"type": "object", "properties": {"x": {"type": "string"}, "y": {"type": "number"}}}),
+            ),
+            ToolDecl::new(
+                "t",
+                "Does t",
+                json!({"type": "object", "properties": {"x": {"type": "string"}, "y": {"type": "integer"}}, "required": ["x"]}),
+            ),
+            ToolDecl::new(
+                "t",
+                "Does t",
+                json!({"type": "object", "properties": {"x": {"type": "string", "description": "now"}, "y": {"type": "integer"}}}),
+            ),
+        ];
+        for c in &changed {
+            assert_ne!(a.digest(), c.digest(), "{c:?}");
+        }
+    }
 
     #[test]
     fn sanitize_replaces_everything_outside_the_allowed_set() {

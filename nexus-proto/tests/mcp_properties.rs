@@ -152,4 +152,61 @@ proptest! {
             resume = Some(Resume { answer: Answer::ok(&request.id, None), request });
         }
     }
+
+    /// A call whose response stream is lost any number of times, with or
+    /// without event ids, in either era: it goes out exactly once, every
+    /// reattach names it and only a legacy session reattaches (at most 5
+    /// times), and it ends exactly once — with the answer if a reattached
+    /// stream brought it, else in doubt.
+    #[test]
+    fn a_call_with_lost_streams_is_sent_once_and_ends_once(
+        legacy in any::<bool>(),
+        losses in proptest::collection::vec(proptest::option::of("[a-z0-9]{0,6}"), 0..9),
+        answered in any::<bool>(),
+    ) {
+        let mut cfg = SessionConfig::new("srv", TransportKind::Http);
+        cfg.era = Some(if legacy { Era::Legacy } else { Era::Modern });
+        let mut s = Session::new(cfg).unwrap();
+        s.handle_input(Timestamp(1), Input::Call(CallRequest { call: "c".into(), tool: "t".into(), arguments: json!({}), resume: None })).unwrap();
+        let mut outs = drain(&mut s);
+        if legacy {
+            recv(&mut s, json!({"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{}}}));
+            outs.extend(drain(&mut s));
+        }
+        let call_id = sent(&outs).iter().find(|m| m["method"] == "tools/call").map(|m| m["id"].clone()).unwrap();
+        let (mut reattaches, mut ended) = (0, 0);
+        for last in losses {
+            let _ = s.handle_input(Timestamp(1), Input::StreamLost { id: RequestId::Num(call_id.as_i64().unwrap()), last_event_id: last });
+            for o in drain(&mut s) {
+                match o {
+                    Output::Reattach { id, .. } => {
+                        prop_assert!(legacy);
+                        prop_assert_eq!(id, RequestId::Num(call_id.as_i64().unwrap()));
+                        reattaches += 1;
+                    }
+                    Output::CallDone { result, .. } => {
+                        prop_assert!(result.output.contains("may or may not have completed"));
+                        ended += 1;
+                    }
+                    Output::Transmit(t) => {
+                        let m: Value = serde_json::from_slice(&t.message).unwrap();
+                        prop_assert_ne!(m["method"].as_str(), Some("tools/call"), "the call was sent again");
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if answered {
+            recv(&mut s, json!({"jsonrpc":"2.0","id":call_id,"result":{"content":[{"type":"text","text":"ok"}]}}));
+            for o in drain(&mut s) {
+                if let Output::CallDone { result, .. } = o {
+                    prop_assert_eq!(result.output, "ok");
+                    ended += 1;
+                }
+            }
+        }
+        prop_assert!(reattaches <= 5);
+        prop_assert!(ended <= 1);
+        prop_assert_eq!(ended == 1, answered || s.calls_in_progress() == 0);
+    }
 }

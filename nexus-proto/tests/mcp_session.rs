@@ -509,3 +509,266 @@ fn session_expiry_reinitializes_and_reports_the_running_call_in_doubt() {
     assert!(s.is_empty() || s[0]["method"] == "initialize");
     assert_eq!(h.s.session_id(), None);
 }
+
+/// A legacy-only session with a call running (`tools/call` id 3), over HTTP.
+fn legacy_http_call() -> H {
+    let mut h = H::new({
+        let mut c = SessionConfig::new("srv", TransportKind::Http);
+        c.era = Some(Era::Legacy);
+        c
+    });
+    h.call("c1", "echo", json!({"text": "hi"}));
+    h.outputs();
+    h.recv(json!({"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}}))
+        .unwrap();
+    let outs = h.outputs();
+    let sent = H::sent(&outs);
+    assert_eq!(sent[1]["method"], "tools/call");
+    assert_eq!(sent[1]["id"], 2);
+    h
+}
+
+#[test]
+fn initialize_refused_with_32022_is_offered_once_a_version_both_speak() {
+    let mut h = H::new(stdio_with(|c| c.era = Some(Era::Legacy)));
+    h.call("c1", "echo", json!({}));
+    let outs = h.outputs();
+    assert_eq!(H::sent(&outs)[0]["params"]["protocolVersion"], "2025-11-25");
+    h.recv(json!({"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"Unsupported protocol version",
+        "data":{"supported":["2024-11-05","2025-06-18","1999-01-01"],"requested":"2025-11-25"}}}))
+        .unwrap();
+    let outs = h.outputs();
+    let sent = H::sent(&outs);
+    assert_eq!(sent.len(), 1, "{outs:?}");
+    assert_eq!(sent[0]["method"], "initialize");
+    assert_eq!(sent[0]["params"]["protocolVersion"], "2025-06-18", "the newest version both sides speak");
+    assert_ne!(sent[0]["id"], 1, "a new id");
+    h.recv(json!({"jsonrpc":"2.0","id":sent[0]["id"],"result":{"protocolVersion":"2025-06-18","capabilities":{}}}))
+        .unwrap();
+    let outs = h.outputs();
+    let sent = H::sent(&outs);
+    assert_eq!(sent[0]["method"], "notifications/initialized");
+    assert_eq!(sent[1]["method"], "tools/call");
+    assert_eq!(h.s.discovery().unwrap().version, "2025-06-18");
+    let t = transmits(&outs)[1];
+    assert_eq!(header(t, "MCP-Protocol-Version"), Some("2025-06-18"));
+}
+
+#[test]
+fn the_legacy_32602_with_a_supported_list_is_a_version_refusal_too() {
+    let mut h = H::new(stdio_with(|c| c.era = Some(Era::Legacy)));
+    h.input(Input::ListTools).unwrap();
+    h.outputs();
+    h.recv(json!({"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Unsupported protocol version",
+        "data":{"supported":["2024-11-05"],"requested":"2025-11-25"}}}))
+        .unwrap();
+    let sent = H::sent(&h.outputs());
+    assert_eq!(sent[0]["params"]["protocolVersion"], "2024-11-05");
+    // A -32602 without a list is an ordinary failure.
+    let mut h = H::new(stdio_with(|c| c.era = Some(Era::Legacy)));
+    h.input(Input::ListTools).unwrap();
+    h.outputs();
+    h.recv(json!({"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad params"}})).unwrap();
+    let outs = h.outputs();
+    assert!(H::sent(&outs).is_empty());
+    assert!(outs.iter().any(|o| matches!(o, Output::ToolsFailed { .. })), "{outs:?}");
+}
+
+#[test]
+fn a_second_version_refusal_or_no_common_version_is_a_typed_error() {
+    // Refused twice: the retry happens once only.
+    let mut h = H::new(stdio_with(|c| c.era = Some(Era::Legacy)));
+    h.call("c1", "echo", json!({}));
+    h.outputs();
+    let refuse = |id: i64| {
+        json!({"jsonrpc":"2.0","id":id,"error":{"code":-32022,"message":"no",
+            "data":{"supported":["2024-11-05","2025-06-18"]}}})
+    };
+    h.recv(refuse(1)).unwrap();
+    assert_eq!(H::sent(&h.outputs())[0]["params"]["protocolVersion"], "2025-06-18");
+    h.recv(refuse(2)).unwrap();
+    let outs = h.outputs();
+    assert!(H::sent(&outs).is_empty(), "no third initialize: {outs:?}");
+    let failed: Vec<&ProtocolError> = outs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Event(Event::ConnectFailed { error }) => Some(error),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(failed.as_slice(), [ProtocolError::UnsupportedVersion { offered, .. }] if offered == "2024-11-05, 2025-06-18"),
+        "{failed:?}"
+    );
+    let d = done(&outs);
+    assert_eq!(d.len(), 1);
+    assert!(d[0].1.is_error && d[0].1.output.contains("2024-11-05"), "{:?}", d[0].1);
+
+    // Nothing in common: failed at once.
+    let mut h = H::new(stdio_with(|c| c.era = Some(Era::Legacy)));
+    h.call("c1", "echo", json!({}));
+    h.outputs();
+    h.recv(json!({"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"no","data":{"supported":["1999-01-01"]}}}))
+        .unwrap();
+    let outs = h.outputs();
+    assert!(H::sent(&outs).is_empty());
+    assert!(outs
+        .iter()
+        .any(|o| matches!(o, Output::Event(Event::ConnectFailed { error: ProtocolError::UnsupportedVersion { .. } }))));
+    // The next use connects afresh and may retry again.
+    h.call("c2", "echo", json!({}));
+    let sent = H::sent(&h.outputs());
+    assert_eq!(sent[0]["method"], "initialize");
+    h.recv(json!({"jsonrpc":"2.0","id":sent[0]["id"],"error":{"code":-32022,"message":"no","data":{"supported":["2024-11-05"]}}}))
+        .unwrap();
+    assert_eq!(H::sent(&h.outputs())[0]["params"]["protocolVersion"], "2024-11-05");
+}
+
+#[test]
+fn initialize_refused_for_the_modern_era_goes_modern() {
+    let mut h = H::stdio();
+    h.call("c1", "echo", json!({"text": "x"}));
+    h.outputs();
+    // The probe fails in a way that means legacy; initialize is then refused in favour of 2026.
+    h.recv(json!({"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"nope"}})).unwrap();
+    assert_eq!(H::sent(&h.outputs())[0]["method"], "initialize");
+    h.recv(json!({"jsonrpc":"2.0","id":2,"error":{"code":-32022,"message":"no","data":{"supported":["2026-07-28"]}}}))
+        .unwrap();
+    let outs = h.outputs();
+    assert!(outs
+        .iter()
+        .any(|o| matches!(o, Output::Event(Event::Connected { discovery }) if discovery.era == Era::Modern)));
+    let sent = H::sent(&outs);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["method"], "tools/call");
+    assert_eq!(sent[0]["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28");
+}
+
+#[test]
+fn a_late_probe_answer_switches_to_the_modern_era() {
+    let mut h = H::stdio();
+    h.call("c1", "echo", json!({"text": "x"}));
+    h.outputs();
+    h.now += 10_000;
+    h.input(Input::Timeout).unwrap();
+    let sent = H::sent(&h.outputs());
+    assert_eq!(sent[0]["method"], "initialize");
+    // The slow server read the probe first and answers it now.
+    h.recv(json!({"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","supportedVersions":["2026-07-28"],
+        "capabilities":{"tools":{}},"instructions":"be kind"}}))
+        .unwrap();
+    let outs = h.outputs();
+    assert!(outs
+        .iter()
+        .any(|o| matches!(o, Output::Event(Event::Connected { discovery }) if discovery.era == Era::Modern)));
+    let sent = H::sent(&outs);
+    assert_eq!(sent.len(), 1, "{outs:?}");
+    assert_eq!(sent[0]["method"], "tools/call");
+    assert_eq!(sent[0]["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28");
+    let d = h.s.discovery().unwrap();
+    assert_eq!((d.era, d.instructions.as_deref()), (Era::Modern, Some("be kind")));
+    // The initialize it no longer waits for: its refusal (or answer) is ignored.
+    h.recv(json!({"jsonrpc":"2.0","id":2,"error":{"code":-32600,"message":"this connection speaks 2026"}})).unwrap();
+    assert!(h.outputs().is_empty());
+    let call_id = sent[0]["id"].clone();
+    h.recv(json!({"jsonrpc":"2.0","id":call_id,"result":{"content":[{"type":"text","text":"x"}]}})).unwrap();
+    assert_eq!(done(&h.outputs()), vec![("c1".to_string(), ToolResult::ok("x"))]);
+}
+
+#[test]
+fn a_late_legacy_only_probe_answer_changes_nothing() {
+    let mut h = H::stdio();
+    h.call("c1", "echo", json!({}));
+    h.outputs();
+    h.now += 10_000;
+    h.input(Input::Timeout).unwrap();
+    h.outputs();
+    h.recv(json!({"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","supportedVersions":["2025-11-25"]}}))
+        .unwrap();
+    assert!(h.outputs().is_empty());
+    h.recv(json!({"jsonrpc":"2.0","id":2,"result":{"protocolVersion":"2025-11-25","capabilities":{}}})).unwrap();
+    assert_eq!(h.s.discovery().unwrap().era, Era::Legacy);
+}
+
+#[test]
+fn a_lost_legacy_stream_with_event_ids_is_reattached_never_resent() {
+    let mut h = legacy_http_call();
+    h.input(Input::StreamLost { id: RequestId::Num(2), last_event_id: Some("ev-7".into()) }).unwrap();
+    let outs = h.outputs();
+    assert_eq!(outs, vec![Output::Reattach { id: RequestId::Num(2), last_event_id: "ev-7".into() }]);
+    // The reattached stream carries the answer.
+    let b = serde_json::to_vec(&json!({"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hi"}]}}))
+        .unwrap();
+    h.input(Input::Received { message: &b, stream_of: Some(RequestId::Num(2)) }).unwrap();
+    assert_eq!(done(&h.outputs()), vec![("c1".to_string(), ToolResult::ok("hi"))]);
+}
+
+#[test]
+fn a_lost_legacy_stream_without_event_ids_ends_the_call_in_doubt() {
+    let mut h = legacy_http_call();
+    h.input(Input::StreamLost { id: RequestId::Num(2), last_event_id: None }).unwrap();
+    let outs = h.outputs();
+    let sent = H::sent(&outs);
+    assert_eq!(sent.len(), 1, "only the cancellation goes out: {outs:?}");
+    assert_eq!(sent[0]["method"], "notifications/cancelled");
+    assert_eq!(sent[0]["params"]["requestId"], 2);
+    let d = done(&outs);
+    assert_eq!(d.len(), 1);
+    assert!(d[0].1.is_error && d[0].1.output.contains("may or may not have completed"), "{:?}", d[0].1);
+    // A late answer is ignored; a second loss report for it is no error.
+    h.recv(json!({"jsonrpc":"2.0","id":2,"result":{"content":[]}})).unwrap();
+    h.input(Input::StreamLost { id: RequestId::Num(2), last_event_id: None }).unwrap();
+    assert!(h.outputs().is_empty());
+}
+
+#[test]
+fn reattaching_is_bounded_then_the_call_is_in_doubt() {
+    let mut h = legacy_http_call();
+    for i in 0..5 {
+        h.input(Input::StreamLost { id: RequestId::Num(2), last_event_id: Some(format!("ev-{i}")) }).unwrap();
+        assert!(matches!(h.outputs().as_slice(), [Output::Reattach { .. }]));
+    }
+    h.input(Input::StreamLost { id: RequestId::Num(2), last_event_id: Some("ev-9".into()) }).unwrap();
+    let outs = h.outputs();
+    assert!(!outs.iter().any(|o| matches!(o, Output::Reattach { .. })));
+    assert!(!H::sent(&outs).iter().any(|m| m["method"] == "tools/call"));
+    assert!(done(&outs)[0].1.output.contains("may or may not have completed"));
+}
+
+#[test]
+fn a_lost_modern_stream_ends_the_call_in_doubt_without_reattaching() {
+    let mut h = H::modern();
+    h.call("c1", "echo", json!({"text": "x"}));
+    let sent = H::sent(&h.outputs());
+    let id = sent[0]["id"].as_i64().unwrap();
+    // Event ids mean nothing in 2026: the stream is not resumed.
+    h.input(Input::StreamLost { id: RequestId::Num(id), last_event_id: Some("ev-1".into()) }).unwrap();
+    let outs = h.outputs();
+    assert!(H::sent(&outs).is_empty(), "the closed stream was the cancellation; nothing is resent: {outs:?}");
+    assert!(done(&outs)[0].1.output.contains("may or may not have completed"));
+    // The session is still usable.
+    h.call("c2", "echo", json!({"text": "y"}));
+    assert_eq!(H::sent(&h.outputs())[0]["method"], "tools/call");
+}
+
+#[test]
+fn a_lost_list_stream_fails_the_listing_and_bad_reports_change_nothing() {
+    let mut h = legacy_http_call();
+    h.s.handle_input(Timestamp(h.now), Input::ListTools).unwrap();
+    let sent = H::sent(&h.outputs());
+    let id = sent[0]["id"].as_i64().unwrap();
+    h.input(Input::StreamLost { id: RequestId::Num(id), last_event_id: None }).unwrap();
+    let outs = h.outputs();
+    assert!(
+        outs.iter().any(|o| matches!(o, Output::ToolsFailed { error: ProtocolError::StreamLost { method } } if method == "tools/list")),
+        "{outs:?}"
+    );
+    let before = format!("{:?}", h.s);
+    for bad in [RequestId::Num(99), RequestId::Str("2".into())] {
+        assert!(matches!(
+            h.input(Input::StreamLost { id: bad, last_event_id: None }),
+            Err(HandleError::Input(McpInputError::UnknownRequest(_)))
+        ));
+    }
+    assert_eq!(before, format!("{:?}", h.s));
+}

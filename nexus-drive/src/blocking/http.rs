@@ -50,6 +50,21 @@ pub(crate) fn agent(connect_timeout: Duration) -> ureq::Agent {
     ureq::Agent::with_parts(config, CancelConnector(DefaultConnector::new()), DefaultResolver::default())
 }
 
+/// An agent with `config` whose sockets a [`CancelToken`] can shut while
+/// a thread does I/O inside [`with_cancel`] (the MCP HTTP transport closes a
+/// call's response stream this way).
+#[cfg(feature = "mcp")]
+pub(crate) fn cancellable_agent(config: ureq::config::Config) -> ureq::Agent {
+    ureq::Agent::with_parts(config, CancelConnector(DefaultConnector::new()), DefaultResolver::default())
+}
+
+/// Runs `f` with this thread's ureq I/O shut down by `token`'s cancel.
+#[cfg(feature = "mcp")]
+pub(crate) fn with_cancel<R>(token: &CancelToken, f: impl FnOnce() -> R) -> R {
+    let _scope = Scope::enter(token);
+    f()
+}
+
 /// A response head and its body reader.
 pub(crate) struct Response {
     pub(crate) status: u16,

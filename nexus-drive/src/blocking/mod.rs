@@ -3,7 +3,7 @@
 //! Every entry point builds the same driver and pumps it; `run` drains
 //! it (giving events to the config's `on_event`), `stream` yields it.
 
-mod http;
+pub(crate) mod http;
 mod jobs;
 mod workers;
 

@@ -7,9 +7,21 @@
 //! requests and notifications before the response, then the response) is
 //! delivered in order on the link's channel, so the session can answer a
 //! server's request while the stream is still open. When an SSE stream ends
-//! before the response it carries, and the server gave its events ids, the
-//! stream is resumed with `GET` + `Last-Event-ID` after the server's
-//! `retry:` delay (the spec's resumability).
+//! before the response it carries, the link says so
+//! ([`Inbound::StreamLost`], with the last event id it read) and the
+//! session decides: a legacy server that gave its events ids is reattached
+//! ([`HttpLink::reattach`]: `GET` + `Last-Event-ID` after the server's
+//! `retry:` delay); otherwise the call is in doubt and never sent again.
+//!
+//! Every request's `POST` and response stream can be closed from the
+//! driver's thread ([`HttpLink::abandon`]): the socket is shut down, which
+//! in the 2026 era is itself the cancellation of a call.
+//!
+//! `POST`s run on a small pool per link — at most [`MAX_POST_THREADS`] for
+//! requests and one for notifications and responses, so a slow JSON answer
+//! never holds up the answer to a server's question. An open SSE stream is
+//! read on a thread of its own while it lasts (ureq is blocking; the
+//! stream's thread ends with it).
 //!
 //! Sessions: the `Mcp-Session-Id` the server assigns is sent on every later
 //! request; a `404` on a request that carried it means the session expired
@@ -20,9 +32,10 @@
 //! Static headers (`Authorization: Bearer ${TOKEN}`) are sent on every
 //! request and appear nowhere else: not in errors, not in `Debug`.
 
-use std::io::Read;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -32,11 +45,13 @@ use serde_json::Value;
 use super::auth::{Authorizer, Step};
 use super::stdio::recv_deadline;
 use super::{Inbound, McpError, ServerExit};
+use crate::blocking::http::{cancellable_agent, with_cancel};
+use crate::cancel::CancelToken;
 
 /// A response body larger than this is refused.
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
-/// How many times one SSE stream is resumed before the request fails.
-const MAX_RESUMES: u32 = 5;
+/// Threads per link that send requests (`POST`s waiting for their answer).
+pub const MAX_POST_THREADS: usize = 4;
 /// The reconnection delay when the server sets none.
 const DEFAULT_RETRY: Duration = Duration::from_millis(1000);
 
@@ -60,6 +75,8 @@ pub enum PostOutcome {
         /// The id of the authorization request.
         request: String,
     },
+    /// The request was abandoned ([`HttpLink::abandon`]) before its answer.
+    Abandoned,
     /// Any other refusal. A JSON-RPC message in the body was delivered too
     /// (a modern server's error answer); `body` is its start, for errors.
     Rejected {
@@ -103,6 +120,95 @@ pub struct HttpLink {
     closed: Arc<AtomicBool>,
     /// OAuth for this server (`None`: static headers only).
     auth: Option<Arc<Authorizer>>,
+    /// What closes each request's exchange, and the `retry:` of lost streams.
+    streams: Arc<Mutex<Streams>>,
+    /// Sends requests in the background.
+    requests: Lane,
+    /// Sends notifications and responses in the background.
+    control: Lane,
+}
+
+/// Per request (keyed by its id as JSON text).
+#[derive(Default)]
+struct Streams {
+    /// Cancelling it shuts the request's `POST` or response stream.
+    tokens: HashMap<String, CancelToken>,
+    /// The server's `retry:` delay, for a stream that was lost.
+    retry: HashMap<String, Duration>,
+}
+
+fn key(id: &Value) -> String {
+    id.to_string()
+}
+
+/// One message to post and its extra headers.
+type Job = (Vec<u8>, Vec<(String, String)>);
+
+/// A bounded set of threads sending `POST`s from a queue, started on demand.
+struct Lane {
+    name: &'static str,
+    max: usize,
+    tx: async_channel::Sender<Job>,
+    rx: async_channel::Receiver<Job>,
+    workers: Arc<AtomicUsize>,
+    idle: Arc<AtomicUsize>,
+}
+
+impl Lane {
+    fn new(name: &'static str, max: usize) -> Lane {
+        let (tx, rx) = async_channel::unbounded();
+        Lane { name, max, tx, rx, workers: Arc::default(), idle: Arc::default() }
+    }
+
+    /// Queues one message; a worker starts when none is idle and the lane has room.
+    fn submit(&self, link: Weak<HttpLink>, server: &str, job: Job) -> io::Result<()> {
+        self.tx.try_send(job).map_err(|_| io::Error::other("the link is closed"))?;
+        if self.idle.load(Ordering::SeqCst) > 0 {
+            return Ok(());
+        }
+        // Claim a worker slot; give it back when the lane is full.
+        if self.workers.fetch_add(1, Ordering::SeqCst) >= self.max {
+            self.workers.fetch_sub(1, Ordering::SeqCst);
+            return Ok(());
+        }
+        let (rx, idle, workers) = (self.rx.clone(), self.idle.clone(), self.workers.clone());
+        let spawned = thread::Builder::new().name(format!("mcp-{server}-{}", self.name)).spawn(move || loop {
+            idle.fetch_add(1, Ordering::SeqCst);
+            let job = rx.recv_blocking();
+            idle.fetch_sub(1, Ordering::SeqCst);
+            let (Ok((body, extra)), Some(link)) = (job, link.upgrade()) else {
+                workers.fetch_sub(1, Ordering::SeqCst);
+                return;
+            };
+            let outcome = link.post(&body, &extra);
+            link.deliver(Inbound::Posted { request: request_id(&body), outcome });
+        });
+        if let Err(e) = spawned {
+            self.workers.fetch_sub(1, Ordering::SeqCst);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn close(&self) {
+        self.tx.close();
+    }
+}
+
+/// A body reader that `token` interrupts: its socket is shut down on cancel.
+struct Cancellable<R> {
+    inner: R,
+    token: CancelToken,
+}
+
+impl<R: Read> Read for Cancellable<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Cancellable { inner, token } = self;
+        if token.is_cancelled() {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "the request was abandoned"));
+        }
+        with_cancel(token, || inner.read(buf))
+    }
 }
 
 /// How often one message is sent again after the server refused it and the
@@ -138,12 +244,15 @@ impl HttpLink {
             name: name.to_string(),
             url: url.to_string(),
             headers,
-            agent: ureq::Agent::new_with_config(config),
+            agent: cancellable_agent(config),
             state: Arc::new(Mutex::new(State { mode: Mode::Streamable, session_id: None, protocol_version: None })),
             tx,
             rx,
             closed: Arc::new(AtomicBool::new(false)),
             auth: None,
+            streams: Arc::default(),
+            requests: Lane::new("post", MAX_POST_THREADS),
+            control: Lane::new("notify", 1),
         }
     }
 
@@ -218,15 +327,97 @@ impl HttpLink {
     }
 
     /// Posts one JSON-RPC message with `extra` headers (`Mcp-Method`,
-    /// `Mcp-Name`, `Mcp-Param-*` for the modern era).
+    /// `Mcp-Name`, `Mcp-Param-*` for the modern era). A request can be
+    /// [abandoned](Self::abandon) from another thread while it waits.
     pub fn post(&self, body: &[u8], extra: &[(String, String)]) -> Result<PostOutcome, McpError> {
+        let id = request_id(body);
+        // A request queued by `post_in_background` already has its token:
+        // abandoned while it waited, it is not sent at all.
+        let token = match &id {
+            Some(id) => self.streams().tokens.entry(key(id)).or_default().clone(),
+            None => CancelToken::new(),
+        };
+        if token.is_cancelled() {
+            if let Some(id) = &id {
+                self.streams().tokens.remove(&key(id));
+            }
+            return Ok(PostOutcome::Abandoned);
+        }
+        let out = with_cancel(&token, || self.post_authorized(body, extra, &token));
+        if matches!(out, Ok(PostOutcome::Streaming)) {
+            return out; // the stream's reader owns the token now
+        }
+        if let Some(id) = &id {
+            self.streams().tokens.remove(&key(id));
+        }
+        if token.is_cancelled() {
+            return Ok(PostOutcome::Abandoned);
+        }
+        out
+    }
+
+    /// Shuts the `POST` or the response stream of request `id`: later
+    /// messages for it are not read. Closing the stream is how a 2026 client
+    /// cancels a request.
+    pub fn abandon(&self, id: &Value) {
+        // Left in place: whoever owns the exchange (a queued post, a POST, a
+        // stream's reader) sees it cancelled and removes it.
+        let token = self.streams().tokens.get(&key(id)).cloned();
+        if let Some(token) = token {
+            token.cancel();
+        }
+    }
+
+    /// Resumes the lost response stream of request `id` (legacy
+    /// resumability): after the server's `retry:` delay, `GET` with
+    /// `Last-Event-ID: last_event_id`, and its messages are delivered as
+    /// the stream's were. A refused `GET` is [`Inbound::StreamLost`] without
+    /// an event id; a failed one, with the same id (the session bounds the tries).
+    pub fn reattach(self: &Arc<Self>, id: &Value, last_event_id: &str) -> Result<(), McpError> {
+        let token = CancelToken::new();
+        let retry = {
+            let mut st = self.streams();
+            st.tokens.insert(key(id), token.clone());
+            st.retry.remove(&key(id)).unwrap_or(DEFAULT_RETRY)
+        };
+        let (session, version) = {
+            let st = self.lock();
+            (st.session_id.clone(), st.protocol_version.clone())
+        };
+        let ctx = StreamCtx {
+            link: self.stream_handle(),
+            expect: Some(id.clone()),
+            server: self.name.clone(),
+            url: self.url.clone(),
+            session,
+            version,
+            token,
+        };
+        let last = last_event_id.to_string();
+        thread::Builder::new()
+            .name(format!("mcp-{}-reattach", self.name))
+            .spawn(move || ctx.reattach(retry, &last))
+            .map(|_| ())
+            .map_err(|e| self.err(format!("thread: {e}")))
+    }
+
+    fn streams(&self) -> std::sync::MutexGuard<'_, Streams> {
+        self.streams.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn post_authorized(
+        &self,
+        body: &[u8],
+        extra: &[(String, String)],
+        token: &CancelToken,
+    ) -> Result<PostOutcome, McpError> {
         // The authorization seam: a 401/403 goes to the authorizer, which
         // refreshes or authorizes (or hands back a person's request); the
         // message is then sent again with the new token.
         let mut retries = 0;
         loop {
             let (headers, bearer) = self.request_headers();
-            match self.post_once(body, extra, &headers)? {
+            match self.post_once(body, extra, &headers, token)? {
                 Attempt::Done(outcome) => return Ok(outcome),
                 Attempt::Unauthorized { status, www_authenticate } => {
                     let Some(auth) = &self.auth else { return Err(self.err(format!("{status}: not authorized"))) };
@@ -252,6 +443,7 @@ impl HttpLink {
         body: &[u8],
         extra: &[(String, String)],
         headers: &[(String, String)],
+        token: &CancelToken,
     ) -> Result<Attempt, McpError> {
         let given = |name: &str| extra.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
         let (mode, session, version) = {
@@ -285,7 +477,11 @@ impl HttpLink {
             req = req.header("mcp-protocol-version", v.as_str());
         }
         let req = req.body(body).map_err(|e| self.err(format!("bad request: {e}")))?;
-        let resp = self.agent.run(req).map_err(|e| self.err(format!("POST {target}: {e}")))?;
+        let resp = match self.agent.run(req) {
+            Ok(resp) => resp,
+            Err(_) if token.is_cancelled() => return Ok(Attempt::Done(PostOutcome::Abandoned)),
+            Err(e) => return Err(self.err(format!("POST {target}: {e}"))),
+        };
         let status = resp.status().as_u16();
         let header = |n: &str| resp.headers().get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
         if let Some(id) = header("mcp-session-id") {
@@ -324,14 +520,20 @@ impl HttpLink {
                 url: self.url.clone(),
                 session,
                 version,
+                token: token.clone(),
             };
+            let reader = Cancellable { inner: reader, token: token.clone() };
             thread::Builder::new()
                 .name(format!("mcp-{}-sse", self.name))
-                .spawn(move || ctx.pump(Box::new(reader)))
+                .spawn(move || ctx.pump(Box::new(reader), DEFAULT_RETRY))
                 .map_err(|e| self.err(format!("thread: {e}")))?;
             return Ok(Attempt::Done(PostOutcome::Streaming));
         }
-        let bytes = read_capped(&mut reader, MAX_BODY_BYTES).map_err(|e| self.err(e))?;
+        let bytes = match read_capped(&mut reader, MAX_BODY_BYTES) {
+            Ok(bytes) => bytes,
+            Err(_) if token.is_cancelled() => return Ok(Attempt::Done(PostOutcome::Abandoned)),
+            Err(e) => return Err(self.err(e)),
+        };
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(Attempt::Done(PostOutcome::Accepted));
         }
@@ -339,19 +541,31 @@ impl HttpLink {
         Ok(Attempt::Done(PostOutcome::Delivered))
     }
 
-    /// [`post`](Self::post) on its own thread: the outcome arrives on the
-    /// link's channel as [`Inbound::Posted`] (after any message the answer
+    /// [`post`](Self::post) in the background, on the link's bounded pool
+    /// (requests on up to [`MAX_POST_THREADS`] threads, notifications and
+    /// responses on one of their own): the outcome arrives on the link's
+    /// channel as [`Inbound::Posted`] (after any message the answer
     /// carried), so a slow JSON answer never holds up the session's driver.
+    ///
+    /// `notifications/initialized` is the exception: it is posted before
+    /// this returns, because a server sets itself up when it has it (tools
+    /// it registers only for clients that declared a capability), and the
+    /// requests that follow must not overtake it.
     pub fn post_in_background(self: &Arc<Self>, body: Vec<u8>, extra: Vec<(String, String)>) -> Result<(), McpError> {
-        let link = self.clone();
-        thread::Builder::new()
-            .name(format!("mcp-{}-post", self.name))
-            .spawn(move || {
-                let outcome = link.post(&body, &extra);
-                link.deliver(Inbound::Posted { request: request_id(&body), outcome });
-            })
-            .map(|_| ())
-            .map_err(|e| self.err(format!("thread: {e}")))
+        if is_initialized_notification(&body) {
+            let outcome = self.post(&body, &extra);
+            self.deliver(Inbound::Posted { request: None, outcome });
+            return Ok(());
+        }
+        let lane = match request_id(&body) {
+            Some(id) => {
+                // Registered now, so an abandon while it waits in the queue stops it.
+                self.streams().tokens.entry(key(&id)).or_default();
+                &self.requests
+            }
+            None => &self.control,
+        };
+        lane.submit(Arc::downgrade(self), &self.name, (body, extra)).map_err(|e| self.err(format!("thread: {e}")))
     }
 
     /// Opens the server's standalone `GET` stream (server notifications and
@@ -367,6 +581,11 @@ impl HttpLink {
         if !(200..300).contains(&status) {
             return Ok(false);
         }
+        let token = CancelToken::new();
+        // A new standalone stream (a new session) replaces the old one.
+        if let Some(old) = self.streams().tokens.insert("listen".into(), token.clone()) {
+            old.cancel();
+        }
         let ctx = StreamCtx {
             link: self.stream_handle(),
             expect: None,
@@ -374,11 +593,12 @@ impl HttpLink {
             url: self.url.clone(),
             session,
             version,
+            token: token.clone(),
         };
-        let reader = resp.into_body().into_reader();
+        let reader = Cancellable { inner: resp.into_body().into_reader(), token };
         thread::Builder::new()
             .name(format!("mcp-{}-listen", self.name))
-            .spawn(move || ctx.pump(Box::new(reader)))
+            .spawn(move || ctx.pump(Box::new(reader), DEFAULT_RETRY))
             .map_err(|e| self.err(format!("thread: {e}")))?;
         Ok(true)
     }
@@ -434,6 +654,13 @@ impl HttpLink {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
+        self.requests.close();
+        self.control.close();
+        // Every stream still open ends now (their threads with them).
+        let tokens: Vec<CancelToken> = self.streams().tokens.drain().map(|(_, t)| t).collect();
+        for t in tokens {
+            t.cancel();
+        }
         let (session, version) = {
             let mut st = self.lock();
             (st.session_id.take(), st.protocol_version.clone())
@@ -475,6 +702,7 @@ impl HttpLink {
             headers: self.request_headers().0,
             tx: self.tx.clone(),
             closed: self.closed.clone(),
+            streams: self.streams.clone(),
         }
     }
 }
@@ -491,6 +719,7 @@ struct StreamHandle {
     headers: Vec<(String, String)>,
     tx: async_channel::Sender<Inbound>,
     closed: Arc<AtomicBool>,
+    streams: Arc<Mutex<Streams>>,
 }
 
 impl StreamHandle {
@@ -514,7 +743,7 @@ impl StreamHandle {
     }
 }
 
-/// One SSE response stream and how to resume it.
+/// One SSE response stream.
 struct StreamCtx {
     link: StreamHandle,
     /// The id of the request whose response ends this stream (`None`: the
@@ -524,58 +753,68 @@ struct StreamCtx {
     url: String,
     session: Option<String>,
     version: Option<String>,
+    /// Shuts the stream when the request is abandoned.
+    token: CancelToken,
 }
 
 impl StreamCtx {
-    fn pump(self, first: Box<dyn Read + Send>) {
-        let mut reader = first;
-        let mut resumes = 0;
-        let mut retry = DEFAULT_RETRY;
+    /// Reads the stream to its end. One that ends before the response it
+    /// carries is reported as lost, with the last event id read and the
+    /// server's `retry:` kept for a reattach; the session decides what follows.
+    fn pump(self, mut reader: Box<dyn Read + Send>, mut retry: Duration) {
         let mut last_id: Option<String> = None;
-        loop {
-            let mut dec = SseDecoder::new();
-            if let Ok(true) = self.read_stream(&mut reader, &mut dec, &mut last_id, &mut retry) {
-                return; // the response arrived
+        let mut dec = SseDecoder::new();
+        let answered = matches!(self.read_stream(&mut reader, &mut dec, &mut last_id, &mut retry), Ok(true));
+        let Some(expect) = &self.expect else { return };
+        {
+            let mut st = self.link.streams.lock().unwrap_or_else(|e| e.into_inner());
+            st.tokens.remove(&key(expect));
+            if !answered && !self.token.is_cancelled() {
+                st.retry.insert(key(expect), retry);
             }
-            // The stream ended without its response. Resumable only when the
-            // server gave its events ids; the standalone stream just ends.
-            let Some(id) = last_id.clone().filter(|_| self.expect.is_some() && resumes < MAX_RESUMES) else {
-                if self.expect.is_some() {
-                    self.link.deliver(Inbound::Malformed(format!(
-                        "the SSE stream for request {} ended before its response{}",
-                        self.expect.as_ref().map(Value::to_string).unwrap_or_default(),
-                        if last_id.is_none() { " (no event ids to resume from)" } else { " (resumes exhausted)" }
-                    )));
-                }
-                return;
-            };
-            resumes += 1;
-            thread::sleep(retry);
-            if self.link.closed.load(Ordering::SeqCst) {
-                return;
-            }
-            match get(
+        }
+        if !answered && !self.token.is_cancelled() {
+            self.link.deliver(Inbound::StreamLost { request: expect.clone(), last_event_id: last_id });
+        }
+    }
+
+    /// Waits `retry`, then `GET`s the stream again from `last_event_id`.
+    fn reattach(self, retry: Duration, last_event_id: &str) {
+        let Some(expect) = self.expect.clone() else { return };
+        if self.token.sleep(retry) || self.link.closed.load(Ordering::SeqCst) {
+            return; // abandoned meanwhile
+        }
+        let resp = with_cancel(&self.token, || {
+            get(
                 &self.link.agent,
                 &self.link.headers,
                 &self.url,
                 self.session.as_deref(),
                 self.version.as_deref(),
-                Some(&id),
-            ) {
-                Ok(resp) if resp.status().is_success() => reader = Box::new(resp.into_body().into_reader()),
-                Ok(resp) => {
-                    self.link.deliver(Inbound::Malformed(format!(
-                        "{}: resuming the SSE stream from event {id} was refused ({})",
-                        self.server,
-                        resp.status().as_u16()
-                    )));
-                    return;
-                }
-                Err(e) => {
-                    self.link.deliver(Inbound::Malformed(format!("{}: resuming the SSE stream: {e}", self.server)));
-                    return;
-                }
+                Some(last_event_id),
+            )
+        });
+        let lost = |why: String, again: Option<String>| {
+            self.link.streams.lock().unwrap_or_else(|e| e.into_inner()).tokens.remove(&key(&expect));
+            if !self.token.is_cancelled() {
+                self.link.deliver(Inbound::Malformed(why));
+                self.link.deliver(Inbound::StreamLost { request: expect.clone(), last_event_id: again });
             }
+        };
+        match resp {
+            Ok(resp) if resp.status().is_success() => {
+                let reader = Cancellable { inner: resp.into_body().into_reader(), token: self.token.clone() };
+                self.pump(Box::new(reader), retry);
+            }
+            Ok(resp) => lost(
+                format!(
+                    "{}: resuming the SSE stream from event {last_event_id} was refused ({})",
+                    self.server,
+                    resp.status().as_u16()
+                ),
+                None,
+            ),
+            Err(e) => lost(format!("{}: resuming the SSE stream: {e}", self.server), Some(last_event_id.to_string())),
         }
     }
 
@@ -659,6 +898,11 @@ fn request_id(body: &[u8]) -> Option<Value> {
     } else {
         None
     }
+}
+
+fn is_initialized_notification(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body)
+        .is_ok_and(|v| v.get("method").and_then(Value::as_str) == Some("notifications/initialized"))
 }
 
 /// Whether `data` is the response (result or error) to request `id`.

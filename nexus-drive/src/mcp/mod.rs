@@ -8,7 +8,8 @@
 //!   stderr in a bounded ring buffer and a shutdown that leaves nothing
 //!   running;
 //! * [`http`]: Streamable HTTP (JSON or SSE responses, sessions, `404` →
-//!   re-initialize, `retry:` and `Last-Event-ID`), with the 2024-11-05
+//!   re-initialize, `retry:` and `Last-Event-ID` when the session asks to
+//!   reattach, streams closed on cancel), with the 2024-11-05
 //!   HTTP+SSE transport as the fallback;
 //! * [`config`]: the common `{"mcpServers": {…}}` file, `${VAR}` expansion.
 //!
@@ -52,6 +53,14 @@ pub enum Inbound {
         request: Option<serde_json::Value>,
         /// The outcome.
         outcome: Result<http::PostOutcome, McpError>,
+    },
+    /// HTTP: the SSE stream carrying the response to `request` ended
+    /// before that response (fed to the session as `Input::StreamLost`).
+    StreamLost {
+        /// The id of the request.
+        request: serde_json::Value,
+        /// The id of the last event read on the stream, if the server gave ids.
+        last_event_id: Option<String>,
     },
     /// Bytes that cannot be a message (over the size cap, a broken SSE
     /// event): an error for this server; the link goes on.

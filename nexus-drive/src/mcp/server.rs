@@ -123,10 +123,12 @@ impl ServerHandle {
         if kind == TransportKind::Stdio {
             // A legacy stdio server answers the probe with an error at once;
             // only a silent one waits it out. A slow start (an interpreter
-            // importing its SDK on a loaded machine) must not read as
+            // importing its SDK on a loaded machine) should not read as
             // silence: some servers bind the connection to the era of the
             // first request they read, the probe, and then refuse initialize.
-            cfg.probe_timeout_ms = cfg.probe_timeout_ms.max(options.stdio_probe_timeout.as_millis() as u64);
+            // Should the answer still come after the timeout, the session
+            // switches to the modern era then.
+            cfg.probe_timeout_ms = options.stdio_probe_timeout.as_millis() as u64;
         }
         cfg.max_message_bytes = options.stdio.max_message_bytes;
         if let Some(ms) = config.timeout_ms {
@@ -478,6 +480,11 @@ impl Driver {
             }
             Inbound::SessionId(id) => self.input(Input::SessionId(id)),
             Inbound::Malformed(why) => self.note(format!("MCP server {:?}: {why}", self.config.name)),
+            Inbound::StreamLost { request, last_event_id } => {
+                if let Some(id) = request_id(&request) {
+                    self.input(Input::StreamLost { id, last_event_id });
+                }
+            }
             Inbound::Exited(exit) => {
                 self.link = None;
                 let reason = if exit.stderr_tail.is_empty() {
@@ -522,9 +529,22 @@ impl Driver {
             match self.session.poll_output() {
                 Output::Wait { until } => return until,
                 Output::Transmit(t) => self.transmit(t.message, t.headers),
-                Output::Abandon { .. } => {
-                    // The session ignores what still comes for it; a stream
-                    // thread ends with its response or its connection.
+                Output::Abandon { id } => {
+                    // HTTP: the request's POST or response stream is shut
+                    // (in 2026 that is the cancellation). stdio: the session
+                    // ignores what still comes for it.
+                    if let Some(Link::Http(link)) = &self.link {
+                        link.abandon(&id_value(&id));
+                    }
+                }
+                Output::Reattach { id, last_event_id } => {
+                    let reattached = match &self.link {
+                        Some(Link::Http(link)) => link.reattach(&id_value(&id), &last_event_id).is_ok(),
+                        _ => false,
+                    };
+                    if !reattached {
+                        self.input(Input::StreamLost { id, last_event_id: None });
+                    }
                 }
                 Output::ToolsListed { tools, .. } => {
                     for reply in self.lists.drain(..) {
@@ -663,6 +683,13 @@ impl Drop for Driver {
         if let Some(link) = self.link.take() {
             link.close();
         }
+    }
+}
+
+fn id_value(id: &RequestId) -> Value {
+    match id {
+        RequestId::Num(n) => Value::from(*n),
+        RequestId::Str(s) => Value::from(s.as_str()),
     }
 }
 

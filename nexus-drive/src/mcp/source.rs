@@ -93,8 +93,8 @@ pub enum ToolDrift {
         /// The exposed name.
         name: String,
     },
-    /// Its description or input schema changed: the model chose it for
-    /// what it meant then.
+    /// What the model is shown of it changed ([`ToolDecl::digest`]:
+    /// description, input schema): the model chose it for what it meant then.
     Changed {
         /// The exposed name.
         name: String,
@@ -106,7 +106,7 @@ impl std::fmt::Display for ToolDrift {
         match self {
             ToolDrift::Vanished { name } => write!(f, "MCP tool {name} is no longer offered by its server"),
             ToolDrift::Changed { name } => {
-                write!(f, "MCP tool {name} changed (description or input schema) since the run began")
+                write!(f, "MCP tool {name} changed (what the model is shown of it) since the run began")
             }
         }
     }
@@ -282,9 +282,8 @@ impl McpTools {
             }
             match now.get(decl.name.as_str()) {
                 None => out.push(ToolDrift::Vanished { name: decl.name.clone() }),
-                Some(current)
-                    if current.description != decl.description || current.input_schema != decl.input_schema =>
-                {
+                // The core's digest of the declaration: whatever the model is shown.
+                Some(current) if current.digest() != decl.digest() => {
                     out.push(ToolDrift::Changed { name: decl.name.clone() })
                 }
                 Some(_) => {}

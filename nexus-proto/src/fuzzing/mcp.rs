@@ -22,7 +22,11 @@ const TOOLS: [&str; 3] = ["echo", "ask", "gone"];
 /// new; a server request is answered at most once while it is open, and
 /// never one that was not asked; a `requestState` only ever travels in a
 /// retry of the call it was given for; a call gets at most one final
-/// outcome (result or suspension) per start; `poll_output` always settles.
+/// outcome (result or suspension) per start; a `tools/call` goes out only
+/// when the host started the call or its server asked for a retry
+/// (`input_required`) — never again on its own after its stream was lost —
+/// and only a legacy session reattaches a lost stream; `poll_output` always
+/// settles.
 pub fn mcp(data: &[u8]) {
     let mut u = Unstructured::new(data);
     let _ = Fuzz::start(&mut u).and_then(|mut f| f.go(&mut u));
@@ -43,6 +47,10 @@ struct Fuzz {
     active: BTreeSet<String>,
     suspended: Vec<(String, String, Request)>,
     live: Vec<String>,
+    /// Per call: how many `tools/call` sends the inputs so far allow.
+    may_send: BTreeMap<String, u32>,
+    /// Per call: the id of its latest `tools/call`.
+    latest: BTreeMap<String, i64>,
 }
 
 impl Fuzz {
@@ -70,6 +78,8 @@ impl Fuzz {
             active: BTreeSet::new(),
             suspended: Vec::new(),
             live: Vec::new(),
+            may_send: BTreeMap::new(),
+            latest: BTreeMap::new(),
         })
     }
 
@@ -94,7 +104,17 @@ impl Fuzz {
     }
 
     fn step(&mut self, u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
-        match u.int_in_range(0..=15)? {
+        match u.int_in_range(0..=16)? {
+            16 => {
+                let id = self.pick_sent(u)?;
+                let last_event_id = match u.int_in_range(0..=2)? {
+                    0 => None,
+                    1 => Some(String::new()),
+                    _ => Some(format!("ev-{}", u.int_in_range(0..=9)?)),
+                };
+                // Whatever comes of it, the call is not sent again unless asked (checked on transmit).
+                let _ = self.feed(Input::StreamLost { id: RequestId::Num(id), last_event_id });
+            }
             0 | 1 => {
                 let call = u.choose(&KEYS)?.to_string();
                 let tool = u.choose(&TOOLS)?.to_string();
@@ -105,6 +125,7 @@ impl Fuzz {
                     resume: None,
                 }));
                 if ok.is_ok() {
+                    *self.may_send.entry(call.clone()).or_default() += 1;
                     self.active.insert(call);
                 }
             }
@@ -120,6 +141,7 @@ impl Fuzz {
                         resume: Some(Resume { request, answer }),
                     }));
                     if r.is_ok() {
+                        *self.may_send.entry(call.clone()).or_default() += 1;
                         self.active.insert(call);
                     }
                 }
@@ -229,7 +251,13 @@ impl Fuzz {
         let rid = RequestId::Num(id);
         if u.ratio(1, 6)? {
             let code = *u.choose(&[-32601i64, -32602, -32022, -32021, -32042, -32603])?;
-            let data = json!({"supported": ["2025-06-18"], "elicitations": [{"mode": "url", "url": "https://x.example/a", "message": "go", "elicitationId": "e1"}]});
+            let supported = match u.int_in_range(0..=3)? {
+                0 => json!(["2025-06-18"]),
+                1 => json!(["2026-07-28"]),
+                2 => json!(["1999-01-01"]),
+                _ => json!("not a list"),
+            };
+            let data = json!({"supported": supported, "elicitations": [{"mode": "url", "url": "https://x.example/a", "message": "go", "elicitationId": "e1"}]});
             let v = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": "no", "data": data}});
             return Ok(serde_json::to_vec(&v).unwrap_or_default());
         }
@@ -257,6 +285,10 @@ impl Fuzz {
                 1 => json!({"content": [], "isError": true}),
                 2 => json!({"resultType": "bogus"}),
                 _ => {
+                    if let Some(c) = call.filter(|c| self.latest.get(*c) == Some(&id) && self.active.contains(*c)) {
+                        // The server asks for the call again.
+                        *self.may_send.entry(c.to_string()).or_default() += 1;
+                    }
                     self.next_state += 1;
                     let state = format!("st-{}", self.next_state);
                     if let Some(c) = call {
@@ -281,9 +313,11 @@ impl Fuzz {
                 Output::Transmit(t) => self.check_transmit(t.message, t.id, t.call),
                 Output::CallDone { call, .. } => {
                     assert!(self.active.remove(&call), "a result for call {call} which is not active");
+                    self.may_send.remove(&call);
                 }
                 Output::CallSuspended { call, request } => {
                     assert!(self.active.remove(&call), "a suspension for call {call} which is not active");
+                    self.may_send.remove(&call);
                     let tool = request
                         .data
                         .as_ref()
@@ -294,6 +328,16 @@ impl Fuzz {
                     self.suspended.push((call, tool, request));
                 }
                 Output::Elicit { request, .. } => self.live.push(request.id),
+                Output::Reattach { id, last_event_id } => {
+                    let RequestId::Num(n) = id else { panic!("reattach of a non-numeric id") };
+                    assert!(self.sent.contains_key(&n), "reattach of request {n}, never sent");
+                    assert!(!last_event_id.is_empty(), "reattach without an event id");
+                    assert_ne!(
+                        self.s.discovery().map(|d| d.era),
+                        Some(Era::Modern),
+                        "a modern session reattached a stream"
+                    );
+                }
                 Output::Abandon { .. } | Output::ToolsListed { .. } | Output::ToolsFailed { .. } | Output::Event(_) => {
                 }
             }
@@ -307,6 +351,13 @@ impl Fuzz {
         match msg {
             Message::Request { id: RequestId::Num(n), method, params } => {
                 assert_eq!(id, Some(RequestId::Num(n)), "Transmit.id differs from the message's id");
+                if method == "tools/call" {
+                    let key = call.clone().unwrap_or_default();
+                    let credit = self.may_send.entry(key.clone()).or_default();
+                    assert!(*credit > 0, "tools/call for {key} sent again without being asked");
+                    *credit -= 1;
+                    self.latest.insert(key, n);
+                }
                 assert!(!self.sent.contains_key(&n), "request id {n} sent twice");
                 if let Some(state) = params.as_ref().and_then(|p| p.get("requestState")).and_then(Value::as_str) {
                     assert_eq!(method, "tools/call", "a requestState in {method}");

@@ -78,6 +78,12 @@ pub enum ProtocolError {
     /// The connection closed.
     #[error("connection closed: {0}")]
     Closed(String),
+    /// The stream carrying the response to a request was lost before the response.
+    #[error("the stream carrying the answer to {method} was lost")]
+    StreamLost {
+        /// The request method.
+        method: String,
+    },
 }
 
 impl ProtocolError {

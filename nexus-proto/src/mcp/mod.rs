@@ -24,13 +24,19 @@
 //! | [`Output`] | the driver |
 //! |---|---|
 //! | `Transmit(t)` | sends `t.message` (stdio: one line; HTTP: a POST with `t.headers`), opening the connection first if none is open, and feeds every message that comes back as [`Input::Received`] |
-//! | `Abandon{id}` | stops reading the response to `id` (HTTP: closes its stream) |
+//! | `Abandon{id}` | stops reading the response to `id` (HTTP: shuts its stream — in 2026 that is the cancellation) |
+//! | `Reattach{id, last_event_id}` | legacy HTTP: resumes the lost stream of `id` with `GET` + `Last-Event-ID` |
 //! | `ToolsListed{tools, changed}` / `ToolsFailed{error}` | updates the tools it exposes |
 //! | `CallDone{call, result}` | gives the call its result |
 //! | `CallSuspended{call, request}` | replies `Pending(request)` for the call; after the answer, calls again with [`CallRequest::resume`] |
 //! | `Elicit{call, request}` | asks the host now (legacy, in-process only) and feeds [`Input::Answer`] |
 //! | `Event(e)` | logs or shows it |
 //! | `Wait{until}` | waits for input; feeds [`Input::Timeout`] once `until` passes |
+//!
+//! An HTTP driver that loses the SSE stream carrying a response feeds
+//! [`Input::StreamLost`]: the session alone decides whether the stream is
+//! reattached (legacy era, the server gave event ids) or the call ends in
+//! doubt — it never sends a `tools/call` again on its own.
 //!
 //! ```
 //! use nexus_proto::mcp::*;
@@ -84,7 +90,7 @@ pub mod elicit;
 mod error;
 pub mod jsonrpc;
 mod session;
-mod tools;
+pub(crate) mod tools;
 mod types;
 
 pub use content::{check_schema, tool_result};

@@ -17,6 +17,9 @@ use crate::time::Timestamp;
 /// How many abandoned request ids are remembered so their late responses
 /// are ignored quietly instead of reported.
 const ABANDONED_MEMORY: usize = 4096;
+/// How often one request's lost SSE stream is reattached (`Last-Event-ID`)
+/// before the request is given up as in doubt.
+pub(super) const MAX_REATTACHES: u32 = 5;
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Link {
@@ -24,8 +27,8 @@ pub(super) enum Link {
     Down,
     /// The modern probe (`server/discover`) is out.
     Probing { id: i64 },
-    /// Legacy `initialize` is out.
-    Initializing { id: i64 },
+    /// Legacy `initialize` is out, offering `version`.
+    Initializing { id: i64, version: &'static str },
     /// Ready for requests.
     Up,
 }
@@ -46,6 +49,8 @@ pub(super) struct Outstanding {
     pub sent: Timestamp,
     /// `None` while its timer is paused (a live elicitation of the call is with the user).
     pub deadline: Option<Timestamp>,
+    /// How often its lost stream was reattached.
+    pub reattaches: u32,
 }
 
 /// A tool list being fetched page by page.
@@ -85,6 +90,11 @@ pub struct Session {
     pub(super) live: BTreeMap<String, LiveElicit>,
     pub(super) out: VecDeque<Output>,
     pub(super) last_now: Timestamp,
+    /// The probe that timed out while the session went on with `initialize`:
+    /// if its answer still comes and says modern, the session switches.
+    pub(super) late_probe: Option<i64>,
+    /// `initialize` was already offered a second version on this connection.
+    pub(super) init_retried: bool,
 }
 
 impl Session {
@@ -119,6 +129,8 @@ impl Session {
             live: BTreeMap::new(),
             out: VecDeque::new(),
             last_now: Timestamp(0),
+            late_probe: None,
+            init_retried: false,
         })
     }
 
@@ -185,6 +197,21 @@ impl Session {
                 };
                 self.last_now = now;
                 self.on_failure(now, n, o, ProtocolError::Refused { method: String::new(), status }, true);
+            }
+            Input::StreamLost { id, last_event_id } => {
+                let RequestId::Num(n) = id else {
+                    return Err(McpInputError::UnknownRequest(id.to_string()).into());
+                };
+                if self.abandoned.contains(&n) {
+                    // Its answer stopped mattering (timed out, cancelled): nothing is lost.
+                    self.last_now = now;
+                    return Ok(());
+                }
+                if !self.outstanding.contains_key(&n) {
+                    return Err(McpInputError::UnknownRequest(id.to_string()).into());
+                }
+                self.last_now = now;
+                self.on_stream_lost(now, n, last_event_id);
             }
             Input::SessionExpired => {
                 self.last_now = now;
@@ -260,6 +287,9 @@ impl Session {
             Message::Response { id: RequestId::Num(n), result } => {
                 if let Some(o) = self.outstanding.remove(&n) {
                     self.on_result(now, n, o, result);
+                } else if self.late_probe == Some(n) {
+                    self.late_probe = None;
+                    self.on_late_probe(now, &result);
                 }
             }
             Message::Error { id: Some(RequestId::Num(n)), error } => {
@@ -272,6 +302,8 @@ impl Session {
                     if let Purpose::Call(key) = &o.purpose {
                         let key = key.clone();
                         self.on_call_error(now, &key, error);
+                    } else if o.purpose == Purpose::Initialize && refuses_version(&error) {
+                        self.on_version_refused(now, error.data.as_ref());
                     } else {
                         let recognised_modern = matches!(
                             error.code,
@@ -315,7 +347,7 @@ impl Session {
             // Any failure of the probe that is not a recognised modern error means legacy.
             Purpose::Discover => {
                 self.forget(id);
-                self.initialize(now);
+                self.initialize(now, LEGACY_VERSIONS[0]);
             }
             Purpose::Initialize => self.connect_failed(error),
             Purpose::List => {
@@ -339,8 +371,10 @@ impl Session {
             match &o.purpose {
                 Purpose::Discover => {
                     self.forget(id);
+                    // A slow server may still answer it: see `on_late_probe`.
+                    self.late_probe = Some(id);
                     self.out.push_back(Output::Abandon { id: RequestId::Num(id) });
-                    self.initialize(now);
+                    self.initialize(now, LEGACY_VERSIONS[0]);
                 }
                 // `initialize` must not be cancelled: the connection is given up instead.
                 Purpose::Initialize => {
@@ -395,6 +429,7 @@ impl Session {
         }
         self.link = Link::Down;
         self.session_id = None;
+        self.late_probe = None;
         self.live.clear();
         if self.listing.take().is_some() || self.list_wanted {
             self.list_wanted = false;
@@ -422,6 +457,7 @@ impl Session {
         }
         self.session_id = None;
         self.link = Link::Down;
+        self.late_probe = None;
         self.live.clear();
         if self.listing.take().is_some() {
             self.list_wanted = true; // idempotent: fetched again after re-initializing
@@ -468,20 +504,15 @@ impl Session {
     }
 
     fn connect(&mut self, now: Timestamp) {
+        self.init_retried = false;
+        self.late_probe = None;
         let era = self.discovery.as_ref().map(|d| d.era).or(self.cfg.era);
         match era {
             Some(Era::Modern) => {
-                let d = self.discovery.clone().unwrap_or_else(|| Discovery {
-                    format_version: 1,
-                    era: Era::Modern,
-                    version: MODERN_VERSION.into(),
-                    capabilities: Value::Null,
-                    server_info: None,
-                    instructions: None,
-                });
+                let d = self.discovery.clone().unwrap_or_else(|| modern_discovery(None));
                 self.up(now, d);
             }
-            Some(Era::Legacy) => self.initialize(now),
+            Some(Era::Legacy) => self.initialize(now, LEGACY_VERSIONS[0]),
             None => {
                 let timeout = self.cfg.probe_timeout_ms;
                 let id = self.send_request(now, "server/discover", Map::new(), Purpose::Discover, timeout, None, true);
@@ -497,14 +528,14 @@ impl Session {
         self.pump(now);
     }
 
-    fn initialize(&mut self, now: Timestamp) {
+    fn initialize(&mut self, now: Timestamp, version: &'static str) {
         let mut params = Map::new();
-        params.insert("protocolVersion".into(), Value::from(LEGACY_VERSIONS[0]));
+        params.insert("protocolVersion".into(), Value::from(version));
         params.insert("capabilities".into(), self.capabilities());
         params.insert("clientInfo".into(), self.client_info());
         let timeout = self.cfg.request_timeout_ms;
         let id = self.send_request(now, "initialize", params, Purpose::Initialize, timeout, None, false);
-        self.link = Link::Initializing { id };
+        self.link = Link::Initializing { id, version };
     }
 
     fn connect_failed(&mut self, error: ProtocolError) {
@@ -527,17 +558,11 @@ impl Session {
             .map(|v| v.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         if versions.contains(&MODERN_VERSION) {
-            let d = Discovery {
-                format_version: 1,
-                era: Era::Modern,
-                version: MODERN_VERSION.into(),
-                capabilities: result.get("capabilities").cloned().unwrap_or(Value::Null),
-                server_info: result.get("_meta").and_then(|m| m.get("io.modelcontextprotocol/serverInfo")).cloned(),
-                instructions: result.get("instructions").and_then(Value::as_str).map(str::to_string),
-            };
-            self.up(now, d);
-        } else if versions.iter().any(|v| LEGACY_VERSIONS.contains(v)) || versions.is_empty() {
-            self.initialize(now);
+            self.up(now, modern_discovery(Some(result)));
+        } else if versions.is_empty() {
+            self.initialize(now, LEGACY_VERSIONS[0]);
+        } else if let Some(v) = best_legacy(&versions) {
+            self.initialize(now, v);
         } else {
             self.connect_failed(ProtocolError::UnsupportedVersion {
                 offered: versions.join(", "),
@@ -554,23 +579,102 @@ impl Session {
                 .and_then(Value::as_array)
                 .map(|v| v.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
-            if supported.iter().any(|v| LEGACY_VERSIONS.contains(v)) {
-                return self.initialize(now);
+            if let Some(v) = best_legacy(&supported) {
+                return self.initialize(now, v);
             }
             return self.connect_failed(ProtocolError::UnsupportedVersion {
                 offered: supported.join(", "),
                 supported: supported_versions(),
             });
         }
-        let d = Discovery {
-            format_version: 1,
-            era: Era::Modern,
-            version: MODERN_VERSION.into(),
-            capabilities: Value::Null,
-            server_info: None,
-            instructions: None,
+        self.up(now, modern_discovery(None));
+    }
+
+    /// `initialize` refused the version offered (`-32022`, or the legacy
+    /// `-32602` with `data.supported`): offer once the newest version both
+    /// sides speak — the modern era when the server lists it — else fail
+    /// with [`ProtocolError::UnsupportedVersion`].
+    fn on_version_refused(&mut self, now: Timestamp, data: Option<&Value>) {
+        let supported: Vec<&str> = data
+            .and_then(|d| d.get("supported"))
+            .and_then(Value::as_array)
+            .map(|v| v.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let tried = match self.link {
+            Link::Initializing { version, .. } => Some(version),
+            _ => None,
         };
-        self.up(now, d);
+        if !self.init_retried {
+            if supported.contains(&MODERN_VERSION) && self.cfg.era != Some(Era::Legacy) {
+                self.init_retried = true;
+                return self.up(now, modern_discovery(None));
+            }
+            if let Some(v) = best_legacy(&supported).filter(|v| Some(*v) != tried) {
+                self.init_retried = true;
+                return self.initialize(now, v);
+            }
+        }
+        self.connect_failed(ProtocolError::UnsupportedVersion {
+            offered: supported.join(", "),
+            supported: supported_versions(),
+        });
+    }
+
+    /// The probe's answer came after it timed out and the session went on
+    /// with `initialize`: a server that speaks the modern era is talked to
+    /// in it from now on. An `initialize` still out is no longer waited for;
+    /// requests already sent in the legacy era finish as they are.
+    fn on_late_probe(&mut self, now: Timestamp, result: &Value) {
+        let modern = result
+            .get("supportedVersions")
+            .and_then(Value::as_array)
+            .is_some_and(|v| v.iter().any(|x| x.as_str() == Some(MODERN_VERSION)));
+        if !modern || self.cfg.era.is_some() || self.era() == Some(Era::Modern) {
+            return;
+        }
+        if let Link::Initializing { id, .. } = self.link {
+            // Not cancelled (initialize never is): its answer is just ignored.
+            self.forget(id);
+        }
+        self.up(now, modern_discovery(Some(result)));
+    }
+
+    /// The SSE stream of request `n` was lost before its response.
+    fn on_stream_lost(&mut self, now: Timestamp, n: i64, last_event_id: Option<String>) {
+        let legacy_era = self.era() == Some(Era::Legacy);
+        let Some(o) = self.outstanding.get_mut(&n) else { return };
+        // Only the legacy era resumes streams; during `initialize` the era is legacy by construction.
+        let legacy = legacy_era || o.purpose == Purpose::Initialize;
+        if let Some(last) = last_event_id.filter(|l| legacy && !l.is_empty() && o.reattaches < MAX_REATTACHES) {
+            o.reattaches += 1;
+            self.out.push_back(Output::Reattach { id: RequestId::Num(n), last_event_id: last });
+            return;
+        }
+        let Some(o) = self.outstanding.remove(&n) else { return };
+        match &o.purpose {
+            Purpose::Call(key) => {
+                let key = key.clone();
+                if legacy {
+                    // A legacy server goes on after a disconnect: ask it to stop.
+                    self.send_cancelled(n, "the response stream was lost");
+                } else {
+                    // In the modern era the closed stream was itself the cancellation.
+                    self.forget(n);
+                }
+                self.finish_call_error(
+                    &key,
+                    format!(
+                        "MCP server {}: the stream carrying the call's answer was lost; it may or may not have completed and was not re-run",
+                        self.cfg.server
+                    ),
+                );
+            }
+            _ => {
+                self.forget(n);
+                let method = o.method.to_string();
+                self.on_failure(now, n, o, ProtocolError::StreamLost { method }, false);
+            }
+        }
     }
 
     fn on_initialized(&mut self, now: Timestamp, result: &Value) {
@@ -808,8 +912,10 @@ impl Session {
             headers.extend(self.legacy_headers());
         }
         let body = jsonrpc::request(&RequestId::Num(id), method, Some(&Value::Object(params)));
-        self.outstanding
-            .insert(id, Outstanding { method, purpose, sent: now, deadline: Some(now.plus_ms(timeout_ms)) });
+        self.outstanding.insert(
+            id,
+            Outstanding { method, purpose, sent: now, deadline: Some(now.plus_ms(timeout_ms)), reattaches: 0 },
+        );
         self.out.push_back(Output::Transmit(Transmit {
             message: body,
             id: Some(RequestId::Num(id)),
@@ -871,6 +977,30 @@ impl Session {
             _ => self.legacy_headers(),
         };
         self.out.push_back(Output::Transmit(Transmit { message, id, call, headers }));
+    }
+}
+
+/// Whether an error to `initialize` refuses the offered protocol version.
+fn refuses_version(error: &jsonrpc::RpcError) -> bool {
+    let lists = error.data.as_ref().and_then(|d| d.get("supported")).is_some_and(Value::is_array);
+    error.code == code::UNSUPPORTED_PROTOCOL_VERSION || (error.code == code::INVALID_PARAMS && lists)
+}
+
+/// The newest legacy version this client speaks among `offered`.
+fn best_legacy(offered: &[&str]) -> Option<&'static str> {
+    LEGACY_VERSIONS.iter().copied().find(|v| offered.contains(v))
+}
+
+/// The modern era's discovery, from a `server/discover` result when there is one.
+fn modern_discovery(result: Option<&Value>) -> Discovery {
+    let get = |k: &str| result.and_then(|r| r.get(k));
+    Discovery {
+        format_version: 1,
+        era: Era::Modern,
+        version: MODERN_VERSION.into(),
+        capabilities: get("capabilities").cloned().unwrap_or(Value::Null),
+        server_info: get("_meta").and_then(|m| m.get("io.modelcontextprotocol/serverInfo")).cloned(),
+        instructions: get("instructions").and_then(Value::as_str).map(str::to_string),
     }
 }
 

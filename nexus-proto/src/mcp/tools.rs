@@ -83,7 +83,12 @@ pub fn digest(tool: &McpTool) -> String {
     o.insert("outputSchema".into(), tool.output_schema.clone().unwrap_or(Value::Null));
     let mut text = String::new();
     canonical(&Value::Object(o), &mut text);
-    let hash = sha256(text.as_bytes());
+    sha256_label(text.as_bytes())
+}
+
+/// `sha256:<hex>` of `data`.
+pub(crate) fn sha256_label(data: &[u8]) -> String {
+    let hash = sha256(data);
     let mut out = String::with_capacity(7 + 64);
     out.push_str("sha256:");
     for b in hash {
@@ -92,7 +97,8 @@ pub fn digest(tool: &McpTool) -> String {
     out
 }
 
-fn canonical(v: &Value, out: &mut String) {
+/// `v` as JSON with every object's keys sorted: one text per value.
+pub(crate) fn canonical(v: &Value, out: &mut String) {
     match v {
         Value::Object(m) => {
             let sorted: BTreeMap<&String, &Value> = m.iter().collect();
@@ -260,7 +266,7 @@ fn base64(bytes: &[u8]) -> String {
 
 /// SHA-256 (FIPS 180-4). Written out because the core takes no hashing
 /// dependency; the digests only need to be stable and collision-resistant.
-fn sha256(data: &[u8]) -> [u8; 32] {
+pub(crate) fn sha256(data: &[u8]) -> [u8; 32] {
     const K: [u32; 64] = [
         0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
         0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,

@@ -175,6 +175,18 @@ pub enum Input<'a> {
         /// What happened (exit status, stderr tail).
         reason: String,
     },
+    /// HTTP: the SSE stream carrying the response to request `id` ended
+    /// (or broke) before that response came. A `tools/call` is then *in
+    /// doubt*: on a legacy server that gave its events ids
+    /// (`last_event_id`), the session asks to reattach
+    /// ([`Output::Reattach`]); otherwise the call fails as in doubt — it is
+    /// never sent again on its own.
+    StreamLost {
+        /// The request whose stream was lost.
+        id: RequestId,
+        /// The `id` of the last SSE event read on that stream, if the server gave ids.
+        last_event_id: Option<String>,
+    },
     /// A time the session asked for ([`Output::Wait`]) may have passed.
     Timeout,
     /// The host wants the tool list: answered by [`Output::ToolsListed`]
@@ -216,6 +228,17 @@ pub enum Output {
     Abandon {
         /// The request.
         id: RequestId,
+    },
+    /// Legacy HTTP: resume the lost SSE stream of request `id` with a `GET`
+    /// carrying `Last-Event-ID: last_event_id` (after the server's `retry:`
+    /// delay) and feed what it carries with `stream_of: Some(id)`. If that
+    /// stream is lost too, give [`Input::StreamLost`] again; a refused `GET`
+    /// is [`Input::StreamLost`] with no event id.
+    Reattach {
+        /// The request.
+        id: RequestId,
+        /// The last event id read before the stream was lost.
+        last_event_id: String,
     },
     /// The server's tool list, whole (every page). `changed`: it differs
     /// from the list given before (a digest changed, a tool came or went).

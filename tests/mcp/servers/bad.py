@@ -10,12 +10,20 @@ Modes:
   wrong-version  answers with "jsonrpc": "1.0"
   unknown-id   answers every request with an id nobody sent, then properly
   echo-tools   a minimal correct legacy server with one tool `ping_tool`
+  version-picky  a legacy server that speaks only 2025-06-18: any other
+               version offered to `initialize` gets -32022 with the list
+  slow-modern [SECONDS]  answers the modern probe only after SECONDS
+               (default 1.5), then speaks 2026
+               on this connection: `initialize` is refused, and a request
+               without the 2026 `_meta` too
 """
 
 import json
 import sys
+import time
 
 MODE = sys.argv[1]
+DELAY = float(sys.argv[2]) if len(sys.argv) > 2 else 1.5
 
 TOOL = {"name": "ping_tool", "description": "Answers pong.", "inputSchema": {"type": "object"}}
 
@@ -25,8 +33,27 @@ def out(obj) -> None:
     sys.stdout.flush()
 
 
+def error(req, code, message, data=None) -> dict:
+    err = {"code": code, "message": message}
+    if data is not None:
+        err["data"] = data
+    return {"jsonrpc": "2.0", "id": req["id"], "error": err}
+
+
 def answer(req) -> dict:
     method = req.get("method")
+    params = req.get("params") or {}
+    if MODE == "version-picky" and method == "initialize" and params.get("protocolVersion") != "2025-06-18":
+        return error(req, -32022, "Unsupported protocol version",
+                     {"supported": ["2025-06-18"], "requested": params.get("protocolVersion")})
+    if MODE == "slow-modern":
+        if method == "server/discover":
+            time.sleep(DELAY)
+            return {"jsonrpc": "2.0", "id": req["id"], "result": {
+                "resultType": "complete", "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}}}
+        meta = params.get("_meta") or {}
+        if meta.get("io.modelcontextprotocol/protocolVersion") != "2026-07-28":
+            return error(req, -32600, "this connection speaks 2026-07-28")
     if method == "initialize":
         result = {
             "protocolVersion": req["params"].get("protocolVersion", "2025-11-25"),

@@ -4,14 +4,16 @@ It speaks both protocol eras (the SDK answers `server/discover` and legacy
 `initialize`) over stdio or Streamable HTTP:
 
     python kitchen.py stdio [--page-size N]
-    python kitchen.py http [--page-size N] [--json-response]
+    python kitchen.py http [--page-size N] [--json-response] [--event-store]
 
 Over HTTP it binds 127.0.0.1 on a free port and prints `PORT <n>` as its
 first stdout line. Its tools cover what an MCP client must handle: every
 content type, structured output, `isError`, progress, a slow tool, a crash
 mid-call, stderr spam, a grandchild process, a tool list that changes, a
 tiny page size and elicitation (a live request for legacy clients, an
-`input_required` result for 2026 clients).
+`input_required` result for 2026 clients). With `--event-store` the HTTP
+server gives its SSE events ids and replays them on `Last-Event-ID`, and the
+`cut` tool closes its own response stream in the middle of the call.
 """
 
 import argparse
@@ -24,6 +26,7 @@ import sys
 from typing import Annotated
 
 from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.streamable_http import EventMessage, EventStore
 from mcp.server.mcpserver import RequestStateSecurity, Context, ElicitationResult, Elicit, MCPServer, Resolve
 from mcp_types import (
     AudioContent,
@@ -47,6 +50,28 @@ PNG = base64.b64encode(
     )
 ).decode()
 WAV = base64.b64encode(b"RIFF\x24\x00\x00\x00WAVEfmt ").decode()
+
+
+class MemoryEventStore(EventStore):
+    """Every event of every stream, in memory, replayable after any of them."""
+
+    def __init__(self):
+        self.events = []  # (event id, stream id, message)
+
+    async def store_event(self, stream_id, message):
+        event_id = str(len(self.events) + 1)
+        self.events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(self, last_event_id, send_callback):
+        at = next((i for i, e in enumerate(self.events) if e[0] == last_event_id), None)
+        if at is None:
+            return None
+        stream_id = self.events[at][1]
+        for event_id, sid, message in self.events[at + 1 :]:
+            if sid == stream_id and message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream_id
 
 
 class Kitchen(MCPServer):
@@ -129,6 +154,22 @@ def build(page_size: int) -> Kitchen:
         await asyncio.sleep(seconds)
         return f"slept {seconds}"
 
+    @mcp.tool(description="Closes its own response stream, waits, then returns.")
+    async def cut(seconds: float, ctx: Context) -> str:
+        await ctx.close_sse_stream()
+        await asyncio.sleep(seconds)
+        return "survived the cut"
+
+    @mcp.tool(description="Sleeps; writes `cancelled` to `marker` if it is cancelled.")
+    async def watch(seconds: float, marker: str) -> str:
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            with open(marker, "w") as f:
+                f.write("cancelled")
+            raise
+        return "watched"
+
     @mcp.tool(description="Exits the server process in the middle of the call.")
     def crash(code: int = 7) -> str:
         sys.stderr.write("about to crash\n")
@@ -163,7 +204,8 @@ def build(page_size: int) -> Kitchen:
         await ctx.notify_tools_changed()
         return f"added {name}"
 
-    @mcp.tool(description="Books a table after asking the user to confirm.")
+    # KITCHEN_BOOK_DESCRIPTION changes what the model is told `book` does (drift on resume).
+    @mcp.tool(description=os.environ.get("KITCHEN_BOOK_DESCRIPTION", "Books a table after asking the user to confirm."))
     def book(city: str, answer: Annotated[ElicitationResult[Booking], Resolve(ask_booking)]) -> str:
         if answer.action != "accept":
             return f"not booked ({answer.action})"
@@ -180,6 +222,7 @@ def main() -> None:
     parser.add_argument("transport", choices=["stdio", "http"])
     parser.add_argument("--page-size", type=int, default=0)
     parser.add_argument("--json-response", action="store_true")
+    parser.add_argument("--event-store", action="store_true")
     args = parser.parse_args()
     mcp = build(args.page_size)
     if args.transport == "stdio":
@@ -191,7 +234,12 @@ def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
-    app = mcp.streamable_http_app(json_response=args.json_response)
+    if args.event_store:
+        app = mcp.streamable_http_app(
+            json_response=args.json_response, event_store=MemoryEventStore(), retry_interval=200
+        )
+    else:
+        app = mcp.streamable_http_app(json_response=args.json_response)
     print(f"PORT {sock.getsockname()[1]}", flush=True)
     config = uvicorn.Config(app, log_level="warning")
     asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
