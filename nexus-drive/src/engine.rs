@@ -52,8 +52,8 @@ struct Exchange {
     held: Option<Held>,
     usage_before: Usage,
     turns_before: u32,
-    /// The model of the upstream it went to.
-    model: String,
+    /// The model of the upstream it went to, kept for the metric only.
+    model: Option<String>,
 }
 
 struct Held {
@@ -113,11 +113,15 @@ impl Engine {
             let d = Timestamp(now_ms()).plus_ms(u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
             rc.deadline = Some(rc.deadline.map_or(d, |x| x.min(d)));
         }
-        let run = Run::new(rc, cfg.toolbox.decls(), messages)?;
+        let run = Run::new(rc, cfg.toolbox.shared_decls(), messages)?;
         if let Some(tap) = &cfg.tap {
             tap.started(&run);
         }
-        Ok(Engine::with_run(cfg, cancel, run))
+        let mut engine = Engine::with_run(cfg, cancel, run);
+        // A new run has seen no time yet: no input of it can be refused as
+        // earlier than its last, so none needs a copy for a retry (`feed`).
+        engine.synced = true;
+        Ok(engine)
     }
 
     /// A new run suspended before its first model call on `requests` the
@@ -156,8 +160,8 @@ impl Engine {
         if let Some(key) = &cfg.api_key {
             run.set_api_key(key.clone());
         }
-        for (i, u) in run.config().upstreams().into_iter().enumerate().skip(1) {
-            if let Some(key) = cfg.key_for(&u) {
+        for i in 1..run.config().upstream_count() {
+            if let Some(key) = run.config().upstream(i).and_then(|u| cfg.key_for(&u)) {
                 run.set_upstream_api_key(i, key);
             }
         }
@@ -342,7 +346,7 @@ impl Engine {
         self.finished = true;
         let suspended =
             SuspendedRun { run_id: self.run.id().to_string(), state: self.run.snapshot(), pending: requests };
-        let mut result = self.result(RunStatus::Pending, None);
+        let mut result = self.result(RunStatus::Pending, None, false);
         result.pending = suspended.pending.clone();
         result.suspended = Some(suspended);
         self.run_metric("pending", &result, None);
@@ -387,7 +391,7 @@ impl Engine {
             held: None,
             usage_before: self.run.usage(),
             turns_before: self.run.turns(),
-            model: self.run.upstream().model,
+            model: self.cfg.on_metric.is_some().then(|| self.run.upstream().model),
         });
         Some(req)
     }
@@ -503,7 +507,7 @@ impl Engine {
         if let Some(m) = &self.cfg.on_metric {
             let usage = self.run.usage();
             m(&Metric::Llm {
-                model: ex.model.clone(),
+                model: ex.model.clone().unwrap_or_default(),
                 status: if ok { "ok" } else { "error" },
                 http_status: ex.status,
                 latency,
@@ -650,29 +654,37 @@ impl Engine {
             Outcome::Incomplete { limit } => (RunStatus::Incomplete, Some(limit)),
             Outcome::Failed { error } => {
                 let err = self.failure.take().unwrap_or(DriveError::Run(error));
-                let result = self.result(RunStatus::Done, None);
+                let result = self.result(RunStatus::Done, None, false);
                 self.run_metric("failed", &result, Some(err.to_string()));
                 return Err(err);
             }
         };
-        let result = self.result(status, limit);
+        let result = self.result(status, limit, true);
         self.run_metric(if status == RunStatus::Done { "done" } else { "incomplete" }, &result, None);
         Ok(result)
     }
 
-    fn result(&self, status: RunStatus, limit: Option<String>) -> RunResult {
+    /// The run's result. With `last`, the run is over and the transcript
+    /// moves into the result instead of being copied.
+    fn result(&mut self, status: RunStatus, limit: Option<String>, last: bool) -> RunResult {
         let (upstreams, failovers) = RunResult::routing(&self.run);
+        let text = self.run.final_text();
+        let tool_calls = self.run.tool_calls();
+        let messages = match last {
+            true => self.run.take_transcript(),
+            false => None,
+        };
         RunResult {
             status,
-            text: self.run.final_text(),
-            tool_calls: self.run.tool_calls(),
+            text,
+            tool_calls,
             turns: self.run.turns(),
             usage: self.run.usage(),
             model: self.run.config().model.clone(),
             limit,
             pending: Vec::new(),
             stop_reason: self.last_stop,
-            messages: self.run.transcript().to_vec(),
+            messages: messages.unwrap_or_else(|| self.run.transcript().to_vec()),
             suspended: None,
             upstreams,
             failovers,

@@ -328,6 +328,9 @@ pub(crate) struct Entry {
 #[derive(Clone, Default)]
 pub struct Toolbox {
     entries: Vec<Entry>,
+    /// The declarations as runs hold them, built on first use after a
+    /// change: every run of a client shares this one copy.
+    shared: std::sync::OnceLock<Arc<[ToolDecl]>>,
 }
 
 impl fmt::Debug for Toolbox {
@@ -416,6 +419,12 @@ impl Toolbox {
         self.entries.iter().map(|e| e.decl.clone()).collect()
     }
 
+    /// The declarations, in registration order, as one shared copy: every
+    /// run started over this toolbox holds the same one.
+    pub fn shared_decls(&self) -> Arc<[ToolDecl]> {
+        self.shared.get_or_init(|| self.decls().into()).clone()
+    }
+
     /// The registered names, in registration order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.iter().map(|e| e.decl.name.as_str())
@@ -446,6 +455,7 @@ impl Toolbox {
             return Err(ToolboxError::Duplicate(decl.name));
         }
         self.entries.push(Entry { decl, handler, timeout });
+        self.shared = std::sync::OnceLock::new();
         Ok(self)
     }
 }

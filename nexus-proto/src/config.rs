@@ -130,6 +130,21 @@ impl RunConfig {
         }
     }
 
+    /// Upstream `i`'s wire format, base URL and model, borrowed: the
+    /// machine looks at the current upstream on every input, and
+    /// [`RunConfig::upstream`] copies.
+    pub(crate) fn upstream_parts(&self, i: usize) -> Option<(Style, &str, &str)> {
+        match i {
+            0 => Some((self.style, &self.base_url, &self.model)),
+            _ => self.fallbacks.get(i - 1).map(|u| (u.style, u.base_url.as_str(), u.model.as_str())),
+        }
+    }
+
+    /// Whether any upstream (the primary or a fallback) speaks `style`.
+    pub(crate) fn any_upstream_speaks(&self, style: Style) -> bool {
+        self.style == style || self.fallbacks.iter().any(|u| u.style == style)
+    }
+
     /// Every upstream in order, the primary first.
     pub fn upstreams(&self) -> Vec<Upstream> {
         (0..self.upstream_count()).filter_map(|i| self.upstream(i)).collect()

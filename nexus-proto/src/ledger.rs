@@ -334,18 +334,18 @@ impl Batch {
     }
 
     /// The result turn's blocks, in call order. Only valid when `complete()`.
-    pub(crate) fn results(&self) -> Vec<(ToolResultBlock, ToolResult)> {
+    pub(crate) fn into_results(self) -> Vec<(ToolResultBlock, ToolResult)> {
         self.calls
-            .iter()
-            .filter_map(|e| match &e.state {
+            .into_iter()
+            .filter_map(|e| match e.state {
                 CallState::Completed { result } => Some((
                     ToolResultBlock {
-                        call_id: e.call.id.clone(),
-                        name: e.call.name.clone(),
+                        call_id: e.call.id,
+                        name: e.call.name,
                         output: result.output.clone(),
                         is_error: result.is_error,
                     },
-                    result.clone(),
+                    result,
                 )),
                 _ => None,
             })

@@ -6,6 +6,7 @@
 //! Every state transition lives in this file and in `ledger.rs`.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -179,7 +180,9 @@ pub(crate) struct RunState {
     pub format_version: u64,
     pub run_id: String,
     pub config: RunConfig,
-    pub tools: Vec<ToolDecl>,
+    /// Shared with the client that declared them: every run of a client
+    /// holds the same declarations, so a new run copies none.
+    pub tools: Arc<[ToolDecl]>,
     pub transcript: Vec<Message>,
     /// Messages before this run began (given as history); summaries skip them.
     pub history_len: usize,
@@ -254,10 +257,18 @@ pub struct Run {
 
 impl Run {
     /// A new run over `messages` (history plus the new user turn, which must come last).
-    pub fn new(config: RunConfig, tools: Vec<ToolDecl>, messages: Vec<Message>) -> Result<Run, InputError> {
+    ///
+    /// `tools` is a `Vec<ToolDecl>` or an `Arc<[ToolDecl]>`: a host that
+    /// starts many runs over the same tools shares one copy among them.
+    pub fn new(
+        config: RunConfig,
+        tools: impl Into<Arc<[ToolDecl]>>,
+        messages: Vec<Message>,
+    ) -> Result<Run, InputError> {
+        let tools: Arc<[ToolDecl]> = tools.into();
         config.validate()?;
         let mut names = std::collections::HashSet::new();
-        for t in &tools {
+        for t in tools.iter() {
             if !names.insert(t.name.as_str()) {
                 return Err(InputError::Config(format!("two tools are named {:?}", t.name)));
             }
@@ -270,7 +281,7 @@ impl Run {
         let short: String = run_id.chars().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect();
         let history_len = messages.len() - 1;
         let mut messages = messages;
-        if config.upstreams().iter().any(|u| u.style == Style::Gemini) {
+        if config.any_upstream_speaks(Style::Gemini) {
             // History Gemini did not write carries no signature it would accept.
             for m in &mut messages {
                 crate::provider::gemini::stamp_placeholder(m);
@@ -352,6 +363,12 @@ impl Run {
     fn primary(&self) -> Upstream {
         let c = &self.state.config;
         Upstream { style: c.style, base_url: c.base_url.clone(), model: c.model.clone() }
+    }
+
+    /// The current upstream's style, base URL and model, borrowed.
+    fn current(&self) -> (Style, &str, &str) {
+        let c = &self.state.config;
+        c.upstream_parts(self.state.upstream).unwrap_or((c.style, &c.base_url, &c.model))
     }
 
     /// Which upstream answered each turn of this run.
@@ -474,6 +491,14 @@ impl Run {
         self.state.transcript
     }
 
+    /// Takes the transcript out of a finished run without copying it, for a
+    /// driver that keeps the run until it drops it: the run stays finished,
+    /// with an empty transcript (and so no final text or tool calls) from
+    /// then on. `None`, and nothing taken, while the run is not finished.
+    pub fn take_transcript(&mut self) -> Option<Vec<Message>> {
+        matches!(self.state.phase, Phase::Finished { .. }).then(|| std::mem::take(&mut self.state.transcript))
+    }
+
     /// How many messages were history when the run began.
     pub fn history_len(&self) -> usize {
         self.state.history_len
@@ -588,17 +613,18 @@ impl Run {
 
     /// The text of the last assistant turn of this run.
     pub fn final_text(&self) -> String {
-        self.state.transcript[self.state.history_len..]
-            .iter()
-            .rev()
-            .find(|m| m.role == Role::Assistant)
-            .map(Message::text)
-            .unwrap_or_default()
+        self.this_run().iter().rev().find(|m| m.role == Role::Assistant).map(Message::text).unwrap_or_default()
+    }
+
+    /// The messages of this run (after the history); none once the
+    /// transcript was taken.
+    fn this_run(&self) -> &[Message] {
+        self.state.transcript.get(self.state.history_len..).unwrap_or_default()
     }
 
     /// Every tool call of this run whose result is recorded, in order.
     pub fn tool_calls(&self) -> Vec<ToolCallRecord> {
-        let msgs = &self.state.transcript[self.state.history_len..];
+        let msgs = self.this_run();
         let mut out = Vec::new();
         for (i, m) in msgs.iter().enumerate() {
             let Some(next) = msgs.get(i + 1) else { break };
@@ -790,27 +816,27 @@ impl Run {
     /// Builds, checks and records the next model request.
     fn build_request(&mut self, attempt: u32) -> Result<HttpRequest, RunError> {
         let index = self.state.upstream;
-        let up = self.upstream();
+        let (style, base_url, model) = self.current();
         let cfg = &self.state.config;
-        crate::gate::check(up.style, &self.state.transcript).map_err(RunError::Gate)?;
+        crate::gate::check(style, &self.state.transcript).map_err(RunError::Gate)?;
         let no_params = serde_json::Map::new();
         let call = ModelCall {
-            model: &up.model,
+            model,
             system: cfg.system.as_deref(),
             messages: &self.state.transcript,
             tools: &self.state.tools,
             max_tokens: cfg.max_tokens,
             stream: cfg.stream,
-            params: params_for(cfg.style, up.style, &cfg.params, &no_params),
+            params: params_for(cfg.style, style, &cfg.params, &no_params),
         };
-        let body = up.style.body_bytes(&call);
-        let mut headers = up.style.base_headers();
+        let body = style.body_bytes(&call);
+        let mut headers = style.base_headers();
         let key = match index {
             0 => self.secrets.api_key.as_ref(),
             i => self.secrets.upstream_keys.iter().find(|(k, _)| *k == i).map(|(_, v)| v),
         };
         if let Some(key) = key {
-            headers.push(up.style.auth_header(key));
+            headers.push(style.auth_header(key));
         }
         // Secret headers belong to the primary's endpoint; plain ones go everywhere.
         let secret = if index == 0 { &self.secrets.headers[..] } else { &[] };
@@ -822,7 +848,7 @@ impl Run {
         let request = HttpRequest {
             exchange,
             method: "POST",
-            url: up.style.endpoint(&up.base_url, &up.model, cfg.stream),
+            url: style.endpoint(base_url, model, cfg.stream),
             headers,
             body,
             streaming: cfg.stream,
@@ -847,13 +873,14 @@ impl Run {
     }
 
     fn on_head(&mut self, status: u16, headers: Vec<(String, String)>) {
-        let style = self.upstream().style;
+        let style = self.current().0;
         let Some(f) = self.inflight.as_mut() else { return };
         f.status = Some(status);
-        let header = |name: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
-        f.retry_after = header("retry-after");
+        let header = |name: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str());
+        f.retry_after = header("retry-after").map(str::to_string);
+        const SSE: &str = "text/event-stream";
         let is_sse = match header("content-type") {
-            Some(ct) => ct.to_ascii_lowercase().starts_with("text/event-stream"),
+            Some(ct) => ct.get(..SSE.len()).is_some_and(|p| p.eq_ignore_ascii_case(SSE)),
             None => self.state.config.stream,
         };
         if (200..300).contains(&status) && is_sse {
@@ -894,7 +921,7 @@ impl Run {
     }
 
     fn on_end(&mut self, now: Timestamp) {
-        let style = self.upstream().style;
+        let style = self.current().0;
         let Some(mut f) = self.inflight.take() else { return };
         let status = f.status.unwrap_or(0);
         if !(200..300).contains(&status) {
@@ -1081,8 +1108,7 @@ impl Run {
         let calls: Vec<_> = turn.tool_calls().cloned().collect();
         if !turn.content.is_empty() {
             let mut message = Message { role: Role::Assistant, content: turn.content };
-            let up = self.upstream();
-            if up.style != Style::Gemini && self.state.config.upstreams().iter().any(|u| u.style == Style::Gemini) {
+            if self.current().0 != Style::Gemini && self.state.config.any_upstream_speaks(Style::Gemini) {
                 // Sent to a Gemini fallback later, this turn needs a signature.
                 crate::provider::gemini::stamp_placeholder(&mut message);
             }
@@ -1138,7 +1164,11 @@ impl Run {
         if !batch.complete() {
             return;
         }
-        let results = batch.results();
+        // The batch is done with: its results move into the transcript.
+        let Phase::Tools { batch } = std::mem::replace(&mut self.state.phase, Phase::Ready { attempt: 0 }) else {
+            return;
+        };
+        let results = batch.into_results();
         let mut content = Vec::with_capacity(results.len());
         for (block, result) in results {
             self.events.push_back(StreamEvent::ToolResult {
@@ -1151,8 +1181,6 @@ impl Run {
         self.state.transcript.push(Message { role: Role::User, content });
         if self.state.turns >= self.state.config.max_turns {
             self.finish(Outcome::Incomplete { limit: "maxTurns".into() });
-        } else {
-            self.state.phase = Phase::Ready { attempt: 0 };
         }
     }
 
