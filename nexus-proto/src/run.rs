@@ -601,7 +601,12 @@ impl Run {
                 return Err(InputError::Config(format!("two tools are named {:?}", t.name)));
             }
         }
-        self.state.tools.extend(tools);
+        if !tools.is_empty() {
+            // Declarations are shared between runs: a run that gains tools gets its own list.
+            let mut all = self.state.tools.to_vec();
+            all.extend(tools);
+            self.state.tools = all.into();
+        }
         if let Phase::Starting { requests, .. } = &mut self.state.phase {
             requests.remove(at);
             if requests.is_empty() {
