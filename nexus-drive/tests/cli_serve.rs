@@ -84,13 +84,27 @@ impl Gateway {
         (field("Threads:"), field("VmRSS:"), field("VmHWM:"))
     }
 
-    /// How many of the gateway's threads run its event loop.
-    fn event_loop_threads(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
-            .expect("/proc/PID/task (this test needs Linux)")
-            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-            .filter(|name| name.starts_with("nexus-serve-"))
-            .count()
+    /// How many of the gateway's threads run its event loop, once `expected`
+    /// have named themselves (a thread takes its name when it first runs,
+    /// which may be after the listening line) or 10 s have passed.
+    fn event_loop_threads(&self, expected: usize) -> usize {
+        let count = || {
+            std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
+                .expect("/proc/PID/task (this test needs Linux)")
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|name| name.starts_with("nexus-serve-"))
+                .count()
+        };
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let n = count();
+            if n >= expected || std::time::Instant::now() > until {
+                // A moment more: a thread beyond the expected ones would show by now.
+                std::thread::sleep(Duration::from_millis(200));
+                return count();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Sends SIGTERM and waits for a clean exit.
@@ -424,14 +438,14 @@ fn one_event_loop_thread_by_default_and_as_many_as_threads_asks() {
     let plain = config(base, "").replace(&format!("threads = {THREADS}\n"), "");
     assert!(!plain.contains("threads"), "{plain}");
     let gw = Gateway::start(&plain);
-    assert_eq!(gw.event_loop_threads(), 1, "the default");
+    assert_eq!(gw.event_loop_threads(1), 1, "the default");
     drop(gw);
     let gw = Gateway::start_with(&plain, &["--threads", "3"]);
-    assert_eq!(gw.event_loop_threads(), 3, "--threads 3");
+    assert_eq!(gw.event_loop_threads(3), 3, "--threads 3");
     drop(gw);
     // The flag overrides the file.
     let gw = Gateway::start_with(&config(base, ""), &["--threads", "1"]);
-    assert_eq!(gw.event_loop_threads(), 1, "--threads 1 over the file's {THREADS}");
+    assert_eq!(gw.event_loop_threads(1), 1, "--threads 1 over the file's {THREADS}");
     drop(gw);
     let dir = scratch("serve-threads");
     let path = dir.join("gateway.toml");
