@@ -314,6 +314,45 @@ pub(super) fn message_status(meta: &Map<String, Value>) -> &str {
 /// An error body (`{"error": {…}}`, sometimes sent with a 200) and a
 /// response whose `status` is `failed` are a [`RemoteError::Provider`].
 pub fn decode_response(body: &[u8], _ids: &mut crate::provider::CallIds) -> Result<TurnResponse, RemoteError> {
+    // A response echoes its request's instructions, tools and settings; only
+    // these fields are read, and the rest is skipped without being built.
+    // Anything this narrow reading refuses (not an object, a repeated key, an
+    // `output` that is not an array) goes the whole-value way below, which
+    // words every such error.
+    if let Ok(envelope) = serde_json::from_slice::<Envelope>(body) {
+        let mut obj = Map::new();
+        let mut output = None;
+        for (key, slot) in [
+            ("output", envelope.output),
+            ("error", envelope.error),
+            ("status", envelope.status),
+            ("incomplete_details", envelope.incomplete_details),
+            ("usage", envelope.usage),
+            ("model", envelope.model),
+        ] {
+            if let Slot::Present(v) = slot {
+                if key == "output" {
+                    output = Some(v);
+                } else {
+                    obj.insert(key.to_string(), v);
+                }
+            }
+        }
+        if let Some(Value::Array(output)) = output {
+            if obj.get("status").and_then(Value::as_str) != Some("failed") {
+                let mut items = Vec::with_capacity(output.len());
+                for item in output {
+                    items.push(Item::read(item)?);
+                }
+                return Ok(Ending::read(&obj).into_turn(items));
+            }
+        }
+    }
+    decode_whole(body)
+}
+
+/// [`decode_response`] from the whole body as a JSON value.
+fn decode_whole(body: &[u8]) -> Result<TurnResponse, RemoteError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| super::serde_failure(e, body))?;
     let Value::Object(mut obj) = value else {
         return Err(DecodeError::Shape("the response is not a JSON object".into()).into());
@@ -333,6 +372,37 @@ pub fn decode_response(body: &[u8], _ids: &mut crate::provider::CallIds) -> Resu
         items.push(Item::read(item)?);
     }
     Ok(Ending::read(&obj).into_turn(items))
+}
+
+/// The fields of a whole response that are read (see [`decode_response`]).
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(default)]
+    output: Slot,
+    #[serde(default)]
+    error: Slot,
+    #[serde(default)]
+    status: Slot,
+    #[serde(default)]
+    incomplete_details: Slot,
+    #[serde(default)]
+    usage: Slot,
+    #[serde(default)]
+    model: Slot,
+}
+
+/// A field that may be absent; present (`null` included) it holds its value.
+#[derive(Default)]
+enum Slot {
+    #[default]
+    Missing,
+    Present(Value),
+}
+
+impl<'de> Deserialize<'de> for Slot {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Slot, D::Error> {
+        Value::deserialize(d).map(Slot::Present)
+    }
 }
 
 /// The error of a `failed` response: `response.error = {code, message}`;
@@ -591,6 +661,45 @@ impl From<WireUsage> for Usage {
             total_tokens: total,
             cached_tokens: u.input_tokens_details.and_then(|d| d.cached_tokens).unwrap_or(0),
             reasoning_tokens: u.output_tokens_details.and_then(|d| d.reasoning_tokens).unwrap_or(0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod narrow_reading {
+    use super::*;
+
+    /// The narrow reading of a whole response and the whole-value one agree,
+    /// on what each accepts and on every error.
+    #[test]
+    fn the_narrow_reading_decodes_exactly_as_the_whole_value() {
+        let call = r#"{"type":"function_call","id":"fc_1","call_id":"call_1","name":"add","arguments":"{\"a\":2}","status":"completed"}"#;
+        let text = r#"{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"hi","annotations":[]}]}"#;
+        let usage = r#"{"input_tokens":10,"output_tokens":3,"total_tokens":13}"#;
+        let bodies = [
+            format!(
+                r#"{{"id":"resp_1","object":"response","status":"completed","model":"m","output":[{call}],"usage":{usage},"tools":[{{"type":"function","name":"add","parameters":{{}}}}],"instructions":"be brief"}}"#
+            ),
+            format!(r#"{{"status":"completed","output":[{text}]}}"#),
+            format!(r#"{{"output":[{text}],"output":[{call}]}}"#),
+            format!(
+                r#"{{"status":"incomplete","incomplete_details":{{"reason":"max_output_tokens"}},"output":[{text}]}}"#
+            ),
+            format!(r#"{{"status":"failed","error":{{"code":"server_error","message":"boom"}},"output":[]}}"#),
+            r#"{"error":{"message":"bad","type":"invalid_request_error"}}"#.to_string(),
+            r#"{"error":{"message":"bad"},"output":null}"#.to_string(),
+            r#"{"output":{"not":"an array"}}"#.to_string(),
+            r#"{"output":[{"type":"mystery"}]}"#.to_string(),
+            r#"{"model":"","usage":null,"output":[]}"#.to_string(),
+            r#"[1,2]"#.to_string(),
+            r#"{"output":[],"usage":{"input_tokens":"many"}}"#.to_string(),
+            r#"{"output":["#.to_string(),
+            String::new(),
+        ];
+        for body in &bodies {
+            let narrow = decode_response(body.as_bytes(), &mut crate::provider::CallIds::default());
+            let whole = decode_whole(body.as_bytes());
+            assert_eq!(format!("{narrow:?}"), format!("{whole:?}"), "{body}");
         }
     }
 }
