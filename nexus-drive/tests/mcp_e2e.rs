@@ -6,10 +6,9 @@
 
 mod mcp_support;
 
-use std::io::BufRead;
 use std::time::Duration;
 
-use mcp_support::{python, server};
+use mcp_support::{kitchen_http, python, server};
 use nexus_drive::mcp::{McpOptions, McpTools, ServerConfig};
 use nexus_drive::{blocking::Client, Answer, ClientConfig, RunResult, Style};
 use nexus_proto::mcp::Era;
@@ -25,32 +24,6 @@ fn kitchen_stdio(py: &str, name: &str, era: Option<Era>, extra: &[&str]) -> Serv
     let mut cfg = ServerConfig::stdio(name, py, &refs);
     cfg.era = era;
     cfg
-}
-
-struct HttpServer {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn kitchen_http(py: &str) -> HttpServer {
-    let mut child = std::process::Command::new(py)
-        .arg(server("kitchen.py"))
-        .arg("http")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start the HTTP server");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let port = line.trim().strip_prefix("PORT ").expect("PORT line").to_string();
-    HttpServer { child, url: format!("http://127.0.0.1:{port}/mcp") }
 }
 
 fn http_cfg(name: &str, url: &str, era: Option<Era>) -> ServerConfig {
@@ -133,7 +106,7 @@ fn every_content_type_error_and_progress_over_stdio_legacy() {
 #[test]
 fn every_content_type_error_and_progress_over_http_both_eras() {
     let Some(py) = python() else { return };
-    let srv = kitchen_http(&py);
+    let srv = kitchen_http(&py, &[]);
     kitchen_tools_on_one_server(http_cfg("h", &srv.url, None));
     kitchen_tools_on_one_server(http_cfg("l", &srv.url, Some(Era::Legacy)));
 }
@@ -186,7 +159,7 @@ fn accept(req: nexus_drive::Request) -> Answer {
 #[test]
 fn legacy_elicitation_answered_in_process_through_wait_for() {
     let Some(py) = python() else { return };
-    let srv = kitchen_http(&py);
+    let srv = kitchen_http(&py, &[]);
     for cfg in [kitchen_stdio(&py, "k", Some(Era::Legacy), &[]), http_cfg("k", &srv.url, Some(Era::Legacy))] {
         let mcp = start(&[cfg]);
         let f = fake(vec![Turn::default().call("k__book", r#"{"city": "Oslo"}"#), Turn::text("ok")]);
@@ -198,7 +171,7 @@ fn legacy_elicitation_answered_in_process_through_wait_for() {
 #[test]
 fn modern_input_required_suspends_and_resumes_in_a_fresh_source() {
     let Some(py) = python() else { return };
-    let srv = kitchen_http(&py);
+    let srv = kitchen_http(&py, &[]);
     for cfg in [kitchen_stdio(&py, "k", None, &[]), http_cfg("k", &srv.url, None)] {
         let f = fake(vec![Turn::default().call("k__book", r#"{"city": "Rome"}"#), Turn::text("ok")]);
         let state = {

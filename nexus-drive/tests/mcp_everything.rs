@@ -8,7 +8,7 @@ mod mcp_support;
 
 use std::time::{Duration, Instant};
 
-use mcp_support::{everything, node};
+use mcp_support::{everything, node, HttpServer};
 use nexus_drive::asynk::AsyncClient;
 use nexus_drive::mcp::{McpOptions, McpTools, ServerConfig};
 use nexus_drive::{blocking::Client, Answer, ClientConfig, Request, RunResult, Style};
@@ -20,18 +20,6 @@ const MODEL: &str = "m-everything";
 fn stdio_config() -> Option<ServerConfig> {
     let (node, pkg) = (node()?, everything()?);
     Some(ServerConfig::stdio("every", node, &[&format!("{pkg}/dist/index.js"), "stdio"]))
-}
-
-struct HttpServer {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// server-everything's Streamable HTTP transport on a free loopback port.

@@ -7,11 +7,10 @@
 
 mod mcp_support;
 
-use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use futures_lite::future::block_on;
-use mcp_support::{python, server};
+use mcp_support::{kitchen_http, python, server};
 use nexus_drive::mcp::{CallOutcome, DriverOptions, ServerConfig, ServerHandle};
 use nexus_proto::mcp::{CallRequest, Era};
 use nexus_proto::ToolResult;
@@ -33,33 +32,6 @@ fn text(r: &ToolResult) -> &str {
 
 fn start(cfg: &ServerConfig, options: &DriverOptions) -> ServerHandle {
     ServerHandle::start(cfg, options).expect("the driver starts")
-}
-
-struct HttpServer {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn kitchen_http(py: &str, extra: &[&str]) -> HttpServer {
-    let mut child = std::process::Command::new(py)
-        .arg(server("kitchen.py"))
-        .arg("http")
-        .args(extra)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start the HTTP server");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let port = line.trim().strip_prefix("PORT ").expect("PORT line").to_string();
-    HttpServer { child, url: format!("http://127.0.0.1:{port}/mcp") }
 }
 
 fn http(name: &str, url: &str, era: Era) -> ServerConfig {

@@ -5,10 +5,9 @@
 mod mcp_support;
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
 use std::time::Duration;
 
-use mcp_support::{alive, our_zombie, python, server};
+use mcp_support::{alive, kitchen_http, our_zombie, python, server};
 use nexus_drive::mcp::http::{HttpLink, PostOutcome};
 use nexus_drive::mcp::stdio::{StdioLink, StdioOptions, STDERR_RING_BYTES};
 use nexus_drive::mcp::Inbound;
@@ -179,33 +178,6 @@ fn the_child_gets_only_the_safe_environment_and_its_own() {
 
 // ---------------------------------------------------------------- HTTP
 
-struct HttpServer {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn http_server(py: &str, extra: &[&str]) -> HttpServer {
-    let mut child = std::process::Command::new(py)
-        .arg(server("kitchen.py"))
-        .arg("http")
-        .args(extra)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start the HTTP server");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let port = line.trim().strip_prefix("PORT ").expect("PORT line").to_string();
-    HttpServer { child, url: format!("http://127.0.0.1:{port}/mcp") }
-}
-
 fn http_answer(link: &HttpLink, id: u64) -> Value {
     loop {
         match link.recv_timeout(WAIT).expect("an answer in time") {
@@ -223,7 +195,7 @@ fn http_answer(link: &HttpLink, id: u64) -> Value {
 
 fn http_round_trips(extra: &[&str]) {
     let Some(py) = python() else { return };
-    let srv = http_server(&py, extra);
+    let srv = kitchen_http(&py, extra);
     let link = HttpLink::new("k", &srv.url, vec![("X-Static".into(), "v".into())], Duration::from_secs(5));
     let out = link.post(&req(1, "initialize", init_params()), &[]).unwrap();
     assert!(matches!(out, PostOutcome::Delivered | PostOutcome::Streaming), "{out:?}");
@@ -290,7 +262,7 @@ fn http_json_responses_sessions_and_expiry() {
 #[test]
 fn http_refusals_deliver_json_rpc_errors_and_report_the_status() {
     let Some(py) = python() else { return };
-    let srv = http_server(&py, &[]);
+    let srv = kitchen_http(&py, &[]);
     let link = HttpLink::new("k", &srv.url, vec![], Duration::from_secs(5));
     // A request before initialize: the server refuses it.
     let out = link.post(&req(9, "tools/list", json!({})), &[]).unwrap();

@@ -7,6 +7,9 @@
 //! come from the fake's scripts and request log, the configuration, and
 //! each dialect's wire contract.
 
+mod serve_support;
+use serve_support::{metric, parse_answer, Answer};
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -122,36 +125,6 @@ const NO_BREAKER: &str = "failures = 1000";
 
 // ---------------------------------------------------------------- a raw HTTP/1.1 client
 
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
-    }
-
-    /// The JSON of every `data:` line of an event stream.
-    fn events(&self) -> Vec<Value> {
-        self.text()
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .filter(|d| *d != "[DONE]")
-            .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("event ({e}): {d}")))
-            .collect()
-    }
-}
-
 fn call(addr: SocketAddr, method: &str, path: &str, extra: &[(&str, &str)], body: &[u8]) -> Answer {
     let mut s = TcpStream::connect(addr).expect("connect to the gateway");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -167,36 +140,9 @@ fn call(addr: SocketAddr, method: &str, path: &str, extra: &[(&str, &str)], body
     s.write_all(body).unwrap();
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
-    parse(&raw).unwrap_or_else(|| panic!("no whole response in {:?}", String::from_utf8_lossy(&raw)))
-}
-
-fn parse(raw: &[u8]) -> Option<Answer> {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let mut at = end + 4;
-    let mut body = Vec::new();
-    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
-        loop {
-            let i = raw[at..].windows(2).position(|w| w == b"\r\n")?;
-            let size = usize::from_str_radix(std::str::from_utf8(&raw[at..at + i]).ok()?.trim(), 16).ok()?;
-            at += i + 2;
-            if size == 0 {
-                break;
-            }
-            body.extend_from_slice(raw.get(at..at + size)?);
-            at += size + 2;
-        }
-    } else {
-        let n: usize = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok())?;
-        body.extend_from_slice(raw.get(at..at + n)?);
-    }
-    Some(Answer { status, headers, body })
+    parse_answer(&raw)
+        .map(|(a, _)| a)
+        .unwrap_or_else(|| panic!("no whole response in {:?}", String::from_utf8_lossy(&raw)))
 }
 
 // ---------------------------------------------------------------- the four client dialects
@@ -303,11 +249,6 @@ fn metrics(addr: SocketAddr) -> String {
     let a = call(addr, "GET", "/metrics", &[], b"");
     assert_eq!(a.status, 200);
     a.text()
-}
-
-/// The value of the metric line that starts with `series` (0 when absent).
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
 }
 
 fn circuit(addr: SocketAddr, upstream: &str) -> String {

@@ -4,6 +4,9 @@
 //! readiness and metrics. Every expectation comes from the fake's scripts,
 //! the configuration, or the OpenAI error contract.
 
+mod serve_support;
+use serve_support::{metric, parse_answer, Answer};
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -101,27 +104,6 @@ key_env = "OTHER_KEY"
 
 // ---------------------------------------------------------------- a raw HTTP/1.1 client on smol
 
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
 fn request_bytes(method: &str, path: &str, key: Option<&str>, body: &[u8], close: bool) -> Vec<u8> {
     let auth = key.map(|k| format!("Authorization: Bearer {k}\r\n")).unwrap_or_default();
     let conn = if close { "Connection: close\r\n" } else { "" };
@@ -141,40 +123,9 @@ async fn call(addr: SocketAddr, method: &str, path: &str, key: Option<&str>, bod
     s.write_all(&request_bytes(method, path, key, body, true)).await.expect("send");
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw).await;
-    let (answer, _) = parse(&raw).unwrap_or_else(|| panic!("no whole response in {:?}", String::from_utf8_lossy(&raw)));
+    let (answer, _) =
+        parse_answer(&raw).unwrap_or_else(|| panic!("no whole response in {:?}", String::from_utf8_lossy(&raw)));
     answer
-}
-
-/// Parses one response off the front of `raw`; returns it and the bytes used.
-fn parse(raw: &[u8]) -> Option<(Answer, usize)> {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let mut at = end + 4;
-    let mut body = Vec::new();
-    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
-        loop {
-            let i = raw[at..].windows(2).position(|w| w == b"\r\n")?;
-            let size = usize::from_str_radix(std::str::from_utf8(&raw[at..at + i]).ok()?.trim(), 16).ok()?;
-            at += i + 2;
-            if size == 0 {
-                at += 2;
-                break;
-            }
-            body.extend_from_slice(raw.get(at..at + size)?);
-            at += size + 2;
-        }
-    } else {
-        let n: usize = headers.iter().find(|(k, _)| k == "content-length").and_then(|(_, v)| v.parse().ok())?;
-        body.extend_from_slice(raw.get(at..at + n)?);
-        at += n;
-    }
-    Some((Answer { status, headers, body }, at))
 }
 
 fn chat(model: &str, stream: bool) -> Vec<u8> {
@@ -221,11 +172,6 @@ fn metrics(addr: SocketAddr) -> String {
     assert_eq!(a.status, 200);
     assert!(a.header("content-type").unwrap().starts_with("text/plain"));
     a.text()
-}
-
-/// The value of the metric line that starts with `series` (0 when absent).
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
 }
 
 // ---------------------------------------------------------------- tests
@@ -290,7 +236,7 @@ fn keys_are_checked_and_each_key_has_its_own_concurrency_limit() {
             s.write_all(&ok).await.unwrap();
             let mut raw = Vec::new();
             let _ = s.read_to_end(&mut raw).await;
-            assert_eq!(parse(&raw).unwrap().0.status, 200, "{header}");
+            assert_eq!(parse_answer(&raw).unwrap().0.status, 200, "{header}");
         }
 
         // `team` may have one request in flight: a second gets 429 with
@@ -346,9 +292,9 @@ fn pipelined_requests_are_answered_in_order_on_one_connection() {
         s.write_all(&all).await.unwrap();
         let mut raw = Vec::new();
         let _ = s.read_to_end(&mut raw).await;
-        let (first, n1) = parse(&raw).expect("first");
-        let (second, n2) = parse(&raw[n1..]).expect("second");
-        let (third, _) = parse(&raw[n1 + n2..]).expect("third");
+        let (first, n1) = parse_answer(&raw).expect("first");
+        let (second, n2) = parse_answer(&raw[n1..]).expect("second");
+        let (third, _) = parse_answer(&raw[n1 + n2..]).expect("third");
         assert_eq!(first.json()["choices"][0]["message"]["content"], TEXT);
         assert_eq!(second.json()["status"], "ok");
         assert_eq!(read_stream(&third.text()), (TEXT.to_string(), true, None));

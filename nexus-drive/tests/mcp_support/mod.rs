@@ -67,3 +67,34 @@ pub fn our_zombie(pid: u32) -> bool {
     let ppid: Option<u32> = rest.next().and_then(|p| p.parse().ok());
     state == Some("Z") && ppid == Some(std::process::id())
 }
+
+/// An MCP server on a loopback port, killed when dropped.
+pub struct HttpServer {
+    pub child: std::process::Child,
+    /// Its MCP endpoint.
+    pub url: String,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `kitchen.py http` (plus `extra` arguments) on the port it prints.
+pub fn kitchen_http(py: &str, extra: &[&str]) -> HttpServer {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(py)
+        .arg(server("kitchen.py"))
+        .arg("http")
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the HTTP server");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("its stdout")).read_line(&mut line).expect("the PORT line");
+    let port = line.trim().strip_prefix("PORT ").expect("PORT line").to_string();
+    HttpServer { child, url: format!("http://127.0.0.1:{port}/mcp") }
+}
