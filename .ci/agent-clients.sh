@@ -5,7 +5,7 @@
 #   eval "$(bash .ci/agent-clients.sh)"
 #
 # * a Python venv with the OpenAI Agents SDK (`openai-agents`, which pins
-#   its own `openai`);
+#   its own `openai`) and the OpenResponses schema (`openresponses-types`);
 # * Node 22 and the agent CLIs from npm: Claude Code, Codex CLI, Gemini CLI.
 #
 # Only the export lines go to stdout; progress goes to stderr. Idempotent: a
@@ -19,6 +19,8 @@ NODE_MAJOR="22"
 CLAUDE_CODE_VERSION="2.1.332"
 CODEX_VERSION="0.171.0"
 GEMINI_CLI_VERSION="0.61.0"
+# The OpenResponses schema as pydantic models (tests/openresponses/check_schema.py).
+OPENRESPONSES_TYPES_VERSION="2.4.0"
 
 cache="${NEXUS_CLIENTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nexus-clients}"
 mkdir -p "$cache"
@@ -26,11 +28,12 @@ cache=$(cd "$cache" && pwd)
 
 venv="$cache/venv"
 py="${PYTHON:-python3}"
-stamp="openai-agents==$AGENTS_VERSION"
+stamp="openai-agents==$AGENTS_VERSION openresponses-types==$OPENRESPONSES_TYPES_VERSION"
 if [ "$(cat "$venv/.pinned" 2>/dev/null)" != "$stamp" ]; then
   say "creating $venv with $stamp"
   "$py" -m venv "$venv" >&2
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "openai-agents==$AGENTS_VERSION" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "openai-agents==$AGENTS_VERSION" \
+    "openresponses-types==$OPENRESPONSES_TYPES_VERSION" >&2
   echo "$stamp" >"$venv/.pinned"
 fi
 

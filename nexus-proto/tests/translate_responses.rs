@@ -28,7 +28,7 @@ fn read(path: &Path) -> Vec<u8> {
 }
 
 fn meta() -> ResponseMeta {
-    ResponseMeta { id: "resp_test1".into(), model: "gpt-5".into(), created_at: 1_700_000_000 }
+    ResponseMeta { id: "resp_test1".into(), model: "gpt-5".into(), created_at: 1_700_000_000, ..Default::default() }
 }
 
 /// The turns of every recording that decodes to one.

@@ -421,3 +421,43 @@ fn an_openai_agent_runs_its_function_tool_through_the_chat_surface_to_anthropic(
 fn an_openai_agent_streams_its_function_tool_through_the_chat_surface_to_an_openai_responses_upstream() {
     agents_sdk("chat", true, Style::OpenAiResponses);
 }
+
+// ---------------------------------------------------------------- OpenResponses schema
+
+/// `/v1/responses` answers, whole and streamed, validated by the
+/// OpenResponses schema's own models (`tests/openresponses/check_schema.py`,
+/// PyPI `openresponses-types`): a tool round trip through the gateway to an
+/// upstream of another wire format.
+fn openresponses_schema(upstream: Style) {
+    let Some(py) = client("NEXUS_AGENTS_PYTHON", "") else { return };
+    let fake = fake("m-schema", "read_note", json!({"name": "note.txt"}), &[]);
+    let server = gateway(&fake, upstream);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/openresponses/check_schema.py");
+    let base = format!("http://{}", server.local_addr());
+    let out = std::process::Command::new(&py)
+        .args([script, &base, CLIENT_TOKEN, "m-schema"])
+        .output()
+        .expect("run the schema check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{upstream:?}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let summary: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("summary ({e}): {stdout}"));
+    assert_eq!(summary["checked"], json!(["whole", "streamed"]), "{summary}");
+    // Both turns of both modes reached the upstream.
+    assert_eq!(fake.requests().len(), 4, "{upstream:?}");
+    server.shutdown();
+}
+
+#[test]
+fn responses_answers_translated_from_anthropic_pass_the_openresponses_schema() {
+    openresponses_schema(Style::Anthropic);
+}
+
+#[test]
+fn responses_answers_translated_from_openai_chat_pass_the_openresponses_schema() {
+    openresponses_schema(Style::OpenAi);
+}
+
+#[test]
+fn responses_answers_translated_from_gemini_pass_the_openresponses_schema() {
+    openresponses_schema(Style::Gemini);
+}

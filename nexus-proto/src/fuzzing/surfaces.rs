@@ -64,7 +64,7 @@ pub fn responses_stream(data: &[u8]) {
 
 /// The client's SSE text for an upstream stream of `style`.
 pub fn responses_lines(style: Style, events: &[SseEvent]) -> Vec<String> {
-    let meta = ResponseMeta { id: "resp_fz".into(), model: "m".into(), created_at: 0 };
+    let meta = ResponseMeta { id: "resp_fz".into(), model: "m".into(), created_at: 0, ..Default::default() };
     let mut t = ResponsesStream::new(style, meta);
     let mut out: Vec<String> = events.iter().flat_map(|ev| t.push(ev)).collect();
     out.extend(t.finish());

@@ -90,7 +90,7 @@ pub use response::{
     error_to_openai, remote_error_to_openai, response_to_openai, response_to_openai_with, turn_to_openai,
 };
 pub use responses::{
-    read_responses_request, turn_to_responses, turn_to_responses_events, ResponseMeta, ResponsesRequest,
+    read_responses_request, response_echo, turn_to_responses, turn_to_responses_events, ResponseMeta, ResponsesRequest,
     PROVIDER_DATA_KEY as RESPONSES_KEY,
 };
 pub use responses_surface::{response_to_responses, responses_request_to, ResponsesEmitter, ResponsesStream};

@@ -362,7 +362,7 @@ fn image_block(url: &str) -> Block {
 
 /// What a response object says about itself; the core reads no clock, so
 /// the caller supplies `created_at`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ResponseMeta {
     /// `resp_…`, unique per response: item ids are derived from it.
     pub id: String,
@@ -370,6 +370,66 @@ pub struct ResponseMeta {
     pub model: String,
     /// Unix seconds.
     pub created_at: u64,
+    /// The request's settings as the response reports them back
+    /// ([`response_echo`]); empty: the API's defaults.
+    pub echo: Map<String, Value>,
+}
+
+/// The settings a response object reports back from its request — every
+/// one of them, as the Responses API (and the OpenResponses schema, which
+/// requires each field) does: the request's value, else the API's default.
+/// Function tools are echoed with their `strict` flag; tools that were
+/// dropped (hosted ones) are not. Server-side features the gateway does not
+/// offer (`store`, `background`, `previous_response_id`) report their off
+/// value. A body that is not a JSON object gives the defaults.
+pub fn response_echo(request_body: &[u8]) -> Map<String, Value> {
+    let request: Map<String, Value> = serde_json::from_slice(request_body).unwrap_or_default();
+    let given = |key: &str| request.get(key).filter(|v| !v.is_null()).cloned();
+    let tools: Vec<Value> = request
+        .get("tools")
+        .and_then(Value::as_array)
+        .map(|tools| {
+            tools
+                .iter()
+                .filter(|t| t.get("type").and_then(Value::as_str) == Some("function"))
+                .map(|t| {
+                    json!({
+                        "type": "function",
+                        "name": t.get("name").cloned().unwrap_or(Value::Null),
+                        "description": t.get("description").cloned().unwrap_or(Value::Null),
+                        "parameters": t.get("parameters").cloned().unwrap_or(Value::Null),
+                        "strict": t.get("strict").cloned().unwrap_or(Value::Null),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut echo = Map::new();
+    let mut put = |key: &str, default: Value| {
+        echo.insert(key.to_string(), given(key).unwrap_or(default));
+    };
+    put("instructions", Value::Null);
+    put("tool_choice", json!("auto"));
+    put("parallel_tool_calls", json!(true));
+    put("temperature", json!(1.0));
+    put("top_p", json!(1.0));
+    put("presence_penalty", json!(0.0));
+    put("frequency_penalty", json!(0.0));
+    put("top_logprobs", json!(0));
+    put("max_output_tokens", Value::Null);
+    put("max_tool_calls", Value::Null);
+    put("truncation", json!("disabled"));
+    put("text", json!({"format": {"type": "text"}}));
+    put("reasoning", Value::Null);
+    put("metadata", json!({}));
+    put("safety_identifier", Value::Null);
+    put("prompt_cache_key", Value::Null);
+    put("service_tier", json!("default"));
+    echo.insert("tools".into(), Value::Array(tools));
+    echo.insert("store".into(), json!(false));
+    echo.insert("background".into(), json!(false));
+    echo.insert("previous_response_id".into(), Value::Null);
+    echo
 }
 
 /// A decoded turn as a Responses `response` object: the output items in
@@ -388,22 +448,31 @@ pub fn turn_to_responses(turn: &TurnResponse, meta: &ResponseMeta) -> Value {
     response_object(meta, status, incomplete, output_items(turn, meta), usage(turn))
 }
 
-fn response_object(meta: &ResponseMeta, status: &str, incomplete: Value, output: Vec<Value>, usage: Value) -> Value {
-    json!({
-        "id": meta.id,
-        "object": "response",
-        "created_at": meta.created_at,
-        "status": status,
-        "error": null,
-        "incomplete_details": incomplete,
-        "model": meta.model,
-        "output": output,
-        "parallel_tool_calls": true,
-        "store": false,
-        "tool_choice": "auto",
-        "tools": [],
-        "usage": usage,
-    })
+pub(super) fn response_object(
+    meta: &ResponseMeta,
+    status: &str,
+    incomplete: Value,
+    output: Vec<Value>,
+    usage: Value,
+) -> Value {
+    let mut obj = if meta.echo.is_empty() { response_echo(b"") } else { meta.echo.clone() };
+    // Answered from one upstream call: it completes the second it is written.
+    let completed_at = if status == "completed" { json!(meta.created_at) } else { Value::Null };
+    for (key, value) in [
+        ("id", json!(meta.id)),
+        ("object", json!("response")),
+        ("created_at", json!(meta.created_at)),
+        ("completed_at", completed_at),
+        ("status", json!(status)),
+        ("error", Value::Null),
+        ("incomplete_details", incomplete),
+        ("model", json!(meta.model)),
+        ("output", Value::Array(output)),
+        ("usage", usage),
+    ] {
+        obj.insert(key.to_string(), value);
+    }
+    Value::Object(obj)
 }
 
 fn usage(turn: &TurnResponse) -> Value {

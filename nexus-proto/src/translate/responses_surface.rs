@@ -162,11 +162,7 @@ impl ResponsesEmitter {
     }
 
     fn response(&self, status: &str, output: Vec<Value>, usage: Value, incomplete: Value) -> Value {
-        json!({
-            "id": self.meta.id, "object": "response", "created_at": self.meta.created_at, "status": status,
-            "error": null, "incomplete_details": incomplete, "model": self.meta.model, "output": output,
-            "parallel_tool_calls": true, "store": false, "tool_choice": "auto", "tools": [], "usage": usage,
-        })
+        super::responses::response_object(&self.meta, status, incomplete, output, usage)
     }
 
     fn start(&mut self, out: &mut Vec<String>) {

@@ -16,7 +16,7 @@
 
 use bytes::Bytes;
 use nexus_proto::translate::{
-    anthropic_request_to, error_to_openai, gemini_request_to, response_to_anthropic, response_to_gemini,
+    anthropic_request_to, error_to_openai, gemini_request_to, response_echo, response_to_anthropic, response_to_gemini,
     response_to_responses, responses_request_to, AnthropicStream, CompletionMeta, Emitter, GeminiStream, ResponseMeta,
     ResponsesStream, Surface as Dialect, SurfaceRequest as Translated, SurfaceStream, TranslateError,
     TranslatedRequest,
@@ -416,7 +416,8 @@ impl Cx<'_> {
         let prefix = if self.dialect == Dialect::Anthropic { "msg_" } else { "resp_" };
         let meta =
             CompletionMeta { id: self.ctx.response_id(prefix), model: client_model, created: self.ctx.now_secs() };
-        let rmeta = ResponseMeta { id: meta.id.clone(), model: meta.model.clone(), created_at: meta.created };
+        let echo = if self.dialect == Dialect::Responses { response_echo(&self.req.body) } else { Default::default() };
+        let rmeta = ResponseMeta { id: meta.id.clone(), model: meta.model.clone(), created_at: meta.created, echo };
         if t.stream {
             let translator: Option<Box<dyn Translate>> = match (self.dialect, t.style) {
                 _ if native => None,
