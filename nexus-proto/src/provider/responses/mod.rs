@@ -685,7 +685,7 @@ mod narrow_reading {
             format!(
                 r#"{{"status":"incomplete","incomplete_details":{{"reason":"max_output_tokens"}},"output":[{text}]}}"#
             ),
-            format!(r#"{{"status":"failed","error":{{"code":"server_error","message":"boom"}},"output":[]}}"#),
+            r#"{"status":"failed","error":{"code":"server_error","message":"boom"},"output":[]}"#.to_string(),
             r#"{"error":{"message":"bad","type":"invalid_request_error"}}"#.to_string(),
             r#"{"error":{"message":"bad"},"output":null}"#.to_string(),
             r#"{"output":{"not":"an array"}}"#.to_string(),
