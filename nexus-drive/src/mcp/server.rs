@@ -30,6 +30,10 @@ use super::http::{HttpLink, PostOutcome};
 use super::stdio::{StdioLink, StdioOptions};
 use super::{Inbound, McpError};
 
+/// How long connecting waits for a legacy server to answer its standalone
+/// `GET` stream before sending requests anyway.
+const STANDALONE_STREAM_WAIT: Duration = Duration::from_secs(2);
+
 /// What a call came to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CallOutcome {
@@ -575,9 +579,19 @@ impl Driver {
                     // standalone GET stream, when the server offers one.
                     if let (Era::Legacy, Some(Link::Http(link))) = (discovery.era, &self.link) {
                         let link = link.clone();
-                        let _ = thread::Builder::new().name(format!("mcp-{}-get", self.config.name)).spawn(move || {
-                            let _ = link.listen();
-                        });
+                        let (opened, wait) = std::sync::mpsc::channel();
+                        let spawned =
+                            thread::Builder::new().name(format!("mcp-{}-get", self.config.name)).spawn(move || {
+                                let _ = link.listen();
+                                let _ = opened.send(());
+                            });
+                        // The stream is opened before the first request goes
+                        // out, so a server never takes it for a reconnection of
+                        // a call's stream; one that holds its answer head only
+                        // delays the connection this long.
+                        if spawned.is_ok() {
+                            let _ = wait.recv_timeout(STANDALONE_STREAM_WAIT);
+                        }
                     }
                 }
                 Output::Event(Event::ConnectFailed { error }) => {
