@@ -27,7 +27,7 @@ use nexus_proto::{
     Timestamp, TransportErrorKind,
 };
 
-use super::gateway::{Ctx, Route, SendFailure, Target, UpstreamRequest, UpstreamResponse};
+use super::gateway::{Ctx, Route, SendFailure, Target, UpstreamRequest, UpstreamResponse, MAX_ERROR_BODY};
 use super::surface::{ErrorKind, GatewayError};
 
 /// The driver's clock, as the core's breakers take it.
@@ -181,9 +181,6 @@ pub(crate) enum Forwarded<T> {
     /// The request cannot be written for the first target: the client's error.
     Invalid(TranslateError),
 }
-
-/// Error bodies read from an upstream are capped here: they are messages.
-const MAX_ERROR_BODY: usize = 1024 * 1024;
 
 /// One failed attempt, kept until the next succeeds or the policy gives up.
 enum Failure<T> {

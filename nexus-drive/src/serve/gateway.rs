@@ -15,6 +15,10 @@ use super::ops::{Health, Metrics, Record};
 use super::surface::{ErrorKind, GatewayError, Surface};
 use crate::asynk::h1;
 
+/// Upstream error bodies (and the small answers read whole besides the
+/// model's: model lists, token counts) are capped here: they are messages.
+pub(crate) const MAX_ERROR_BODY: usize = 1024 * 1024;
+
 /// One upstream, as requests use it.
 pub(crate) struct Upstream {
     pub(crate) name: String,

@@ -10,11 +10,8 @@ use nexus_proto::{SseDecoder, SseEvent, Style};
 use serde_json::{json, Value};
 
 use super::failover::Forwarded;
-use super::gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest};
+use super::gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest, MAX_ERROR_BODY};
 use super::surface::{BoxFuture, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
-
-/// Error bodies read from the upstream are capped here: they are messages.
-const MAX_ERROR_BODY: usize = 1024 * 1024;
 
 /// `POST /v1/chat/completions` and `GET /v1/models[/{id}]` in OpenAI shapes.
 pub(crate) struct ChatCompletions;

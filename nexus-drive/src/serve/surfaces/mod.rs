@@ -25,12 +25,9 @@ use nexus_proto::{SseDecoder, SseEvent, Style};
 use serde_json::{json, Value};
 
 use super::failover::Forwarded;
-use super::gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest};
+use super::gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest, MAX_ERROR_BODY};
 use super::handler::{retry_after_header, Usage};
 use super::surface::{BoxFuture, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
-
-/// Error bodies read from the upstream are capped here: they are messages.
-const MAX_ERROR_BODY: usize = 1024 * 1024;
 
 /// The header naming what a translation left out.
 pub(crate) const DROPPED_HEADER: &str = "x-nexus-dropped";
