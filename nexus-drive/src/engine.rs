@@ -574,8 +574,8 @@ impl Engine {
                 .cfg
                 .toolbox
                 .get(&name)
-                .and_then(|e| e.handler.clone().map(|h| (h, e.timeout.or(self.cfg.tool_timeout))));
-            let Some((handler, timeout)) = bound else {
+                .and_then(|e| e.handler.clone().map(|h| (h, e.timeout.or(self.cfg.tool_timeout), e.pace.clone())));
+            let Some((handler, timeout, pace)) = bound else {
                 // Declared in the run (maybe by another process) but not bound here.
                 let reply = ToolReply::Done(ToolResult::error(format!("Unknown tool: {name}")));
                 self.record_reply(&call_id, &name, started, None, reply, false);
@@ -595,7 +595,7 @@ impl Engine {
                 cancel: self.cancel.clone(),
                 read_roots,
             };
-            jobs.push(ToolJob { call_id, input, ctx, handler, timeout });
+            jobs.push(ToolJob { call_id, input, ctx, handler, timeout, pace });
         }
         jobs
     }

@@ -12,8 +12,9 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nexus_proto::tool::sanitize_name;
 use nexus_proto::{Answer, Request, ToolDecl, ToolKind, ToolReply, ToolResult};
@@ -322,6 +323,47 @@ pub(crate) struct Entry {
     pub(crate) decl: ToolDecl,
     pub(crate) handler: Option<Handler>,
     pub(crate) timeout: Option<Duration>,
+    /// How quickly its calls have finished, shared by every clone of the toolbox.
+    pub(crate) pace: Arc<Pace>,
+}
+
+/// How quickly a tool's recent calls finished, so that a driver can run the
+/// quick ones on its own thread.
+///
+/// Handing a call to another thread costs a wake-up: a futex, a context
+/// switch, and on a virtual machine an inter-processor interrupt, tens of
+/// microseconds in all, more than most tools take. A tool whose last
+/// [`Pace::TRUSTED`] calls each finished within [`Pace::QUICK`] is run where
+/// the driver is; one call over that and the tool goes back to being handed
+/// out until it has earned the trust again. The cost of being wrong is
+/// bounded: a quick tool that turns slow delays the calls after it in its
+/// batch once, then runs beside them again.
+#[derive(Debug, Default)]
+pub(crate) struct Pace {
+    /// Calls in a row that finished within [`Pace::QUICK`].
+    streak: AtomicU32,
+}
+
+impl Pace {
+    /// A call that finishes within this is quick: about the cost of a hand-off.
+    pub(crate) const QUICK: Duration = Duration::from_micros(50);
+    /// Quick calls in a row before a tool is run inline.
+    pub(crate) const TRUSTED: u32 = 8;
+
+    /// Whether the tool's recent calls were all quick.
+    pub(crate) fn is_quick(&self) -> bool {
+        self.streak.load(Ordering::Relaxed) >= Pace::TRUSTED
+    }
+
+    /// Counts a finished call that took `took`.
+    pub(crate) fn record(&self, took: Duration) {
+        if took <= Pace::QUICK {
+            // Saturating: a tool quick for ever must not wrap back to untrusted.
+            let _ = self.streak.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+        } else {
+            self.streak.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The tools of a client, by name.
@@ -454,7 +496,7 @@ impl Toolbox {
         if self.get(&decl.name).is_some() {
             return Err(ToolboxError::Duplicate(decl.name));
         }
-        self.entries.push(Entry { decl, handler, timeout });
+        self.entries.push(Entry { decl, handler, timeout, pace: Arc::default() });
         self.shared = std::sync::OnceLock::new();
         Ok(self)
     }
@@ -533,18 +575,29 @@ pub(crate) struct ToolJob {
     pub(crate) ctx: ToolContext,
     pub(crate) handler: Handler,
     pub(crate) timeout: Option<Duration>,
+    /// The tool's [`Pace`], told how long this call took.
+    pub(crate) pace: Arc<Pace>,
 }
 
 impl ToolJob {
+    /// Whether the driver may run this call on its own thread: its tool's
+    /// recent calls were all quick, and no timeout needs watching meanwhile.
+    pub(crate) fn is_quick(&self) -> bool {
+        self.timeout.is_none() && self.pace.is_quick()
+    }
+
     /// Runs the call on this thread. A panic becomes an error result.
     pub(crate) fn run_blocking(self) -> ToolReply {
-        let ToolJob { input, ctx, handler, .. } = self;
+        let ToolJob { input, ctx, handler, pace, .. } = self;
         let name = ctx.name.clone();
+        let started = Instant::now();
         let run = AssertUnwindSafe(move || match handler {
             Handler::Blocking(f) => f(input, &ctx),
             Handler::Async(f) => futures_lite::future::block_on(f(input, ctx)),
         });
-        catch_unwind(run).unwrap_or_else(|p| panicked(&name, p))
+        let reply = catch_unwind(run).unwrap_or_else(|p| panicked(&name, p));
+        pace.record(started.elapsed());
+        reply
     }
 
     /// The call as a future (blocking bodies go to the blocking thread pool).
@@ -552,15 +605,29 @@ impl ToolJob {
     #[cfg(feature = "async")]
     pub(crate) fn run_async(self) -> impl Future<Output = (String, ToolReply)> + Send + 'static {
         use futures_lite::FutureExt;
-        let ToolJob { call_id, input, ctx, handler, timeout } = self;
+        let inline = self.is_quick();
+        let ToolJob { call_id, input, ctx, handler, timeout, pace } = self;
         let name = ctx.name.clone();
         async move {
             let work = async {
                 let name = ctx.name.clone();
                 match handler {
+                    // A quick blocking body runs on the executor's thread: for
+                    // it, the blocking pool's hand-off costs more than the call.
+                    Handler::Blocking(f) if inline => {
+                        let started = Instant::now();
+                        let reply =
+                            catch_unwind(AssertUnwindSafe(|| f(input, &ctx))).unwrap_or_else(|p| panicked(&name, p));
+                        pace.record(started.elapsed());
+                        reply
+                    }
                     Handler::Blocking(f) => {
                         smol::unblock(move || {
-                            catch_unwind(AssertUnwindSafe(|| f(input, &ctx))).unwrap_or_else(|p| panicked(&name, p))
+                            let started = Instant::now();
+                            let reply = catch_unwind(AssertUnwindSafe(|| f(input, &ctx)))
+                                .unwrap_or_else(|p| panicked(&name, p));
+                            pace.record(started.elapsed());
+                            reply
                         })
                         .await
                     }
@@ -630,6 +697,7 @@ mod tests {
             ctx: ToolContext::new("c1", name),
             handler: entry.handler.clone().expect("executed"),
             timeout: None,
+            pace: entry.pace.clone(),
         }
         .run_blocking()
     }

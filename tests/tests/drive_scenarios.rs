@@ -39,6 +39,7 @@ both_drivers!(
     connections_are_kept_alive_across_turns,
     async_tools_run_in_both_drivers,
     a_resumed_run_goes_to_the_resuming_clients_endpoint,
+    quick_tools_run_on_the_drivers_thread_and_slow_ones_side_by_side,
 );
 
 // ------------------------------------------------------------------ scenarios
@@ -93,6 +94,71 @@ fn parallel_tools_run_concurrently_and_results_keep_call_order(d: Drv) {
             assert!(fake.failures().is_empty(), "{ctx}: {:?}", fake.failures());
         }
     }
+}
+
+/// A tool whose calls keep finishing within microseconds earns running on
+/// the driver's own thread (no hand-off); once a call of it is slow, its
+/// calls run side by side again. Where each call ran is read from thread
+/// ids and the gate, never from timings.
+fn quick_tools_run_on_the_drivers_thread_and_slow_ones_side_by_side(d: Drv) {
+    let fake = FakeProvider::start(Scripts::new(KEY).model(
+        "m-pace",
+        script(vec![Turn::default().call("work", r#"{"n":1}"#).call("work", r#"{"n":2}"#), Turn::text("done")]),
+    ));
+    let slow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gate: Arc<Mutex<Arc<Gate>>> = Arc::new(Mutex::new(Gate::new(2)));
+    let threads: Arc<Mutex<Vec<std::thread::ThreadId>>> = Arc::default();
+    let (s, g, t) = (slow.clone(), gate.clone(), threads.clone());
+    let cfg = builder(&fake, Style::OpenAi, "m-pace", false)
+        .dyn_tool(ok_tool("work", move |a, _| {
+            t.lock().unwrap().push(std::thread::current().id());
+            if !s.load(Ordering::SeqCst) {
+                return format!("quick {}", a["n"]);
+            }
+            // Slow for certain (well over the quick bound), and proof of
+            // running beside the batch's other call.
+            std::thread::sleep(Duration::from_millis(2));
+            let gate = g.lock().unwrap().clone();
+            if gate.pass() {
+                format!("together {}", a["n"])
+            } else {
+                "ran alone".into()
+            }
+        }))
+        .build()
+        .unwrap();
+    let client = d.client(cfg);
+    let here = std::thread::current().id();
+    let run = || {
+        threads.lock().unwrap().clear();
+        let r = client.run("go").unwrap_or_else(|e| panic!("{d:?}: {e}"));
+        assert_eq!((r.status, r.text.as_str(), r.turns), (RunStatus::Done, "done", 2), "{d:?}");
+        (outputs(&r), std::mem::take(&mut *threads.lock().unwrap()))
+    };
+    let mut last = Vec::new();
+    for _ in 0..12 {
+        let (out, ran_on) = run();
+        assert_eq!(out, ["quick 1", "quick 2"], "{d:?}");
+        last = ran_on;
+    }
+    assert_eq!(last, [here, here], "{d:?}: calls of a tool that stays quick run where the driver is");
+
+    // The tool turns slow. Trusted as quick, its next batch still runs on the
+    // driver's thread, one call after the other: the bounded cost of being
+    // wrong once. Each call waits at the gate for its sibling and gives up.
+    slow.store(true, Ordering::SeqCst);
+    *gate.lock().unwrap() = Gate::with_wait(2, Duration::from_millis(50));
+    let (out, ran_on) = run();
+    assert_eq!(out[0], "ran alone", "{d:?}");
+    assert_eq!(ran_on, [here, here], "{d:?}");
+    // From then on its calls run side by side again.
+    for _ in 0..3 {
+        *gate.lock().unwrap() = Gate::new(2);
+        let (out, ran_on) = run();
+        assert_eq!(out, ["together 1", "together 2"], "{d:?}");
+        assert_ne!(ran_on[0], ran_on[1], "{d:?}: {ran_on:?}");
+    }
+    assert!(fake.failures().is_empty(), "{:?}", fake.failures());
 }
 
 fn wait_for_resolves_every_suspension_of_a_turn_concurrently(d: Drv) {

@@ -18,6 +18,7 @@ use crate::engine::{self, Engine, Step};
 use crate::error::DriveError;
 use crate::result::{RunResult, StreamItem};
 use crate::store::RunStore;
+use crate::tool::ToolJob;
 use jobs::{Jobs, Next};
 use workers::Workers;
 
@@ -259,33 +260,43 @@ impl<'c> Driver<'c> {
                         Err((kind, message)) => self.transport_error(req.exchange, kind, message),
                     }
                 }
-                Step::RunTools(mut jobs) => {
-                    // One call of the batch runs on this thread and the others on
-                    // parked threads, so a lone call costs no handoff. Only when
-                    // nothing needs watching while this thread is busy: no other
-                    // work in flight, no deadline, and no timeout on any call of
-                    // the batch (a sibling's timeout would go unwatched).
-                    let inline = if self.idle_jobs()
+                Step::RunTools(jobs) => {
+                    // Calls may run on this thread only when nothing needs
+                    // watching while it is busy: no other work in flight, no
+                    // deadline, and no timeout on any call of the batch (a
+                    // sibling's timeout would go unwatched).
+                    if !(self.idle_jobs()
                         && self.engine.deadline().is_none()
-                        && jobs.iter().all(|j| j.timeout.is_none())
+                        && jobs.iter().all(|j| j.timeout.is_none()))
                     {
-                        jobs.pop()
-                    } else {
-                        None
-                    };
-                    for job in jobs {
+                        for job in jobs {
+                            self.jobs_mut().spawn_tool(job);
+                        }
+                        continue;
+                    }
+                    // Calls of tools that have been quick run here, one after
+                    // another: a hand-off would cost more than they take. Of
+                    // the others, one runs here too (a lone call costs no
+                    // hand-off) and the rest go to parked threads first, so
+                    // they start at once.
+                    let (mut here, mut others): (Vec<ToolJob>, Vec<ToolJob>) =
+                        jobs.into_iter().partition(ToolJob::is_quick);
+                    if let Some(job) = others.pop() {
+                        here.push(job);
+                    }
+                    for job in others {
                         self.jobs_mut().spawn_tool(job);
                     }
-                    if let Some(job) = inline {
+                    for job in here {
                         let id = job.call_id.clone();
                         let reply = job.run_blocking();
                         self.engine.on_tool_reply(&id, reply);
-                        // Calls no worker has started yet are quicker run here than waited for.
-                        while let Some(job) = self.jobs.as_mut().and_then(Jobs::take_unstarted) {
-                            let id = job.call_id.clone();
-                            let reply = job.run_blocking();
-                            self.engine.on_tool_reply(&id, reply);
-                        }
+                    }
+                    // Calls no worker has started yet are quicker run here than waited for.
+                    while let Some(job) = self.jobs.as_mut().and_then(Jobs::take_unstarted) {
+                        let id = job.call_id.clone();
+                        let reply = job.run_blocking();
+                        self.engine.on_tool_reply(&id, reply);
                     }
                 }
                 Step::Resolve(requests) => {

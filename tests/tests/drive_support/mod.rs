@@ -218,18 +218,24 @@ pub struct Gate {
     n: usize,
     arrived: Mutex<usize>,
     cv: Condvar,
+    wait: Duration,
 }
 
 impl Gate {
     pub fn new(n: usize) -> Arc<Gate> {
-        Arc::new(Gate { n, arrived: Mutex::new(0), cv: Condvar::new() })
+        Gate::with_wait(n, Duration::from_secs(10))
+    }
+
+    /// A gate whose parties give up after `wait`.
+    pub fn with_wait(n: usize, wait: Duration) -> Arc<Gate> {
+        Arc::new(Gate { n, arrived: Mutex::new(0), cv: Condvar::new(), wait })
     }
 
     pub fn pass(&self) -> bool {
         let mut a = self.arrived.lock().unwrap();
         *a += 1;
         self.cv.notify_all();
-        let (a, _) = self.cv.wait_timeout_while(a, Duration::from_secs(10), |a| *a < self.n).unwrap();
+        let (a, _) = self.cv.wait_timeout_while(a, self.wait, |a| *a < self.n).unwrap();
         *a >= self.n
     }
 }
