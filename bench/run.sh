@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Reproduces every table of BENCHMARKS.md in one sitting:
 #   1. sets up the shared harness (peer venvs + the Rust floors),
-#   2. builds our runner (`overhead`, release),
+#   2. builds our runner (`overhead`, release) and the Responses floor
+#      (bench/floor_responses), and checks the floor sends what the runner sends,
 #   3. runs the shared harness with our rows added through BENCH_EXTRA
-#      (blocking and async driver, non-streaming and streaming),
+#      (blocking and async driver, non-streaming and streaming, Chat
+#      Completions and Responses) and the Responses floors,
 #   4. runs every cargo bench of the workspace (stream decoding, durable
 #      state, async scale, and any bench added since),
 #   5. collects it all, with the machine line and the load before and after
@@ -64,6 +66,22 @@ if part overhead; then
   bin="$target/release/examples/overhead"
   [ -x "$bin" ] || { note "runner not found at $bin"; exit 1; }
 
+  # The Responses floor (bench/floor_responses): the shared floor-rust-ureq's
+  # method speaking POST /v1/responses, so our Responses rows are held to a
+  # floor that pays the same wire. A package outside the workspace, built
+  # into its own directory under the target dir.
+  load "before building the Responses floor"
+  cargo build --release -q --locked --manifest-path "$root/bench/floor_responses/Cargo.toml" \
+    --target-dir "$target/bench-floor-responses" 2>> "$log"
+  floor="$target/bench-floor-responses/release/floor-responses"
+  [ -x "$floor" ] || { note "Responses floor not found at $floor"; exit 1; }
+  # Its prebuilt bodies, from the shared harness's scenario; they must hold
+  # what our runner sends (checked against one request of each kind).
+  export FLOOR_RESPONSES_BODIES_DIR="$out/floor-responses-bodies"
+  python3 "$root/bench/floor_responses/bodies.py" "$FLOOR_RESPONSES_BODIES_DIR"
+  python3 "$root/bench/floor_responses/check_bodies.py" "$bin" > "$out/floor-responses-bodies.txt" 2>&1 \
+    || { cat "$out/floor-responses-bodies.txt" >&2; note "the Responses floor's bodies differ from what $bin sends: update bench/floor_responses/bodies.py"; exit 1; }
+
   # Our rows: both drivers, whole bodies and SSE streams. Entries are
   # separated by ';' (run_all.py splits on it).
   export BENCH_EXTRA="nexus-blocking=$bin --driver blocking; nexus-async=$bin --driver async; nexus-blocking-stream=$bin --driver blocking --stream; nexus-async-stream=$bin --driver async --stream"
@@ -71,6 +89,8 @@ if part overhead; then
   r="--style openai-responses"
   BENCH_EXTRA="$BENCH_EXTRA; nexus-blocking-responses=$bin --driver blocking $r; nexus-async-responses=$bin --driver async $r"
   BENCH_EXTRA="$BENCH_EXTRA; nexus-blocking-responses-stream=$bin --driver blocking --stream $r; nexus-async-responses-stream=$bin --driver async --stream $r"
+  # ... and their floors (the harness's own floors speak Chat Completions only).
+  BENCH_EXTRA="$BENCH_EXTRA; floor-rust-ureq-responses=$floor; floor-rust-ureq-responses-stream=$floor --stream"
   # The machine is small and shared: one sitting's ratios move by ±15 %.
   # Several back-to-back sittings (each with its own shuffle seed) give the
   # spread of every ratio. An absolute BENCH_OUT keeps the results out of
@@ -82,9 +102,11 @@ if part overhead; then
       || note "overhead sitting $i failed"
     load "after overhead sitting $i/$sittings"
   done
-  # Our rows against the floors of the same sitting and the issue's targets
-  # (p50 ≤ 1.15 × floor-rust-ureq, peak RSS ≤ 5 MB), per sitting, then the
-  # spread of each ratio across sittings.
+  # Each of our rows against its matching floor of the same sitting (same
+  # wire, same body mode) and the targets (p50 ≤ 1.15 × whole / 1.10 ×
+  # streamed, p95 ≤ 1.3 × the floor's p95, peak RSS ≤ 5 MB; Responses rows
+  # at their Chat twin's ratio), per sitting, then the spread of each ratio
+  # across sittings.
   python3 - "$out" "$sittings" > "$out/overhead-ratios.md" <<'PY'
 import json, os, statistics, sys
 out, n = sys.argv[1], int(sys.argv[2])
@@ -93,49 +115,100 @@ for i in range(1, n + 1):
     path = os.path.join(out, f"overhead-{i}.json")
     if os.path.exists(path):
         docs.append((i, json.load(open(path))))
+# The targets: p50 ≤ 1.15 × the matching floor for whole bodies, ≤ 1.10 × for
+# streams; p95 ≤ 1.3 × the matching floor's p95; peak RSS ≤ 5 MB. A Responses
+# row should sit at the ratio its Chat Completions twin does (÷ Chat = 1).
+P50_WHOLE, P50_STREAM, P95_X, RSS_MB = 1.15, 1.10, 1.3, 5.0
+streamed = lambda r: bool(r.get("stream")) or r["framework"].endswith("-stream")
+responses = lambda name: "-responses" in name
+def floor_name(r):
+    """The floor a row is held to: the same wire, the same body mode, ureq 2."""
+    if r["framework"].startswith("floor-"):
+        return None
+    return "floor-rust-ureq" + ("-responses" if responses(r["framework"]) else "") + ("-stream" if streamed(r) else "")
+def raw_name(r):
+    """The hand-written-HTTP floor of the same body mode (Chat Completions only)."""
+    if r["framework"].startswith("floor-") or responses(r["framework"]):
+        return None
+    return "floor-rust-raw" + ("-stream" if streamed(r) else "")
 def ratio(r, f, key="p50_ms"):
-    return r[key] / f[key] if f and r.get(key) and f.get(key) else None
+    return r[key] / f[key] if r and f and r.get(key) and f.get(key) else None
+def over(r, f):
+    return (r["p50_ms"] - f["p50_ms"]) * 1e3 if r and f and r.get("p50_ms") and f.get("p50_ms") else None
 def fmt(x, spec=".2f"):
     return "—" if x is None else format(x, spec)
 mark = lambda ok: "—" if ok is None else ("yes" if ok else "**no**")
+def row_values(r, by):
+    f = by.get(floor_name(r) or "")
+    x50, x95, rss = ratio(r, f), ratio(r, f, "p95_ms"), r.get("peak_rss_mb")
+    target = P50_STREAM if streamed(r) else P50_WHOLE
+    vs_chat = None
+    if responses(r["framework"]) and not r["framework"].startswith("floor-"):
+        twin = by.get(r["framework"].replace("-responses", ""))
+        twin_x50 = ratio(twin, by.get(floor_name(twin))) if twin else None
+        vs_chat = x50 / twin_x50 if x50 and twin_x50 else None
+    return {
+        "floor": f["framework"] if f else None, "x50": x50, "x95": x95, "plus": over(r, f),
+        "plus_raw": over(r, by.get(raw_name(r) or "")), "rss": rss, "target": target if f else None,
+        "ok50": None if x50 is None else x50 <= target, "ok95": None if x95 is None else x95 <= P95_X,
+        "okrss": None if rss is None or not f else rss <= RSS_MB, "vs_chat": vs_chat,
+        "x_ours": ratio(r, by.get("nexus-async")),
+    }
+# Each wire and body mode in its own block, its floors first.
+order = lambda r: (responses(r["framework"]), streamed(r), not r["framework"].startswith("floor-"), r["p50_ms"] or 0)
+print(f"Each row against its matching floor in the same sitting: whole Chat Completions rows against "
+      f"floor-rust-ureq, streamed ones against floor-rust-ureq-stream, Responses rows against "
+      f"floor-rust-ureq-responses(-stream) (the same method over POST /v1/responses, bench/floor_responses). "
+      f"Targets: p50 ≤ {P50_WHOLE:.2f} × the floor for whole bodies, ≤ {P50_STREAM:.2f} × for streams; "
+      f"p95 ≤ {P95_X:.1f} × the floor's p95; peak RSS ≤ {RSS_MB:.0f} MB. *÷ Chat* = (Responses row ÷ its floor) ÷ "
+      f"(the same driver's Chat row ÷ its floor), p50: 1.00 means the Responses wire costs us what Chat "
+      f"Completions does. *+ µs over raw* = p50 − floor-rust-raw(-stream) p50 (Chat rows).\n")
 spread = {}
 for i, doc in docs:
     by = {r["framework"]: r for r in doc["results"]}
-    raw, ureq = by.get("floor-rust-raw"), by.get("floor-rust-ureq")
     load = doc["machine"].get("loadavg_at_start") or []
     print(f"#### Sitting {i} — {doc['date_utc']}, load at start {', '.join(f'{x:.2f}' for x in load)}\n")
-    print("| row | p50 ms | p95 ms | mean ms | round-p50 range ms | × ureq p50 | × ureq p95 | × raw p50 "
-          "| + µs over ureq | + µs over raw | peak RSS MB | p50 ≤ 1.15 × ureq | RSS ≤ 5 MB | ok |")
-    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|:-:|:-:|")
-    ours = by.get("nexus-async")
-    for r in doc["results"]:
+    print("| row | floor | p50 ms | p95 ms | mean ms | round-p50 range ms | × floor p50 | × floor p95 "
+          "| + µs over floor | + µs over raw | peak RSS MB | p50 ≤ target | p95 ≤ 1.3 × | RSS ≤ 5 MB | ÷ Chat | ok |")
+    print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|:-:|:-:|--:|:-:|")
+    for r in sorted((r for r in doc["results"] if r.get("p50_ms")), key=order):
         name = r["framework"]
-        if not r.get("p50_ms"):
-            continue
-        x, rss = ratio(r, ureq), r.get("peak_rss_mb")
-        over = lambda f: None if not f else (r["p50_ms"] - f["p50_ms"]) * 1e3
-        s = spread.setdefault(name, {"x_ureq": [], "x_raw": [], "plus_raw": [], "p50": [], "rss": [], "x_ours": []})
-        for key, val in (("x_ureq", x), ("x_raw", ratio(r, raw)), ("plus_raw", over(raw)),
-                         ("p50", r["p50_ms"]), ("rss", rss), ("x_ours", ratio(r, ours))):
-            if val is not None:
-                s[key].append(val)
+        v = row_values(r, by)
+        s = spread.setdefault(name, {"p50": [], "floor": v["floor"], "ok": {"ok50": [], "ok95": [], "okrss": []}})
+        s["p50"].append(r["p50_ms"])
+        for key in ("x50", "x95", "plus", "plus_raw", "rss", "vs_chat", "x_ours"):
+            if v[key] is not None:
+                s.setdefault(key, []).append(v[key])
+        for key in ("ok50", "ok95", "okrss"):
+            if v[key] is not None:
+                s["ok"][key].append(v[key])
         if not (name.startswith("nexus") or name.startswith("floor-rust")):
             continue
-        print(f"| {name} | {r['p50_ms']:.3f} | {r['p95_ms']:.3f} | {r['mean_ms']:.3f} | "
-              f"{r['round_p50_min_ms']:.3f}–{r['round_p50_max_ms']:.3f} | {fmt(x)} | {fmt(ratio(r, ureq, 'p95_ms'))} | "
-              f"{fmt(ratio(r, raw))} | {fmt(over(ureq), '+.0f')} | {fmt(over(raw), '+.0f')} | {fmt(rss, '.1f')} | "
-              f"{mark(None if x is None else x <= 1.15)} | {mark(None if rss is None else rss <= 5.0)} | "
-              f"{'✅' if r['final_ok'] else '❌'} |")
+        target = "—" if v["target"] is None else f"{mark(v['ok50'])} (≤ {v['target']:.2f})"
+        print(f"| {name} | {v['floor'] or '—'} | {r['p50_ms']:.3f} | {r['p95_ms']:.3f} | {r['mean_ms']:.3f} | "
+              f"{r['round_p50_min_ms']:.3f}–{r['round_p50_max_ms']:.3f} | {fmt(v['x50'])} | {fmt(v['x95'])} | "
+              f"{fmt(v['plus'], '+.0f')} | {fmt(v['plus_raw'], '+.0f')} | {fmt(v['rss'], '.1f')} | {target} | "
+              f"{mark(v['ok95'])} | {mark(v['okrss'])} | {fmt(v['vs_chat'])} | {'✅' if r['final_ok'] else '❌'} |")
     print()
 if len(docs) > 1:
     print(f"#### Across the {len(docs)} sittings: median (min–max)\n")
-    print("| row | p50 ms | × floor-rust-ureq | × floor-rust-raw | + µs over raw | × nexus-async | peak RSS MB |")
-    print("|---|--:|--:|--:|--:|--:|--:|")
+    print("| row | floor | p50 ms | × floor p50 | × floor p95 | + µs over floor | + µs over raw | ÷ Chat "
+          "| × nexus-async | peak RSS MB | sittings meeting p50 / p95 / RSS |")
+    print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|:-:|")
     def mm(v, spec):
         return "—" if not v else f"{format(statistics.median(v), spec)} ({format(min(v), spec)}–{format(max(v), spec)})"
-    for name, s in sorted(spread.items(), key=lambda kv: statistics.median(kv[1]["p50"] or [0])):
-        print(f"| {name} | {mm(s['p50'], '.3f')} | {mm(s['x_ureq'], '.2f')} | {mm(s['x_raw'], '.2f')} | "
-              f"{mm(s['plus_raw'], '+.0f')} | {mm(s['x_ours'], '.2f')} | {mm(s['rss'], '.1f')} |")
+    def met(s):
+        if s["floor"] is None:
+            return "—"
+        return " / ".join(f"{sum(s['ok'][k])} of {len(s['ok'][k])}" if s["ok"][k] else "—"
+                          for k in ("ok50", "ok95", "okrss"))
+    for name, s in sorted(spread.items(), key=lambda kv: (responses(kv[0]), kv[0].endswith("-stream"),
+                                                          not kv[0].startswith("floor-"),
+                                                          statistics.median(kv[1]["p50"]))):
+        g = lambda k: s.get(k, [])
+        print(f"| {name} | {s['floor'] or '—'} | {mm(s['p50'], '.3f')} | {mm(g('x50'), '.2f')} | {mm(g('x95'), '.2f')} | "
+              f"{mm(g('plus'), '+.0f')} | {mm(g('plus_raw'), '+.0f')} | {mm(g('vs_chat'), '.2f')} | "
+              f"{mm(g('x_ours'), '.2f')} | {mm(g('rss'), '.1f')} | {met(s)} |")
 PY
   # The last sitting's full table (every peer) stands for the sitting.
   for f in json md; do
