@@ -113,7 +113,7 @@ impl Engine {
             let d = Timestamp(now_ms()).plus_ms(u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
             rc.deadline = Some(rc.deadline.map_or(d, |x| x.min(d)));
         }
-        let run = Run::new(rc, cfg.toolbox.shared_decls(), messages)?;
+        let run = Run::new(rc, cfg.toolbox.tool_set(), messages)?;
         if let Some(tap) = &cfg.tap {
             tap.started(&run);
         }

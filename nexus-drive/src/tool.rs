@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nexus_proto::tool::sanitize_name;
-use nexus_proto::{Answer, Request, ToolDecl, ToolKind, ToolReply, ToolResult};
+use nexus_proto::{Answer, Request, ToolDecl, ToolKind, ToolReply, ToolResult, ToolSet};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -371,8 +371,9 @@ impl Pace {
 pub struct Toolbox {
     entries: Vec<Entry>,
     /// The declarations as runs hold them, built on first use after a
-    /// change: every run of a client shares this one copy.
-    shared: std::sync::OnceLock<Arc<[ToolDecl]>>,
+    /// change: every run of a client shares this one copy, and the wire
+    /// encodings made of it.
+    shared: std::sync::OnceLock<ToolSet>,
 }
 
 impl fmt::Debug for Toolbox {
@@ -464,6 +465,12 @@ impl Toolbox {
     /// The declarations, in registration order, as one shared copy: every
     /// run started over this toolbox holds the same one.
     pub fn shared_decls(&self) -> Arc<[ToolDecl]> {
+        self.tool_set().decls().clone()
+    }
+
+    /// The shared declarations with their wire encodings, made once for
+    /// every run of this toolbox.
+    pub fn tool_set(&self) -> ToolSet {
         self.shared.get_or_init(|| self.decls().into()).clone()
     }
 

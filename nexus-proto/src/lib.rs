@@ -225,4 +225,4 @@ pub use sse::{SseDecoder, SseEvent};
 pub use state::FORMAT_VERSION;
 pub use suspend::{Answer, RelayCall, Request, ToolReply, ToolResult};
 pub use time::Timestamp;
-pub use tool::{ToolDecl, ToolKind};
+pub use tool::{ToolDecl, ToolKind, ToolSet};

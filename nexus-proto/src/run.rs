@@ -6,7 +6,6 @@
 //! Every state transition lives in this file and in `ledger.rs`.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -23,7 +22,7 @@ use crate::rng::SplitMix64;
 use crate::sse::{SseDecoder, SseEvent};
 use crate::suspend::{Answer, Request, ToolReply, ToolResult};
 use crate::time::Timestamp;
-use crate::tool::{ToolDecl, ToolKind};
+use crate::tool::{ToolDecl, ToolKind, ToolSet};
 
 /// Something the driver hands to the machine.
 #[derive(Debug, Clone, PartialEq)]
@@ -182,7 +181,7 @@ pub(crate) struct RunState {
     pub config: RunConfig,
     /// Shared with the client that declared them: every run of a client
     /// holds the same declarations, so a new run copies none.
-    pub tools: Arc<[ToolDecl]>,
+    pub tools: ToolSet,
     pub transcript: Vec<Message>,
     /// Messages before this run began (given as history); summaries skip them.
     pub history_len: usize,
@@ -258,14 +257,11 @@ pub struct Run {
 impl Run {
     /// A new run over `messages` (history plus the new user turn, which must come last).
     ///
-    /// `tools` is a `Vec<ToolDecl>` or an `Arc<[ToolDecl]>`: a host that
-    /// starts many runs over the same tools shares one copy among them.
-    pub fn new(
-        config: RunConfig,
-        tools: impl Into<Arc<[ToolDecl]>>,
-        messages: Vec<Message>,
-    ) -> Result<Run, InputError> {
-        let tools: Arc<[ToolDecl]> = tools.into();
+    /// `tools` is a `Vec<ToolDecl>`, an `Arc<[ToolDecl]>` or a [`ToolSet`]:
+    /// a host that starts many runs over the same tools passes clones of one
+    /// `ToolSet`, and they share the declarations and their encodings.
+    pub fn new(config: RunConfig, tools: impl Into<ToolSet>, messages: Vec<Message>) -> Result<Run, InputError> {
+        let tools: ToolSet = tools.into();
         config.validate()?;
         let mut names = std::collections::HashSet::new();
         for t in tools.iter() {
@@ -834,7 +830,8 @@ impl Run {
             stream: cfg.stream,
             params: params_for(cfg.style, style, &cfg.params, &no_params),
         };
-        let body = style.body_bytes(&call);
+        let mut body = Vec::with_capacity(1024);
+        style.write_body_with(&call, Some(self.state.tools.encoded(style)), &mut body);
         let mut headers = style.base_headers();
         let key = match index {
             0 => self.secrets.api_key.as_ref(),

@@ -1,7 +1,14 @@
 //! Tool declarations: what the model is told it may call.
 
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, OnceLock};
+
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
+
+use crate::provider::Style;
 
 /// How a declared tool is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -215,5 +222,89 @@ mod tests {
             ToolDecl::new("s", "strict", json!({"type":"object","properties":{},"additionalProperties":false}));
         assert!(strict.to_gemini().get("parametersJsonSchema").is_some());
         assert!(strict.to_gemini().get("parameters").is_none());
+    }
+}
+
+/// The tool declarations of a run, shared: every run a host starts over the
+/// same tools holds one copy of them, and each wire format's JSON for them
+/// (the request body's `tools` array, the same every turn) is written once
+/// for all those runs instead of once per request.
+///
+/// Built from a `Vec<ToolDecl>` or an `Arc<[ToolDecl]>`; clones share the
+/// declarations and the encodings. The declarations cannot change once
+/// shared, so an encoding never goes stale. Serialized as the list of
+/// declarations (the encodings are not state).
+#[derive(Clone)]
+pub struct ToolSet {
+    decls: Arc<[ToolDecl]>,
+    /// Each style's `tools` array, made on first use.
+    encoded: Arc<[OnceLock<Box<RawValue>>; 4]>,
+}
+
+impl ToolSet {
+    /// The declarations, shared.
+    pub fn decls(&self) -> &Arc<[ToolDecl]> {
+        &self.decls
+    }
+
+    /// `style`'s JSON for the `tools` key of a request body, written on first use.
+    pub(crate) fn encoded(&self, style: Style) -> &RawValue {
+        let slot = match style {
+            Style::Anthropic => 0,
+            Style::OpenAi => 1,
+            Style::Gemini => 2,
+            Style::OpenAiResponses => 3,
+        };
+        self.encoded[slot].get_or_init(|| style.tools_json(&self.decls))
+    }
+}
+
+impl Deref for ToolSet {
+    type Target = [ToolDecl];
+
+    fn deref(&self) -> &[ToolDecl] {
+        &self.decls
+    }
+}
+
+impl From<Arc<[ToolDecl]>> for ToolSet {
+    fn from(decls: Arc<[ToolDecl]>) -> ToolSet {
+        ToolSet { decls, encoded: Arc::default() }
+    }
+}
+
+impl From<Vec<ToolDecl>> for ToolSet {
+    fn from(decls: Vec<ToolDecl>) -> ToolSet {
+        ToolSet::from(Arc::<[ToolDecl]>::from(decls))
+    }
+}
+
+impl Default for ToolSet {
+    fn default() -> ToolSet {
+        ToolSet::from(Vec::new())
+    }
+}
+
+impl PartialEq for ToolSet {
+    fn eq(&self, other: &ToolSet) -> bool {
+        self.decls == other.decls
+    }
+}
+
+impl fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.decls.fmt(f)
+    }
+}
+
+impl Serialize for ToolSet {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.decls.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolSet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ToolSet, D::Error> {
+        Vec::<ToolDecl>::deserialize(d).map(ToolSet::from)
     }
 }

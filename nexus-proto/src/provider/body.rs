@@ -15,6 +15,7 @@
 //! inner keys are inserted into ours.
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::RESERVED_PARAMS;
@@ -34,6 +35,8 @@ pub(crate) enum Field<'a, P> {
     Param(&'a Value),
     /// A part of the conversation: the style's own writer.
     Part(P),
+    /// JSON written before, as it stands (the tools, see [`crate::tool::ToolSet`]).
+    Raw(&'a RawValue),
 }
 
 impl<P: Serialize> Serialize for Field<'_, P> {
@@ -46,6 +49,7 @@ impl<P: Serialize> Serialize for Field<'_, P> {
             Field::Owned(v) => v.serialize(s),
             Field::Param(v) => v.serialize(s),
             Field::Part(p) => p.serialize(s),
+            Field::Raw(v) => v.serialize(s),
         }
     }
 }
@@ -59,7 +63,20 @@ pub(crate) type Fields<'a, P> = Vec<(&'a str, Field<'a, P>)>;
 /// [`Field::Part`] is in [`RESERVED_PARAMS`], and reserved keys are skipped
 /// first (a test holds the styles to this). Were one to land there, a caller
 /// object would replace the part where `encode_body` merges into it.
-pub(crate) fn write<'a, P: Serialize>(mut fields: Fields<'a, P>, params: &'a Map<String, Value>, out: &mut Vec<u8>) {
+///
+/// `tools`, when given, is the style's encoding of the call's tools, written
+/// in place of the `tools` part: the same bytes, made once.
+pub(crate) fn write<'a, P: Serialize>(
+    mut fields: Fields<'a, P>,
+    params: &'a Map<String, Value>,
+    tools: Option<&'a RawValue>,
+    out: &mut Vec<u8>,
+) {
+    if let Some(raw) = tools {
+        if let Some((_, field)) = fields.iter_mut().find(|(name, _)| *name == "tools") {
+            *field = Field::Raw(raw);
+        }
+    }
     for (key, theirs) in params {
         if RESERVED_PARAMS.contains(&key.as_str()) {
             continue;
@@ -206,6 +223,57 @@ mod tests {
         );
         for key in all {
             assert!(RESERVED_PARAMS.contains(&key), "`{key}` is a conversation part but not reserved");
+        }
+    }
+
+    /// A body written with a [`ToolSet`](crate::tool::ToolSet)'s encoding of
+    /// the tools is byte for byte the body written from the declarations,
+    /// in every style, with and without caller params and streaming.
+    #[test]
+    fn cached_tool_encodings_write_the_same_bodies() {
+        use crate::provider::Style;
+        use crate::tool::ToolSet;
+        let messages = [Message::user("hi \"there\"\n")];
+        let tools: ToolSet = vec![
+            ToolDecl::new(
+                "get_weather",
+                "Weather for a city: \"quoted\", unicode \u{e9}, control \u{1}.",
+                json!({"type": "object", "properties": {"city": {"type": "string", "description": "a </city>"}},
+                       "required": ["city"], "additionalProperties": false}),
+            ),
+            ToolDecl::new("add", "Add two integers.", json!({"type": "object", "properties": {
+                "a": {"type": "integer", "minimum": -1.5e300}, "b": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}})),
+            ToolDecl::new("bare", "", Value::Null),
+        ]
+        .into();
+        let mut params = Map::new();
+        params.insert("temperature".into(), json!(0.2));
+        params.insert("tools".into(), json!(["a caller's tools never replace ours"]));
+        let no_params = Map::new();
+        for style in [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses] {
+            for params in [&no_params, &params] {
+                for stream in [false, true] {
+                    let call = ModelCall {
+                        model: "m",
+                        system: Some("be brief"),
+                        messages: &messages,
+                        tools: &tools,
+                        max_tokens: Some(64),
+                        stream,
+                        params,
+                    };
+                    let plain = style.body_bytes(&call);
+                    let mut cached = Vec::new();
+                    style.write_body_with(&call, Some(tools.encoded(style)), &mut cached);
+                    assert_eq!(
+                        String::from_utf8_lossy(&cached),
+                        String::from_utf8_lossy(&plain),
+                        "{style:?} stream={stream}"
+                    );
+                    // The encoding is made once and reused.
+                    assert!(std::ptr::eq(tools.encoded(style), tools.clone().encoded(style)));
+                }
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 //! into one [`TurnResponse`]. The machine never looks at provider JSON itself.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::error::{DecodeError, ProviderError, RemoteError};
@@ -147,12 +148,34 @@ impl Style {
     /// dependency graph; a build that turns it on gets insertion order from
     /// `encode_body` and still byte order here: the same JSON, other bytes).
     pub fn write_body(self, call: &ModelCall<'_>, out: &mut Vec<u8>) {
+        self.write_body_with(call, None, out)
+    }
+
+    /// [`write_body`](Self::write_body) with the `tools` array already
+    /// encoded for this style ([`ToolSet`](crate::tool::ToolSet)'s).
+    pub(crate) fn write_body_with(self, call: &ModelCall<'_>, tools: Option<&RawValue>, out: &mut Vec<u8>) {
+        let tools = tools.filter(|_| !call.tools.is_empty());
         match self {
-            Style::Anthropic => body::write(anthropic::body_fields(call), call.params, out),
-            Style::OpenAi => body::write(openai::body_fields(call), call.params, out),
-            Style::Gemini => body::write(gemini::body_fields(call), call.params, out),
-            Style::OpenAiResponses => body::write(responses::body_fields(call), call.params, out),
+            Style::Anthropic => body::write(anthropic::body_fields(call), call.params, tools, out),
+            Style::OpenAi => body::write(openai::body_fields(call), call.params, tools, out),
+            Style::Gemini => body::write(gemini::body_fields(call), call.params, tools, out),
+            Style::OpenAiResponses => body::write(responses::body_fields(call), call.params, tools, out),
         }
+    }
+
+    /// This style's JSON for the `tools` key of a request body.
+    pub(crate) fn tools_json(self, tools: &[ToolDecl]) -> Box<RawValue> {
+        let json = match self {
+            Style::Anthropic => serde_json::to_string(&anthropic::tools_part(tools)),
+            Style::OpenAi => serde_json::to_string(&openai::tools_part(tools)),
+            Style::Gemini => serde_json::to_string(&gemini::tools_part(tools)),
+            Style::OpenAiResponses => serde_json::to_string(&responses::tools_part(tools)),
+        };
+        // The views write valid JSON and cannot fail on a String; an empty
+        // array is the safe stand-in should that ever change.
+        json.ok()
+            .and_then(|j| RawValue::from_string(j).ok())
+            .unwrap_or_else(|| RawValue::from_string("[]".to_string()).unwrap_or_else(|_| unreachable!("[] is JSON")))
     }
 
     /// [`write_body`](Self::write_body) into a new buffer.

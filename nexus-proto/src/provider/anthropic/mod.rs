@@ -39,7 +39,7 @@ use crate::provider::{parse_arguments, CallIds, Stop, StopReason, Style, TurnRes
 
 pub use encode::encode_body;
 pub use stream::Assembler;
-pub(crate) use write::fields as body_fields;
+pub(crate) use write::{fields as body_fields, tools_part};
 
 /// This style's key in `provider_data`.
 const KEY: &str = "anthropic";

@@ -212,6 +212,11 @@ struct ToolView<'a> {
     name: &'a str,
 }
 
+/// The `tools` part alone (what [`crate::tool::ToolSet`] keeps per style).
+pub(crate) fn tools_part(tools: &[ToolDecl]) -> Part<'_> {
+    Part::Tools(tools)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::TOOL_USE_EXTRAS;

@@ -19,7 +19,7 @@ mod write;
 
 pub use decode::{decode_response, Assembler};
 pub use encode::encode_body;
-pub(crate) use write::fields as body_fields;
+pub(crate) use write::{fields as body_fields, tools_part};
 
 /// The `provider_data` key this style reads and writes.
 const STYLE_KEY: &str = "gemini";

@@ -240,3 +240,8 @@ impl Serialize for Declaration<'_> {
         map.end()
     }
 }
+
+/// The `tools` part alone (what [`crate::tool::ToolSet`] keeps per style).
+pub(crate) fn tools_part(tools: &[ToolDecl]) -> Part<'_> {
+    Part::Tools(tools)
+}

@@ -255,3 +255,8 @@ struct FunctionDecl<'a> {
     name: &'a str,
     parameters: &'a Value,
 }
+
+/// The `tools` part alone (what [`crate::tool::ToolSet`] keeps per style).
+pub(crate) fn tools_part(tools: &[ToolDecl]) -> Part<'_> {
+    Part::Tools(tools)
+}

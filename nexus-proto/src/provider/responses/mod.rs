@@ -44,7 +44,7 @@ mod stream;
 mod write;
 
 pub use stream::Assembler;
-pub(crate) use write::fields as body_fields;
+pub(crate) use write::{fields as body_fields, tools_part};
 
 /// This style's key in `provider_data`.
 pub const KEY: &str = "openai-responses";

@@ -252,3 +252,8 @@ struct ToolView<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
 }
+
+/// The `tools` part alone (what [`crate::tool::ToolSet`] keeps per style).
+pub(crate) fn tools_part(tools: &[ToolDecl]) -> Part<'_> {
+    Part::Tools(tools)
+}
