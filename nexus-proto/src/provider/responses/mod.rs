@@ -541,26 +541,35 @@ impl Item {
 
     pub(crate) fn into_blocks(self, out: &mut Vec<Block>) {
         match self {
-            Item::Reasoning { text, item } => out.push(Block::Reasoning {
-                text,
-                signature: None,
-                redacted: None,
-                provider_data: Some(json!({ KEY: { "item": item } })),
-            }),
+            Item::Reasoning { text, item } => {
+                let mut own = Map::new();
+                own.insert("item".into(), item);
+                out.push(Block::Reasoning {
+                    text,
+                    signature: None,
+                    redacted: None,
+                    provider_data: Some(provider_data(own)),
+                })
+            }
             Item::Message { meta, parts } => {
                 if parts.is_empty() {
                     // An empty message still takes its place after a reasoning item.
-                    out.push(Block::Text { text: String::new(), provider_data: Some(json!({ KEY: meta })) });
+                    out.push(Block::Text { text: String::new(), provider_data: Some(provider_data(meta)) });
+                    return;
                 }
-                for (text, annotations, refusal) in parts {
-                    let mut m = meta.clone();
+                let last = parts.len() - 1;
+                let mut meta = Some(meta);
+                for (i, (text, annotations, refusal)) in parts.into_iter().enumerate() {
+                    // Each part has its own copy; the last takes the original.
+                    let mut m =
+                        if i == last { meta.take().unwrap_or_default() } else { meta.clone().unwrap_or_default() };
                     if let Some(a) = annotations {
                         m.insert("annotations".into(), a);
                     }
                     if refusal {
                         m.insert("refusal".into(), Value::Bool(true));
                     }
-                    let provider_data = (!m.is_empty()).then(|| json!({ KEY: m }));
+                    let provider_data = (!m.is_empty()).then(|| provider_data(m));
                     out.push(Block::Text { text, provider_data });
                 }
             }
@@ -569,12 +578,20 @@ impl Item {
                 // answers such a call with an error result instead of running it.
                 let input =
                     parse_arguments(&arguments).ok().or_else(|| parse_partial(&arguments)).unwrap_or(Value::Null);
-                let provider_data = (!meta.is_empty()).then(|| json!({ KEY: meta }));
+                let provider_data = (!meta.is_empty()).then(|| provider_data(meta));
                 out.push(Block::ToolCall(ToolCall { id: call_id, name, input, arguments, provider_data }));
             }
             Item::Other => {}
         }
     }
+}
+
+/// `{"openai-responses": own}`, built in place (`json!` would copy `own`
+/// through `to_value`).
+fn provider_data(own: Map<String, Value>) -> Value {
+    let mut data = Map::new();
+    data.insert(KEY.into(), Value::Object(own));
+    Value::Object(data)
 }
 
 /// The summary texts joined, or without any the `reasoning_text` content.
