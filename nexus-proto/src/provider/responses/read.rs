@@ -115,6 +115,21 @@ impl WireItem<'_> {
         self.kind.0.as_deref() == Some("reasoning")
     }
 
+    /// Whether this is a function call.
+    pub(crate) fn is_call(&self) -> bool {
+        self.kind.0.as_deref() == Some("function_call")
+    }
+
+    /// Its `call_id`, empty when that is not a string.
+    pub(crate) fn call_id(&self) -> &str {
+        self.call_id.0.as_deref().unwrap_or_default()
+    }
+
+    /// Its `name`, empty when that is not a string.
+    pub(crate) fn name_or_empty(&self) -> &str {
+        self.name.0.as_deref().unwrap_or_default()
+    }
+
     /// Its `name`, when that is a non-empty string.
     pub(crate) fn name(&self) -> Option<&str> {
         self.name.0.as_deref().filter(|n| !n.is_empty())

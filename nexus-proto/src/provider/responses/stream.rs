@@ -48,10 +48,10 @@ pub struct Assembler {
 #[derive(Debug, Clone, Default)]
 struct Slot {
     index: i64,
-    /// The item of `output_item.added`.
-    added: Option<Item>,
-    /// The `name` of the `output_item.added` item, when a non-empty string.
-    added_name: Option<String>,
+    /// The data of the `output_item.added` event, read again only when it
+    /// is needed (no `.done` came, or the `.done` call lacks its name): it
+    /// is not built for the usual stream, where `.done` supersedes it.
+    added: Option<String>,
     /// The item of `output_item.done`.
     done: Option<Item>,
     /// `output_text` / `refusal` parts by `content_index`: (text, is refusal).
@@ -133,24 +133,21 @@ impl Assembler {
             }
             "response.output_item.added" => {
                 let Some(Object(Some(wire))) = payload.item else { return Ok(()) };
-                let added_name = wire.name().map(str::to_string);
-                let Some(item) = item_of(wire, data) else { return Ok(()) };
                 let pos = self.slot(payload.output_index);
                 let slot = &mut self.slots[pos];
-                slot.added_name = added_name;
-                match &item {
-                    Item::Call { call_id, name, .. } if slot.call_id.is_none() => {
-                        let (id, name) = (call_id.clone(), name.clone());
-                        slot.call_id = Some(id.clone());
-                        // Argument pieces that came before the item are shown now.
-                        let pending = slot.arguments.clone();
-                        slot.added = Some(item);
-                        self.emit(out, StreamEvent::ToolCallStarted { id: id.clone(), name });
-                        if !pending.is_empty() {
-                            self.emit(out, StreamEvent::ToolCallDelta { id, arguments: pending });
-                        }
+                slot.added = Some(data.to_string());
+                if wire.is_call() && slot.call_id.is_none() {
+                    let id = wire.call_id().to_string();
+                    slot.call_id = Some(id.clone());
+                    // Argument pieces that came before the item are shown now.
+                    let pending = slot.arguments.clone();
+                    self.emit(
+                        out,
+                        StreamEvent::ToolCallStarted { id: id.clone(), name: wire.name_or_empty().to_string() },
+                    );
+                    if !pending.is_empty() {
+                        self.emit(out, StreamEvent::ToolCallDelta { id, arguments: pending });
                     }
-                    _ => slot.added = Some(item),
                 }
             }
             "response.output_item.done" => {
@@ -271,20 +268,31 @@ fn item_of(wire: WireItem<'_>, data: &str) -> Option<Item> {
     Item::read(whole(data)?.get_mut("item")?.take()).ok()
 }
 
+/// The item of a kept `output_item.added` event and its `name` when that is
+/// a non-empty string (the event was read once already, so it reads again).
+fn added_item(data: &str) -> Option<(Item, Option<String>)> {
+    let payload: Payload<'_> = serde_json::from_str(data).ok()?;
+    let Some(Object(Some(wire))) = payload.item else { return None };
+    let name = wire.name().map(str::to_string);
+    Some((item_of(wire, data)?, name))
+}
+
 impl Slot {
     /// The slot's item: the `.done` one (with the name from `.added` when it
     /// lacks one), else rebuilt from `.added` and the deltas.
     fn item(&self) -> Option<Item> {
         if let Some(done) = &self.done {
             let mut done = done.clone();
-            if let (Item::Call { name, .. }, Some(added)) = (&mut done, &self.added_name) {
+            if let Item::Call { name, .. } = &mut done {
                 if name.is_empty() {
-                    name.clone_from(added);
+                    if let Some(added) = self.added.as_deref().and_then(added_item).and_then(|(_, name)| name) {
+                        *name = added;
+                    }
                 }
             }
             return Some(done);
         }
-        let mut item = self.added.clone()?;
+        let (mut item, _) = added_item(self.added.as_deref()?)?;
         match &mut item {
             Item::Message { parts, .. } => {
                 let mut deltas: Vec<&(i64, String, bool)> = self.parts.iter().collect();
