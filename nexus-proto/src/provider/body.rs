@@ -219,7 +219,18 @@ mod tests {
         let all: Vec<&str> = keys.concat();
         assert_eq!(
             all,
-            ["messages", "tools", "messages", "tools", "contents", "systemInstruction", "tools", "input", "tools"]
+            [
+                "messages",
+                "tools",
+                "messages",
+                "tools",
+                "contents",
+                "systemInstruction",
+                "tools",
+                "input",
+                "tools",
+                "include"
+            ]
         );
         for key in all {
             assert!(RESERVED_PARAMS.contains(&key), "`{key}` is a conversation part but not reserved");

@@ -5,9 +5,8 @@ use std::borrow::Cow;
 use std::fmt;
 use std::ops::Deref;
 
-use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::Value;
 
 /// A JSON string borrowed from the payload when it holds no escape, owned
 /// (unescaped) otherwise. `Option<Cow<str>>` cannot do this: serde's `Cow`
@@ -61,8 +60,8 @@ impl<'de> Visitor<'de> for WireStrVisitor {
 
 /// A string field that is `None` when a server sends another type. Other
 /// values are read as a `Value` would read them (so a number out of range is
-/// an error as it would be there), but only a string is kept, borrowed when
-/// it can be.
+/// an error as it would be there, see [`Skip`]), but only a string is kept,
+/// borrowed when it can be.
 #[derive(Debug, Default)]
 pub(crate) struct LenientStr<'a>(pub(crate) Option<WireStr<'a>>);
 
@@ -113,14 +112,226 @@ impl<'de: 'a, 'a> Deserialize<'de> for LenientStr<'a> {
             }
 
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-                Value::deserialize(SeqAccessDeserializer::new(seq)).map(|_| LenientStr(None))
+                Skip.visit_seq(seq).map(|_| LenientStr(None))
             }
 
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                Value::deserialize(MapAccessDeserializer::new(map)).map(|_| LenientStr(None))
+                Skip.visit_map(map).map(|_| LenientStr(None))
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// Any JSON value, read exactly as a `Value` would read it (every string
+/// unescaped and checked, every number parsed and range-checked, nesting
+/// counted against the same depth limit) and then dropped, without building
+/// anything. Where serde's `IgnoredAny` only scans, this accepts and refuses
+/// what the whole-value reading accepts and refuses, so a narrow reading that
+/// skips fields with it decodes (and fails) exactly as the whole value would.
+pub(crate) struct Skip;
+
+impl<'de> Deserialize<'de> for Skip {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Skip)
+    }
+}
+
+impl<'de> Visitor<'de> for Skip {
+    type Value = Skip;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+
+    fn visit_unit<E>(self) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+
+    fn visit_none<E>(self) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
+        while seq.next_element::<Skip>()?.is_some() {}
+        Ok(Skip)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Skip, A::Error> {
+        while map.next_entry::<Skip, Skip>()?.is_some() {}
+        Ok(Skip)
+    }
+}
+
+/// A struct read field by field from a JSON object by a hand-written visitor
+/// ([`Object`], [`Strict`]): every key is offered in order, a repeated key
+/// overwrites the earlier value (as a `Value` map keeps the last), and a
+/// field the reader does not want is read as [`Skip`].
+pub(crate) trait Fields<'de>: Default {
+    /// Reads the value of `key` from `map` (exactly one `next_value`).
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error>;
+}
+
+/// Reads (and drops) the value of a field nobody wants, as [`Skip`].
+pub(crate) fn skip_value<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+    map.next_value::<Skip>().map(|_| ())
+}
+
+fn read_fields<'de, T: Fields<'de>, A: MapAccess<'de>>(mut map: A) -> Result<T, A::Error> {
+    let mut out = T::default();
+    while let Some(key) = map.next_key::<WireStr<'de>>()? {
+        out.field(&key, &mut map)?;
+    }
+    Ok(out)
+}
+
+/// Anything but an object or an array is read as a `Value` would read it and
+/// kept as `$none`; an object or an array is handed to `$obj` / `$seq`.
+macro_rules! scalars_are {
+    ($none:expr) => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+    };
+}
+pub(crate) use scalars_are;
+
+/// A field that is an object read through [`Fields`], or `None` when it is
+/// any other value (read and checked as a `Value` would be): what
+/// `value.as_object()` / `value.get(key)` see.
+pub(crate) struct Object<T>(pub(crate) Option<T>);
+
+impl<T> Default for Object<T> {
+    fn default() -> Self {
+        Object(None)
+    }
+}
+
+impl<'de, T: Fields<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Fields<'de>> Visitor<'de> for V<T> {
+            type Value = Object<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+
+            scalars_are!(Object(None));
+
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                Skip.visit_seq(seq).map(|_| Object(None))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                read_fields(map).map(|t| Object(Some(t)))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// An object read through [`Fields`]; any other value is an error worded as
+/// a `Map<String, Value>` words it.
+pub(crate) struct Strict<T>(pub(crate) T);
+
+impl<'de, T: Fields<'de>> Deserialize<'de> for Strict<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Fields<'de>> Visitor<'de> for V<T> {
+            type Value = Strict<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                read_fields(map).map(Strict)
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+/// A field that is an array of `T`, or `None` when it is any other value
+/// (read and checked as a `Value` would be): what `value.as_array()` sees.
+pub(crate) struct Array<T>(pub(crate) Option<Vec<T>>);
+
+impl<T> Default for Array<T> {
+    fn default() -> Self {
+        Array(None)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Array<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Array<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+
+            scalars_are!(Array(None));
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+                while let Some(t) = seq.next_element()? {
+                    out.push(t);
+                }
+                Ok(Array(Some(out)))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                Skip.visit_map(map).map(|_| Array(None))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
     }
 }
 
@@ -149,6 +360,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     #[derive(serde::Deserialize)]
     struct S<'a> {

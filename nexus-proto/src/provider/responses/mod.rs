@@ -38,11 +38,14 @@ use crate::error::{DecodeError, RemoteError};
 use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock, Usage};
 use crate::provider::openai::TokenDetails;
 use crate::provider::partial_json::parse_partial;
+use crate::provider::wire::Strict;
 use crate::provider::{parse_arguments, ModelCall, Stop, StopReason, Style, TurnResponse};
 
+mod read;
 mod stream;
 mod write;
 
+use read::WireResponse;
 pub use stream::Assembler;
 pub(crate) use write::{fields as body_fields, tools_part};
 
@@ -314,41 +317,30 @@ pub(super) fn message_status(meta: &Map<String, Value>) -> &str {
 /// An error body (`{"error": {…}}`, sometimes sent with a 200) and a
 /// response whose `status` is `failed` are a [`RemoteError::Provider`].
 pub fn decode_response(body: &[u8], _ids: &mut crate::provider::CallIds) -> Result<TurnResponse, RemoteError> {
-    // A response echoes its request's instructions, tools and settings; only
-    // these fields are read, and the rest is skipped without being built.
-    // Anything this narrow reading refuses (not an object, a repeated key, an
-    // `output` that is not an array) goes the whole-value way below, which
-    // words every such error.
-    if let Ok(envelope) = serde_json::from_slice::<Envelope>(body) {
-        let mut obj = Map::new();
-        let mut output = None;
-        for (key, slot) in [
-            ("output", envelope.output),
-            ("error", envelope.error),
-            ("status", envelope.status),
-            ("incomplete_details", envelope.incomplete_details),
-            ("usage", envelope.usage),
-            ("model", envelope.model),
-        ] {
-            if let Slot::Present(v) = slot {
-                if key == "output" {
-                    output = Some(v);
-                } else {
-                    obj.insert(key.to_string(), v);
-                }
-            }
-        }
-        if let Some(Value::Array(output)) = output {
-            if obj.get("status").and_then(Value::as_str) != Some("failed") {
-                let mut items = Vec::with_capacity(output.len());
-                for item in output {
-                    items.push(Item::read(item)?);
-                }
-                return Ok(Ending::read(&obj).into_turn(items));
-            }
-        }
+    // A response echoes its request's instructions, tools and settings: it
+    // is read narrowly (see `read`), nothing of it built but the turn. What
+    // that reading does not take as a plain success (not an object, an
+    // `output` that is not an array of objects, a failed status, anything
+    // that does not parse) goes the whole-value way, which words every error.
+    decode_narrow(body).map_or_else(|| decode_whole(body), Ok)
+}
+
+/// [`decode_response`] of a success body, read narrowly; `None` for
+/// anything else.
+fn decode_narrow(body: &[u8]) -> Option<TurnResponse> {
+    let Strict(mut response) = serde_json::from_slice::<Strict<WireResponse<'_>>>(body).ok()?;
+    if response.failed() {
+        return None;
     }
-    decode_whole(body)
+    let wire = response.output.take()?.0?;
+    // Reasoning items go back verbatim: those alone are built, from their raw text.
+    let mut raw = None;
+    let items = read::read_items(wire, |index| {
+        let raw = raw.get_or_insert_with(|| read::raw_output(body)).as_ref()?;
+        serde_json::from_str(raw.get(index)?.get()).ok()
+    })?;
+    let items = items.into_iter().collect::<Option<Vec<Item>>>()?;
+    Some(response.ending().into_turn(items))
 }
 
 /// [`decode_response`] from the whole body as a JSON value.
@@ -372,37 +364,6 @@ fn decode_whole(body: &[u8]) -> Result<TurnResponse, RemoteError> {
         items.push(Item::read(item)?);
     }
     Ok(Ending::read(&obj).into_turn(items))
-}
-
-/// The fields of a whole response that are read (see [`decode_response`]).
-#[derive(Deserialize)]
-struct Envelope {
-    #[serde(default)]
-    output: Slot,
-    #[serde(default)]
-    error: Slot,
-    #[serde(default)]
-    status: Slot,
-    #[serde(default)]
-    incomplete_details: Slot,
-    #[serde(default)]
-    usage: Slot,
-    #[serde(default)]
-    model: Slot,
-}
-
-/// A field that may be absent; present (`null` included) it holds its value.
-#[derive(Default)]
-enum Slot {
-    #[default]
-    Missing,
-    Present(Value),
-}
-
-impl<'de> Deserialize<'de> for Slot {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Slot, D::Error> {
-        Value::deserialize(d).map(Slot::Present)
-    }
 }
 
 /// The error of a `failed` response: `response.error = {code, message}`;
@@ -580,26 +541,35 @@ impl Item {
 
     pub(crate) fn into_blocks(self, out: &mut Vec<Block>) {
         match self {
-            Item::Reasoning { text, item } => out.push(Block::Reasoning {
-                text,
-                signature: None,
-                redacted: None,
-                provider_data: Some(json!({ KEY: { "item": item } })),
-            }),
+            Item::Reasoning { text, item } => {
+                let mut own = Map::new();
+                own.insert("item".into(), item);
+                out.push(Block::Reasoning {
+                    text,
+                    signature: None,
+                    redacted: None,
+                    provider_data: Some(provider_data(own)),
+                })
+            }
             Item::Message { meta, parts } => {
                 if parts.is_empty() {
                     // An empty message still takes its place after a reasoning item.
-                    out.push(Block::Text { text: String::new(), provider_data: Some(json!({ KEY: meta })) });
+                    out.push(Block::Text { text: String::new(), provider_data: Some(provider_data(meta)) });
+                    return;
                 }
-                for (text, annotations, refusal) in parts {
-                    let mut m = meta.clone();
+                let last = parts.len() - 1;
+                let mut meta = Some(meta);
+                for (i, (text, annotations, refusal)) in parts.into_iter().enumerate() {
+                    // Each part has its own copy; the last takes the original.
+                    let mut m =
+                        if i == last { meta.take().unwrap_or_default() } else { meta.clone().unwrap_or_default() };
                     if let Some(a) = annotations {
                         m.insert("annotations".into(), a);
                     }
                     if refusal {
                         m.insert("refusal".into(), Value::Bool(true));
                     }
-                    let provider_data = (!m.is_empty()).then(|| json!({ KEY: m }));
+                    let provider_data = (!m.is_empty()).then(|| provider_data(m));
                     out.push(Block::Text { text, provider_data });
                 }
             }
@@ -608,12 +578,20 @@ impl Item {
                 // answers such a call with an error result instead of running it.
                 let input =
                     parse_arguments(&arguments).ok().or_else(|| parse_partial(&arguments)).unwrap_or(Value::Null);
-                let provider_data = (!meta.is_empty()).then(|| json!({ KEY: meta }));
+                let provider_data = (!meta.is_empty()).then(|| provider_data(meta));
                 out.push(Block::ToolCall(ToolCall { id: call_id, name, input, arguments, provider_data }));
             }
             Item::Other => {}
         }
     }
+}
+
+/// `{"openai-responses": own}`, built in place (`json!` would copy `own`
+/// through `to_value`).
+fn provider_data(own: Map<String, Value>) -> Value {
+    let mut data = Map::new();
+    data.insert(KEY.into(), Value::Object(own));
+    Value::Object(data)
 }
 
 /// The summary texts joined, or without any the `reasoning_text` content.
@@ -700,6 +678,161 @@ mod narrow_reading {
             let narrow = decode_response(body.as_bytes(), &mut crate::provider::CallIds::default());
             let whole = decode_whole(body.as_bytes());
             assert_eq!(format!("{narrow:?}"), format!("{whole:?}"), "{body}");
+        }
+    }
+
+    /// Every body is decoded (or refused) the same way by the narrow reading
+    /// and the whole value, and every body the whole value accepts is taken
+    /// by the narrow reading itself, not by its fallback.
+    fn agree(body: &str) {
+        let narrow = decode_response(body.as_bytes(), &mut crate::provider::CallIds::default());
+        let whole = decode_whole(body.as_bytes());
+        assert_eq!(format!("{narrow:?}"), format!("{whole:?}"), "{body}");
+        if whole.is_ok() {
+            assert!(decode_narrow(body.as_bytes()).is_some(), "fell back on {body}");
+        }
+    }
+
+    /// Output items of every kind and shape, each in a plain envelope and
+    /// next to one another.
+    #[test]
+    fn tricky_items_decode_exactly_as_the_whole_value() {
+        let items = [
+            // Escapes in every string read, in keys too.
+            r#"{"type":"message","id":"msg_\"1\"","status":"completed","phase":"final_answer","content":[{"type":"output_text","text":"a\nb \u00e9 \ud83d\ude00 \"q\" \\","annotations":[]}]}"#,
+            r#"{"t\u0079pe":"message","\u0069d":"m","content":[{"type":"output_text","te\u0078t":"esc key"}]}"#,
+            r#"{"type":"function_call","id":"fc_\u0031","call_id":"call\t1","name":"a\u0064d","arguments":"{\"a\":\"\\u00e9\"}"}"#,
+            // `arguments` as an object (its JSON text, keys sorted), and of other types.
+            r#"{"type":"function_call","call_id":"c","name":"f","arguments":{"b":[1,2.5,{"z":null}],"a":"x\u00e9"}}"#,
+            r#"{"type":"function_call","call_id":"c","name":"f","arguments":{}}"#,
+            r#"{"type":"function_call","call_id":"c","name":"f","arguments":null}"#,
+            r#"{"type":"function_call","call_id":"c","name":"f","arguments":[1,{"a":2}]}"#,
+            r#"{"type":"function_call","call_id":"c","name":"f","arguments":7}"#,
+            r#"{"type":"function_call","call_id":"c","name":"f","arguments":"not json {"}"#,
+            r#"{"type":"function_call"}"#,
+            r#"{"type":"function_call","id":5,"status":null,"call_id":9,"name":["x"],"arguments":true}"#,
+            // Message parts of every kind and shape.
+            r#"{"type":"message","id":"m","content":[{"type":"output_text","text":"a"},{"type":"refusal","refusal":"no"},{"type":"reasoning_text","text":"r"},{"type":"output_text"},5,null,"x",[1],{"type":"refusal","text":"t"},{"text":"untyped"}]}"#,
+            r#"{"type":"message","id":"m","status":"incomplete","content":[{"type":"refusal","refusal":"I can't","annotations":[{"x":1}]}]}"#,
+            r#"{"type":"message","id":"m","content":[{"type":"output_text","text":"t","annotations":[{"type":"url_citation","url":"https://e.com","title":"é","start_index":0,"end_index":1}]}]}"#,
+            r#"{"type":"message","id":"m","content":[{"type":"output_text","text":"t","annotations":{"a":1}},{"type":"output_text","text":"u","annotations":null},{"type":"output_text","text":7,"annotations":"s"}]}"#,
+            r#"{"type":"message","content":[]}"#,
+            r#"{"type":"message","content":{"type":"output_text","text":"not an array"}}"#,
+            r#"{"type":"message","content":null,"id":null,"phase":3}"#,
+            r#"{"type":"message"}"#,
+            // Reasoning, with and without summary, with reasoning text, encrypted.
+            r#"{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"thought \u00e9"},{"type":"summary_text","text":" more"},{"type":"other","text":"x"}],"encrypted_content":"gAAA\/+=="}"#,
+            r#"{"type":"reasoning","id":"rs_2"}"#,
+            r#"{"type":"reasoning","summary":null,"content":[{"type":"reasoning_text","text":"raw"},{"type":"reasoning_text","text":5}]}"#,
+            r#"{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"raw only"}],"encrypted_content":null}"#,
+            r#"{"type":"reasoning","summary":{"type":"summary_text"},"status":"completed","big":[1e300,-0,0.1,{"a":[[]]}]}"#,
+            // Duplicate keys: the last one counts, as in a `Value` map.
+            r#"{"type":"function_call","type":"message","content":[{"type":"output_text","text":"first","text":"second"}],"content":[{"type":"output_text","text":"last"}]}"#,
+            r#"{"type":"message","type":"function_call","name":"n1","name":"n2","call_id":"c","arguments":"{}","arguments":{"k":1}}"#,
+            r#"{"type":"reasoning","summary":[],"summary":[{"type":"summary_text","text":"dup"}]}"#,
+            // Unknown kinds and fields, null fields.
+            r#"{"type":"web_search_call","id":"ws_1","status":"completed","action":{"query":"q"}}"#,
+            r#"{"type":null}"#,
+            r#"{"type":5,"content":[{"type":"output_text","text":"x"}]}"#,
+            r#"{}"#,
+            r#"{"type":"function_call","call_id":"c","name":"f","arguments":"{}","extra":{"deep":[[[["x"]]]],"n":-12,"f":1.5e-7,"u":"\u0000"}}"#,
+        ];
+        for item in items {
+            agree(&format!(r#"{{"status":"completed","output":[{item}]}}"#));
+            agree(&format!(r#"{{"output":[{item},{item}],"model":"m"}}"#));
+            for other in items {
+                agree(&format!(r#"{{"output":[{item},{other}]}}"#));
+            }
+        }
+    }
+
+    /// Envelope fields (status, incomplete details, usage, model, error,
+    /// echoed request fields) of every shape, and bodies the narrow reading
+    /// must refuse exactly as the whole value does.
+    #[test]
+    fn tricky_envelopes_decode_exactly_as_the_whole_value() {
+        let msg = r#"{"type":"message","id":"m","content":[{"type":"output_text","text":"hi"}]}"#;
+        let bodies = [
+            format!(
+                r#"{{"output":[{msg}],"status":null,"model":null,"usage":null,"incomplete_details":null,"error":null}}"#
+            ),
+            format!(r#"{{"output":[{msg}],"status":"incomplete","incomplete_details":{{"reason":"content_filter"}}}}"#),
+            format!(
+                r#"{{"output":[{msg}],"status":"incomplete","incomplete_details":{{"reason":"other","reason":"max_output_tokens"}}}}"#
+            ),
+            format!(r#"{{"output":[{msg}],"status":"incomplete","incomplete_details":"max_output_tokens"}}"#),
+            format!(r#"{{"output":[{msg}],"status":"incomplete","incomplete_details":{{"reason":5}}}}"#),
+            format!(r#"{{"output":[{msg}],"status":"incomplete"}}"#),
+            format!(r#"{{"output":[{msg}],"status":"in_progress"}}"#),
+            format!(r#"{{"output":[{msg}],"status":7}}"#),
+            format!(
+                r#"{{"output":[{msg}],"status":"completed","status":"failed","error":{{"code":"c","message":"m"}}}}"#
+            ),
+            format!(r#"{{"output":[{msg}],"status":"failed","status":"completed"}}"#),
+            format!(r#"{{"status":"failed","output":[{msg}],"error":{{"type":"t"}}}}"#),
+            format!(r#"{{"output":[{msg}],"model":"a","model":"b\u00e9"}}"#),
+            format!(r#"{{"output":[{msg}],"model":{{"name":"m"}}}}"#),
+            format!(r#"{{"output":[{msg}],"error":{{"message":"ignored with an output"}}}}"#),
+            format!(r#"{{"output":null,"output":[{msg}]}}"#),
+            format!(r#"{{"output":[{msg}],"output":null}}"#),
+            format!(r#"{{"output":[{msg}],"output":"x"}}"#),
+            format!(r#"{{"output":[{msg},7]}}"#),
+            r#"{"output":[null]}"#.to_string(),
+            format!(r#"[[{msg}]]"#),
+            format!(r#"{{"output":[{msg}]}} trailing"#),
+            format!(r#"{{"output":[{msg}],"tools":[{{"type":"function","parameters":{{"x":1e400}}}}]}}"#),
+            format!(r#"{{"output":[{msg}],"instructions":"\ud800"}}"#),
+            format!(
+                r#"{{"output":[{msg}],"instructions":"ok \ud83d\ude00","metadata":{{}},"text":{{"format":{{"type":"text"}}}}}}"#
+            ),
+            r#"{"output":[{"type":"message","x":-1e400}]}"#.to_string(),
+            r#"{"output":[{"type":"reasoning","x":1e400}]}"#.to_string(),
+            r#"{"output":[{"type":"message","content":[{"type":"output_text","text":"\udc00"}]}]}"#.to_string(),
+            r#"{"output":[],"error":{"message":"x"},"output":[]}"#.to_string(),
+            r#"{"error":null}"#.to_string(),
+            r#"{}"#.to_string(),
+        ];
+        for body in &bodies {
+            agree(body);
+        }
+        // Usage of every shape: a field of the wrong type loses the usage, not the turn.
+        let usages = [
+            r#"{"input_tokens":10,"output_tokens":3,"total_tokens":13,"input_tokens_details":{"cached_tokens":4},"output_tokens_details":{"reasoning_tokens":2}}"#,
+            r#"{"input_tokens":10,"output_tokens":3,"total_tokens":0}"#,
+            r#"{"input_tokens":10,"input_tokens":11}"#,
+            r#"{"input_tokens":null,"output_tokens":null,"total_tokens":null,"input_tokens_details":null}"#,
+            r#"{"input_tokens":-1}"#,
+            r#"{"input_tokens":1.0}"#,
+            r#"{"input_tokens":-0}"#,
+            r#"{"input_tokens":"10"}"#,
+            r#"{"input_tokens":[10]}"#,
+            r#"{"input_tokens":18446744073709551615,"output_tokens":1}"#,
+            r#"{"input_tokens":18446744073709551616}"#,
+            r#"{"input_tokens_details":{"cached_tokens":"many","reasoning_tokens":-3}}"#,
+            r#"{"input_tokens_details":{"cached_tokens":1,"cached_tokens":2.0},"output_tokens_details":{"reasoning_tokens":{"a":1}}}"#,
+            r#"{"input_tokens_details":[]}"#,
+            r#"{"input_tokens_details":[5]}"#,
+            r#"{"output_tokens_details":[5,6]}"#,
+            r#"{"output_tokens_details":[5,6,7]}"#,
+            r#"{"output_tokens_details":"x"}"#,
+            r#"{"output_tokens_details":true}"#,
+            r#"{"output_tokens_details":3}"#,
+            r#"{"other":{"x":[1,2]},"input_tokens":5}"#,
+            r#"{}"#,
+            r#"[1,2,3]"#,
+            r#""usage""#,
+            r#"{"input_tokens":1e400}"#,
+        ];
+        for usage in usages {
+            agree(&format!(r#"{{"output":[{msg}],"usage":{usage}}}"#));
+            agree(&format!(r#"{{"usage":{{"input_tokens":1}},"output":[],"usage":{usage}}}"#));
+        }
+        // Nesting at and past the depth limit, in an item and in an echoed field.
+        for depth in 120..=130 {
+            let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            agree(&format!(r#"{{"output":[{{"type":"message","x":{deep}}}]}}"#));
+            agree(&format!(r#"{{"output":[{{"type":"reasoning","x":{deep}}}]}}"#));
+            agree(&format!(r#"{{"output":[{msg}],"tools":{deep}}}"#));
         }
     }
 }

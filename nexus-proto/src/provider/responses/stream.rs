@@ -16,9 +16,11 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{failed, Ending, Item};
+use super::read::{read_items, WireItem, WireResponse};
+use super::{failed, reasoning_text, Ending, Item};
 use crate::error::{DecodeError, RemoteError};
 use crate::event::StreamEvent;
+use crate::provider::wire::{Object, Strict, WireStr};
 use crate::provider::{CallIds, Style, TurnResponse};
 use crate::sse::SseEvent;
 
@@ -33,8 +35,9 @@ pub struct Assembler {
     model: Option<String>,
     /// The terminal event's reading, once it came.
     ending: Option<Ending>,
-    /// The terminal response's `output`, used when no item event came at all.
-    final_output: Vec<Value>,
+    /// The terminal response's `output` (`None` for an item that is not an
+    /// object), used when no item event came at all.
+    final_output: Vec<Option<Item>>,
     /// A delta has been appended.
     emitted: bool,
     /// An error event or `response.failed` ended the stream.
@@ -45,10 +48,12 @@ pub struct Assembler {
 #[derive(Debug, Clone, Default)]
 struct Slot {
     index: i64,
-    /// The item of `output_item.added`.
-    added: Option<Map<String, Value>>,
+    /// The data of the `output_item.added` event, read again only when it
+    /// is needed (no `.done` came, or the `.done` call lacks its name): it
+    /// is not built for the usual stream, where `.done` supersedes it.
+    added: Option<String>,
     /// The item of `output_item.done`.
-    done: Option<Value>,
+    done: Option<Item>,
     /// `output_text` / `refusal` parts by `content_index`: (text, is refusal).
     parts: Vec<(i64, String, bool)>,
     /// Summary parts by `summary_index`.
@@ -95,49 +100,59 @@ impl Assembler {
                 return Err(self.fail(Style::OpenAiResponses.decode_error(None, None, data.as_bytes()).into()));
             }
             "response.failed" => {
-                let response = payload.response.unwrap_or_default();
+                // Rare, and read whole: the error's code, type and message.
+                let response = match whole(data).and_then(|mut v| v.get_mut("response").map(Value::take)) {
+                    Some(Value::Object(response)) => response,
+                    _ => Map::new(),
+                };
                 return Err(self.fail(failed(&response, data.as_bytes())));
             }
             "response.completed" | "response.incomplete" => {
-                let mut response = payload.response.unwrap_or_default();
-                if let Some(Value::Array(output)) = response.remove("output") {
-                    self.final_output = output;
+                let mut response = payload.response.map(|r| r.0).unwrap_or_default();
+                if self.slots.is_empty() {
+                    if let Some(wire) = response.output.take().and_then(|o| o.0) {
+                        // A reasoning item (kept verbatim) is taken from the whole event.
+                        let mut event = None;
+                        let value_of = |index: usize| {
+                            let event = event.get_or_insert_with(|| whole(data)).as_mut()?;
+                            Some(event.get_mut("response")?.get_mut("output")?.get_mut(index)?.take())
+                        };
+                        self.final_output = read_items(wire, value_of).unwrap_or_default();
+                    }
                 }
-                let mut ending = Ending::read(&response);
+                let mut ending = response.ending();
                 if ending.model.is_none() {
                     ending.model = self.model.take();
                 }
                 self.ending = Some(ending);
             }
             "response.created" | "response.in_progress" | "response.queued" => {
-                if let Some(model) = payload.response.as_ref().and_then(|r| r.get("model")).and_then(Value::as_str) {
-                    if !model.is_empty() {
-                        self.model = Some(model.to_string());
-                    }
+                if let Some(model) = payload.response.and_then(|r| r.0.model.0).filter(|m| !m.is_empty()) {
+                    self.model = Some(model.into_owned());
                 }
             }
             "response.output_item.added" => {
-                let Some(Value::Object(item)) = payload.item else { return Ok(()) };
+                let Some(Object(Some(wire))) = payload.item else { return Ok(()) };
                 let pos = self.slot(payload.output_index);
                 let slot = &mut self.slots[pos];
-                let is_call = item.get("type").and_then(Value::as_str) == Some("function_call");
-                if is_call && slot.call_id.is_none() {
-                    let id = item.get("call_id").and_then(Value::as_str).unwrap_or_default().to_string();
-                    let name = item.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+                slot.added = Some(data.to_string());
+                if wire.is_call() && slot.call_id.is_none() {
+                    let id = wire.call_id().to_string();
                     slot.call_id = Some(id.clone());
                     // Argument pieces that came before the item are shown now.
                     let pending = slot.arguments.clone();
-                    slot.added = Some(item);
-                    self.emit(out, StreamEvent::ToolCallStarted { id: id.clone(), name });
+                    self.emit(
+                        out,
+                        StreamEvent::ToolCallStarted { id: id.clone(), name: wire.name_or_empty().to_string() },
+                    );
                     if !pending.is_empty() {
                         self.emit(out, StreamEvent::ToolCallDelta { id, arguments: pending });
                     }
-                } else {
-                    slot.added = Some(item);
                 }
             }
             "response.output_item.done" => {
-                let Some(item @ Value::Object(_)) = payload.item else { return Ok(()) };
+                let Some(Object(Some(wire))) = payload.item else { return Ok(()) };
+                let Some(item) = item_of(wire, data) else { return Ok(()) };
                 let pos = self.slot(payload.output_index);
                 self.slots[pos].done = Some(item);
             }
@@ -149,9 +164,9 @@ impl Assembler {
                 let parts = &mut self.slots[pos].parts;
                 match parts.iter_mut().find(|(i, _, _)| *i == at) {
                     Some((_, text, _)) => text.push_str(&delta),
-                    None => parts.push((at, delta.clone(), refusal)),
+                    None => parts.push((at, delta.to_string(), refusal)),
                 }
-                self.emit(out, StreamEvent::TextDelta { text: delta });
+                self.emit(out, StreamEvent::TextDelta { text: delta.into_owned() });
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
                 let Some(delta) = payload.delta.filter(|d| !d.is_empty()) else { return Ok(()) };
@@ -164,9 +179,9 @@ impl Assembler {
                 };
                 match parts.iter_mut().find(|(i, _)| *i == at) {
                     Some((_, text)) => text.push_str(&delta),
-                    None => parts.push((at, delta.clone())),
+                    None => parts.push((at, delta.to_string())),
                 }
-                self.emit(out, StreamEvent::ReasoningDelta { text: delta });
+                self.emit(out, StreamEvent::ReasoningDelta { text: delta.into_owned() });
             }
             "response.function_call_arguments.delta" => {
                 let Some(delta) = payload.delta.filter(|d| !d.is_empty()) else { return Ok(()) };
@@ -174,13 +189,13 @@ impl Assembler {
                 let slot = &mut self.slots[pos];
                 slot.arguments.push_str(&delta);
                 if let Some(id) = slot.call_id.clone() {
-                    self.emit(out, StreamEvent::ToolCallDelta { id, arguments: delta });
+                    self.emit(out, StreamEvent::ToolCallDelta { id, arguments: delta.into_owned() });
                 }
             }
             "response.function_call_arguments.done" => {
                 let pos = self.slot(payload.output_index);
                 if let Some(arguments) = payload.arguments {
-                    self.slots[pos].arguments_done = Some(arguments);
+                    self.slots[pos].arguments_done = Some(arguments.into_owned());
                 }
             }
             // Everything else (part boundaries, `.done` echoes of text already
@@ -200,17 +215,14 @@ impl Assembler {
         let Some(ending) = self.ending.clone() else {
             return Err(DecodeError::Truncated("the stream ended before `response.completed`".into()).into());
         };
-        let mut slots: Vec<&Slot> = self.slots.iter().collect();
-        slots.sort_by_key(|s| s.index);
-        let values: Vec<Value> = if slots.is_empty() {
-            self.final_output.clone()
+        let items: Vec<Item> = if self.slots.is_empty() {
+            let items: Option<Vec<Item>> = self.final_output.iter().cloned().collect();
+            items.ok_or_else(|| DecodeError::Shape("an output item is not an object".into()))?
         } else {
+            let mut slots: Vec<&Slot> = self.slots.iter().collect();
+            slots.sort_by_key(|s| s.index);
             slots.into_iter().filter_map(Slot::item).collect()
         };
-        let mut items = Vec::with_capacity(values.len());
-        for value in values {
-            items.push(Item::read(value)?);
-        }
         Ok(ending.into_turn(items))
     }
 
@@ -242,77 +254,138 @@ impl Assembler {
     }
 }
 
+/// An event's data as a whole value (already read narrowly, so it parses).
+fn whole(data: &str) -> Option<Value> {
+    serde_json::from_str(data).ok()
+}
+
+/// The item of an `output_item.*` event; a reasoning item, which goes back
+/// verbatim, is read from the whole event.
+fn item_of(wire: WireItem<'_>, data: &str) -> Option<Item> {
+    if !wire.is_reasoning() {
+        return wire.into_item();
+    }
+    Item::read(whole(data)?.get_mut("item")?.take()).ok()
+}
+
+/// The item of a kept `output_item.added` event and its `name` when that is
+/// a non-empty string (the event was read once already, so it reads again).
+fn added_item(data: &str) -> Option<(Item, Option<String>)> {
+    let payload: Payload<'_> = serde_json::from_str(data).ok()?;
+    let Some(Object(Some(wire))) = payload.item else { return None };
+    let name = wire.name().map(str::to_string);
+    Some((item_of(wire, data)?, name))
+}
+
 impl Slot {
     /// The slot's item: the `.done` one (with the name from `.added` when it
     /// lacks one), else rebuilt from `.added` and the deltas.
-    fn item(&self) -> Option<Value> {
-        let added_name =
-            self.added.as_ref().and_then(|a| a.get("name")).filter(|n| n.as_str().is_some_and(|s| !s.is_empty()));
-        if let Some(Value::Object(done)) = &self.done {
+    fn item(&self) -> Option<Item> {
+        if let Some(done) = &self.done {
             let mut done = done.clone();
-            if done.get("type").and_then(Value::as_str) == Some("function_call") {
-                let has_name = done.get("name").and_then(Value::as_str).is_some_and(|s| !s.is_empty());
-                if let (false, Some(name)) = (has_name, added_name) {
-                    done.insert("name".into(), name.clone());
+            if let Item::Call { name, .. } = &mut done {
+                if name.is_empty() {
+                    if let Some(added) = self.added.as_deref().and_then(added_item).and_then(|(_, name)| name) {
+                        *name = added;
+                    }
                 }
             }
-            return Some(Value::Object(done));
+            return Some(done);
         }
-        let mut item = self.added.clone()?;
-        match item.get("type").and_then(Value::as_str) {
-            Some("message") => {
-                let mut parts: Vec<&(i64, String, bool)> = self.parts.iter().collect();
-                parts.sort_by_key(|p| p.0);
-                let content = parts
-                    .into_iter()
-                    .map(|(_, text, refusal)| {
-                        if *refusal {
-                            serde_json::json!({ "type": "refusal", "refusal": text })
-                        } else {
-                            serde_json::json!({ "type": "output_text", "text": text, "annotations": [] })
-                        }
-                    })
-                    .collect();
-                item.insert("content".into(), Value::Array(content));
+        let (mut item, _) = added_item(self.added.as_deref()?)?;
+        match &mut item {
+            Item::Message { parts, .. } => {
+                let mut deltas: Vec<&(i64, String, bool)> = self.parts.iter().collect();
+                deltas.sort_by_key(|p| p.0);
+                *parts = deltas.into_iter().map(|(_, text, refusal)| (text.clone(), None, *refusal)).collect();
             }
-            Some("reasoning") => {
+            Item::Reasoning { text, item: Value::Object(obj) } => {
                 let joined = |parts: &[(i64, String)], kind: &str| -> Vec<Value> {
                     let mut parts: Vec<&(i64, String)> = parts.iter().collect();
                     parts.sort_by_key(|p| p.0);
                     parts.into_iter().map(|(_, text)| serde_json::json!({ "type": kind, "text": text })).collect()
                 };
-                item.insert("summary".into(), Value::Array(joined(&self.summary, "summary_text")));
+                obj.insert("summary".into(), Value::Array(joined(&self.summary, "summary_text")));
                 if !self.reasoning.is_empty() {
-                    item.insert("content".into(), Value::Array(joined(&self.reasoning, "reasoning_text")));
+                    obj.insert("content".into(), Value::Array(joined(&self.reasoning, "reasoning_text")));
                 }
+                *text = reasoning_text(obj);
             }
-            Some("function_call") => {
-                let arguments = self.arguments_done.clone().unwrap_or_else(|| self.arguments.clone());
-                item.insert("arguments".into(), Value::String(arguments));
+            Item::Call { arguments, .. } => {
+                arguments.clone_from(self.arguments_done.as_ref().unwrap_or(&self.arguments));
             }
-            _ => {}
+            Item::Reasoning { .. } | Item::Other => {}
         }
-        Some(Value::Object(item))
+        Some(item)
     }
 }
 
-/// One event payload: the fields any event type uses, all optional.
+/// One event payload: the fields any event type uses, all optional. The
+/// `response` of the lifecycle events (which echoes the request) and the
+/// items are read narrowly, never built.
 #[derive(Deserialize)]
 struct Payload<'a> {
-    #[serde(default, rename = "type")]
-    kind: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default)]
-    response: Option<Map<String, Value>>,
-    #[serde(default)]
-    item: Option<Value>,
+    #[serde(default, rename = "type", borrow)]
+    kind: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    response: Option<Strict<WireResponse<'a>>>,
+    #[serde(default, borrow)]
+    item: Option<Object<WireItem<'a>>>,
     #[serde(default)]
     output_index: Option<i64>,
     #[serde(default)]
     content_index: Option<i64>,
     #[serde(default)]
     summary_index: Option<i64>,
-    #[serde(default)]
-    delta: Option<String>,
-    #[serde(default)]
-    arguments: Option<String>,
+    #[serde(default, borrow)]
+    delta: Option<WireStr<'a>>,
+    #[serde(default, borrow)]
+    arguments: Option<WireStr<'a>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(data: String) -> SseEvent {
+        SseEvent { event: None, data, id: None }
+    }
+
+    /// Items of every kind and shape streamed as `.added` + `.done` (and,
+    /// with no item event, in the final response only) decode as the same
+    /// response sent whole.
+    #[test]
+    fn streamed_items_decode_as_the_whole_body() {
+        let items = [
+            r#"{"type":"message","id":"m\"1","status":"completed","phase":"final_answer","content":[{"type":"output_text","text":"a\nb","annotations":[{"type":"url_citation","url":"u"}]},{"type":"refusal","refusal":"no"},7]}"#,
+            r#"{"type":"function_call","id":"fc","call_id":"c","name":"f","arguments":{"b":1,"a":"\u00e9"}}"#,
+            r#"{"type":"function_call","call_id":"c","name":"f","arguments":"{\"x\":[1,2]}","status":null}"#,
+            r#"{"type":"reasoning","id":"rs","summary":[{"type":"summary_text","text":"s"}],"encrypted_content":"e"}"#,
+            r#"{"type":"reasoning","id":"rs","content":[{"type":"reasoning_text","text":"raw"}]}"#,
+            r#"{"type":"message","type":"function_call","name":"n1","name":"n2","call_id":"c","arguments":"{}"}"#,
+            r#"{"type":"web_search_call","id":"ws","action":{"query":"q"}}"#,
+        ];
+        for item in items {
+            let response = format!(
+                r#"{{"status":"completed","model":"gpt","output":[{item}],"usage":{{"input_tokens":3,"output_tokens":2}},"tools":[{{"type":"function","name":"f","parameters":{{}}}}]}}"#
+            );
+            let whole = super::super::decode_response(response.as_bytes(), &mut CallIds::default());
+            let streams = [
+                vec![
+                    event(format!(r#"{{"type":"response.created","response":{response}}}"#)),
+                    event(format!(r#"{{"type":"response.output_item.added","output_index":0,"item":{item}}}"#)),
+                    event(format!(r#"{{"type":"response.output_item.done","output_index":0,"item":{item}}}"#)),
+                    event(format!(r#"{{"type":"response.completed","response":{response}}}"#)),
+                ],
+                vec![event(format!(r#"{{"type":"response.completed","response":{response}}}"#))],
+            ];
+            for stream in streams {
+                let mut assembler = Assembler::default();
+                for e in &stream {
+                    assembler.push(e, &mut CallIds::default(), &mut Vec::new()).unwrap();
+                }
+                assert_eq!(format!("{:?}", assembler.finish()), format!("{whole:?}"), "{item}");
+            }
+        }
+    }
 }

@@ -32,17 +32,19 @@ pub(crate) fn fields<'a>(call: &ModelCall<'a>) -> Fields<'a, Part<'a>> {
         f.push(("stream", Field::True));
     }
     f.push(("store", Field::Owned(Value::Bool(false))));
-    f.push(("include", Field::Owned(Value::Array(vec![Value::String(INCLUDE.into())]))));
+    f.push(("include", Field::Part(Part::Include)));
     if let Some(max) = call.max_tokens {
         f.push(("max_output_tokens", Field::U32(max)));
     }
     f
 }
 
-/// The conversation's keys.
+/// The conversation's keys (and `include`, reserved too: written without
+/// building its one-string array per request).
 pub(crate) enum Part<'a> {
     Input(&'a [Message]),
     Tools(&'a [ToolDecl]),
+    Include,
 }
 
 impl Serialize for Part<'_> {
@@ -73,6 +75,7 @@ impl Serialize for Part<'_> {
                 }
                 seq.end()
             }
+            Part::Include => s.collect_seq([INCLUDE]),
             Part::Tools(tools) => s.collect_seq(tools.iter().map(|t| ToolView {
                 description: &t.description,
                 name: &t.name,
