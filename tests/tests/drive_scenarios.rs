@@ -135,23 +135,35 @@ fn quick_tools_run_on_the_drivers_thread_and_slow_ones_side_by_side(d: Drv) {
         assert_eq!((r.status, r.text.as_str(), r.turns), (RunStatus::Done, "done", 2), "{d:?}");
         (outputs(&r), std::mem::take(&mut *threads.lock().unwrap()))
     };
-    let mut last = Vec::new();
-    for _ in 0..12 {
+    // Quick calls earn running where the driver is. A call preempted on a
+    // busy machine can take longer than the quick bound and cost the tool
+    // its trust for a while, so this looks for it over many runs: three runs
+    // in a row with both calls on this thread.
+    let mut inline_runs = 0;
+    for _ in 0..500 {
         let (out, ran_on) = run();
         assert_eq!(out, ["quick 1", "quick 2"], "{d:?}");
-        last = ran_on;
+        inline_runs = if ran_on == [here, here] { inline_runs + 1 } else { 0 };
+        if inline_runs == 3 {
+            break;
+        }
     }
-    assert_eq!(last, [here, here], "{d:?}: calls of a tool that stays quick run where the driver is");
+    assert_eq!(inline_runs, 3, "{d:?}: calls of a tool that stays quick run where the driver is");
 
-    // The tool turns slow. Trusted as quick, its next batch still runs on the
-    // driver's thread, one call after the other: the bounded cost of being
-    // wrong once. Each call waits at the gate for its sibling and gives up.
+    // The tool turns slow. Still trusted as quick, its next batch may run on
+    // the driver's thread, one call after the other (the bounded cost of
+    // being wrong once): each call then waits at the gate for its sibling
+    // and the first gives up. Had a preempted call cost the tool its trust
+    // already, the batch runs side by side.
     slow.store(true, Ordering::SeqCst);
-    *gate.lock().unwrap() = Gate::with_wait(2, Duration::from_millis(50));
+    *gate.lock().unwrap() = Gate::with_wait(2, Duration::from_secs(2));
     let (out, ran_on) = run();
-    assert_eq!(out[0], "ran alone", "{d:?}");
-    assert_eq!(ran_on, [here, here], "{d:?}");
-    // From then on its calls run side by side again.
+    if ran_on == [here, here] {
+        assert_eq!(out[0], "ran alone", "{d:?}");
+    } else {
+        assert_eq!(out, ["together 1", "together 2"], "{d:?}: {ran_on:?}");
+    }
+    // From then on its calls run side by side.
     for _ in 0..3 {
         *gate.lock().unwrap() = Gate::new(2);
         let (out, ran_on) = run();
