@@ -610,35 +610,21 @@ impl ToolJob {
     /// The call as a future (blocking bodies go to the blocking thread pool).
     /// A panic becomes an error result; the timeout, when set, too.
     #[cfg(feature = "async")]
-    pub(crate) fn run_async(self) -> impl Future<Output = (String, ToolReply)> + Send + 'static {
+    pub(crate) fn run_async(mut self) -> impl Future<Output = (String, ToolReply)> + Send + 'static {
         use futures_lite::FutureExt;
         let inline = self.is_quick();
-        let ToolJob { call_id, input, ctx, handler, timeout, pace } = self;
-        let name = ctx.name.clone();
+        // The body needs the rest; the id only labels the reply.
+        let (call_id, timeout, name) = (std::mem::take(&mut self.call_id), self.timeout, self.ctx.name.clone());
         async move {
-            let work = async {
-                let name = ctx.name.clone();
-                match handler {
+            let work = async move {
+                match self.handler {
                     // A quick blocking body runs on the executor's thread: for
                     // it, the blocking pool's hand-off costs more than the call.
-                    Handler::Blocking(f) if inline => {
-                        let started = Instant::now();
-                        let reply =
-                            catch_unwind(AssertUnwindSafe(|| f(input, &ctx))).unwrap_or_else(|p| panicked(&name, p));
-                        pace.record(started.elapsed());
-                        reply
-                    }
-                    Handler::Blocking(f) => {
-                        smol::unblock(move || {
-                            let started = Instant::now();
-                            let reply = catch_unwind(AssertUnwindSafe(|| f(input, &ctx)))
-                                .unwrap_or_else(|p| panicked(&name, p));
-                            pace.record(started.elapsed());
-                            reply
-                        })
-                        .await
-                    }
+                    Handler::Blocking(_) if inline => self.run_blocking(),
+                    Handler::Blocking(_) => smol::unblock(move || self.run_blocking()).await,
                     Handler::Async(f) => {
+                        let ToolJob { input, ctx, .. } = self;
+                        let name = ctx.name.clone();
                         AssertUnwindSafe(f(input, ctx)).catch_unwind().await.unwrap_or_else(|p| panicked(&name, p))
                     }
                 }

@@ -23,31 +23,11 @@ fn scripts() -> Scripts {
         .model(MODEL, Script::new(vec![Turn::default().call("notes__whoami", "{}"), Turn::text("Checked.")]))
 }
 
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn run_authorizes_on_loopback_then_reuses_the_stored_token() {
     let Some(py) = mcp_support::python() else { return };
-    let mut child = std::process::Command::new(&py)
-        .arg(mcp_support::server("oauth.py"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    let mut server_out = BufReader::new(child.stdout.take().unwrap());
-    server_out.read_line(&mut line).unwrap();
-    // The server logs what it issues; keep reading so it never writes to a closed pipe.
-    std::thread::spawn(move || std::io::copy(&mut server_out, &mut std::io::sink()));
-    let _server = Server(child);
-    let url = format!("http://127.0.0.1:{}/mcp", line.trim().strip_prefix("PORT ").unwrap());
+    let server = mcp_support::http_server(&py, "oauth.py", &[], &[]);
+    let url = server.url.clone();
     let dir = scratch("mcp-oauth");
     let cfg = write_json(&dir, "mcp.json", &json!({"mcpServers": {"notes": {"type": "http", "url": url}}}));
     let tokens = dir.join("tokens.json");

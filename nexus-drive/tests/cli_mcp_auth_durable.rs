@@ -11,9 +11,7 @@
 mod cli_support;
 mod mcp_support;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::Stdio;
 
 use cli_support::*;
 use nexus_tests::fake::{Script, Scripts, Turn};
@@ -24,31 +22,6 @@ const MODEL: &str = "m-mcp-auth-durable";
 fn scripts() -> Scripts {
     Scripts::new(KEY)
         .model(MODEL, Script::new(vec![Turn::default().call("notes__whoami", "{}"), Turn::text("Checked.")]))
-}
-
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts oauth.py; its MCP endpoint URL.
-fn oauth_server(py: &str) -> (Server, String) {
-    let mut child = std::process::Command::new(py)
-        .arg(mcp_support::server("oauth.py"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    out.read_line(&mut line).unwrap();
-    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-    let url = format!("http://127.0.0.1:{}/mcp", line.trim().strip_prefix("PORT ").unwrap());
-    (Server(child), url)
 }
 
 /// Every file under `dir`, recursively, as text.
@@ -73,7 +46,8 @@ fn mode(p: &Path) -> u32 {
 #[test]
 fn run_suspends_on_the_authorization_and_resume_in_another_process_completes_it() {
     let Some(py) = mcp_support::python() else { return };
-    let (_server, url) = oauth_server(&py);
+    let server = mcp_support::http_server(&py, "oauth.py", &[], &[]);
+    let url = &server.url;
     let dir = scratch("mcp-oauth-durable");
     let cfg = write_json(&dir, "mcp.json", &json!({"mcpServers": {"notes": {"type": "http", "url": url}}}));
     let secrets = scratch("mcp-oauth-durable-secrets");
@@ -188,7 +162,8 @@ fn run_suspends_on_the_authorization_and_resume_in_another_process_completes_it(
 #[test]
 fn a_state_file_run_resumes_from_code_and_state_and_the_next_run_reuses_the_token() {
     let Some(py) = mcp_support::python() else { return };
-    let (_server, url) = oauth_server(&py);
+    let server = mcp_support::http_server(&py, "oauth.py", &[], &[]);
+    let url = &server.url;
     let dir = scratch("mcp-oauth-state-file");
     let cfg = write_json(&dir, "mcp.json", &json!({"mcpServers": {"notes": {"type": "http", "url": url}}}));
     let tokens = scratch("mcp-oauth-state-file-secrets").join("tokens.json");
@@ -237,7 +212,8 @@ fn a_state_file_run_resumes_from_code_and_state_and_the_next_run_reuses_the_toke
 #[test]
 fn a_declined_authorization_lets_the_run_go_on_without_the_servers_tools() {
     let Some(py) = mcp_support::python() else { return };
-    let (_server, url) = oauth_server(&py);
+    let server = mcp_support::http_server(&py, "oauth.py", &[], &[]);
+    let url = &server.url;
     let dir = scratch("mcp-oauth-declined");
     let cfg = write_json(&dir, "mcp.json", &json!({"mcpServers": {"notes": {"type": "http", "url": url}}}));
     let tokens = scratch("mcp-oauth-declined-secrets").join("tokens.json");

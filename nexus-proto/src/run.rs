@@ -831,7 +831,7 @@ impl Run {
             params: params_for(cfg.style, style, &cfg.params, &no_params),
         };
         let mut body = Vec::with_capacity(1024);
-        style.write_body_with(&call, Some(self.state.tools.encoded(style)), &mut body);
+        style.write_body_with(&call, self.state.tools.encoded(style), &mut body);
         let mut headers = style.base_headers();
         let key = match index {
             0 => self.secrets.api_key.as_ref(),

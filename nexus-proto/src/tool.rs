@@ -238,7 +238,7 @@ mod tests {
 pub struct ToolSet {
     decls: Arc<[ToolDecl]>,
     /// Each style's `tools` array, made on first use.
-    encoded: Arc<[OnceLock<Box<RawValue>>; 4]>,
+    encoded: Arc<[OnceLock<Option<Box<RawValue>>>; 4]>,
 }
 
 impl ToolSet {
@@ -248,14 +248,14 @@ impl ToolSet {
     }
 
     /// `style`'s JSON for the `tools` key of a request body, written on first use.
-    pub(crate) fn encoded(&self, style: Style) -> &RawValue {
+    pub(crate) fn encoded(&self, style: Style) -> Option<&RawValue> {
         let slot = match style {
             Style::Anthropic => 0,
             Style::OpenAi => 1,
             Style::Gemini => 2,
             Style::OpenAiResponses => 3,
         };
-        self.encoded[slot].get_or_init(|| style.tools_json(&self.decls))
+        self.encoded[slot].get_or_init(|| style.tools_json(&self.decls)).as_deref()
     }
 }
 

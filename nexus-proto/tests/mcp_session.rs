@@ -624,6 +624,19 @@ fn a_second_version_refusal_or_no_common_version_is_a_typed_error() {
     assert_eq!(H::sent(&h.outputs())[0]["params"]["protocolVersion"], "2024-11-05");
 }
 
+/// The session came up in the 2026 era and its one message out is the
+/// waiting `tools/call`, stamped with that protocol version (returned).
+fn connected_modern_and_sent_the_call(outs: &[Output]) -> Value {
+    assert!(outs
+        .iter()
+        .any(|o| matches!(o, Output::Event(Event::Connected { discovery }) if discovery.era == Era::Modern)));
+    let sent = H::sent(outs);
+    assert_eq!(sent.len(), 1, "{outs:?}");
+    assert_eq!(sent[0]["method"], "tools/call");
+    assert_eq!(sent[0]["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28");
+    sent[0].clone()
+}
+
 #[test]
 fn initialize_refused_for_the_modern_era_goes_modern() {
     let mut h = H::stdio();
@@ -634,14 +647,7 @@ fn initialize_refused_for_the_modern_era_goes_modern() {
     assert_eq!(H::sent(&h.outputs())[0]["method"], "initialize");
     h.recv(json!({"jsonrpc":"2.0","id":2,"error":{"code":-32022,"message":"no","data":{"supported":["2026-07-28"]}}}))
         .unwrap();
-    let outs = h.outputs();
-    assert!(outs
-        .iter()
-        .any(|o| matches!(o, Output::Event(Event::Connected { discovery }) if discovery.era == Era::Modern)));
-    let sent = H::sent(&outs);
-    assert_eq!(sent.len(), 1);
-    assert_eq!(sent[0]["method"], "tools/call");
-    assert_eq!(sent[0]["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28");
+    connected_modern_and_sent_the_call(&h.outputs());
 }
 
 #[test]
@@ -657,21 +663,13 @@ fn a_late_probe_answer_switches_to_the_modern_era() {
     h.recv(json!({"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","supportedVersions":["2026-07-28"],
         "capabilities":{"tools":{}},"instructions":"be kind"}}))
         .unwrap();
-    let outs = h.outputs();
-    assert!(outs
-        .iter()
-        .any(|o| matches!(o, Output::Event(Event::Connected { discovery }) if discovery.era == Era::Modern)));
-    let sent = H::sent(&outs);
-    assert_eq!(sent.len(), 1, "{outs:?}");
-    assert_eq!(sent[0]["method"], "tools/call");
-    assert_eq!(sent[0]["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28");
+    let call = connected_modern_and_sent_the_call(&h.outputs());
     let d = h.s.discovery().unwrap();
     assert_eq!((d.era, d.instructions.as_deref()), (Era::Modern, Some("be kind")));
     // The initialize it no longer waits for: its refusal (or answer) is ignored.
     h.recv(json!({"jsonrpc":"2.0","id":2,"error":{"code":-32600,"message":"this connection speaks 2026"}})).unwrap();
     assert!(h.outputs().is_empty());
-    let call_id = sent[0]["id"].clone();
-    h.recv(json!({"jsonrpc":"2.0","id":call_id,"result":{"content":[{"type":"text","text":"x"}]}})).unwrap();
+    h.recv(json!({"jsonrpc":"2.0","id":call["id"],"result":{"content":[{"type":"text","text":"x"}]}})).unwrap();
     assert_eq!(done(&h.outputs()), vec![("c1".to_string(), ToolResult::ok("x"))]);
 }
 

@@ -69,3 +69,34 @@ pub(crate) fn check_id(id: &str) -> Result<(), StoreError> {
 pub(crate) fn lease_conflict(lease: &Lease, found: Option<u64>) -> StoreError {
     StoreError::Conflict { id: lease.run_id.clone(), expected: Some(lease.version), found }
 }
+
+/// What both stores' `TokenStore`s share: records kept as JSON text, and
+/// errors that name the table's backend, never a value.
+#[cfg(feature = "mcp")]
+pub(crate) mod tokens {
+    use crate::mcp::auth::store::StoreError as TokenError;
+    use crate::store::StoreError;
+
+    pub(crate) fn store_err(e: StoreError) -> TokenError {
+        TokenError(e.to_string())
+    }
+
+    /// A stored `what` read back; `backend` names the store in the error.
+    pub(crate) fn from_text<T: serde::de::DeserializeOwned>(
+        backend: &str,
+        what: &str,
+        text: &str,
+    ) -> Result<T, TokenError> {
+        // serde's message names a position and a type, never the value.
+        serde_json::from_str(text).map_err(|e| TokenError(format!("{backend}: a stored {what} is corrupt: {e}")))
+    }
+
+    pub(crate) fn to_text<T: serde::Serialize>(v: &T) -> Result<String, TokenError> {
+        serde_json::to_string(v).map_err(|e| TokenError(e.to_string()))
+    }
+
+    /// A count for a signed 64-bit column (saturating).
+    pub(crate) fn column_int(v: u64) -> i64 {
+        i64::try_from(v).unwrap_or(i64::MAX)
+    }
+}

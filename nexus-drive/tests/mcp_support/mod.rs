@@ -84,17 +84,26 @@ impl Drop for HttpServer {
 
 /// `kitchen.py http` (plus `extra` arguments) on the port it prints.
 pub fn kitchen_http(py: &str, extra: &[&str]) -> HttpServer {
+    http_server(py, "kitchen.py", &["http"], extra)
+}
+
+/// The test server `script` (with `args`, then `extra`) on the port it
+/// prints first; what it prints after is read and dropped, so it never
+/// writes to a closed pipe.
+pub fn http_server(py: &str, script: &str, args: &[&str], extra: &[&str]) -> HttpServer {
     use std::io::BufRead;
     let mut child = std::process::Command::new(py)
-        .arg(server("kitchen.py"))
-        .arg("http")
+        .arg(server(script))
+        .args(args)
         .args(extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start the HTTP server");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("its stdout"));
     let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().expect("its stdout")).read_line(&mut line).expect("the PORT line");
+    out.read_line(&mut line).expect("the PORT line");
     let port = line.trim().strip_prefix("PORT ").expect("PORT line").to_string();
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
     HttpServer { child, url: format!("http://127.0.0.1:{port}/mcp") }
 }

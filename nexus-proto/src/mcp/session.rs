@@ -184,34 +184,18 @@ impl Session {
                 self.session_id = Some(id);
             }
             Input::Refused { id, status } => {
-                let RequestId::Num(n) = id else {
-                    return Err(McpInputError::UnknownRequest(id.to_string()).into());
-                };
-                if self.abandoned.contains(&n) {
-                    // A refusal racing the session's own timeout or cancel: nothing left to do.
-                    self.last_now = now;
-                    return Ok(());
-                }
-                let Some(o) = self.outstanding.remove(&n) else {
-                    return Err(McpInputError::UnknownRequest(id.to_string()).into());
-                };
+                let live = self.transport_subject(&id)?;
                 self.last_now = now;
-                self.on_failure(now, n, o, ProtocolError::Refused { method: String::new(), status }, true);
+                if let Some((n, o)) = live.and_then(|n| self.outstanding.remove(&n).map(|o| (n, o))) {
+                    self.on_failure(now, n, o, ProtocolError::Refused { method: String::new(), status }, true);
+                }
             }
             Input::StreamLost { id, last_event_id } => {
-                let RequestId::Num(n) = id else {
-                    return Err(McpInputError::UnknownRequest(id.to_string()).into());
-                };
-                if self.abandoned.contains(&n) {
-                    // Its answer stopped mattering (timed out, cancelled): nothing is lost.
-                    self.last_now = now;
-                    return Ok(());
-                }
-                if !self.outstanding.contains_key(&n) {
-                    return Err(McpInputError::UnknownRequest(id.to_string()).into());
-                }
+                let live = self.transport_subject(&id)?;
                 self.last_now = now;
-                self.on_stream_lost(now, n, last_event_id);
+                if let Some(n) = live {
+                    self.on_stream_lost(now, n, last_event_id);
+                }
             }
             Input::SessionExpired => {
                 self.last_now = now;
@@ -261,6 +245,18 @@ impl Session {
         }
         let until = self.outstanding.values().filter_map(|o| o.deadline).min();
         Output::Wait { until }
+    }
+
+    /// The request a transport's report (a refusal, a lost stream) is about:
+    /// `None` when the session abandoned it (timed out or cancelled, so the
+    /// report races its own ending and nothing is left to do); an error when
+    /// the session has no such request.
+    fn transport_subject(&self, id: &RequestId) -> Result<Option<i64>, HandleError> {
+        match id {
+            RequestId::Num(n) if self.abandoned.contains(n) => Ok(None),
+            RequestId::Num(n) if self.outstanding.contains_key(n) => Ok(Some(*n)),
+            _ => Err(McpInputError::UnknownRequest(id.to_string()).into()),
+        }
     }
 
     /// Refuses, before anything changes, a message the session cannot take.

@@ -154,7 +154,6 @@ impl Style {
     /// [`write_body`](Self::write_body) with the `tools` array already
     /// encoded for this style ([`ToolSet`](crate::tool::ToolSet)'s).
     pub(crate) fn write_body_with(self, call: &ModelCall<'_>, tools: Option<&RawValue>, out: &mut Vec<u8>) {
-        let tools = tools.filter(|_| !call.tools.is_empty());
         match self {
             Style::Anthropic => body::write(anthropic::body_fields(call), call.params, tools, out),
             Style::OpenAi => body::write(openai::body_fields(call), call.params, tools, out),
@@ -163,19 +162,18 @@ impl Style {
         }
     }
 
-    /// This style's JSON for the `tools` key of a request body.
-    pub(crate) fn tools_json(self, tools: &[ToolDecl]) -> Box<RawValue> {
-        let json = match self {
-            Style::Anthropic => serde_json::to_string(&anthropic::tools_part(tools)),
-            Style::OpenAi => serde_json::to_string(&openai::tools_part(tools)),
-            Style::Gemini => serde_json::to_string(&gemini::tools_part(tools)),
-            Style::OpenAiResponses => serde_json::to_string(&responses::tools_part(tools)),
-        };
-        // The views write valid JSON and cannot fail on a String; an empty
-        // array is the safe stand-in should that ever change.
-        json.ok()
-            .and_then(|j| RawValue::from_string(j).ok())
-            .unwrap_or_else(|| RawValue::from_string("[]".to_string()).unwrap_or_else(|_| unreachable!("[] is JSON")))
+    /// This style's JSON for the `tools` key of a request body (`None`
+    /// only should serializing ever fail: the body then writes the tools
+    /// from the declarations).
+    pub(crate) fn tools_json(self, tools: &[ToolDecl]) -> Option<Box<RawValue>> {
+        use serde_json::value::to_raw_value;
+        match self {
+            Style::Anthropic => to_raw_value(&anthropic::tools_part(tools)),
+            Style::OpenAi => to_raw_value(&openai::tools_part(tools)),
+            Style::Gemini => to_raw_value(&gemini::tools_part(tools)),
+            Style::OpenAiResponses => to_raw_value(&responses::tools_part(tools)),
+        }
+        .ok()
     }
 
     /// [`write_body`](Self::write_body) into a new buffer.

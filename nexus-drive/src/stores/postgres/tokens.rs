@@ -21,6 +21,7 @@
 use super::{col, wall_clock_ms, PostgresStore};
 use crate::mcp::auth::store::{StoreError as TokenError, TokenRecord, TokenStore};
 use crate::mcp::auth::PendingAuthorization;
+use crate::stores::shared::tokens::{column_int, from_text, store_err as err, to_text};
 
 /// The token tables (idempotent).
 pub(super) const TOKEN_SCHEMA: &str = "
@@ -40,21 +41,12 @@ CREATE TABLE IF NOT EXISTS mcp_oauth_pending (
 );
 ";
 
-fn err(e: crate::store::StoreError) -> TokenError {
-    TokenError(e.to_string())
-}
-
 fn parse<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T, TokenError> {
-    // serde's message names a position and a type, never the value.
-    serde_json::from_str(text).map_err(|e| TokenError(format!("postgres: a stored {what} is corrupt: {e}")))
-}
-
-fn to_text<T: serde::Serialize>(v: &T) -> Result<String, TokenError> {
-    serde_json::to_string(v).map_err(|e| TokenError(e.to_string()))
+    from_text("postgres", what, text)
 }
 
 fn now_ms() -> i64 {
-    i64::try_from(wall_clock_ms()).unwrap_or(i64::MAX)
+    column_int(wall_clock_ms())
 }
 
 impl TokenStore for PostgresStore {
@@ -85,7 +77,7 @@ impl TokenStore for PostgresStore {
 
     fn put(&self, server: &str, issuer: &str, record: TokenRecord) -> Result<(), TokenError> {
         let text = to_text(&record)?;
-        let expires = record.expires_at.map(|s| i64::try_from(s).unwrap_or(i64::MAX));
+        let expires = record.expires_at.map(column_int);
         self.tx(|tx| {
             tx.execute(
                 "INSERT INTO mcp_oauth_tokens (server, issuer, record, expires_at, updated_ms)

@@ -23,6 +23,7 @@ use rusqlite::{params, OptionalExtension};
 use super::{db, wall_clock_ms, SqliteStore};
 use crate::mcp::auth::store::{StoreError as TokenError, TokenRecord, TokenStore};
 use crate::mcp::auth::PendingAuthorization;
+use crate::stores::shared::tokens::{column_int, from_text, store_err as err, to_text};
 
 /// The token tables (idempotent).
 pub(super) const TOKEN_SCHEMA: &str = "
@@ -42,21 +43,8 @@ CREATE TABLE IF NOT EXISTS mcp_oauth_pending (
 );
 ";
 
-fn err(e: crate::store::StoreError) -> TokenError {
-    TokenError(e.to_string())
-}
-
 fn parse<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T, TokenError> {
-    // serde's message names a position and a type, never the value.
-    serde_json::from_str(text).map_err(|e| TokenError(format!("sqlite: a stored {what} is corrupt: {e}")))
-}
-
-fn to_text<T: serde::Serialize>(v: &T) -> Result<String, TokenError> {
-    serde_json::to_string(v).map_err(|e| TokenError(e.to_string()))
-}
-
-fn secs(v: Option<u64>) -> Option<i64> {
-    v.map(|s| i64::try_from(s).unwrap_or(i64::MAX))
+    from_text("sqlite", what, text)
 }
 
 impl TokenStore for SqliteStore {
@@ -92,7 +80,7 @@ impl TokenStore for SqliteStore {
 
     fn put(&self, server: &str, issuer: &str, record: TokenRecord) -> Result<(), TokenError> {
         let text = to_text(&record)?;
-        let now = i64::try_from(wall_clock_ms()).unwrap_or(i64::MAX);
+        let now = column_int(wall_clock_ms());
         self.write(|tx| {
             tx.prepare_cached(
                 "INSERT INTO mcp_oauth_tokens (server, issuer, record, expires_at, updated_ms)
@@ -101,7 +89,7 @@ impl TokenStore for SqliteStore {
                  SET record = excluded.record, expires_at = excluded.expires_at, updated_ms = excluded.updated_ms",
             )
             .map_err(db)?
-            .execute(params![server, issuer, text, secs(record.expires_at), now])
+            .execute(params![server, issuer, text, record.expires_at.map(column_int), now])
             .map_err(db)?;
             Ok(())
         })
@@ -121,7 +109,7 @@ impl TokenStore for SqliteStore {
 
     fn put_pending(&self, id: &str, pending: &PendingAuthorization) -> Result<(), TokenError> {
         let text = to_text(pending)?;
-        let now = i64::try_from(wall_clock_ms()).unwrap_or(i64::MAX);
+        let now = column_int(wall_clock_ms());
         self.write(|tx| {
             tx.prepare_cached(
                 "INSERT INTO mcp_oauth_pending (id, server, pending, created_ms) VALUES (?1, ?2, ?3, ?4)
