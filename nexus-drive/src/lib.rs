@@ -40,10 +40,10 @@
 //! ```
 //!
 //! Both drivers share one pump (the crate's internal engine), so they cannot
-//! drift: the blocking one sends over [ureq](https://docs.rs/ureq) and runs a
-//! batch's tools on threads; the async one has its own HTTP/1.1 client
-//! (ureq-proto over smol sockets, rustls) and runs a batch's tools as
-//! concurrent futures.
+//! drift. Both send through one HTTP/1.1 client ([ureq-proto](https://docs.rs/ureq-proto),
+//! the engine under ureq, with rustls; a keep-alive pool per client): the
+//! blocking one over std sockets, running a batch's tools on threads; the
+//! async one over smol sockets, running a batch's tools as concurrent futures.
 //!
 //! ## Tools
 //!
@@ -193,8 +193,8 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `blocking` | yes | [`blocking::Client`] on ureq |
-//! | `async` | yes | [`asynk::AsyncClient`] on smol, with its own HTTP/1.1 client and rustls |
+//! | `blocking` | yes | [`blocking::Client`]: the HTTP/1.1 client (ureq-proto, rustls) over std sockets |
+//! | `async` | yes | [`asynk::AsyncClient`] on smol: the same HTTP/1.1 client over smol sockets |
 //! | `builtins` | yes | the [`builtins`] module (compiled in, every tool still off until enabled) |
 //! | `skills` | yes | the [`skills`] module: Agent Skills discovered in folders, loaded on demand (saphyr parses their YAML) |
 //! | `serve` | with `cli` | the [`serve`] gateway: hyper (HTTP/1.1 and h2c) on smol, the async driver's client upstream, TOML configuration |
@@ -221,6 +221,8 @@ pub mod cassette;
 pub mod config;
 mod engine;
 mod error;
+#[cfg(any(feature = "blocking", feature = "async"))]
+mod h1;
 pub mod hooks;
 pub mod metrics;
 mod result;

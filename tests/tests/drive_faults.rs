@@ -37,6 +37,7 @@ both_drivers!(
     transport_faults_before_any_output_are_retried_and_the_run_completes,
     transport_faults_beyond_the_budget_end_in_a_typed_transport_error,
     a_reset_on_a_kept_alive_connection_is_one_attempt,
+    an_https_url_to_a_plain_http_server_fails_in_the_tls_handshake,
     a_stream_cut_after_visible_text_is_not_retried,
     a_stream_missing_only_its_chunked_terminator_completes,
     a_stalled_server_or_a_long_backoff_meets_the_run_deadline,
@@ -242,6 +243,31 @@ fn transport_faults_beyond_the_budget_end_in_a_typed_transport_error(d: Drv) {
             }
         }
     }
+}
+
+/// An `https` base URL leads to a TLS handshake; a server answering it in
+/// plain HTTP (as servers answer bytes they cannot parse: a 400, then
+/// close) fails the handshake, which is a connect error (the request was
+/// never sent), not a hang or an I/O error after sending.
+fn an_https_url_to_a_plain_http_server_fails_in_the_tls_handshake(d: Drv) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut sock, _) = listener.accept().unwrap();
+        let mut hello = [0u8; 5];
+        sock.read_exact(&mut hello).unwrap();
+        sock.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").unwrap();
+        hello
+    });
+    let url = format!("https://127.0.0.1:{port}/v1");
+    let cfg = builder_for_url(&url, Style::OpenAi, "m-tls", false).retries(0).build().unwrap();
+    let err = run_error(d.client(cfg).run("count once"));
+    let DriveError::Run(RunError::Transport { kind, message }) = &err else { panic!("{d:?}: {err:?}") };
+    assert_eq!(format!("{kind:?}"), "Connect", "{d:?}: {message}");
+    assert!(message.contains("TLS handshake"), "{d:?}: {message}");
+    // What reached the server was a TLS record (a handshake, 0x16), not a request.
+    assert_eq!(server.join().unwrap()[0], 0x16, "{d:?}");
 }
 
 /// A connection kept alive from the turn before is reset after the request

@@ -1,4 +1,4 @@
-//! The async driver, on smol: its own HTTP/1.1 client (`h1`) and the
+//! The async driver, on smol: the shared HTTP/1.1 client over smol sockets (`h1`) and the
 //! batch's tool calls polled as concurrent futures (blocking tool bodies on
 //! smol's blocking pool). The same pump as the blocking driver; only the I/O
 //! differs.

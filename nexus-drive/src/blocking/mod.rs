@@ -1,9 +1,10 @@
-//! The blocking driver: ureq for HTTP, threads for concurrent tools.
+//! The blocking driver: the shared HTTP/1.1 client over std sockets
+//! (`h1`), threads for concurrent tools.
 //!
 //! Every entry point builds the same driver and pumps it; `run` drains
 //! it (giving events to the config's `on_event`), `stream` yields it.
 
-pub(crate) mod http;
+mod h1;
 mod jobs;
 mod workers;
 
@@ -27,7 +28,7 @@ use workers::Workers;
 #[derive(Clone)]
 pub struct Client {
     cfg: Arc<ClientConfig>,
-    agent: ureq::Agent,
+    pool: Arc<h1::Pool>,
     workers: Arc<Workers>,
     cancel: CancelToken,
 }
@@ -41,14 +42,14 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// A client for `config`, with its own keep-alive connection pool.
     pub fn new(config: ClientConfig) -> Client {
-        let agent = http::agent(config.connect_timeout);
+        let pool = Arc::new(h1::Pool::new(config.connect_timeout));
         let cancel = config.cancel.clone();
-        Client { cfg: Arc::new(config), agent, workers: Arc::default(), cancel }
+        Client { cfg: Arc::new(config), pool, workers: Arc::default(), cancel }
     }
 
     /// A handle on the same client (and pool) whose runs use `token`.
     pub fn with_cancel(&self, token: CancelToken) -> Client {
-        Client { cfg: self.cfg.clone(), agent: self.agent.clone(), workers: self.workers.clone(), cancel: token }
+        Client { cfg: self.cfg.clone(), pool: self.pool.clone(), workers: self.workers.clone(), cancel: token }
     }
 
     /// The config.
@@ -199,27 +200,11 @@ impl Iterator for RunStream<'_> {
     }
 }
 
+/// The body being read, and the deadline its reads are held to.
 struct Body {
     id: ExchangeId,
-    reader: ureq::BodyReader<'static>,
-}
-
-/// Bytes read from a response body at a time.
-const READ_BUF_LEN: usize = 16 * 1024;
-
-thread_local! {
-    /// The read buffer of the last run this thread drove, for the next one:
-    /// a run would otherwise allocate and zero 16 KiB for its first body.
-    static READ_BUF: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-impl Drop for Driver<'_> {
-    fn drop(&mut self) {
-        // A run that never read a body keeps none: the cached one stays.
-        if self.buf.capacity() > 0 {
-            READ_BUF.set(std::mem::take(&mut self.buf));
-        }
-    }
+    body: h1::Body,
+    until: Option<Instant>,
 }
 
 /// One run being pumped.
@@ -228,14 +213,12 @@ struct Driver<'c> {
     engine: Engine,
     body: Option<Body>,
     jobs: Option<Jobs>,
-    buf: Vec<u8>,
     done: bool,
 }
 
 impl<'c> Driver<'c> {
     fn new(client: &'c Client, engine: Engine) -> Driver<'c> {
-        let buf = READ_BUF.take();
-        Driver { client, engine, body: None, jobs: None, buf, done: false }
+        Driver { client, engine, body: None, jobs: None, done: false }
     }
 
     fn next(&mut self) -> Option<Result<StreamItem, DriveError>> {
@@ -248,16 +231,15 @@ impl<'c> Driver<'c> {
                 Step::Send(req) => {
                     // A new request supersedes a body still open (the machine gave up on it).
                     self.body = None;
-                    let timeout = self.engine.deadline().map(|d| self.engine.until(d));
-                    let head =
-                        self.engine.head_deadline().map(|d| self.engine.until(d)).filter(|h| Some(*h) != timeout);
-                    match http::send(&self.client.agent, &req, self.engine.cancel_token(), timeout, head) {
+                    let until = self.engine.deadline().map(|d| Instant::now() + self.engine.until(d));
+                    let head = self.engine.head_deadline().map(|d| Instant::now() + self.engine.until(d));
+                    match h1::send(&self.client.pool, &req, self.engine.cancel_token(), until, head) {
                         Ok(resp) => {
                             if self.engine.on_head(req.exchange, resp.status, resp.headers) {
-                                self.body = Some(Body { id: req.exchange, reader: resp.body });
+                                self.body = Some(Body { id: req.exchange, body: resp.body, until });
                             }
                         }
-                        Err((kind, message)) => self.transport_error(req.exchange, kind, message),
+                        Err(f) => self.transport_error(req.exchange, f.kind, f.message),
                     }
                 }
                 Step::RunTools(jobs) => {
@@ -343,24 +325,20 @@ impl<'c> Driver<'c> {
     /// Makes progress on whatever is in flight, or sleeps until `until`.
     fn wait(&mut self, until: Option<nexus_proto::Timestamp>, busy: bool) -> Result<(), DriveError> {
         if let Some(body) = &mut self.body {
-            if self.buf.is_empty() {
-                self.buf = vec![0; READ_BUF_LEN];
-            }
             let id = body.id;
-            match http::read(&mut body.reader, &mut self.buf, self.engine.cancel_token()) {
+            match h1::read(&mut body.body, self.engine.cancel_token(), body.until) {
                 Ok(0) => {
                     self.body = None;
                     self.engine.on_end(id);
                 }
                 Ok(n) => {
-                    let chunk = self.buf.get(..n).unwrap_or_default();
-                    if !self.engine.on_body(id, chunk) {
+                    if !self.engine.on_body(id, body.body.chunk(n)) {
                         self.body = None;
                     }
                 }
-                Err((kind, message)) => {
+                Err(f) => {
                     self.body = None;
-                    self.transport_error(id, kind, message);
+                    self.transport_error(id, f.kind, f.message);
                 }
             }
             return Ok(());
@@ -389,7 +367,7 @@ impl<'c> Driver<'c> {
 
     fn transport_error(&mut self, id: ExchangeId, kind: TransportErrorKind, message: String) {
         if kind == TransportErrorKind::Timeout {
-            // ureq's timer may fire a hair before the deadline by our clock:
+            // A socket timeout may fire a hair before the deadline by the run's clock:
             // let it pass, so the machine reports the deadline, not a timeout.
             if let Some(d) = self.engine.deadline() {
                 let left = self.engine.until(d);

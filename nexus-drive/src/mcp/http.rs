@@ -43,9 +43,9 @@ use nexus_proto::sse::{SseDecoder, SseEvent};
 use serde_json::Value;
 
 use super::auth::{Authorizer, Step};
+use super::cancel_io::{cancellable_agent, with_cancel};
 use super::stdio::recv_deadline;
 use super::{Inbound, McpError, ServerExit};
-use crate::blocking::http::{cancellable_agent, with_cancel};
 use crate::cancel::CancelToken;
 
 /// A response body larger than this is refused.

@@ -18,6 +18,7 @@
 //! driver awaits.
 
 pub mod auth;
+mod cancel_io;
 pub mod config;
 pub mod http;
 pub mod server;

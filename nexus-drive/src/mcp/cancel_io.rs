@@ -1,5 +1,5 @@
-//! The blocking driver's HTTP: one keep-alive ureq agent per client, whose
-//! connections can be shut down from another thread when a run is cancelled.
+//! ureq agents whose connections can be shut down from another thread when
+//! a run is cancelled (the MCP HTTP transport's).
 //!
 //! ureq has no per-request abort, but its TCP connector registers a shutdown
 //! handle for every socket. A wrapping connector keeps those handles on the
@@ -9,11 +9,9 @@
 
 use std::cell::RefCell;
 use std::fmt;
-use std::io::{self, Read};
+use std::io;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
-use nexus_proto::{HttpRequest, TransportErrorKind};
 use ureq::unversioned::resolver::DefaultResolver;
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, DefaultConnector, NextTimeout, ShutdownHandle, Transport,
@@ -42,92 +40,17 @@ impl Drop for Scope {
     }
 }
 
-/// The agent: status codes are responses (error bodies are read), no global
-/// timeout (streams may run long), connect timeout from the config.
-pub(crate) fn agent(connect_timeout: Duration) -> ureq::Agent {
-    let config =
-        ureq::Agent::config_builder().http_status_as_error(false).timeout_connect(Some(connect_timeout)).build();
-    ureq::Agent::with_parts(config, CancelConnector(DefaultConnector::new()), DefaultResolver::default())
-}
-
 /// An agent with `config` whose sockets a [`CancelToken`] can shut while
 /// a thread does I/O inside [`with_cancel`] (the MCP HTTP transport closes a
 /// call's response stream this way).
-#[cfg(feature = "mcp")]
 pub(crate) fn cancellable_agent(config: ureq::config::Config) -> ureq::Agent {
     ureq::Agent::with_parts(config, CancelConnector(DefaultConnector::new()), DefaultResolver::default())
 }
 
 /// Runs `f` with this thread's ureq I/O shut down by `token`'s cancel.
-#[cfg(feature = "mcp")]
 pub(crate) fn with_cancel<R>(token: &CancelToken, f: impl FnOnce() -> R) -> R {
     let _scope = Scope::enter(token);
     f()
-}
-
-/// A response head and its body reader.
-pub(crate) struct Response {
-    pub(crate) status: u16,
-    pub(crate) headers: Vec<(String, String)>,
-    pub(crate) body: ureq::BodyReader<'static>,
-}
-
-/// Sends `req` and waits for the response head. `timeout` bounds the whole
-/// exchange, body included (the run's deadline); `head` bounds the wait for
-/// the response head alone (the failover policy's head timeout).
-pub(crate) fn send(
-    agent: &ureq::Agent,
-    req: &HttpRequest,
-    cancel: &CancelToken,
-    timeout: Option<Duration>,
-    head: Option<Duration>,
-) -> Result<Response, (TransportErrorKind, String)> {
-    let _scope = Scope::enter(cancel);
-    let mut builder = ureq::http::Request::builder().method(req.method).uri(req.url.as_str());
-    for (k, v) in &req.headers {
-        builder = builder.header(k.as_str(), v.as_str());
-    }
-    let request = builder.body(req.body.as_slice()).map_err(|e| (TransportErrorKind::Connect, e.to_string()))?;
-    // A request-level config copies the agent's; only pay for it when a deadline applies.
-    let request = match (timeout, head) {
-        (None, None) => request,
-        (t, h) => agent.configure_request(request).timeout_global(t).timeout_recv_response(h).build(),
-    };
-    let response = agent.run(request).map_err(|e| (kind_of(&e), e.to_string()))?;
-    let status = response.status().as_u16();
-    let headers = response
-        .headers()
-        .iter()
-        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-        .collect();
-    let body = response.into_body().into_reader();
-    Ok(Response { status, headers, body })
-}
-
-/// Reads the next piece of a body (0 at its end).
-pub(crate) fn read(
-    body: &mut ureq::BodyReader<'static>,
-    buf: &mut [u8],
-    cancel: &CancelToken,
-) -> Result<usize, (TransportErrorKind, String)> {
-    let _scope = Scope::enter(cancel);
-    body.read(buf).map_err(|e| {
-        let e = ureq::Error::from(e);
-        (kind_of(&e), e.to_string())
-    })
-}
-
-fn kind_of(e: &ureq::Error) -> TransportErrorKind {
-    match e {
-        ureq::Error::Timeout(_) => TransportErrorKind::Timeout,
-        ureq::Error::HostNotFound | ureq::Error::ConnectionFailed | ureq::Error::BadUri(_) | ureq::Error::Http(_) => {
-            TransportErrorKind::Connect
-        }
-        ureq::Error::Io(io) if matches!(io.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound) => {
-            TransportErrorKind::Connect
-        }
-        _ => TransportErrorKind::Io,
-    }
 }
 
 /// The default connector chain, with each socket's shutdown handle kept on its transport.

@@ -1,0 +1,279 @@
+//! The blocking driver's side of the shared HTTP/1.1 client ([`crate::h1`]):
+//! its bytes moved over std sockets, TLS by rustls.
+//!
+//! Every blocking socket call is bounded by the run's deadline (and, while
+//! the response head is awaited, by the failover policy's head timeout),
+//! and is armed with the run's [`CancelToken`]: a cancel from any thread
+//! shuts the socket, so the blocked call returns at once. Arming covers one
+//! call at a time, never a connection sitting in the pool, where another
+//! run may pick it up.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nexus_proto::{HttpRequest, TransportErrorKind};
+use ureq_proto::http::Uri;
+
+use crate::cancel::{CancelGuard, CancelToken};
+use crate::h1::{connect_err, io_err, Buffers, Decoded, Exchange, Failure, Key, Link, Stage};
+
+/// The blocking driver's keep-alive pool.
+pub(crate) type Pool = crate::h1::Pool<Conn>;
+/// A response whose body is read over a std socket.
+pub(crate) type Response = crate::h1::Response<Conn>;
+/// A body read over a std socket.
+pub(crate) type Body = crate::h1::Body<Conn>;
+
+/// A connection: plain TCP or TLS over it.
+pub(crate) struct Conn {
+    stream: Stream,
+    /// The same socket, for a cancel from another thread to shut.
+    shut: Arc<TcpStream>,
+    /// The read and write timeout the socket has now.
+    timeout: Option<Duration>,
+}
+
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Conn {
+    fn tcp(&self) -> &TcpStream {
+        &self.shut
+    }
+
+    /// Bounds the next blocking call by `until`: a socket timeout of what is
+    /// left, set only when it changes (a run without a deadline pays no
+    /// system call for it).
+    fn bound(&mut self, until: Option<Instant>) -> io::Result<()> {
+        let left = match until {
+            None => None,
+            Some(t) => {
+                let left = t.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "the time allowed ran out"));
+                }
+                Some(left)
+            }
+        };
+        if left != self.timeout {
+            self.tcp().set_read_timeout(left)?;
+            self.tcp().set_write_timeout(left)?;
+            self.timeout = left;
+        }
+        Ok(())
+    }
+
+    /// Shuts the socket when `token` is cancelled, until the guard drops.
+    fn arm(&self, token: &CancelToken) -> io::Result<CancelGuard> {
+        if token.is_cancelled() {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "the run was cancelled"));
+        }
+        let shut = self.shut.clone();
+        Ok(token.on_cancel(move || {
+            let _ = shut.shutdown(Shutdown::Both);
+        }))
+    }
+
+    /// Completes a TLS handshake, bounded and armed.
+    fn handshake(&mut self, token: &CancelToken, until: Option<Instant>) -> Result<(), Failure> {
+        self.bound(until).map_err(|e| failure("TLS handshake", e, true))?;
+        let _armed = self.arm(token).map_err(|e| connect_err(format!("TLS handshake: {e}")))?;
+        if let Stream::Tls(s) = &mut self.stream {
+            while s.conn.is_handshaking() {
+                s.conn.complete_io(&mut s.sock).map_err(|e| match failure("TLS handshake", e, until.is_some()) {
+                    f if f.kind == TransportErrorKind::Timeout => f,
+                    f => connect_err(f.message),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One read, bounded and armed.
+    fn read_for(&mut self, buf: &mut [u8], token: &CancelToken, until: Option<Instant>) -> io::Result<usize> {
+        self.bound(until)?;
+        let _armed = self.arm(token)?;
+        self.read(buf)
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match &mut self.stream {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &mut self.stream {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.stream {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// An I/O error as a failure: a timeout when a bound was set (a socket
+/// timeout surfaces as `WouldBlock` or `TimedOut`), otherwise an I/O error.
+fn failure(what: &str, e: io::Error, bounded: bool) -> Failure {
+    if bounded && matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+        return Failure { kind: TransportErrorKind::Timeout, message: format!("{what}: timed out") };
+    }
+    io_err(format!("{what}: {e}"))
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn connect(pool: &Pool, key: &Key, cancel: &CancelToken, until: Option<Instant>) -> Result<Conn, Failure> {
+    let addrs: Vec<SocketAddr> = (key.host.as_str(), key.port)
+        .to_socket_addrs()
+        .map_err(|e| connect_err(format!("resolve {}: {e}", key.host)))?
+        .collect();
+    let mut last = None;
+    let mut tcp = None;
+    for addr in addrs {
+        let mut timeout = pool.connect_timeout;
+        if let Some(t) = until {
+            timeout = timeout.min(t.saturating_duration_since(Instant::now()));
+        }
+        if timeout.is_zero() {
+            return Err(Failure { kind: TransportErrorKind::Timeout, message: "connect: timed out".into() });
+        }
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(s) => {
+                tcp = Some(s);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let tcp = tcp.ok_or_else(|| {
+        let why = last.map_or_else(|| "no address".to_string(), |e| e.to_string());
+        connect_err(format!("connect to {}:{}: {why}", key.host, key.port))
+    })?;
+    // Requests are written whole; waiting to coalesce only adds latency.
+    let _ = tcp.set_nodelay(true);
+    let shut = Arc::new(tcp.try_clone().map_err(|e| connect_err(format!("connect: {e}")))?);
+    if !key.tls {
+        return Ok(Conn { stream: Stream::Plain(tcp), shut, timeout: None });
+    }
+    let tls =
+        rustls::ClientConnection::new(pool.tls()?, key.server_name()?).map_err(|e| connect_err(format!("TLS: {e}")))?;
+    let mut conn = Conn { stream: Stream::Tls(Box::new(rustls::StreamOwned::new(tls, tcp))), shut, timeout: None };
+    conn.handshake(cancel, until)?;
+    Ok(conn)
+}
+
+/// Whether an idle pooled connection can carry a request. It has nothing to
+/// read: a read that would block means open; end of stream (the server
+/// closed it while it sat in the pool), an error, or stray bytes mean it
+/// cannot be used. Checked before every reuse, as ureq does, so a request is
+/// not written into a connection the server already closed.
+fn still_open(conn: &Conn) -> bool {
+    let tcp = conn.tcp();
+    if tcp.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut probe = [0u8; 1];
+    let open = matches!(tcp.peek(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+    tcp.set_nonblocking(false).is_ok() && open
+}
+
+/// Sends `req` and reads the response head. `until` bounds the whole
+/// exchange (the run's deadline); `head` bounds the wait for the response
+/// head alone (the failover policy's head timeout).
+pub(crate) fn send(
+    pool: &Arc<Pool>,
+    req: &HttpRequest,
+    cancel: &CancelToken,
+    until: Option<Instant>,
+    head: Option<Instant>,
+) -> Result<Response, Failure> {
+    let (uri, key) = Key::of(&req.url)?;
+    for attempt in 0..2 {
+        let mut pooled = None;
+        if attempt == 0 {
+            while let Some(link) = pool.take(&key) {
+                if still_open(&link.conn) {
+                    pooled = Some(link);
+                    break;
+                }
+            }
+        }
+        let reused = pooled.is_some();
+        let link = match pooled {
+            Some(link) => link,
+            None => Link { conn: connect(pool, &key, cancel, until)?, bufs: Buffers::new() },
+        };
+        match exchange(link, &uri, req, &key, pool, cancel, (until, earliest(until, head))) {
+            Ok(r) => return Ok(r),
+            Err(Stage::Unsent(_)) if reused => continue,
+            Err(Stage::Unsent(f)) | Err(Stage::Sent(f)) => return Err(f),
+        }
+    }
+    Err(io_err("no connection could be used"))
+}
+
+fn exchange(
+    link: Link<Conn>,
+    uri: &Uri,
+    req: &HttpRequest,
+    key: &Key,
+    pool: &Arc<Pool>,
+    cancel: &CancelToken,
+    (until, head_until): (Option<Instant>, Option<Instant>),
+) -> Result<Response, Stage> {
+    let mut ex = Exchange::start(link, uri, req)?;
+    let (conn, wire) = ex.outgoing();
+    let sent = conn.bound(until).and_then(|()| {
+        let _armed = conn.arm(cancel)?;
+        conn.write_all(wire)?;
+        conn.flush()
+    });
+    sent.map_err(|e| Stage::Unsent(failure("send", e, until.is_some())))?;
+    ex.sent();
+    let head = loop {
+        if let Some(head) = ex.try_head()? {
+            break head;
+        }
+        let (conn, room) = ex.incoming()?;
+        let n = conn
+            .read_for(room, cancel, head_until)
+            .map_err(|e| Stage::Sent(failure("read", e, head_until.is_some())))?;
+        ex.filled(n)?;
+    };
+    Ok(ex.respond(head, key.clone(), pool.clone()))
+}
+
+/// Decodes the next piece of `body` into its chunk and returns its length
+/// (0 at its end). `until` bounds each read (the run's deadline).
+pub(crate) fn read(body: &mut Body, cancel: &CancelToken, until: Option<Instant>) -> Result<usize, Failure> {
+    loop {
+        match body.decode()? {
+            Decoded::Piece(n) => return Ok(n),
+            Decoded::End => return Ok(0),
+            Decoded::More => {}
+        }
+        let (conn, room) = body.incoming()?;
+        let n = conn.read_for(room, cancel, until).map_err(|e| failure("read", e, until.is_some()))?;
+        body.filled(n)?;
+    }
+}
