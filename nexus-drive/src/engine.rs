@@ -756,8 +756,11 @@ fn fresh_seed() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    // The process id is read once: it is a system call, and a run is cheap.
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    nanos ^ (u64::from(std::process::id()) << 32) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    let pid = *PID.get_or_init(std::process::id);
+    nanos ^ (u64::from(pid) << 32) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// The circuits of a view that are open (an empty view and an all-closed one are the same).

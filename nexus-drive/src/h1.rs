@@ -105,6 +105,19 @@ impl Key {
     }
 }
 
+/// Whether an idle pooled connection can carry a request: its socket has
+/// nothing to read. A read that would block means open; end of stream (the
+/// server closed it while it sat in the pool), an error, or stray bytes mean
+/// it cannot be used. Checked before every reuse, as ureq does, so a request
+/// is not written into a connection the server already closed. One system
+/// call (a non-blocking peek), whatever mode the socket is in.
+#[cfg(unix)]
+pub(crate) fn still_open(socket: impl std::os::fd::AsFd) -> bool {
+    use rustix::net::{recv, RecvFlags};
+    let mut probe = [0u8; 1];
+    matches!(recv(socket, &mut probe, RecvFlags::PEEK | RecvFlags::DONTWAIT), Err(e) if e == rustix::io::Errno::WOULDBLOCK)
+}
+
 /// Keep-alive connections, shared by the runs of one client.
 pub(crate) struct Pool<C> {
     idle: Mutex<Vec<(Key, Link<C>)>>,

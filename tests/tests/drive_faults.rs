@@ -38,6 +38,7 @@ both_drivers!(
     transport_faults_beyond_the_budget_end_in_a_typed_transport_error,
     a_reset_on_a_kept_alive_connection_is_one_attempt,
     an_https_url_to_a_plain_http_server_fails_in_the_tls_handshake,
+    a_pooled_connection_the_server_closed_is_not_used,
     a_stream_cut_after_visible_text_is_not_retried,
     a_stream_missing_only_its_chunked_terminator_completes,
     a_stalled_server_or_a_long_backoff_meets_the_run_deadline,
@@ -241,6 +242,42 @@ fn transport_faults_beyond_the_budget_end_in_a_typed_transport_error(d: Drv) {
                 assert_eq!(turns_finished(&events.recorded()).len(), turn, "{ctx}: the failed turn never finished");
                 assert!(fake.failures().is_empty(), "{ctx}: {:?}", fake.failures());
             }
+        }
+    }
+}
+
+/// The server closes a kept-alive connection after answering, without
+/// saying so (its idle timeout). The next request must not be written into
+/// it: it goes out once, on a new connection, and costs no attempt of the
+/// retry budget.
+fn a_pooled_connection_the_server_closed_is_not_used(d: Drv) {
+    for style in STYLES {
+        for stream in [false, true] {
+            let ctx = format!("{d:?} {style:?} stream={stream}");
+            let model = "m-idle";
+            let hang_up = [Fault::new(FaultKind::CloseWhenIdle)];
+            let fake = FakeProvider::start(Scripts::new(KEY).model(model, counting_script(&hang_up, &[])));
+            // The tool runs between the two requests, once the server has
+            // closed the connection the first one came on.
+            let closed = fake.closed_connections();
+            let (b, events) = Events::record(builder(&fake, style, model, stream));
+            let cfg = b
+                .retries(0)
+                .dyn_tool(ok_tool("count", move |_, _| {
+                    while closed.load(Ordering::SeqCst) == 0 {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    "counted 1".to_string()
+                }))
+                .build()
+                .unwrap();
+            let r = d.client(cfg).run("count once").unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            assert_eq!((r.status, r.text.as_str()), (RunStatus::Done, FINAL), "{ctx}");
+            assert_eq!((fake.attempts(model, 0), fake.attempts(model, 1)), (1, 1), "{ctx}");
+            assert!(retries_of(&events.recorded()).is_empty(), "{ctx}");
+            let conns: Vec<u64> = fake.requests().iter().map(|r| r.connection).collect();
+            assert_eq!(conns.len(), 2, "{ctx}");
+            assert_ne!(conns[0], conns[1], "{ctx}: the second request went on a new connection");
         }
     }
 }

@@ -12,6 +12,7 @@ use futures_rustls::client::TlsStream;
 use futures_rustls::TlsConnector;
 use nexus_proto::HttpRequest;
 use smol::net::TcpStream;
+use smol::Async;
 
 pub(crate) use crate::h1::Failure;
 use crate::h1::{connect_err, io_err, Buffers, Decoded, Exchange, Key, Link, Stage};
@@ -25,14 +26,28 @@ pub(crate) type Body = crate::h1::Body<Conn>;
 
 /// A connection: plain TCP or TLS over it.
 pub(crate) enum Conn {
-    Plain(TcpStream),
+    /// Held as the reactor's handle, whose readiness can be awaited.
+    Plain(Arc<Async<std::net::TcpStream>>),
     Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Conn {
+    /// Waits until the socket has something to read. After a request is
+    /// written, the response cannot be there yet: waiting for readiness
+    /// first spares a read that would only find the socket empty. (Through
+    /// TLS, the next read does this itself.)
+    async fn readable(&self) -> io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.readable().await,
+            Conn::Tls(_) => Ok(()),
+        }
+    }
 }
 
 impl AsyncRead for Conn {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Plain(s) => Pin::new(&mut &**s).poll_read(cx, buf),
             Conn::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
@@ -41,21 +56,21 @@ impl AsyncRead for Conn {
 impl AsyncWrite for Conn {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Plain(s) => Pin::new(&mut &**s).poll_write(cx, buf),
             Conn::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
+            Conn::Plain(s) => Pin::new(&mut &**s).poll_flush(cx),
             Conn::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_close(cx),
+            Conn::Plain(s) => Pin::new(&mut &**s).poll_close(cx),
             Conn::Tls(s) => Pin::new(&mut **s).poll_close(cx),
         }
     }
@@ -73,7 +88,7 @@ async fn connect(pool: &Pool, key: &Key) -> Result<Conn, Failure> {
     // Requests are written whole; waiting to coalesce only adds latency.
     let _ = tcp.set_nodelay(true);
     if !key.tls {
-        return Ok(Conn::Plain(tcp));
+        return Ok(Conn::Plain(tcp.into()));
     }
     let name = key.server_name()?;
     let tls = TlsConnector::from(pool.tls()?)
@@ -83,14 +98,18 @@ async fn connect(pool: &Pool, key: &Key) -> Result<Conn, Failure> {
     Ok(Conn::Tls(Box::new(tls)))
 }
 
-/// Whether an idle pooled connection can carry a request. It has nothing to
-/// read: a read that cannot complete at once means open; end of stream (the
-/// server closed it while it sat in the pool), an error, or stray bytes mean
-/// it cannot be used. Checked before every reuse, as ureq does, so a request
-/// is not written into a connection the server already closed.
+/// See [`crate::h1::still_open`]. A TLS connection is probed through TLS:
+/// a record the server sent after the handshake (a session ticket) is read
+/// and kept by rustls rather than taken for stray bytes.
 async fn still_open(conn: &mut Conn) -> bool {
-    let mut probe = [0u8; 1];
-    futures_lite::future::poll_once(conn.read(&mut probe)).await.is_none()
+    match conn {
+        #[cfg(unix)]
+        Conn::Plain(s) => crate::h1::still_open(s.get_ref()),
+        _ => {
+            let mut probe = [0u8; 1];
+            futures_lite::future::poll_once(conn.read(&mut probe)).await.is_none()
+        }
+    }
 }
 
 /// Sends `req` and reads the response head.
@@ -135,6 +154,8 @@ async fn exchange(
     };
     sent.await.map_err(|e| Stage::Unsent(io_err(format!("send: {e}"))))?;
     ex.sent();
+    let (conn, _) = ex.incoming()?;
+    conn.readable().await.map_err(|e| Stage::Sent(io_err(format!("read: {e}"))))?;
     let head = loop {
         if let Some(head) = ex.try_head()? {
             break head;

@@ -182,11 +182,13 @@ fn connect(pool: &Pool, key: &Key, cancel: &CancelToken, until: Option<Instant>)
     Ok(conn)
 }
 
-/// Whether an idle pooled connection can carry a request. It has nothing to
-/// read: a read that would block means open; end of stream (the server
-/// closed it while it sat in the pool), an error, or stray bytes mean it
-/// cannot be used. Checked before every reuse, as ureq does, so a request is
-/// not written into a connection the server already closed.
+#[cfg(unix)]
+fn still_open(conn: &Conn) -> bool {
+    crate::h1::still_open(conn.tcp())
+}
+
+/// See [`crate::h1::still_open`]: a peek with the socket made non-blocking for it.
+#[cfg(not(unix))]
 fn still_open(conn: &Conn) -> bool {
     let tcp = conn.tcp();
     if tcp.set_nonblocking(true).is_err() {

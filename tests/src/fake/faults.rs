@@ -181,6 +181,11 @@ pub fn answer(style: Style, ctx: &Ctx<'_>, framing: Framing, fault: Option<&Faul
             r.stall_ms = *ms;
             r
         }
+        FaultKind::CloseWhenIdle => {
+            let mut r = normal(style, ctx, framing);
+            r.hang_up = true;
+            r
+        }
         FaultKind::StallMidStream { after_events, ms } => {
             let mut r = normal(style, ctx, framing);
             if streaming {

@@ -24,7 +24,7 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -230,6 +230,12 @@ impl FakeProvider {
     /// connection was closed under a write): a client that cancels shows here.
     pub fn replies_cut_by_client(&self) -> u64 {
         self.shared.cut_by_client.load(Ordering::SeqCst)
+    }
+
+    /// How many connections the server has closed so far, live (a tool can
+    /// wait on it to act only after the server hung up).
+    pub fn closed_connections(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.shared.closed)
     }
 
     /// Stops the server and waits for its threads (what dropping it does).

@@ -76,6 +76,8 @@ pub struct Reply {
     pub stall_ms: u64,
     /// In a chunked body: after this many pieces, wait this many milliseconds.
     pub pause: Option<(usize, u64)>,
+    /// Close the connection after the response, without having said so.
+    pub hang_up: bool,
 }
 
 impl Reply {
@@ -87,6 +89,7 @@ impl Reply {
             body: Body::Full { content_type: "application/json", bytes, cut: FullCut::None },
             stall_ms: 0,
             pause: None,
+            hang_up: false,
         }
     }
 
@@ -98,6 +101,7 @@ impl Reply {
             body: Body::Chunked { content_type: "text/event-stream", pieces, cut: StreamCut::None },
             stall_ms: 0,
             pause: None,
+            hang_up: false,
         }
     }
 
@@ -221,7 +225,7 @@ pub fn write(
             }
         }
     }
-    if close {
+    if close || reply.hang_up {
         let _ = stream.shutdown(Shutdown::Both);
         return Ok(false);
     }

@@ -370,6 +370,9 @@ pub enum FaultKind {
     },
     /// Close the connection after reading the request, before any response byte.
     ResetBeforeHeaders,
+    /// Answer normally, keep-alive and all, then close the connection: a
+    /// server whose idle timeout ran out while the client kept it pooled.
+    CloseWhenIdle,
     /// Send the 200 response head, then close.
     ResetAfterHeaders,
     /// Send `after_events` stream events (half the body when not streaming), then close.

@@ -30,6 +30,8 @@ pub struct Shared {
     pub shutdown: Arc<AtomicBool>,
     /// Replies the client stopped taking before their end (a write failed).
     pub cut_by_client: AtomicU64,
+    /// Connections this server has closed.
+    pub closed: Arc<AtomicU64>,
     next_connection: AtomicU64,
 }
 
@@ -48,6 +50,7 @@ impl Shared {
             failures: Mutex::new(Vec::new()),
             shutdown: Arc::new(AtomicBool::new(false)),
             cut_by_client: AtomicU64::new(0),
+            closed: Arc::default(),
             next_connection: AtomicU64::new(0),
         }
     }
@@ -113,6 +116,7 @@ fn serve(stream: TcpStream, shared: &Shared, connection: u64) {
         }
     }
     let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+    shared.closed.fetch_add(1, Ordering::SeqCst);
 }
 
 fn record_of(req: &Request, connection: u64) -> RecordedRequest {
