@@ -5,6 +5,9 @@
 //! retry after the host answered, the same tool runs again with the answer
 //! in its [`ToolContext`]. Relay tools are declarations only: their calls
 //! surface to the caller and nothing runs here.
+// Without a driver (the fuzz build) nothing runs the tool jobs: their
+// runner and the pace they keep go unused there.
+#![cfg_attr(not(any(feature = "blocking", feature = "async")), allow(dead_code))]
 
 use std::any::Any;
 use std::fmt;
