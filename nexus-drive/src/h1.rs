@@ -76,6 +76,14 @@ pub(crate) enum Stage {
     Sent(Failure),
 }
 
+impl Stage {
+    pub(crate) fn into_failure(self) -> Failure {
+        match self {
+            Stage::Unsent(f) | Stage::Sent(f) => f,
+        }
+    }
+}
+
 /// Where a connection goes: pooled connections are reused only for the same key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Key {
@@ -138,10 +146,19 @@ impl<C> Pool<C> {
         Pool { idle: Mutex::new(Vec::new()), tls: OnceLock::new(), connect_timeout, max_idle }
     }
 
-    pub(crate) fn take(&self, key: &Key) -> Option<Link<C>> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let pos = idle.iter().rposition(|(k, _)| k == key)?;
-        Some(idle.remove(pos).1)
+    /// The most recently pooled connection for `key` that `still_open`
+    /// finds usable; the ones it finds closed are dropped.
+    pub(crate) fn take_open(&self, key: &Key, mut still_open: impl FnMut(&mut C) -> bool) -> Option<Link<C>> {
+        loop {
+            let mut link = {
+                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+                let pos = idle.iter().rposition(|(k, _)| k == key)?;
+                idle.remove(pos).1
+            };
+            if still_open(&mut link.conn) {
+                return Some(link);
+            }
+        }
     }
 
     fn put(&self, key: Key, link: Link<C>) {
@@ -189,7 +206,7 @@ pub(crate) struct Exchange<C> {
     call: Call<RecvResponse>,
     conn: C,
     /// The request, head and body, to write in one go.
-    pub(crate) wire: Vec<u8>,
+    wire: Vec<u8>,
     head: Vec<u8>,
     /// Bytes read off the socket; `start..end` not yet decoded.
     buf: Vec<u8>,
@@ -231,6 +248,12 @@ impl<C> Exchange<C> {
     /// The connection, and the request bytes to write on it.
     pub(crate) fn outgoing(&mut self) -> (&mut C, &[u8]) {
         (&mut self.conn, &self.wire)
+    }
+
+    /// The connection (the async driver awaits its readiness).
+    #[cfg(feature = "async")]
+    pub(crate) fn conn(&mut self) -> &mut C {
+        &mut self.conn
     }
 
     /// The request is on the wire.

@@ -98,45 +98,35 @@ async fn connect(pool: &Pool, key: &Key) -> Result<Conn, Failure> {
     Ok(Conn::Tls(Box::new(tls)))
 }
 
-/// See [`crate::h1::still_open`]. A TLS connection is probed through TLS:
-/// a record the server sent after the handshake (a session ticket) is read
-/// and kept by rustls rather than taken for stray bytes.
-async fn still_open(conn: &mut Conn) -> bool {
+/// See [`crate::h1::still_open`]. A TLS connection is probed through TLS,
+/// with one poll of a read that must not complete: a record the server sent
+/// after the handshake (a session ticket) is read and kept by rustls rather
+/// than taken for stray bytes.
+fn still_open(conn: &mut Conn) -> bool {
     match conn {
         #[cfg(unix)]
         Conn::Plain(s) => crate::h1::still_open(s.get_ref()),
         _ => {
             let mut probe = [0u8; 1];
-            futures_lite::future::poll_once(conn.read(&mut probe)).await.is_none()
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            Pin::new(conn).poll_read(&mut cx, &mut probe).is_pending()
         }
     }
 }
 
-/// Sends `req` and reads the response head.
+/// Sends `req` and reads the response head: on a pooled connection when one
+/// is open, and once more on a new one when that fails before the request
+/// was sent.
 pub(crate) async fn send(pool: &Arc<Pool>, req: &HttpRequest) -> Result<Response, Failure> {
     let (uri, key) = Key::of(&req.url)?;
-    for attempt in 0..2 {
-        let mut pooled = None;
-        if attempt == 0 {
-            while let Some(mut link) = pool.take(&key) {
-                if still_open(&mut link.conn).await {
-                    pooled = Some(link);
-                    break;
-                }
-            }
-        }
-        let reused = pooled.is_some();
-        let link = match pooled {
-            Some(link) => link,
-            None => Link { conn: connect(pool, &key).await?, bufs: Buffers::new() },
-        };
+    if let Some(link) = pool.take_open(&key, still_open) {
         match exchange(link, &uri, req, key.clone(), pool.clone()).await {
-            Ok(r) => return Ok(r),
-            Err(Stage::Unsent(_)) if reused => continue,
-            Err(Stage::Unsent(f)) | Err(Stage::Sent(f)) => return Err(f),
+            Err(Stage::Unsent(_)) => {}
+            done => return done.map_err(Stage::into_failure),
         }
     }
-    Err(io_err("no connection could be used"))
+    let link = Link { conn: connect(pool, &key).await?, bufs: Buffers::new() };
+    exchange(link, &uri, req, key, pool.clone()).await.map_err(Stage::into_failure)
 }
 
 async fn exchange(
@@ -154,8 +144,7 @@ async fn exchange(
     };
     sent.await.map_err(|e| Stage::Unsent(io_err(format!("send: {e}"))))?;
     ex.sent();
-    let (conn, _) = ex.incoming()?;
-    conn.readable().await.map_err(|e| Stage::Sent(io_err(format!("read: {e}"))))?;
+    ex.conn().readable().await.map_err(|e| Stage::Sent(io_err(format!("read: {e}"))))?;
     let head = loop {
         if let Some(head) = ex.try_head()? {
             break head;

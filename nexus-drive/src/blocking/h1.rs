@@ -28,21 +28,37 @@ pub(crate) type Body = crate::h1::Body<Conn>;
 
 /// A connection: plain TCP or TLS over it.
 pub(crate) struct Conn {
-    stream: Stream,
-    /// The same socket, for a cancel from another thread to shut.
-    shut: Arc<TcpStream>,
+    /// The socket, shared with a cancel listener that may shut it from
+    /// another thread.
+    tcp: Arc<TcpStream>,
+    /// TLS over the socket, for an `https` connection.
+    tls: Option<Box<rustls::StreamOwned<rustls::ClientConnection, Shared>>>,
     /// The read and write timeout the socket has now.
     timeout: Option<Duration>,
 }
 
-enum Stream {
-    Plain(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+/// The connection's socket as rustls reads and writes it.
+struct Shared(Arc<TcpStream>);
+
+impl Read for Shared {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self.0).read(buf)
+    }
+}
+
+impl Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        (&*self.0).write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        (&*self.0).flush()
+    }
 }
 
 impl Conn {
     fn tcp(&self) -> &TcpStream {
-        &self.shut
+        &self.tcp
     }
 
     /// Bounds the next blocking call by `until`: a socket timeout of what is
@@ -72,7 +88,7 @@ impl Conn {
         if token.is_cancelled() {
             return Err(io::Error::new(io::ErrorKind::Interrupted, "the run was cancelled"));
         }
-        let shut = self.shut.clone();
+        let shut = self.tcp.clone();
         Ok(token.on_cancel(move || {
             let _ = shut.shutdown(Shutdown::Both);
         }))
@@ -82,7 +98,7 @@ impl Conn {
     fn handshake(&mut self, token: &CancelToken, until: Option<Instant>) -> Result<(), Failure> {
         self.bound(until).map_err(|e| failure("TLS handshake", e, true))?;
         let _armed = self.arm(token).map_err(|e| connect_err(format!("TLS handshake: {e}")))?;
-        if let Stream::Tls(s) = &mut self.stream {
+        if let Some(s) = &mut self.tls {
             while s.conn.is_handshaking() {
                 s.conn.complete_io(&mut s.sock).map_err(|e| match failure("TLS handshake", e, until.is_some()) {
                     f if f.kind == TransportErrorKind::Timeout => f,
@@ -103,25 +119,25 @@ impl Conn {
 
 impl Read for Conn {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match &mut self.stream {
-            Stream::Plain(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
+        match &mut self.tls {
+            Some(s) => s.read(buf),
+            None => (&*self.tcp).read(buf),
         }
     }
 }
 
 impl Write for Conn {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match &mut self.stream {
-            Stream::Plain(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
+        match &mut self.tls {
+            Some(s) => s.write(buf),
+            None => (&*self.tcp).write(buf),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match &mut self.stream {
-            Stream::Plain(s) => s.flush(),
-            Stream::Tls(s) => s.flush(),
+        match &mut self.tls {
+            Some(s) => s.flush(),
+            None => (&*self.tcp).flush(),
         }
     }
 }
@@ -133,13 +149,6 @@ fn failure(what: &str, e: io::Error, bounded: bool) -> Failure {
         return Failure { kind: TransportErrorKind::Timeout, message: format!("{what}: timed out") };
     }
     io_err(format!("{what}: {e}"))
-}
-
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
 }
 
 fn connect(pool: &Pool, key: &Key, cancel: &CancelToken, until: Option<Instant>) -> Result<Conn, Failure> {
@@ -171,25 +180,26 @@ fn connect(pool: &Pool, key: &Key, cancel: &CancelToken, until: Option<Instant>)
     })?;
     // Requests are written whole; waiting to coalesce only adds latency.
     let _ = tcp.set_nodelay(true);
-    let shut = Arc::new(tcp.try_clone().map_err(|e| connect_err(format!("connect: {e}")))?);
+    let tcp = Arc::new(tcp);
     if !key.tls {
-        return Ok(Conn { stream: Stream::Plain(tcp), shut, timeout: None });
+        return Ok(Conn { tcp, tls: None, timeout: None });
     }
     let tls =
         rustls::ClientConnection::new(pool.tls()?, key.server_name()?).map_err(|e| connect_err(format!("TLS: {e}")))?;
-    let mut conn = Conn { stream: Stream::Tls(Box::new(rustls::StreamOwned::new(tls, tcp))), shut, timeout: None };
+    let stream = rustls::StreamOwned::new(tls, Shared(tcp.clone()));
+    let mut conn = Conn { tcp, tls: Some(Box::new(stream)), timeout: None };
     conn.handshake(cancel, until)?;
     Ok(conn)
 }
 
 #[cfg(unix)]
-fn still_open(conn: &Conn) -> bool {
+fn still_open(conn: &mut Conn) -> bool {
     crate::h1::still_open(conn.tcp())
 }
 
 /// See [`crate::h1::still_open`]: a peek with the socket made non-blocking for it.
 #[cfg(not(unix))]
-fn still_open(conn: &Conn) -> bool {
+fn still_open(conn: &mut Conn) -> bool {
     let tcp = conn.tcp();
     if tcp.set_nonblocking(true).is_err() {
         return false;
@@ -199,9 +209,11 @@ fn still_open(conn: &Conn) -> bool {
     tcp.set_nonblocking(false).is_ok() && open
 }
 
-/// Sends `req` and reads the response head. `until` bounds the whole
-/// exchange (the run's deadline); `head` bounds the wait for the response
-/// head alone (the failover policy's head timeout).
+/// Sends `req` and reads the response head: on a pooled connection when one
+/// is open, and once more on a new one when that fails before the request
+/// was sent. `until` bounds the whole exchange (the run's deadline); `head`
+/// bounds the wait for the response head alone (the failover policy's head
+/// timeout).
 pub(crate) fn send(
     pool: &Arc<Pool>,
     req: &HttpRequest,
@@ -210,28 +222,15 @@ pub(crate) fn send(
     head: Option<Instant>,
 ) -> Result<Response, Failure> {
     let (uri, key) = Key::of(&req.url)?;
-    for attempt in 0..2 {
-        let mut pooled = None;
-        if attempt == 0 {
-            while let Some(link) = pool.take(&key) {
-                if still_open(&link.conn) {
-                    pooled = Some(link);
-                    break;
-                }
-            }
-        }
-        let reused = pooled.is_some();
-        let link = match pooled {
-            Some(link) => link,
-            None => Link { conn: connect(pool, &key, cancel, until)?, bufs: Buffers::new() },
-        };
-        match exchange(link, &uri, req, &key, pool, cancel, (until, earliest(until, head))) {
-            Ok(r) => return Ok(r),
-            Err(Stage::Unsent(_)) if reused => continue,
-            Err(Stage::Unsent(f)) | Err(Stage::Sent(f)) => return Err(f),
+    let bounds = (until, [until, head].into_iter().flatten().min());
+    if let Some(link) = pool.take_open(&key, still_open) {
+        match exchange(link, &uri, req, &key, pool, cancel, bounds) {
+            Err(Stage::Unsent(_)) => {}
+            done => return done.map_err(Stage::into_failure),
         }
     }
-    Err(io_err("no connection could be used"))
+    let link = Link { conn: connect(pool, &key, cancel, until)?, bufs: Buffers::new() };
+    exchange(link, &uri, req, &key, pool, cancel, bounds).map_err(Stage::into_failure)
 }
 
 fn exchange(
