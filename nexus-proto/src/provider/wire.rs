@@ -58,6 +58,45 @@ impl<'de> Visitor<'de> for WireStrVisitor {
     }
 }
 
+/// The scalar arms of a lenient visitor: anything but an object or an
+/// array (with `@not_str`, anything but those and a string) is read as a
+/// `Value` would read it and becomes `$none`.
+macro_rules! scalars_are {
+    (@not_str $none:expr) => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+    };
+    ($none:expr) => {
+        scalars_are!(@not_str $none);
+
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+    };
+}
+pub(crate) use scalars_are;
+
 /// A string field that is `None` when a server sends another type. Other
 /// values are read as a `Value` would read them (so a number out of range is
 /// an error as it would be there, see [`Skip`]), but only a string is kept,
@@ -87,29 +126,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for LenientStr<'a> {
                 WireStrVisitor.visit_string(v).map(|s| LenientStr(Some(s)))
             }
 
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(LenientStr(None))
-            }
-
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(LenientStr(None))
-            }
-
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(LenientStr(None))
-            }
-
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(LenientStr(None))
-            }
-
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(LenientStr(None))
-            }
-
-            fn visit_none<E>(self) -> Result<Self::Value, E> {
-                Ok(LenientStr(None))
-            }
+            scalars_are!(@not_str LenientStr(None));
 
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
                 Skip.visit_seq(seq).map(|_| LenientStr(None))
@@ -144,33 +161,7 @@ impl<'de> Visitor<'de> for Skip {
         f.write_str("any JSON value")
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-
-    fn visit_unit<E>(self) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-
-    fn visit_none<E>(self) -> Result<Skip, E> {
-        Ok(Skip)
-    }
+    scalars_are!(Skip);
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
         while seq.next_element::<Skip>()?.is_some() {}
@@ -197,48 +188,14 @@ pub(crate) fn skip_value<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::E
     map.next_value::<Skip>().map(|_| ())
 }
 
-fn read_fields<'de, T: Fields<'de>, A: MapAccess<'de>>(mut map: A) -> Result<T, A::Error> {
+/// A [`Fields`] struct read from `map`.
+pub(crate) fn read_fields<'de, T: Fields<'de>, A: MapAccess<'de>>(mut map: A) -> Result<T, A::Error> {
     let mut out = T::default();
     while let Some(key) = map.next_key::<WireStr<'de>>()? {
         out.field(&key, &mut map)?;
     }
     Ok(out)
 }
-
-/// Anything but an object or an array is read as a `Value` would read it and
-/// kept as `$none`; an object or an array is handed to `$obj` / `$seq`.
-macro_rules! scalars_are {
-    ($none:expr) => {
-        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-
-        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-
-        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-
-        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-
-        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-
-        fn visit_none<E>(self) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-    };
-}
-pub(crate) use scalars_are;
 
 /// A field that is an object read through [`Fields`], or `None` when it is
 /// any other value (read and checked as a `Value` would be): what

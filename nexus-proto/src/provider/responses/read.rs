@@ -19,7 +19,9 @@ use serde_json::{Map, Value};
 use super::{Ending, Item, WireUsage};
 use crate::message::Usage;
 use crate::provider::openai::TokenDetails;
-use crate::provider::wire::{scalars_are, skip_value, Array, Fields, LenientStr, Object, Skip, Strict, WireStr};
+use crate::provider::wire::{
+    read_fields, scalars_are, skip_value, Array, Fields, LenientStr, Object, Skip, Strict, WireStr,
+};
 
 /// The fields of a response object the decoder reads.
 #[derive(Default)]
@@ -224,29 +226,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Arguments<'a> {
                 f.write_str("any JSON value")
             }
 
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Arguments::None)
-            }
-
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(Arguments::None)
-            }
-
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(Arguments::None)
-            }
-
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(Arguments::None)
-            }
-
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Arguments::None)
-            }
-
-            fn visit_none<E>(self) -> Result<Self::Value, E> {
-                Ok(Arguments::None)
-            }
+            scalars_are!(@not_str Arguments::None);
 
             fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
                 Ok(Arguments::Text(WireStr(v.into())))
@@ -327,6 +307,14 @@ impl Count {
             Count::Invalid => None,
         }
     }
+
+    /// The count as `Value::as_u64` reads it: anything else is none.
+    fn lenient(self) -> Option<u64> {
+        match self {
+            Count::Some(n) => Some(n),
+            Count::Null | Count::Invalid => None,
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for Count {
@@ -404,8 +392,8 @@ impl Details {
 impl<'de> Fields<'de> for TokenDetails {
     fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         match key {
-            "cached_tokens" => self.cached_tokens = map.next_value::<LenientCount>()?.0,
-            "reasoning_tokens" => self.reasoning_tokens = map.next_value::<LenientCount>()?.0,
+            "cached_tokens" => self.cached_tokens = map.next_value::<Count>()?.lenient(),
+            "reasoning_tokens" => self.reasoning_tokens = map.next_value::<Count>()?.lenient(),
             _ => skip_value(map)?,
         }
         Ok(())
@@ -426,8 +414,8 @@ impl<'de> Deserialize<'de> for Details {
 
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Details, A::Error> {
                 let mut counts = Vec::new();
-                while let Some(LenientCount(n)) = seq.next_element()? {
-                    counts.push(n);
+                while let Some(count) = seq.next_element::<Count>()? {
+                    counts.push(count.lenient());
                 }
                 Ok(match counts[..] {
                     [] => Details::Some(TokenDetails::default()),
@@ -439,12 +427,8 @@ impl<'de> Deserialize<'de> for Details {
                 })
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Details, A::Error> {
-                let mut details = TokenDetails::default();
-                while let Some(key) = map.next_key::<WireStr<'de>>()? {
-                    details.field(&key, &mut map)?;
-                }
-                Ok(Details::Some(details))
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Details, A::Error> {
+                read_fields(map).map(Details::Some)
             }
         }
         // Null is none, as for an `Option`; the rest as the visitor says.
@@ -469,59 +453,6 @@ impl<'de> Deserialize<'de> for Details {
             }
         }
         d.deserialize_option(Nullable)
-    }
-}
-
-/// A count as `Value::as_u64` reads it: anything else is none.
-struct LenientCount(Option<u64>);
-
-impl<'de> Deserialize<'de> for LenientCount {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = LenientCount;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-
-            fn visit_bool<E>(self, _: bool) -> Result<LenientCount, E> {
-                Ok(LenientCount(None))
-            }
-
-            fn visit_i64<E>(self, v: i64) -> Result<LenientCount, E> {
-                Ok(LenientCount(u64::try_from(v).ok()))
-            }
-
-            fn visit_u64<E>(self, v: u64) -> Result<LenientCount, E> {
-                Ok(LenientCount(Some(v)))
-            }
-
-            fn visit_f64<E>(self, _: f64) -> Result<LenientCount, E> {
-                Ok(LenientCount(None))
-            }
-
-            fn visit_str<E>(self, _: &str) -> Result<LenientCount, E> {
-                Ok(LenientCount(None))
-            }
-
-            fn visit_unit<E>(self) -> Result<LenientCount, E> {
-                Ok(LenientCount(None))
-            }
-
-            fn visit_none<E>(self) -> Result<LenientCount, E> {
-                Ok(LenientCount(None))
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<LenientCount, A::Error> {
-                Skip.visit_seq(seq).map(|_| LenientCount(None))
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<LenientCount, A::Error> {
-                Skip.visit_map(map).map(|_| LenientCount(None))
-            }
-        }
-        d.deserialize_any(V)
     }
 }
 
