@@ -109,7 +109,8 @@ impl Conn {
         Ok(())
     }
 
-    /// One read, bounded and armed.
+    /// One read of a body, bounded and armed (per read: reading may end the
+    /// body and hand the connection back to the pool).
     fn read_for(&mut self, buf: &mut [u8], token: &CancelToken, until: Option<Instant>) -> io::Result<usize> {
         self.bound(until)?;
         let _armed = self.arm(token)?;
@@ -244,8 +245,10 @@ fn exchange(
 ) -> Result<Response, Stage> {
     let mut ex = Exchange::start(link, uri, req)?;
     let (conn, wire) = ex.outgoing();
+    // One arming for the request and its head: the connection cannot go
+    // back to the pool before `respond`, and the guard is gone by then.
+    let armed = conn.arm(cancel).map_err(|e| Stage::Unsent(failure("send", e, false)))?;
     let sent = conn.bound(until).and_then(|()| {
-        let _armed = conn.arm(cancel)?;
         conn.write_all(wire)?;
         conn.flush()
     });
@@ -257,10 +260,12 @@ fn exchange(
         }
         let (conn, room) = ex.incoming()?;
         let n = conn
-            .read_for(room, cancel, head_until)
+            .bound(head_until)
+            .and_then(|()| conn.read(room))
             .map_err(|e| Stage::Sent(failure("read", e, head_until.is_some())))?;
         ex.filled(n)?;
     };
+    drop(armed);
     Ok(ex.respond(head, key.clone(), pool.clone()))
 }
 
