@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Reproduces every table of BENCHMARKS.md in one sitting:
 #   1. sets up the shared harness (peer venvs + the Rust floors),
-#   2. builds our runner (`overhead`, release) and the Responses floor
-#      (bench/floor_responses), and checks the floor sends what the runner sends,
+#   2. builds our runner (`overhead`, release), the Responses floor
+#      (bench/floor_responses) and the smol floor (bench/floor_smol), and
+#      checks the Responses floor sends what the runner sends,
 #   3. runs the shared harness with our rows added through BENCH_EXTRA
 #      (blocking and async driver, non-streaming and streaming, Chat
-#      Completions and Responses) and the Responses floors,
+#      Completions and Responses), the Responses floors and the smol floors,
 #   4. runs every cargo bench of the workspace (stream decoding, durable
 #      state, async scale, and any bench added since),
 #   5. collects it all, with the machine line and the load before and after
@@ -82,6 +83,16 @@ if part overhead; then
   python3 "$root/bench/floor_responses/check_bodies.py" "$bin" > "$out/floor-responses-bodies.txt" 2>&1 \
     || { cat "$out/floor-responses-bodies.txt" >&2; note "the Responses floor's bodies differ from what $bin sends: update bench/floor_responses/bodies.py"; exit 1; }
 
+  # The I/O floor of the async driver (bench/floor_smol): the shared
+  # floor-rust-raw's method (hand-written HTTP/1.1, no loop) with every wait
+  # through smol's reactor, so the async rows' cost splits into what the
+  # runtime costs and what the driver adds.
+  load "before building the smol floor"
+  cargo build --release -q --locked --manifest-path "$root/bench/floor_smol/Cargo.toml" \
+    --target-dir "$target/bench-floor-smol" 2>> "$log"
+  smol_floor="$target/bench-floor-smol/release/floor-smol"
+  [ -x "$smol_floor" ] || { note "smol floor not found at $smol_floor"; exit 1; }
+
   # Our rows: both drivers, whole bodies and SSE streams. Entries are
   # separated by ';' (run_all.py splits on it).
   export BENCH_EXTRA="nexus-blocking=$bin --driver blocking; nexus-async=$bin --driver async; nexus-blocking-stream=$bin --driver blocking --stream; nexus-async-stream=$bin --driver async --stream"
@@ -91,6 +102,8 @@ if part overhead; then
   BENCH_EXTRA="$BENCH_EXTRA; nexus-blocking-responses-stream=$bin --driver blocking --stream $r; nexus-async-responses-stream=$bin --driver async --stream $r"
   # ... and their floors (the harness's own floors speak Chat Completions only).
   BENCH_EXTRA="$BENCH_EXTRA; floor-rust-ureq-responses=$floor; floor-rust-ureq-responses-stream=$floor --stream"
+  BENCH_EXTRA="$BENCH_EXTRA; floor-rust-raw-smol=$smol_floor; floor-rust-raw-smol-stream=$smol_floor --stream"
+  BENCH_EXTRA="$BENCH_EXTRA; floor-rust-raw-smol-responses=$smol_floor --responses"
   # The machine is small and shared: one sitting's ratios move by ±15 %.
   # Several back-to-back sittings (each with its own shuffle seed) give the
   # spread of every ratio. An absolute BENCH_OUT keeps the results out of
@@ -121,9 +134,11 @@ for i in range(1, n + 1):
 P50_WHOLE, P50_STREAM, P95_X, RSS_MB = 1.15, 1.10, 1.3, 5.0
 streamed = lambda r: bool(r.get("stream")) or r["framework"].endswith("-stream")
 responses = lambda name: "-responses" in name
+ours = lambda name: name.startswith("nexus")
 def floor_name(r):
-    """The floor a row is held to: the same wire, the same body mode, ureq 2."""
-    if r["framework"].startswith("floor-"):
+    """The floor a row is held to: the same wire, the same body mode, ureq 2.
+    The smol floors are shown against it too (not judged: they are not ours)."""
+    if r["framework"].startswith("floor-") and not r["framework"].startswith("floor-rust-raw-smol"):
         return None
     return "floor-rust-ureq" + ("-responses" if responses(r["framework"]) else "") + ("-stream" if streamed(r) else "")
 def raw_name(r):
@@ -131,6 +146,16 @@ def raw_name(r):
     if r["framework"].startswith("floor-") or responses(r["framework"]):
         return None
     return "floor-rust-raw" + ("-stream" if streamed(r) else "")
+def io_floor_name(r):
+    """The hand-written-HTTP floor on the row's own I/O: std's blocking sockets
+    for the blocking driver (floor-rust-raw, Chat only), smol's reactor for the
+    async one (bench/floor_smol; no Responses stream)."""
+    name = r["framework"]
+    if not ours(name):
+        return None
+    if "-async" in name:
+        return "floor-rust-raw-smol" + ("-responses" if responses(name) else "") + ("-stream" if streamed(r) else "")
+    return None if responses(name) else "floor-rust-raw" + ("-stream" if streamed(r) else "")
 def ratio(r, f, key="p50_ms"):
     return r[key] / f[key] if r and f and r.get(key) and f.get(key) else None
 def over(r, f):
@@ -142,6 +167,7 @@ def row_values(r, by):
     f = by.get(floor_name(r) or "")
     x50, x95, rss = ratio(r, f), ratio(r, f, "p95_ms"), r.get("peak_rss_mb")
     target = P50_STREAM if streamed(r) else P50_WHOLE
+    judged = ours(r["framework"]) and f is not None
     vs_chat = None
     if responses(r["framework"]) and not r["framework"].startswith("floor-"):
         twin = by.get(r["framework"].replace("-responses", ""))
@@ -149,10 +175,12 @@ def row_values(r, by):
         vs_chat = x50 / twin_x50 if x50 and twin_x50 else None
     return {
         "floor": f["framework"] if f else None, "x50": x50, "x95": x95, "plus": over(r, f),
-        "plus_raw": over(r, by.get(raw_name(r) or "")), "rss": rss, "target": target if f else None,
-        "ok50": None if x50 is None else x50 <= target, "ok95": None if x95 is None else x95 <= P95_X,
-        "okrss": None if rss is None or not f else rss <= RSS_MB, "vs_chat": vs_chat,
+        "plus_raw": over(r, by.get(raw_name(r) or "")), "rss": rss, "target": target if judged else None,
+        "ok50": None if x50 is None or not judged else x50 <= target,
+        "ok95": None if x95 is None or not judged else x95 <= P95_X,
+        "okrss": None if rss is None or not judged else rss <= RSS_MB, "vs_chat": vs_chat,
         "x_ours": ratio(r, by.get("nexus-async")),
+        "x95_io": ratio(r, by.get(io_floor_name(r) or ""), "p95_ms"),
     }
 # Each wire and body mode in its own block, its floors first.
 order = lambda r: (responses(r["framework"]), streamed(r), not r["framework"].startswith("floor-"), r["p50_ms"] or 0)
@@ -162,21 +190,26 @@ print(f"Each row against its matching floor in the same sitting: whole Chat Comp
       f"Targets: p50 ≤ {P50_WHOLE:.2f} × the floor for whole bodies, ≤ {P50_STREAM:.2f} × for streams; "
       f"p95 ≤ {P95_X:.1f} × the floor's p95; peak RSS ≤ {RSS_MB:.0f} MB. *÷ Chat* = (Responses row ÷ its floor) ÷ "
       f"(the same driver's Chat row ÷ its floor), p50: 1.00 means the Responses wire costs us what Chat "
-      f"Completions does. *+ µs over raw* = p50 − floor-rust-raw(-stream) p50 (Chat rows).\n")
+      f"Completions does. *+ µs over raw* = p50 − floor-rust-raw(-stream) p50 (Chat rows). *× I/O floor p95* = "
+      f"p95 ÷ the p95 of the hand-written-HTTP floor on the row's own I/O: floor-rust-raw(-stream) (std's blocking "
+      f"sockets) for the blocking driver, floor-rust-raw-smol(-responses)(-stream) (the same client with every "
+      f"wait through smol's reactor, bench/floor_smol) for the async one. The smol floors are shown against the "
+      f"ureq floor and not judged.\n")
 spread = {}
 for i, doc in docs:
     by = {r["framework"]: r for r in doc["results"]}
     load = doc["machine"].get("loadavg_at_start") or []
     print(f"#### Sitting {i} — {doc['date_utc']}, load at start {', '.join(f'{x:.2f}' for x in load)}\n")
     print("| row | floor | p50 ms | p95 ms | mean ms | round-p50 range ms | × floor p50 | × floor p95 "
-          "| + µs over floor | + µs over raw | peak RSS MB | p50 ≤ target | p95 ≤ 1.3 × | RSS ≤ 5 MB | ÷ Chat | ok |")
-    print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|:-:|:-:|--:|:-:|")
+          "| × I/O floor p95 | + µs over floor | + µs over raw | peak RSS MB | p50 ≤ target | p95 ≤ 1.3 × | RSS ≤ 5 MB "
+          "| ÷ Chat | ok |")
+    print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|:-:|:-:|--:|:-:|")
     for r in sorted((r for r in doc["results"] if r.get("p50_ms")), key=order):
         name = r["framework"]
         v = row_values(r, by)
         s = spread.setdefault(name, {"p50": [], "floor": v["floor"], "ok": {"ok50": [], "ok95": [], "okrss": []}})
         s["p50"].append(r["p50_ms"])
-        for key in ("x50", "x95", "plus", "plus_raw", "rss", "vs_chat", "x_ours"):
+        for key in ("x50", "x95", "x95_io", "plus", "plus_raw", "rss", "vs_chat", "x_ours"):
             if v[key] is not None:
                 s.setdefault(key, []).append(v[key])
         for key in ("ok50", "ok95", "okrss"):
@@ -186,15 +219,15 @@ for i, doc in docs:
             continue
         target = "—" if v["target"] is None else f"{mark(v['ok50'])} (≤ {v['target']:.2f})"
         print(f"| {name} | {v['floor'] or '—'} | {r['p50_ms']:.3f} | {r['p95_ms']:.3f} | {r['mean_ms']:.3f} | "
-              f"{r['round_p50_min_ms']:.3f}–{r['round_p50_max_ms']:.3f} | {fmt(v['x50'])} | {fmt(v['x95'])} | "
+              f"{r['round_p50_min_ms']:.3f}–{r['round_p50_max_ms']:.3f} | {fmt(v['x50'])} | {fmt(v['x95'])} | {fmt(v['x95_io'])} | "
               f"{fmt(v['plus'], '+.0f')} | {fmt(v['plus_raw'], '+.0f')} | {fmt(v['rss'], '.1f')} | {target} | "
               f"{mark(v['ok95'])} | {mark(v['okrss'])} | {fmt(v['vs_chat'])} | {'✅' if r['final_ok'] else '❌'} |")
     print()
 if len(docs) > 1:
     print(f"#### Across the {len(docs)} sittings: median (min–max)\n")
-    print("| row | floor | p50 ms | × floor p50 | × floor p95 | + µs over floor | + µs over raw | ÷ Chat "
-          "| × nexus-async | peak RSS MB | sittings meeting p50 / p95 / RSS |")
-    print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|:-:|")
+    print("| row | floor | p50 ms | × floor p50 | × floor p95 | × I/O floor p95 | + µs over floor | + µs over raw "
+          "| ÷ Chat | × nexus-async | peak RSS MB | sittings meeting p50 / p95 / RSS |")
+    print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|")
     def mm(v, spec):
         return "—" if not v else f"{format(statistics.median(v), spec)} ({format(min(v), spec)}–{format(max(v), spec)})"
     def met(s):
@@ -207,6 +240,7 @@ if len(docs) > 1:
                                                           statistics.median(kv[1]["p50"]))):
         g = lambda k: s.get(k, [])
         print(f"| {name} | {s['floor'] or '—'} | {mm(s['p50'], '.3f')} | {mm(g('x50'), '.2f')} | {mm(g('x95'), '.2f')} | "
+              f"{mm(g('x95_io'), '.2f')} | "
               f"{mm(g('plus'), '+.0f')} | {mm(g('plus_raw'), '+.0f')} | {mm(g('vs_chat'), '.2f')} | "
               f"{mm(g('x_ours'), '.2f')} | {mm(g('rss'), '.1f')} | {met(s)} |")
 PY

@@ -34,7 +34,7 @@ use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nexus_drive::asynk::AsyncClient;
 use nexus_drive::blocking::Client;
@@ -54,7 +54,8 @@ const SYSTEM: &str = "You are a helpful assistant.";
 const API_KEY: &str = "sk-mock-not-a-real-key";
 const MODEL: &str = "mock-model";
 
-const USAGE: &str = "usage: overhead [--driver blocking|async] [--stream] [--style openai|openai-responses] \
+const USAGE: &str =
+    "usage: overhead [--driver blocking|async] [--stream] [--style openai|openai-responses] [--timeout-ms N] \
                      (--serve | [--warmup N] [--runs N])\n\
                      reads MOCK_URL (http://127.0.0.1:PORT; the OpenAI base is $MOCK_URL/v1)";
 
@@ -200,11 +201,20 @@ struct Args {
     serve: bool,
     warmup: usize,
     runs: usize,
+    /// A whole-run deadline per request (`--timeout-ms`), as a production host sets one.
+    timeout: Option<Duration>,
 }
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut args =
-        Args { driver: DriverKind::Blocking, style: Style::OpenAi, stream: false, serve: false, warmup: 20, runs: 200 };
+    let mut args = Args {
+        driver: DriverKind::Blocking,
+        style: Style::OpenAi,
+        stream: false,
+        serve: false,
+        warmup: 20,
+        runs: 200,
+        timeout: None,
+    };
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
         match a.as_str() {
@@ -226,6 +236,10 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--serve" => args.serve = true,
             "--warmup" => args.warmup = value("--warmup")?.parse().map_err(|e| format!("--warmup: {e}"))?,
             "--runs" => args.runs = value("--runs")?.parse().map_err(|e| format!("--runs: {e}"))?,
+            "--timeout-ms" => {
+                let ms = value("--timeout-ms")?.parse().map_err(|e| format!("--timeout-ms: {e}"))?;
+                args.timeout = Some(Duration::from_millis(ms));
+            }
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -242,11 +256,14 @@ enum Runner {
 impl Runner {
     fn build(args: &Args, tally: &Arc<Tally>) -> Result<Runner, DriveError> {
         let mock = std::env::var("MOCK_URL").unwrap_or_else(|_| "http://127.0.0.1:8900".to_string());
-        let builder = ClientConfig::builder(args.style, MODEL)
+        let mut builder = ClientConfig::builder(args.style, MODEL)
             .base_url(format!("{}/v1", mock.trim_end_matches('/')))
             .api_key(API_KEY)
             .system(SYSTEM)
             .stream(args.stream);
+        if let Some(d) = args.timeout {
+            builder = builder.timeout(d);
+        }
         Ok(match args.driver {
             DriverKind::Blocking => {
                 let cfg = builder.tool(GetWeather(tally.clone())).tool(Add(tally.clone())).build()?;

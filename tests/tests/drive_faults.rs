@@ -395,7 +395,8 @@ fn a_stream_missing_only_its_chunked_terminator_completes(d: Drv) {
 
 // ------------------------------------------------------------------ 2. deadline
 
-/// SPEC §3.7: the whole-run deadline ends a run stalled on the server or
+/// SPEC §3.7: the whole-run deadline ends a run stalled on the server (before
+/// its answer, or in the middle of a stream after some events were read) or
 /// parked in a long backoff, promptly and typed.
 fn a_stalled_server_or_a_long_backoff_meets_the_run_deadline(d: Drv) {
     for style in STYLES {
@@ -409,9 +410,14 @@ fn a_stalled_server_or_a_long_backoff_meets_the_run_deadline(d: Drv) {
                 .model(
                     "m-later",
                     script(vec![Turn::text("too late").fault(Fault::status_retry_after(overloaded, "30").times(9))]),
+                )
+                .model(
+                    "m-pause",
+                    script(vec![Turn::text("too late")
+                        .fault(Fault::new(FaultKind::StallMidStream { after_events: 1, ms: 30_000 }).times(9))]),
                 ),
         );
-        for (model, stream) in [("m-stall", false), ("m-stall", true), ("m-later", false)] {
+        for (model, stream) in [("m-stall", false), ("m-stall", true), ("m-later", false), ("m-pause", true)] {
             let ctx = format!("{d:?} {style:?} {model} stream={stream}");
             let before = fake.attempts(model, 0);
             let cfg =

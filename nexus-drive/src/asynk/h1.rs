@@ -36,11 +36,25 @@ impl Conn {
     /// written, the response cannot be there yet: waiting for readiness
     /// first spares a read that would only find the socket empty. (Through
     /// TLS, the next read does this itself.)
+    ///
+    /// The first wake-up is taken as readiness and the read that follows
+    /// checks it, as async-io's own `read_with` does. Asked again after the
+    /// wake-up, async-io's readiness future reports an event delivered by a
+    /// reactor turn that began before the interest was registered as stale
+    /// and waits for one more turn: when async-io's own thread holds the
+    /// reactor, that is a second hand-off between threads for a response
+    /// that is already there. A read that finds nothing registers again.
     async fn readable(&self) -> io::Result<()> {
-        match self {
-            Conn::Plain(s) => s.readable().await,
-            Conn::Tls(_) => Ok(()),
-        }
+        let Conn::Plain(s) = self else { return Ok(()) };
+        let mut ready = s.readable();
+        let mut polled = false;
+        futures_lite::future::poll_fn(|cx| {
+            if std::mem::replace(&mut polled, true) {
+                return Poll::Ready(Ok(()));
+            }
+            ready.poll(cx)
+        })
+        .await
     }
 }
 

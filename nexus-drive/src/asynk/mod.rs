@@ -222,12 +222,13 @@ struct Driver {
     pool: Arc<h1::Pool>,
     body: Option<(ExchangeId, h1::Body)>,
     work: Vec<Work>,
+    alarm: Alarm,
     done: bool,
 }
 
 impl Driver {
     fn new(pool: Arc<h1::Pool>, engine: Engine) -> Driver {
-        Driver { engine, pool, body: None, work: Vec::new(), done: false }
+        Driver { engine, pool, body: None, work: Vec::new(), alarm: Alarm::new(), done: false }
     }
 
     async fn next(&mut self) -> Option<Result<StreamItem, DriveError>> {
@@ -280,7 +281,8 @@ impl Driver {
     async fn send(&mut self, req: HttpRequest) {
         let cancel = self.engine.cancel_token().clone();
         // The head may be due before the run's deadline (the failover policy's head timeout).
-        let deadline = self.engine.head_deadline().map(|d| self.engine.until(d));
+        let deadline = self.engine.head_deadline();
+        let alarm = self.alarm.at(deadline, &self.engine);
         let pool = self.pool.clone();
         // A stack temporary, matched right away: boxing the response buys nothing.
         #[allow(clippy::large_enum_variant)]
@@ -295,7 +297,7 @@ impl Driver {
                 Sent::Cancelled
             })
             .or(async {
-                sleep(deadline).await;
+                alarm.await;
                 Sent::Deadline
             })
             .await;
@@ -314,10 +316,9 @@ impl Driver {
 
     /// Makes progress on whatever is in flight, or sleeps until `until`.
     async fn wait(&mut self, until: Option<Timestamp>, busy: bool) -> Result<(), DriveError> {
-        let nap = until.map(|t| self.engine.until(t));
         let cancel = self.engine.cancel_token().clone();
-        let Driver { body, work, .. } = self;
-        if body.is_none() && work.is_empty() && nap.is_none() {
+        let Driver { body, work, alarm, engine, .. } = self;
+        if body.is_none() && work.is_empty() && until.is_none() {
             return Err(DriveError::Input(InputError::OutOfOrder(if busy {
                 "the run waits on work this driver lost"
             } else {
@@ -333,9 +334,10 @@ impl Driver {
             }
             std::future::pending().await
         };
+        let alarm = alarm.at(until, engine);
         let woke = progress
             .or(async {
-                sleep(nap).await;
+                alarm.await;
                 Woke::Timer
             })
             .or(async {
@@ -371,14 +373,45 @@ impl Driver {
     }
 }
 
-/// Sleeps for `d` (a millisecond more, so a deadline has passed by the
-/// wall clock too when the timer fires), or forever.
-async fn sleep(d: Option<Duration>) {
-    match d {
-        Some(d) => {
-            smol::Timer::after(d + Duration::from_millis(1)).await;
+/// The run's one timer, kept across waits and re-armed only when the time
+/// it is asked to fire at moves.
+///
+/// async-io wakes its reactor each time a timer is registered, so a timer
+/// made afresh per wait would cost the reactor a spurious turn (an `eventfd`
+/// write, an `epoll_pwait` that returns at once, and the re-arming around
+/// it) on every wait: on every chunk of a stream under a run deadline. One
+/// kept timer is registered once per deadline; polling it again with the
+/// same waker registers nothing.
+struct Alarm {
+    /// What the timer is armed for; `None` once it fired or when unarmed.
+    armed: Option<Timestamp>,
+    timer: smol::Timer,
+}
+
+impl Alarm {
+    fn new() -> Alarm {
+        Alarm { armed: None, timer: smol::Timer::never() }
+    }
+
+    /// Completes at `at` (a millisecond after, so the deadline has passed
+    /// by the wall clock too when it fires), or never.
+    fn at<'a>(&'a mut self, at: Option<Timestamp>, engine: &Engine) -> impl Future<Output = ()> + 'a {
+        if self.armed != at {
+            match at {
+                Some(t) => self.timer.set_after(engine.until(t) + Duration::from_millis(1)),
+                None => self.timer = smol::Timer::never(),
+            }
+            self.armed = at;
         }
-        None => std::future::pending::<()>().await,
+        async move {
+            if self.armed.is_none() {
+                return std::future::pending().await;
+            }
+            (&mut self.timer).await;
+            // A one-shot timer that fired stays quiet: the next wait for the
+            // same time arms it again.
+            self.armed = None;
+        }
     }
 }
 
