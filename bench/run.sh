@@ -155,7 +155,7 @@ def io_floor_name(r):
         return None
     if "-async" in name:
         return "floor-rust-raw-smol" + ("-responses" if responses(name) else "") + ("-stream" if streamed(r) else "")
-    return None if responses(name) else "floor-rust-raw" + ("-stream" if streamed(r) else "")
+    return raw_name(r)
 def ratio(r, f, key="p50_ms"):
     return r[key] / f[key] if r and f and r.get(key) and f.get(key) else None
 def over(r, f):

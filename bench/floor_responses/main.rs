@@ -32,84 +32,12 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-const FINAL: &str = "The weather in Paris is Sunny, 22C. And 2 + 2 = 4.";
+#[path = "../floor_common.rs"]
+mod common;
+use common::{exec_one, exec_response_calls, response_text, summary, SseFold, SseFrames, Tally, FINAL};
+
 /// The crates this floor is pinned to in Cargo.toml (kept in step with it).
 const VERSION: &str = "ureq 2.12.1 + serde_json 1.0.154";
-
-struct Tally {
-    weather: u64,
-    add: u64,
-    bad: u64,
-}
-
-fn exec_one(name: &str, arguments: &str, t: &mut Tally) -> Result<(), String> {
-    let args: Value = serde_json::from_str(arguments).map_err(|e| e.to_string())?;
-    match name {
-        "get_weather" => {
-            t.weather += 1;
-            let city = args["city"].as_str().unwrap_or("");
-            if city != "Paris" {
-                t.bad += 1
-            }
-            std::hint::black_box(format!("The weather in {city} is Sunny, 22C."));
-        }
-        "add" => {
-            t.add += 1;
-            let s = args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0);
-            if s != 4 {
-                t.bad += 1
-            }
-            std::hint::black_box(s.to_string());
-        }
-        other => return Err(format!("unknown tool {other}")),
-    }
-    Ok(())
-}
-
-/// A whole Responses object must have completed.
-fn completed(v: &Value) -> Result<(), String> {
-    match v["status"].as_str() {
-        Some("completed") => Ok(()),
-        other => Err(format!("response status {other:?}: {}", v["error"])),
-    }
-}
-
-/// Turn 1: run every `function_call` item of `output`.
-fn exec_tools(v: &Value, t: &mut Tally) -> Result<(), String> {
-    completed(v)?;
-    let mut calls = 0;
-    for item in v["output"].as_array().ok_or("no output")? {
-        if item["type"] != "function_call" {
-            continue;
-        }
-        if item["call_id"].as_str().is_none_or(str::is_empty) {
-            return Err("function_call without call_id".into());
-        }
-        exec_one(item["name"].as_str().unwrap_or(""), item["arguments"].as_str().unwrap_or("{}"), t)?;
-        calls += 1;
-    }
-    if calls == 0 {
-        return Err("turn 1 answered no function_call".into());
-    }
-    Ok(())
-}
-
-/// Turn 2: the text of the `message` item(s).
-fn final_text(v: &Value) -> Result<String, String> {
-    completed(v)?;
-    let mut text = String::new();
-    for item in v["output"].as_array().ok_or("no output")? {
-        if item["type"] != "message" {
-            continue;
-        }
-        for part in item["content"].as_array().ok_or("message without content")? {
-            if part["type"] == "output_text" {
-                text.push_str(part["text"].as_str().unwrap_or(""));
-            }
-        }
-    }
-    Ok(text)
-}
 
 /// One streamed output item, by its `output_index`.
 #[derive(Default)]
@@ -121,59 +49,22 @@ struct StreamCall {
 }
 
 /// Incremental SSE reader for Responses events: fed bytes as they arrive, it
-/// splits lines (LF or CRLF), gathers `data:` fields into events, parses each
-/// event's JSON and folds the deltas.
+/// frames them into events ([`SseFrames`]), parses each event's JSON and
+/// folds the deltas.
 #[derive(Default)]
 struct Sse {
-    line: Vec<u8>, // the unfinished line carried between reads
-    data: Vec<u8>, // the current event's data field(s)
-    text: String,  // concatenated output_text deltas
+    frames: SseFrames,
+    text: String, // concatenated output_text deltas
     items: Vec<StreamCall>,
     completed: bool,
-    events: u64,
 }
 
 impl Sse {
     fn reset(&mut self) {
-        self.line.clear();
-        self.data.clear();
+        self.frames.clear();
         self.text.clear();
         self.items.clear();
         self.completed = false;
-        self.events = 0;
-    }
-
-    fn feed(&mut self, mut bytes: &[u8]) -> Result<(), String> {
-        while let Some(nl) = bytes.iter().position(|&b| b == b'\n') {
-            let (head, rest) = bytes.split_at(nl);
-            bytes = &rest[1..];
-            if self.line.is_empty() {
-                self.on_line(head)?;
-            } else {
-                let mut l = std::mem::take(&mut self.line);
-                l.extend_from_slice(head);
-                self.on_line(&l)?;
-                l.clear();
-                self.line = l;
-            }
-        }
-        self.line.extend_from_slice(bytes);
-        Ok(())
-    }
-
-    fn on_line(&mut self, l: &[u8]) -> Result<(), String> {
-        let l = l.strip_suffix(b"\r").unwrap_or(l);
-        if l.is_empty() {
-            return self.dispatch();
-        }
-        if let Some(v) = l.strip_prefix(b"data:") {
-            let v = v.strip_prefix(b" ").unwrap_or(v);
-            if !self.data.is_empty() {
-                self.data.push(b'\n')
-            }
-            self.data.extend_from_slice(v);
-        }
-        Ok(()) // event: (the type is in the JSON too), id:, retry: and comments carry nothing here
     }
 
     fn item(&mut self, v: &Value) -> Result<&mut StreamCall, String> {
@@ -184,13 +75,25 @@ impl Sse {
         Ok(&mut self.items[i])
     }
 
-    fn dispatch(&mut self) -> Result<(), String> {
-        if self.data.is_empty() {
-            return Ok(());
+    /// End of body: the stream must have delivered `response.completed`.
+    fn end(&self) -> Result<(), String> {
+        if !self.completed {
+            return Err("stream ended without response.completed".into());
         }
-        self.events += 1;
-        let v: Value = serde_json::from_slice(&self.data).map_err(|e| format!("bad SSE JSON: {e}"))?;
-        self.data.clear();
+        if !self.frames.is_idle() {
+            return Err("stream ended inside an event".into());
+        }
+        Ok(())
+    }
+}
+
+impl SseFold for Sse {
+    fn frames(&mut self) -> &mut SseFrames {
+        &mut self.frames
+    }
+
+    fn event(&mut self, data: &[u8]) -> Result<(), String> {
+        let v: Value = serde_json::from_slice(data).map_err(|e| format!("bad SSE JSON: {e}"))?;
         match v["type"].as_str().unwrap_or("") {
             "response.output_text.delta" => self.text.push_str(v["delta"].as_str().unwrap_or("")),
             "response.function_call_arguments.delta" => {
@@ -211,17 +114,6 @@ impl Sse {
                 return Err(format!("stream ended in {}: {v}", v["type"]));
             }
             _ => {}
-        }
-        Ok(())
-    }
-
-    /// End of body: the stream must have delivered `response.completed`.
-    fn end(&self) -> Result<(), String> {
-        if !self.completed {
-            return Err("stream ended without response.completed".into());
-        }
-        if !self.line.is_empty() || !self.data.is_empty() {
-            return Err("stream ended inside an event".into());
         }
         Ok(())
     }
@@ -265,9 +157,9 @@ impl Ureq {
 
 fn run_once(c: &mut Ureq, b1: &[u8], b2: &[u8], t: &mut Tally) -> Result<String, String> {
     let r1: Value = serde_json::from_slice(&c.post(b1)?).map_err(|e| e.to_string())?;
-    exec_tools(&r1, t)?;
+    exec_response_calls(&r1, t)?;
     let r2: Value = serde_json::from_slice(&c.post(b2)?).map_err(|e| e.to_string())?;
-    final_text(&r2)
+    response_text(&r2)
 }
 
 fn run_once_stream(c: &mut Ureq, b1: &[u8], b2: &[u8], t: &mut Tally, sse: &mut Sse) -> Result<String, String> {
@@ -289,14 +181,6 @@ fn run_once_stream(c: &mut Ureq, b1: &[u8], b2: &[u8], t: &mut Tally, sse: &mut 
     c.post_stream(b2, sse)?;
     sse.end()?;
     Ok(std::mem::take(&mut sse.text))
-}
-
-fn pct(s: &[f64], q: f64) -> f64 {
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let k = ((q / 100.0 * s.len() as f64).ceil() as isize - 1).clamp(0, s.len() as isize - 1);
-    s[k as usize]
 }
 
 fn main() {
@@ -323,7 +207,7 @@ fn main() {
     let init_ms = t0.elapsed().as_secs_f64() * 1e3;
     let name = format!("floor-rust-ureq-responses{sfx}");
     let mut sse = Sse::default();
-    let mut t = Tally { weather: 0, add: 0, bad: 0 };
+    let mut t = Tally::default();
     let mut lat: Vec<f64> = Vec::new();
     let (mut requests, mut text_ok, mut err, mut last) = (0u64, true, None::<String>, String::new());
 
@@ -354,20 +238,8 @@ fn main() {
         }
         ok
     };
-    let summary = |lat: &Vec<f64>, t: &Tally, requests: u64, text_ok: bool, err: &Option<String>, last: &str| {
-        let mut s = lat.clone();
-        s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        let n = s.len();
-        let mean = if n > 0 { s.iter().sum::<f64>() / n as f64 } else { f64::NAN };
-        serde_json::json!({
-            "framework": name, "version": VERSION, "n": n, "mean_ms": mean,
-            "p50_ms": pct(&s, 50.0), "p95_ms": pct(&s, 95.0),
-            "min_ms": s.first(), "max_ms": s.last(), "init_ms": init_ms,
-            "requests_total": requests, "last_text": last, "error": err,
-            "tool_calls": {"get_weather": t.weather, "add": t.add, "bad_args": t.bad},
-            "final_ok": text_ok && err.is_none() && requests > 0 && t.weather == requests
-                        && t.add == requests && t.bad == 0,
-        })
+    let summarize = |lat: &Vec<f64>, t: &Tally, requests: u64, text_ok: bool, err: &Option<String>, last: &str| {
+        summary(&name, VERSION, lat, t, requests, text_ok, err, last, init_ms)
     };
     let out = std::io::stdout();
     let emit = |v: Value| {
@@ -379,7 +251,7 @@ fn main() {
     if !serve {
         batch(warmup, false, &mut lat, &mut t);
         batch(runs, true, &mut lat, &mut t);
-        emit(summary(&lat, &t, requests, text_ok, &err, &last));
+        emit(summarize(&lat, &t, requests, text_ok, &err, &last));
         return;
     }
     emit(serde_json::json!({"ready": true, "framework": name, "init_ms": init_ms}));
@@ -404,5 +276,5 @@ fn main() {
             _ => {}
         }
     }
-    emit(summary(&lat, &t, requests, text_ok, &err, &last));
+    emit(summarize(&lat, &t, requests, text_ok, &err, &last));
 }

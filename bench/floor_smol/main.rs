@@ -37,38 +37,9 @@ use serde_json::Value;
 use smol::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use smol::Async;
 
-const FINAL: &str = "The weather in Paris is Sunny, 22C. And 2 + 2 = 4.";
-
-#[derive(Default)]
-struct Tally {
-    weather: u64,
-    add: u64,
-    bad: u64,
-}
-
-fn exec_one(name: &str, arguments: &str, t: &mut Tally) -> Result<(), String> {
-    let args: Value = serde_json::from_str(arguments).map_err(|e| e.to_string())?;
-    match name {
-        "get_weather" => {
-            t.weather += 1;
-            let city = args["city"].as_str().unwrap_or("");
-            if city != "Paris" {
-                t.bad += 1
-            }
-            std::hint::black_box(format!("The weather in {city} is Sunny, 22C."));
-        }
-        "add" => {
-            t.add += 1;
-            let s = args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0);
-            if s != 4 {
-                t.bad += 1
-            }
-            std::hint::black_box(s.to_string());
-        }
-        other => return Err(format!("unknown tool {other}")),
-    }
-    Ok(())
-}
+#[path = "../floor_common.rs"]
+mod common;
+use common::{exec_one, exec_response_calls, response_text, summary, SseFold, SseFrames, Tally, FINAL};
 
 /// One streamed tool call being assembled (by its `index`).
 #[derive(Default)]
@@ -78,11 +49,11 @@ struct StreamCall {
     args: String,
 }
 
-/// Incremental SSE reader for Chat Completions chunks, fed bytes as they arrive.
+/// Incremental SSE reader for Chat Completions chunks: the framing of
+/// [`SseFrames`], each event's JSON parsed and its deltas folded.
 #[derive(Default)]
 struct Sse {
-    line: Vec<u8>,
-    data: Vec<u8>,
+    frames: SseFrames,
     text: String,
     calls: Vec<StreamCall>,
     finish: bool,
@@ -91,58 +62,38 @@ struct Sse {
 
 impl Sse {
     fn reset(&mut self) {
-        self.line.clear();
-        self.data.clear();
+        self.frames.clear();
         self.text.clear();
         self.calls.clear();
         self.finish = false;
         self.done = false;
     }
 
-    fn feed(&mut self, mut bytes: &[u8]) -> Result<(), String> {
-        while let Some(nl) = bytes.iter().position(|&b| b == b'\n') {
-            let (head, rest) = bytes.split_at(nl);
-            bytes = &rest[1..];
-            if self.line.is_empty() {
-                self.on_line(head)?;
-            } else {
-                let mut l = std::mem::take(&mut self.line);
-                l.extend_from_slice(head);
-                self.on_line(&l)?;
-                l.clear();
-                self.line = l;
-            }
+    fn end(&self) -> Result<(), String> {
+        if !self.done {
+            return Err("stream ended without data: [DONE]".into());
         }
-        self.line.extend_from_slice(bytes);
-        Ok(())
-    }
-
-    fn on_line(&mut self, l: &[u8]) -> Result<(), String> {
-        let l = l.strip_suffix(b"\r").unwrap_or(l);
-        if l.is_empty() {
-            return self.dispatch();
+        if !self.finish {
+            return Err("stream without finish_reason".into());
         }
-        if let Some(v) = l.strip_prefix(b"data:") {
-            let v = v.strip_prefix(b" ").unwrap_or(v);
-            if !self.data.is_empty() {
-                self.data.push(b'\n')
-            }
-            self.data.extend_from_slice(v);
+        if !self.frames.is_idle() {
+            return Err("stream ended inside an event".into());
         }
         Ok(())
     }
+}
 
-    fn dispatch(&mut self) -> Result<(), String> {
-        if self.data.is_empty() {
-            return Ok(());
-        }
-        if self.data == b"[DONE]" {
+impl SseFold for Sse {
+    fn frames(&mut self) -> &mut SseFrames {
+        &mut self.frames
+    }
+
+    fn event(&mut self, data: &[u8]) -> Result<(), String> {
+        if data == b"[DONE]" {
             self.done = true;
-            self.data.clear();
             return Ok(());
         }
-        let v: Value = serde_json::from_slice(&self.data).map_err(|e| format!("bad SSE JSON: {e}"))?;
-        self.data.clear();
+        let v: Value = serde_json::from_slice(data).map_err(|e| format!("bad SSE JSON: {e}"))?;
         if v.get("error").is_some() {
             return Err(format!("stream error: {}", v["error"]));
         }
@@ -172,16 +123,6 @@ impl Sse {
         }
         if ch["finish_reason"].is_string() {
             self.finish = true
-        }
-        Ok(())
-    }
-
-    fn end(&self) -> Result<(), String> {
-        if !self.done {
-            return Err("stream ended without data: [DONE]".into());
-        }
-        if !self.finish {
-            return Err("stream without finish_reason".into());
         }
         Ok(())
     }
@@ -322,37 +263,12 @@ async fn run_once(c: &mut Raw, b1: &[u8], b2: &[u8], t: &mut Tally) -> Result<St
     Ok(r2["choices"][0]["message"]["content"].as_str().unwrap_or("").to_string())
 }
 
-/// The same over `POST /v1/responses`, as `bench/floor_responses` reads it: the
-/// `function_call` items of `output`, then the text of the `message` items.
+/// The same over `POST /v1/responses`, read as `bench/floor_responses` reads it.
 async fn run_once_responses(c: &mut Raw, b1: &[u8], b2: &[u8], t: &mut Tally) -> Result<String, String> {
-    fn output(v: &Value) -> Result<&Vec<Value>, String> {
-        if v["status"] != "completed" {
-            return Err(format!("response status {}", v["status"]));
-        }
-        v["output"].as_array().ok_or_else(|| "no output".into())
-    }
     let r1: Value = serde_json::from_slice(&c.post(b1).await?).map_err(|e| e.to_string())?;
-    let mut calls = 0;
-    for item in output(&r1)?.iter().filter(|i| i["type"] == "function_call") {
-        if item["call_id"].as_str().is_none_or(str::is_empty) {
-            return Err("function_call without call_id".into());
-        }
-        exec_one(item["name"].as_str().unwrap_or(""), item["arguments"].as_str().unwrap_or("{}"), t)?;
-        calls += 1;
-    }
-    if calls == 0 {
-        return Err("turn 1 answered no function_call".into());
-    }
+    exec_response_calls(&r1, t)?;
     let r2: Value = serde_json::from_slice(&c.post(b2).await?).map_err(|e| e.to_string())?;
-    let mut text = String::new();
-    for item in output(&r2)?.iter().filter(|i| i["type"] == "message") {
-        for part in item["content"].as_array().ok_or("message without content")? {
-            if part["type"] == "output_text" {
-                text.push_str(part["text"].as_str().unwrap_or(""));
-            }
-        }
-    }
-    Ok(text)
+    response_text(&r2)
 }
 
 async fn run_once_stream(c: &mut Raw, b1: &[u8], b2: &[u8], t: &mut Tally, sse: &mut Sse) -> Result<String, String> {
@@ -372,14 +288,6 @@ async fn run_once_stream(c: &mut Raw, b1: &[u8], b2: &[u8], t: &mut Tally, sse: 
     c.post_stream(b2, sse).await?;
     sse.end()?;
     Ok(std::mem::take(&mut sse.text))
-}
-
-fn pct(s: &[f64], q: f64) -> f64 {
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let k = ((q / 100.0 * s.len() as f64).ceil() as isize - 1).clamp(0, s.len() as isize - 1);
-    s[k as usize]
 }
 
 struct Bench {
@@ -436,20 +344,8 @@ impl Bench {
     }
 
     fn summary(&self, name: &str, init_ms: f64) -> Value {
-        let mut s = self.lat.clone();
-        s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        let n = s.len();
-        let mean = if n > 0 { s.iter().sum::<f64>() / n as f64 } else { f64::NAN };
-        let t = &self.tally;
-        serde_json::json!({
-            "framework": name, "version": "smol 2 + serde_json 1.0.154", "n": n, "mean_ms": mean,
-            "p50_ms": pct(&s, 50.0), "p95_ms": pct(&s, 95.0),
-            "min_ms": s.first(), "max_ms": s.last(), "init_ms": init_ms,
-            "requests_total": self.requests, "last_text": self.last, "error": self.err,
-            "tool_calls": {"get_weather": t.weather, "add": t.add, "bad_args": t.bad},
-            "final_ok": self.text_ok && self.err.is_none() && self.requests > 0
-                && t.weather == self.requests && t.add == self.requests && t.bad == 0,
-        })
+        let version = "smol 2 + serde_json 1.0.154";
+        summary(name, version, &self.lat, &self.tally, self.requests, self.text_ok, &self.err, &self.last, init_ms)
     }
 }
 

@@ -395,6 +395,11 @@ fn a_stream_missing_only_its_chunked_terminator_completes(d: Drv) {
 
 // ------------------------------------------------------------------ 2. deadline
 
+/// Eight words: every style's stream has shown some of them after its first
+/// six events (Gemini sends a chunk a word, the others open with one to four
+/// events before the first text).
+const PAUSED_TEXT: &str = "one two three four five six seven eight";
+
 /// SPEC §3.7: the whole-run deadline ends a run stalled on the server (before
 /// its answer, or in the middle of a stream after some events were read) or
 /// parked in a long backoff, promptly and typed.
@@ -413,18 +418,23 @@ fn a_stalled_server_or_a_long_backoff_meets_the_run_deadline(d: Drv) {
                 )
                 .model(
                     "m-pause",
-                    script(vec![Turn::text("too late")
-                        .fault(Fault::new(FaultKind::StallMidStream { after_events: 1, ms: 30_000 }).times(9))]),
+                    script(vec![Turn::text(PAUSED_TEXT)
+                        .fault(Fault::new(FaultKind::StallMidStream { after_events: 6, ms: 30_000 }).times(9))]),
                 ),
         );
         for (model, stream) in [("m-stall", false), ("m-stall", true), ("m-later", false), ("m-pause", true)] {
             let ctx = format!("{d:?} {style:?} {model} stream={stream}");
             let before = fake.attempts(model, 0);
-            let cfg =
-                builder(&fake, style, model, stream).retries(3).timeout(Duration::from_millis(500)).build().unwrap();
+            let (b, events) = Events::record(builder(&fake, style, model, stream));
+            let cfg = b.retries(3).timeout(Duration::from_millis(500)).build().unwrap();
             let started = Instant::now();
             let err = run_error(d.client(cfg).run("hello"));
             assert!(matches!(err, DriveError::Run(RunError::DeadlineExceeded)), "{ctx}: {err:?}");
+            if model == "m-pause" {
+                // The deadline fell inside the body, after reads that showed text.
+                let shown = shown_text(&events.recorded());
+                assert!(!shown.is_empty() && PAUSED_TEXT.starts_with(&shown), "{ctx}: shown {shown:?}");
+            }
             // Cut short, not waited out: a bound (not a measurement) far
             // below the 30 s the server or the backoff asked for.
             assert!(started.elapsed() < Duration::from_millis(2_500), "{ctx}: {:?}", started.elapsed());
