@@ -22,12 +22,11 @@ candidates() {
     fi
     # Beside the checkout or any folder above it (a clone next to shared/,
     # or a worktree kept in a folder beside it).
-    local dir=$root
-    while :; do
-        echo "$(dirname "$dir")/shared/wire-corpus"
-        [ "$(dirname "$dir")" = "$dir" ] && break
-        dir=$(dirname "$dir")
-        [ "$dir" = / ] && break
+    local dir=$root parent
+    while [ "$dir" != / ]; do
+        parent=$(dirname "$dir")
+        echo "${parent%/}/shared/wire-corpus"
+        dir=$parent
     done
     # A git worktree made elsewhere: beside the main checkout.
     local common
