@@ -90,6 +90,8 @@ mod config;
 mod failover;
 mod gateway;
 mod handler;
+mod keys;
+mod limits;
 mod ops;
 mod server;
 mod surface;
@@ -104,6 +106,8 @@ use std::time::Instant;
 
 pub use config::{ClientKeyConfig, ConfigError, RouteConfig, RouteFailover, ServeConfig, UpstreamConfig};
 pub use gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest, UpstreamResponse};
+pub use keys::KeysHandle;
+pub use limits::{LimitStoreConfig, ModelLimits, ModelPrice, RateLimits, StoreFailure, TokenUsage};
 pub use surface::{BoxFuture, ChunkStream, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
 use gateway::Shared;
@@ -122,6 +126,9 @@ pub enum ServeError {
     /// A server thread could not be started.
     #[error("cannot start the server thread: {0}")]
     Thread(io::Error),
+    /// The keys file could not be read or is wrong.
+    #[error("{0}")]
+    Keys(ConfigError),
 }
 
 /// The surfaces every server has, in the order they are asked to claim a
@@ -178,6 +185,11 @@ impl Server {
     /// A handle that stops it (for a signal handler, or another thread).
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.handle.clone()
+    }
+
+    /// A handle that reads the keys file again (for SIGHUP, or another thread).
+    pub fn keys_handle(&self) -> KeysHandle {
+        KeysHandle(self.handle.shared.clone())
     }
 
     /// Blocks until a shutdown has completed: the listener is closed and every
@@ -259,7 +271,7 @@ pub fn serve_with(config: ServeConfig, surfaces: Vec<Arc<dyn Surface>>) -> Resul
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let shared = Arc::new(Shared::new(config, surfaces));
+    let shared = Arc::new(Shared::new(config, surfaces).map_err(ServeError::Keys)?);
     let ex = Arc::new(smol::Executor::new());
     let (stop, stopped) = smol::channel::bounded::<()>(1);
     let (halt, halted) = smol::channel::bounded::<()>(1);
