@@ -5,6 +5,8 @@
 // Each suite uses a part of what is here.
 #![allow(dead_code)]
 
+pub mod redis;
+
 use nexus_drive::Style as ProtoStyle;
 use nexus_tests::fake::Style;
 use serde_json::{json, Value};
