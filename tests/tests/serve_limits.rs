@@ -36,12 +36,18 @@ fn fake() -> FakeProvider {
 }
 
 /// A gateway on `fake` with these `[limits]` lines and `[[keys]]` tables
-/// (each key's secret is its name followed by `-secret`).
+/// (each key's secret is its name followed by `-secret`); lines of `keys`
+/// before its first table are top-level fields.
 fn gateway(fake: &FakeProvider, limits: &str, keys: &str) -> Server {
+    let (top, keys) = match keys.find("\n[") {
+        Some(i) if !keys.starts_with('[') => keys.split_at(i),
+        _ => ("", keys),
+    };
     let text = format!(
         r#"
 listen = "127.0.0.1:0"
 log_requests = false
+{top}
 [limits]
 {limits}
 [timeouts]
@@ -418,4 +424,90 @@ fn the_openai_python_client_waits_out_retry_after() {
 #[test]
 fn the_anthropic_python_client_waits_out_retry_after() {
     sdk_honours_retry_after("anthropic");
+}
+
+/// SHA-256 of `filed-secret`, as a keys file holds it.
+const FILED_SHA256: &str = "2880a3a2ed01b95e5152ec96543cc2f37c5f117776584ad1fce4a7995205af5c";
+
+/// Sends one keep-alive request on `s` and reads its answer (`buf` keeps what follows).
+fn on_connection(s: &mut TcpStream, buf: &mut Vec<u8>, auth: &str) -> Answer {
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {auth}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let mut piece = [0u8; 16 * 1024];
+    loop {
+        if let Some((answer, used)) = parse_answer(buf) {
+            buf.drain(..used);
+            return answer;
+        }
+        let n = s.read(&mut piece).expect("read an answer");
+        assert!(n > 0, "the gateway closed the connection");
+        buf.extend_from_slice(&piece[..n]);
+    }
+}
+
+#[test]
+fn a_reloaded_keys_file_disables_a_key_on_a_connection_that_stays_open() {
+    let fake = fake();
+    let dir = std::env::temp_dir().join(format!("nexus-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("keys.toml");
+    let write = |extra: &str| {
+        std::fs::write(&file, format!("[[keys]]\nname = \"filed\"\nsha256 = \"{FILED_SHA256}\"\n{extra}\n")).unwrap()
+    };
+    write("rpm = 100");
+    let server = gateway(&fake, "", &format!("keys_file = \"{}\"\n{}", file.display(), key("conf", "")));
+    let keys = server.keys_handle();
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = Vec::new();
+    let a = on_connection(&mut s, &mut buf, "filed-secret");
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(a.header("x-ratelimit-limit-requests"), Some("100"));
+
+    write("disabled = true");
+    assert_eq!(keys.reload().expect("the file reads"), 2, "the configuration's key and the file's");
+    let a = on_connection(&mut s, &mut buf, "filed-secret");
+    assert_eq!(a.status, 401);
+    assert!(a.json()["error"]["message"].as_str().unwrap().contains("disabled"), "{}", a.text());
+    assert_eq!(on_connection(&mut s, &mut buf, "conf-secret").status, 200, "the configuration's key stays");
+
+    std::fs::write(&file, "[[keys]]\nname = \"filed\"\nsha256 = \"not hex\"\n").unwrap();
+    let e = keys.reload().expect_err("a wrong file");
+    assert!(e.to_string().contains("sha256"), "{e}");
+    assert_eq!(on_connection(&mut s, &mut buf, "filed-secret").status, 401, "the keys in effect stay");
+
+    write("");
+    keys.reload().unwrap();
+    assert_eq!(on_connection(&mut s, &mut buf, "filed-secret").status, 200, "enabled again, same connection");
+    let m = get(server.local_addr(), "/metrics").text();
+    assert_eq!(metric(&m, "nexus_gateway_key_rejections_total{key=\"filed\",limit=\"disabled\"}"), 2.0, "{m}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_keys_model_limits_count_apart_and_cost_is_counted_per_key() {
+    let fake = fake();
+    let keys = format!("{}[[keys.models]]\nmodel = \"cheap-*\"\nrpm = 1\n", key("mixed", "rpm = 100"));
+    let prices = "[[prices]]\nmodel = \"cheap-*\"\ninput = 1.0\noutput = 2.0\n";
+    let server = gateway(&fake, "", &format!("{prices}{keys}"));
+    let at = server.local_addr();
+    let ask = |model: &str| {
+        let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+        call(at, "POST", "/v1/chat/completions", &[("authorization", "Bearer mixed-secret")], &body)
+    };
+    assert_eq!(ask("cheap-a").status, 200);
+    let no = ask("cheap-b");
+    assert_eq!(no.status, 429);
+    assert!(no.json()["error"]["message"].as_str().unwrap().contains("`cheap-*`"), "{}", no.text());
+    assert_eq!(ask("other").status, 200, "other models count only against the key's own limit");
+    let m = get(at, "/metrics").text();
+    let cost = metric(&m, "nexus_gateway_key_cost_usd_total{key=\"mixed\",model=\"cheap-a\"}");
+    let want = (USAGE.0 as f64 * 1.0 + USAGE.1 as f64 * 2.0) / 1e6;
+    assert!((cost - want).abs() < 1e-12, "{cost} != {want}\n{m}");
+    assert_eq!(metric(&m, "nexus_gateway_key_tokens_total{key=\"mixed\",kind=\"input\"}"), 2.0 * USAGE.0 as f64);
+    assert_eq!(metric(&m, "nexus_gateway_key_requests_total{key=\"mixed\",status=\"429\"}"), 1.0);
 }
