@@ -292,6 +292,7 @@ impl Ctx {
         route: &Route,
         mut build: impl FnMut(&Target) -> Result<(T, UpstreamRequest), TranslateError>,
     ) -> Forwarded<T> {
+        self.record.note_route(&route.pattern);
         let policy = route.failover.policy;
         let retry = route.failover.retry;
         let head_timeout = policy.head_timeout_ms.map(Duration::from_millis);

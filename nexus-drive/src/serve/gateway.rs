@@ -393,7 +393,6 @@ impl Ctx {
             let mut targets =
                 rule.upstreams.iter().map(|(u, own)| Target { upstream: u.clone(), model: model_for(own) });
             let Some(primary) = targets.next() else { continue };
-            self.record.note_route(&rule.pattern);
             return Ok(Route {
                 client_model: client_model.to_string(),
                 pattern: rule.pattern.clone(),
