@@ -371,7 +371,10 @@ fn every_surface_refuses_in_its_own_dialect_with_the_headers_its_sdk_reads() {
     assert_eq!(no.status, 429);
     assert_eq!(no.json()["error"]["status"], "RESOURCE_EXHAUSTED");
     assert_eq!(no.json()["error"]["code"], 429);
-    assert!(no.header("retry-after").is_some());
+    let wait = no.header("retry-after").expect("Retry-After");
+    let detail = &no.json()["error"]["details"][0];
+    assert_eq!(detail["@type"], "type.googleapis.com/google.rpc.RetryInfo");
+    assert_eq!(detail["retryDelay"], format!("{wait}s"), "the body says the same wait");
 }
 
 /// The official Python client `sdk` (openai or anthropic) through the

@@ -193,6 +193,37 @@ mod tests {
         assert_eq!(out.counts[0].tokens, 41);
     }
 
+    proptest::proptest! {
+        /// Whatever the arrivals, estimates and settlements: no window of
+        /// `span` ever holds more admissions than the limit, and a request
+        /// is admitted only while the window's tokens are under the limit.
+        #[test]
+        fn no_window_ever_holds_more_than_its_limit(
+            steps in proptest::collection::vec((0u64..400, 0u64..50, -20i64..20), 1..200),
+            max_requests in 1u64..8,
+            max_tokens in 1u64..200,
+        ) {
+            let span = 1000;
+            let c = LocalCounters::default();
+            let checks = window(Some(max_requests), Some(max_tokens));
+            let (mut now, mut admitted) = (0u64, Vec::<u64>::new());
+            for (id, (gap, estimate, settle)) in steps.into_iter().enumerate() {
+                now += gap;
+                let out = c.admit(now, id as u64, &checks, estimate);
+                match out.refused {
+                    None => {
+                        admitted.push(now);
+                        let in_window = admitted.iter().filter(|t| **t + span > now).count() as u64;
+                        proptest::prop_assert!(in_window <= max_requests);
+                        proptest::prop_assert!(out.counts[0].tokens - estimate < max_tokens);
+                        c.settle(id as u64, &checks, settle.max(-(estimate as i64)));
+                    }
+                    Some(_) => proptest::prop_assert!(out.retry_after_ms >= 1 && out.retry_after_ms <= span),
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_refusal_records_nothing_in_any_scope() {
         let c = LocalCounters::default();

@@ -141,6 +141,8 @@ pub(crate) fn cost(prices: &[ModelPrice], model: &str, usage: &TokenUsage) -> Op
 // ------------------------------------------------------------- the circuits
 
 /// A circuit opened or closed here, for the other instances.
+// Read only by the shared store's thread.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) enum CircuitChange {
     Opened { key: String, upstream: String, for_ms: u64 },
     Closed { key: String },
@@ -155,6 +157,7 @@ pub(crate) struct SharedCircuits {
 }
 
 impl SharedCircuits {
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn new(
         open: Arc<Mutex<HashMap<String, (u64, String)>>>,
         publish: Box<dyn Fn(CircuitChange) + Send + Sync>,
@@ -252,6 +255,7 @@ pub(crate) struct Reservation {
     checks: Vec<Check>,
     estimate: u64,
     /// Reserved in the shared store (else in this process).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     shared: bool,
 }
 

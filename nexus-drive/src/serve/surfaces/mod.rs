@@ -81,7 +81,19 @@ impl Surface for GeminiGenerate {
     }
 
     fn error(&self, e: &GatewayError) -> Reply {
-        error_reply(Dialect::Gemini, &gateway_error(e), &e.headers)
+        let wait = e.headers.iter().find(|(k, _)| k == "retry-after").map(|(_, v)| v.as_str());
+        match (e.status, wait) {
+            // Google's APIs say when to retry in the body: a google.rpc.RetryInfo detail.
+            (429, Some(seconds)) => {
+                let mut body = Dialect::Gemini.error_json(&gateway_error(e));
+                body["error"]["details"] = json!([{
+                    "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                    "retryDelay": format!("{seconds}s"),
+                }]);
+                with_headers(Reply::json(429, body.to_string()), &e.headers)
+            }
+            _ => error_reply(Dialect::Gemini, &gateway_error(e), &e.headers),
+        }
     }
 
     fn handle<'a>(&'a self, req: SurfaceRequest, ctx: Ctx) -> BoxFuture<'a, Reply> {
