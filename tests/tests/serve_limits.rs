@@ -514,3 +514,55 @@ fn a_keys_model_limits_count_apart_and_cost_is_counted_per_key() {
     assert_eq!(metric(&m, "nexus_gateway_key_tokens_total{key=\"mixed\",kind=\"input\"}"), 2.0 * USAGE.0 as f64);
     assert_eq!(metric(&m, "nexus_gateway_key_requests_total{key=\"mixed\",status=\"429\"}"), 1.0);
 }
+
+#[test]
+fn a_streamed_answer_settles_its_reservation_to_the_reported_usage() {
+    let fake = fake();
+    let server = gateway(&fake, "", &key("stream", "tpm = 1000"));
+    let at = server.local_addr();
+    let auth = [("authorization", "Bearer stream-secret")];
+    let streamed = json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let a = call(at, "POST", "/v1/chat/completions", &auth, &streamed);
+    assert_eq!(a.status, 200);
+    assert!(a.text().contains("[DONE]"), "{}", a.text());
+    std::thread::sleep(Duration::from_millis(50));
+    let whole = json!({"model": "m", "max_tokens": 7, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let b = call(at, "POST", "/v1/chat/completions", &auth, &whole);
+    // What the stream reported, then this request's own estimate (bytes / 4 + max_tokens).
+    let estimate = (whole.len() as u64).div_ceil(4) + 7;
+    let left = 1000 - (USAGE.0 + USAGE.1) - estimate;
+    assert_eq!(b.header("x-ratelimit-remaining-tokens"), Some(left.to_string().as_str()));
+    assert_eq!(b.header("x-ratelimit-limit-tokens"), Some("1000"));
+}
+
+#[test]
+fn failing_closed_refuses_limited_requests_while_redis_is_away() {
+    let Some(mut redis) = RedisServer::start() else { return };
+    let fake = fake();
+    let limits = format!("store = \"{}\"\non_store_failure = \"closed\"", redis.url());
+    let server = gateway(&fake, &limits, &format!("{}{}", key("limited", "rpm = 100"), key("free", "")));
+    let at = server.local_addr();
+    assert_eq!(chat(at, "limited").status, 200);
+    redis.kill();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let refused = loop {
+        let a = chat(at, "limited");
+        if a.status != 200 {
+            break a;
+        }
+        assert!(Instant::now() < deadline, "never refused");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(refused.status, 503);
+    assert!(refused.header("retry-after").is_some());
+    assert_eq!(chat(at, "free").status, 200, "a key without limits does not need the store");
+    let ready = get(at, "/ready");
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert_eq!(ready.json()["limit_store"]["status"], "unreachable");
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while chat(at, "limited").status != 200 {
+        assert!(Instant::now() < deadline, "never admitted again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
