@@ -40,7 +40,13 @@
 //! [`config`](ServeConfig::from_toml)'s docs): upstreams (style, base URL,
 //! key from an environment variable, extra headers), model routes (client
 //! model name or `*` pattern → upstreams in order + upstream model name),
-//! named client keys with a concurrency limit each.
+//! named client keys (or their SHA-256 in a keys file read again by
+//! [`KeysHandle::reload`]) with limits each: requests in flight, requests
+//! and tokens per minute, daily and monthly token budgets, over all models
+//! or per model pattern. Limits count in the process, or — with
+//! `[limits] store = "redis://…"` (feature `redis`) — in Redis or Valkey,
+//! shared with every other instance along with the circuit breakers' open
+//! circuits (SPEC §14 "Keys and limits").
 //!
 //! A route's upstreams are tried in order: a request the first cannot
 //! answer (overloaded, unreachable, silent, cut before its first byte) is
@@ -48,8 +54,8 @@
 //! [`FailoverPolicy`](nexus_proto::FailoverPolicy) decides; one set of
 //! circuit breakers per process skips upstreams that keep failing. The
 //! `x-nexus-upstream` response header names the upstream that answered. A request without a
-//! valid key gets 401 and one over its key's limit 429 with `Retry-After`,
-//! both in the surface's own error shape. Upstream keys and client keys are
+//! valid key gets 401 and one over its key's limit 429 with `Retry-After`
+//! and the rate-limit headers its SDK reads, both in the surface's own error shape. Upstream keys and client keys are
 //! never logged, never metric labels and never in an error body; the
 //! client's key is not forwarded unless [`ServeConfig::forward_client_key`] says so.
 //!
