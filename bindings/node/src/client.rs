@@ -169,7 +169,7 @@ impl Client {
 
     /// Starts a call on a thread of its own; `host` hears its events, tool
     /// calls and requests, then one `done` or `error` message.
-    #[napi]
+    #[napi(ts_args_type = "callJson: string, host: (message: string) => void")]
     pub fn start(&self, call_json: String, host: HostFn) -> Result<Call> {
         let call: CallOptions = serde_json::from_str(&call_json).map_err(|e| invalid(format!("call options: {e}")))?;
         let cancel = CancelToken::new();

@@ -2,7 +2,12 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, tool } from 'nexus-loop';
-import { fakeProvider, options, STYLES, call } from './helpers.mjs';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fakeProvider, options, STYLES, call, scratch } from './helpers.mjs';
+
+// zod is an optional peer dependency: the zod test runs where it is installed.
+const zod = await import('zod').catch(() => null);
 
 let fake;
 before(async () => {
@@ -18,6 +23,10 @@ before(async () => {
     throwing: {
       turns: [{ tool_calls: [call('explode', {})] }, { text: 'The tool failed; sorry.' }],
       expect_final: { tool_result_contains: ['the fuse was lit'] },
+    },
+    zodded: {
+      turns: [{ tool_calls: [call('weather', { city: 42 }), call('weather', { city: 'Oslo' })] }, { text: 'Oslo is sunny.' }],
+      expect_final: { tool_result_contains: ['Oslo: sunny'] },
     },
     structured: {
       turns: [{ tool_calls: [call('add', { a: 2, b: 3 })] }, { text: '5.' }],
@@ -119,4 +128,26 @@ test('a structured return value reaches the model as JSON text', async () => {
   const result = await new Client(options(fake, 'gemini', 'structured')).run('2+3?', { tools: [add] });
   assert.equal(result.toolCalls[0].output, '{"sum":5}');
   assert.equal(result.text, '5.');
+});
+
+test('a zod schema is declared through its own JSON-Schema export and parses the arguments', { skip: zod === null && 'zod is not installed' }, async () => {
+  const { z } = zod;
+  const weather = tool({
+    name: 'weather',
+    description: 'The weather in a city',
+    inputSchema: z.object({ city: z.string() }),
+    execute: ({ city }) => `${city}: sunny`,
+  });
+  const tape = join(scratch(), 'zod.cassette');
+  const client = new Client(options(fake, 'openai', 'zodded', { record: tape }));
+  const result = await client.run('Weather?', { tools: [weather] });
+  assert.equal(result.text, 'Oslo is sunny.');
+  // The call whose arguments do not fit the schema got zod's complaint as an error result.
+  assert.equal(result.toolCalls[0].isError, true);
+  assert.match(result.toolCalls[0].output, /expected string/i);
+  assert.deepEqual(result.toolCalls[1], { id: result.toolCalls[1].id, name: 'weather', input: { city: 'Oslo' }, output: 'Oslo: sunny', isError: false });
+  // What the provider was sent is zod's own export of the schema.
+  const first = readFileSync(tape, 'utf8').split('\n').map((l) => l && JSON.parse(l)).find((e) => e?.type === 'request');
+  const declared = JSON.parse(first.text).tools[0].function.parameters;
+  assert.deepEqual(declared, z.toJSONSchema(z.object({ city: z.string() })));
 });
