@@ -145,7 +145,8 @@ fn invalid(message: impl Into<String>) -> Error {
 }
 
 fn parse_style(s: &str) -> Result<Style> {
-    Style::parse(s).ok_or_else(|| invalid(format!("unknown style {s:?}: use anthropic, openai, gemini or openai-responses")))
+    Style::parse(s)
+        .ok_or_else(|| invalid(format!("unknown style {s:?}: use anthropic, openai, gemini or openai-responses")))
 }
 
 #[napi]
@@ -236,7 +237,12 @@ fn error_json(f: &Failure) -> Value {
     json!({"kind": kind, "message": message, "status": status})
 }
 
-fn execute(shared: &Shared, call: CallOptions, host: &Arc<Host>, cancel: CancelToken) -> std::result::Result<Value, Failure> {
+fn execute(
+    shared: &Shared,
+    call: CallOptions,
+    host: &Arc<Host>,
+    cancel: CancelToken,
+) -> std::result::Result<Value, Failure> {
     let opts = &shared.options;
     let store = match &opts.store {
         Some(spec) => Some(shared.store.get_or_init(|| store::open(spec)).clone()?),
@@ -271,7 +277,11 @@ fn execute(shared: &Shared, call: CallOptions, host: &Arc<Host>, cancel: CancelT
     }
     let mut keys: Vec<String> = key.into_iter().collect();
     for f in &opts.fallbacks {
-        let upstream = Upstream { style: parse_style(&f.style).map_err(|e| Failure::Usage(e.reason))?, base_url: f.base_url.clone(), model: f.model.clone() };
+        let upstream = Upstream {
+            style: parse_style(&f.style).map_err(|e| Failure::Usage(e.reason))?,
+            base_url: f.base_url.clone(),
+            model: f.model.clone(),
+        };
         if let Some(k) = fallback_key(f)? {
             keys.push(k.clone());
             b = if restored.is_some() { b.upstream_key(upstream, k) } else { b.fallback_key(upstream, k) };
@@ -298,8 +308,8 @@ fn execute(shared: &Shared, call: CallOptions, host: &Arc<Host>, cancel: CancelT
         b = b.on_event(move |event| host.tell(&json!({"type": "event", "event": event})));
     }
     if let Some(path) = &opts.record {
-        let rec = Recorder::append(Path::new(path))
-            .map_err(|e| Failure::Usage(format!("cannot record to {path}: {e}")))?;
+        let rec =
+            Recorder::append(Path::new(path)).map_err(|e| Failure::Usage(format!("cannot record to {path}: {e}")))?;
         for k in &keys {
             rec.set_api_key(k);
         }
@@ -308,7 +318,9 @@ fn execute(shared: &Shared, call: CallOptions, host: &Arc<Host>, cancel: CancelT
     let driver = Driver::new(b.build()?);
 
     let result = match (state, &call.run_id, &store) {
-        (Some(_), Some(id), Some(store)) if call.state.is_none() => driver.resume_stored(store.as_ref(), id, call.answers)?,
+        (Some(_), Some(id), Some(store)) if call.state.is_none() => {
+            driver.resume_stored(store.as_ref(), id, call.answers)?
+        }
         (Some(state), _, _) => driver.resume(&state, call.answers)?,
         (None, _, _) => {
             let prompt = call.prompt.clone().ok_or_else(|| Failure::Usage("run needs a prompt".into()))?;

@@ -11,9 +11,7 @@ use napi::bindgen_prelude::Buffer;
 use napi::{Error, Result};
 use napi_derive::napi;
 use nexus_drive::cassette::Entry;
-use nexus_proto::{
-    ExchangeId, Input, Message, Output, Run, RunConfig, Style, Timestamp, ToolDecl,
-};
+use nexus_proto::{ExchangeId, Input, Message, Output, Run, RunConfig, Style, Timestamp, ToolDecl};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
