@@ -75,7 +75,7 @@ struct FallbackOptions {
 /// A tool as the JS side declares it; its `execute` stays in JavaScript.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ToolSpec {
+pub struct ToolSpec {
     name: String,
     #[serde(default)]
     description: String,
@@ -83,6 +83,16 @@ struct ToolSpec {
     /// A relay tool: declared to the model, its calls returned to the caller.
     #[serde(default)]
     relay: bool,
+}
+
+impl ToolSpec {
+    /// The declaration the model sees.
+    pub fn decl(&self) -> ToolDecl {
+        match self.relay {
+            true => ToolDecl::relay(&self.name, self.description.clone(), self.input_schema.clone()),
+            false => ToolDecl::new(&self.name, self.description.clone(), self.input_schema.clone()),
+        }
+    }
 }
 
 /// One call: `run` (a prompt) or `resume` (a state or a stored run id).
@@ -260,7 +270,7 @@ fn execute(
     };
     let restored = state.as_deref().map(Run::restore).transpose().map_err(DriveError::from)?;
 
-    let key = api_key(opts, restored.as_ref().map_or(shared.style, |r| r.config().style))?;
+    let key = api_key(opts.api_key_env.as_deref(), restored.as_ref().map_or(shared.style, |r| r.config().style))?;
     let mut b = match &restored {
         // The run's own config (model, system, limits, fallbacks) wins, as for `nexus resume`.
         Some(run) => ClientBuilder::from_run_config(run.config().clone()),
@@ -282,7 +292,7 @@ fn execute(
             base_url: f.base_url.clone(),
             model: f.model.clone(),
         };
-        if let Some(k) = fallback_key(f)? {
+        if let Some(k) = api_key(f.api_key_env.as_deref(), upstream.style)? {
             keys.push(k.clone());
             b = if restored.is_some() { b.upstream_key(upstream, k) } else { b.fallback_key(upstream, k) };
         } else if restored.is_none() {
@@ -353,26 +363,13 @@ fn fresh_builder(shared: &Shared) -> std::result::Result<ClientBuilder, Failure>
     Ok(b)
 }
 
-/// The API key: from `apiKeyEnv`, else from the style's usual variable
-/// (none when unset: a keyless local server).
-fn api_key(opts: &ClientOptions, style: Style) -> std::result::Result<Option<String>, Failure> {
-    match &opts.api_key_env {
-        Some(var) => match std::env::var(var) {
-            Ok(k) if !k.trim().is_empty() => Ok(Some(k)),
-            _ => Err(Failure::Usage(format!("no API key: {var} is not set"))),
-        },
-        None => Ok(std::env::var(style.api_key_env()).ok().filter(|k| !k.trim().is_empty())),
-    }
-}
-
-fn fallback_key(f: &FallbackOptions) -> std::result::Result<Option<String>, Failure> {
-    let style = parse_style(&f.style).map_err(|e| Failure::Usage(e.reason))?;
-    match &f.api_key_env {
-        Some(var) => match std::env::var(var) {
-            Ok(k) if !k.trim().is_empty() => Ok(Some(k)),
-            _ => Err(Failure::Usage(format!("no API key for a fallback: {var} is not set"))),
-        },
-        None => Ok(std::env::var(style.api_key_env()).ok().filter(|k| !k.trim().is_empty())),
+/// An API key: from the named variable, which must be set, else from the
+/// style's usual variable (none when unset: a keyless local server).
+fn api_key(named: Option<&str>, style: Style) -> std::result::Result<Option<String>, Failure> {
+    let set = |var: &str| std::env::var(var).ok().filter(|k| !k.trim().is_empty());
+    match named {
+        Some(var) => set(var).map(Some).ok_or_else(|| Failure::Usage(format!("no API key: {var} is not set"))),
+        None => Ok(set(style.api_key_env())),
     }
 }
 
@@ -388,7 +385,7 @@ fn toolbox(
     let mut tb = Toolbox::new();
     for spec in &call.tools {
         if spec.relay {
-            tb.add_relay(&spec.name, spec.description.clone(), spec.input_schema.clone()).map_err(DriveError::from)?;
+            tb.add_decl(spec.decl()).map_err(DriveError::from)?;
         } else {
             tb.add_dyn(js_tool(spec, host.clone(), cancel.clone())).map_err(DriveError::from)?;
         }

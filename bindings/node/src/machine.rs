@@ -13,6 +13,8 @@ use napi_derive::napi;
 use nexus_drive::cassette::Entry;
 use nexus_proto::{ExchangeId, Input, Message, Output, Run, RunConfig, Style, Timestamp, ToolDecl};
 use serde::Deserialize;
+
+use crate::client::ToolSpec;
 use serde_json::{json, Value};
 
 fn invalid(message: impl std::fmt::Display) -> Error {
@@ -34,17 +36,6 @@ struct Start {
     messages: Vec<Message>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ToolSpec {
-    name: String,
-    #[serde(default)]
-    description: String,
-    input_schema: Value,
-    #[serde(default)]
-    relay: bool,
-}
-
 /// One run of the loop, driven by the host.
 #[napi(js_name = "NativeMachine")]
 pub struct Machine {
@@ -58,14 +49,7 @@ impl Machine {
     pub fn new(start_json: String) -> Result<Machine> {
         let start: Start = serde_json::from_str(&start_json).map_err(|e| invalid(format!("Run options: {e}")))?;
         let config = run_config(start.config)?;
-        let tools: Vec<ToolDecl> = start
-            .tools
-            .into_iter()
-            .map(|t| match t.relay {
-                true => ToolDecl::relay(&t.name, t.description, t.input_schema),
-                false => ToolDecl::new(&t.name, t.description, t.input_schema),
-            })
-            .collect();
+        let tools: Vec<ToolDecl> = start.tools.iter().map(ToolSpec::decl).collect();
         let mut messages = start.messages;
         if let Some(p) = start.prompt {
             messages.push(Message::user(p));

@@ -13,6 +13,25 @@ before(async () => {
 });
 after(() => fake.stop());
 
+/** A tool that waits until the run is cancelled; `entered` resolves once it runs. */
+function waitingTool() {
+  let signal;
+  let enter;
+  const entered = new Promise((r) => (enter = r));
+  const t = tool({
+    name: 'wait',
+    description: 'Waits until cancelled',
+    inputSchema: { type: 'object' },
+    execute: (_args, ctx) =>
+      new Promise((_ok, fail) => {
+        signal = ctx.signal;
+        enter();
+        signal.addEventListener('abort', () => fail(new Error('stopped')));
+      }),
+  });
+  return { tool: t, entered, signal: () => signal };
+}
+
 test('aborting during a model call rejects with an AbortError at once', async () => {
   const client = new Client(options(fake, 'openai', 'stalled'));
   const controller = new AbortController();
@@ -29,26 +48,13 @@ test('aborting during a model call rejects with an AbortError at once', async ()
 });
 
 test('aborting while a tool runs aborts the tool too', async () => {
-  let toolSignal;
-  let entered;
-  const inTool = new Promise((r) => (entered = r));
-  const wait = tool({
-    name: 'wait',
-    description: 'Waits until cancelled',
-    inputSchema: { type: 'object' },
-    execute: (_args, { signal }) =>
-      new Promise((_ok, fail) => {
-        toolSignal = signal;
-        entered();
-        signal.addEventListener('abort', () => fail(new Error('stopped')));
-      }),
-  });
+  const waiting = waitingTool();
   const controller = new AbortController();
-  const running = new Client(options(fake, 'anthropic', 'waiting')).run('Wait.', { tools: [wait], signal: controller.signal });
-  await inTool;
+  const running = new Client(options(fake, 'anthropic', 'waiting')).run('Wait.', { tools: [waiting.tool], signal: controller.signal });
+  await waiting.entered;
   controller.abort(new Error('the user left'));
   await assert.rejects(running, (e) => e instanceof CancelledError && e.cause?.message === 'the user left');
-  assert.equal(toolSignal.aborted, true);
+  assert.equal(waiting.signal().aborted, true);
 });
 
 test('a signal aborted before the call rejects without a request', async () => {
@@ -57,26 +63,13 @@ test('a signal aborted before the call rejects without a request', async () => {
 });
 
 test('leaving a stream early cancels its run', async () => {
-  let toolSignal;
-  let entered;
-  const inTool = new Promise((r) => (entered = r));
-  const wait = tool({
-    name: 'wait',
-    description: 'Waits until cancelled',
-    inputSchema: { type: 'object' },
-    execute: (_args, { signal }) =>
-      new Promise((_ok, fail) => {
-        toolSignal = signal;
-        entered();
-        signal.addEventListener('abort', () => fail(new Error('stopped')));
-      }),
-  });
+  const waiting = waitingTool();
   const client = new Client(options(fake, 'gemini', 'waiting'));
-  for await (const event of client.stream('Wait.', { tools: [wait] })) {
+  for await (const event of client.stream('Wait.', { tools: [waiting.tool] })) {
     if (event.type === 'tool_call_finished') {
-      await inTool;
+      await waiting.entered;
       break;
     }
   }
-  assert.equal(toolSignal.aborted, true);
+  assert.equal(waiting.signal().aborted, true);
 });
