@@ -225,16 +225,17 @@ export type Output =
   | { type: 'wait'; until: number | null }
   | { type: 'done'; outcome: { status: 'done' } | { status: 'incomplete'; limit: string } | { status: 'failed'; error: JsonObject } };
 
-/** What the host feeds the machine: a cassette line. */
+/** What the host feeds the machine (the names of the machine's inputs, as in the Python package). */
 export type Input =
-  | { type: 'response'; exchange: number; status: number; headers: [string, string][] }
-  | { type: 'chunk'; exchange: number; bytes: Uint8Array }
-  | { type: 'end'; exchange: number }
+  | { type: 'response_head'; exchange: number; status: number; headers: [string, string][] }
+  | { type: 'response_body'; exchange: number; chunk: Uint8Array }
+  | { type: 'response_end'; exchange: number }
   | { type: 'transport_error'; exchange: number; kind: 'connect' | 'io' | 'timeout' | 'aborted'; message: string }
-  | { type: 'tool'; callId: string; reply: { status: 'done'; value: { output: string; isError?: boolean } } | { status: 'pending'; value: Request } }
+  | { type: 'tool_reply'; callId: string; reply: { status: 'done'; value: { output: string; isError?: boolean } } | { status: 'pending'; value: Request } }
   | { type: 'answer'; answer: Answer }
   | { type: 'timeout' }
-  | { type: 'cancel' };
+  | { type: 'cancel' }
+  | { type: 'abort'; error: JsonObject };
 
 /** The loop's state machine, for hosts that do their own I/O. */
 export class Run {

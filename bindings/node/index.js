@@ -368,17 +368,17 @@ export class Run {
   }
 
   /**
-   * Feeds one input, a cassette line: `{ type: 'response', exchange, status,
-   * headers }`, `{ type: 'chunk', exchange, bytes }` (a Uint8Array),
-   * `{ type: 'end', exchange }`, `{ type: 'transport_error', exchange, kind,
-   * message }`, `{ type: 'tool', callId, reply }`, `{ type: 'answer', answer }`,
-   * `{ type: 'timeout' }`, `{ type: 'cancel' }`. A refused input throws
-   * InputError and changes nothing.
+   * Feeds one input: `{ type: 'response_head', exchange, status, headers }`,
+   * `{ type: 'response_body', exchange, chunk }` (a Uint8Array),
+   * `{ type: 'response_end', exchange }`, `{ type: 'transport_error',
+   * exchange, kind, message }`, `{ type: 'tool_reply', callId, reply }`,
+   * `{ type: 'answer', answer }`, `{ type: 'timeout' }`, `{ type: 'cancel' }`.
+   * A refused input throws InputError and changes nothing.
    */
   handleInput(input, now = Date.now()) {
-    const { bytes, ...line } = input;
-    const chunk = bytes === undefined ? undefined : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    refusedAs(InputError, 'input', () => this.#machine.handleInput(now, JSON.stringify(line), chunk));
+    const { chunk, ...rest } = input;
+    const bytes = chunk === undefined ? undefined : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    refusedAs(InputError, 'input', () => this.#machine.handleInput(now, JSON.stringify(rest), bytes));
   }
 
   /** The next output. */

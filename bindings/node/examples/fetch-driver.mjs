@@ -30,7 +30,7 @@ export async function drive(run, { tools = {}, onEvent, fetch = globalThis.fetch
             } catch (e) {
               value = { output: e.message, isError: true };
             }
-            run.handleInput({ type: 'tool', callId: c.callId, reply: { status: 'done', value } });
+            run.handleInput({ type: 'tool_reply', callId: c.callId, reply: { status: 'done', value } });
           }),
         );
         break;
@@ -60,17 +60,17 @@ async function send(run, out, fetch) {
     run.handleInput({ type: 'transport_error', exchange, kind: 'connect', message: String(e.cause?.message ?? e.message) });
     return;
   }
-  run.handleInput({ type: 'response', exchange, status: response.status, headers: [...response.headers] });
+  run.handleInput({ type: 'response_head', exchange, status: response.status, headers: [...response.headers] });
   try {
     // Chunks as they arrive: a streamed answer's events come out as its bytes do.
     if (response.body !== null) {
-      for await (const bytes of response.body) run.handleInput({ type: 'chunk', exchange, bytes });
+      for await (const bytes of response.body) run.handleInput({ type: 'response_body', exchange, chunk: bytes });
     }
   } catch (e) {
     run.handleInput({ type: 'transport_error', exchange, kind: 'io', message: String(e.message) });
     return;
   }
-  run.handleInput({ type: 'end', exchange });
+  run.handleInput({ type: 'response_end', exchange });
 }
 
 // Run directly: one question against OpenAI with a calculator tool.

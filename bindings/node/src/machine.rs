@@ -1,17 +1,19 @@
 //! `Machine`: `nexus-proto`'s `Run` for hosts that do their own I/O.
 //!
-//! Inputs are the cassette's lines (`response`, `chunk`, `end`,
-//! `transport_error`, `tool`, `answer`, `timeout`, `cancel`, `abort`; see
-//! `nexus_drive::cassette`), so a recorded session's lines can be fed as
-//! they are; a chunk's bytes come as a `Buffer` beside its line. Outputs are
-//! one JSON object per poll, tagged by `type`: `send`, `run_tools`, `event`,
-//! `suspended`, `wait`, `done`.
+//! Inputs and outputs are JSON objects tagged by `type`, named after the
+//! machine's `Input` and `Output` variants as the Python package names them
+//! (`response_head`, `response_body`, `response_end`, `transport_error`,
+//! `tool_reply`, `answer`, `timeout`, `cancel`, `abort`; `send`,
+//! `run_tools`, `event`, `suspended`, `wait`, `done`). A body chunk's bytes
+//! come as a `Buffer` beside its JSON.
 
 use napi::bindgen_prelude::Buffer;
 use napi::{Error, Result};
 use napi_derive::napi;
-use nexus_drive::cassette::Entry;
-use nexus_proto::{ExchangeId, Input, Message, Output, Run, RunConfig, Style, Timestamp, ToolDecl};
+use nexus_proto::{
+    Answer, ExchangeId, Input, Message, Output, Run, RunConfig, RunError, Style, Timestamp, ToolDecl, ToolReply,
+    TransportErrorKind,
+};
 use serde::Deserialize;
 
 use crate::client::ToolSpec;
@@ -34,6 +36,43 @@ struct Start {
     prompt: Option<String>,
     #[serde(default)]
     messages: Vec<Message>,
+}
+
+/// One input, as the facade sends it.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum InputJson {
+    ResponseHead {
+        exchange: u64,
+        status: u16,
+        #[serde(default)]
+        headers: Vec<(String, String)>,
+    },
+    ResponseBody {
+        exchange: u64,
+    },
+    ResponseEnd {
+        exchange: u64,
+    },
+    TransportError {
+        exchange: u64,
+        kind: TransportErrorKind,
+        #[serde(default)]
+        message: String,
+    },
+    ToolReply {
+        #[serde(rename = "callId")]
+        call_id: String,
+        reply: ToolReply,
+    },
+    Answer {
+        answer: Answer,
+    },
+    Timeout,
+    Cancel,
+    Abort {
+        error: RunError,
+    },
 }
 
 /// One run of the loop, driven by the host.
@@ -77,34 +116,31 @@ impl Machine {
         self.run.set_api_key(key);
     }
 
-    /// Feeds one input (a cassette line as JSON) at `now_ms` (ms since the
-    /// Unix epoch). A refused input changes nothing.
+    /// Feeds one input (JSON, tagged by `type`; a `response_body`'s bytes
+    /// in `chunk`) at `now_ms` (ms since the Unix epoch). A refused input
+    /// changes nothing.
     #[napi]
     pub fn handle_input(&mut self, now_ms: f64, input_json: String, chunk: Option<Buffer>) -> Result<()> {
-        let entry: Entry = serde_json::from_str(&input_json).map_err(|e| invalid(format!("input: {e}")))?;
-        let bytes: Vec<u8>;
-        let input = match entry {
-            Entry::Response { exchange, status, headers, .. } => {
+        let parsed: InputJson = serde_json::from_str(&input_json).map_err(|e| invalid(format!("input: {e}")))?;
+        let bytes: Vec<u8> = chunk.map(|b| b.to_vec()).unwrap_or_default();
+        let input = match parsed {
+            InputJson::ResponseHead { exchange, status, headers } => {
                 Input::ResponseHead { exchange: ExchangeId(exchange), status, headers }
             }
-            Entry::Chunk { exchange, data, .. } => {
-                bytes = match chunk {
-                    Some(b) => b.to_vec(),
-                    None => data.bytes().ok_or_else(|| invalid("chunk: no bytes (give text, base64 or a Buffer)"))?,
-                };
+            InputJson::ResponseBody { exchange } => {
                 Input::ResponseBody { exchange: ExchangeId(exchange), chunk: &bytes }
             }
-            Entry::End { exchange, .. } => Input::ResponseEnd { exchange: ExchangeId(exchange) },
-            Entry::TransportError { exchange, kind, message, .. } => {
+            InputJson::ResponseEnd { exchange } => Input::ResponseEnd { exchange: ExchangeId(exchange) },
+            InputJson::TransportError { exchange, kind, message } => {
                 Input::TransportError { exchange: ExchangeId(exchange), kind, message }
             }
-            Entry::Tool { call_id, reply, .. } => Input::ToolReply { call_id, reply },
-            Entry::Answer { answer, .. } => Input::Answer(answer),
-            Entry::Timeout { .. } => Input::Timeout,
-            Entry::Cancel { .. } => Input::Cancel,
-            Entry::Abort { error, .. } => Input::Abort { error },
-            _ => return Err(invalid("input: not an input line (response, chunk, end, transport_error, tool, answer, timeout, cancel, abort)")),
+            InputJson::ToolReply { call_id, reply } => Input::ToolReply { call_id, reply },
+            InputJson::Answer { answer } => Input::Answer(answer),
+            InputJson::Timeout => Input::Timeout,
+            InputJson::Cancel => Input::Cancel,
+            InputJson::Abort { error } => Input::Abort { error },
         };
+        // Node's clock is a float of milliseconds; the machine counts whole ones.
         let now = Timestamp(if now_ms.is_finite() && now_ms > 0.0 { now_ms as u64 } else { 0 });
         self.run.handle_input(now, input).map_err(invalid)
     }

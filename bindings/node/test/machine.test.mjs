@@ -44,9 +44,9 @@ test('a snapshot taken while tools run restores into a run that finishes', async
   assert.equal(out.type, 'send');
   assert.equal(JSON.parse(out.body).model, 'calc');
   const response = await fetch(out.url, { method: out.method, headers: out.headers, body: out.body });
-  run.handleInput({ type: 'response', exchange: out.exchange, status: response.status, headers: [...response.headers] });
-  run.handleInput({ type: 'chunk', exchange: out.exchange, bytes: new Uint8Array(await response.arrayBuffer()) });
-  run.handleInput({ type: 'end', exchange: out.exchange });
+  run.handleInput({ type: 'response_head', exchange: out.exchange, status: response.status, headers: [...response.headers] });
+  run.handleInput({ type: 'response_body', exchange: out.exchange, chunk: new Uint8Array(await response.arrayBuffer()) });
+  run.handleInput({ type: 'response_end', exchange: out.exchange });
   do out = run.pollOutput();
   while (out.type === 'event');
   assert.equal(out.type, 'run_tools');
@@ -73,7 +73,7 @@ test('a snapshot taken while tools run restores into a run that finishes', async
 test('a refused input throws InputError and leaves the machine as it was', () => {
   const run = new Run({ config: { style: 'anthropic', model: 'calc' }, prompt: 'hi' });
   const before = run.snapshot();
-  assert.throws(() => run.handleInput({ type: 'end', exchange: 99 }), InputError);
+  assert.throws(() => run.handleInput({ type: 'response_end', exchange: 99 }), InputError);
   assert.throws(() => run.handleInput({ type: 'no_such_input' }), InputError);
   assert.equal(run.snapshot(), before);
   assert.equal(run.pollOutput().type, 'send');

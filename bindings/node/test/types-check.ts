@@ -24,7 +24,7 @@ async function main(): Promise<string> {
   }
   const run = new Run({ config: { style: 'openai', model: 'gpt-4o-mini' }, prompt: 'hi' });
   const out = run.pollOutput();
-  if (out.type === 'send') run.handleInput({ type: 'response', exchange: out.exchange, status: 200, headers: [] });
+  if (out.type === 'send') run.handleInput({ type: 'response_head', exchange: out.exchange, status: 200, headers: [] });
   try {
     Run.restore(run.snapshot());
   } catch (e) {
