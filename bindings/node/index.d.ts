@@ -182,6 +182,12 @@ export interface ClientOptions {
   params?: JsonObject;
   /** A whole-run deadline. */
   timeoutMs?: number;
+  /** The built-in tools (`bash`, `read`, `write`, `edit`, `grep`, `glob`, `webfetch`, `question`, `apply_patch`, `todowrite`): all, or these. */
+  builtins?: boolean | string[];
+  /** The directory the built-in path tools are confined to (default: the current one). */
+  root?: string;
+  /** Agent Skills directories (folders with a SKILL.md). */
+  skills?: string[];
 }
 
 export interface CallOptions {

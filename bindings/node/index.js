@@ -177,7 +177,8 @@ function result(raw) {
 /**
  * A client: a provider, a model and the options every call shares.
  * `new Client({ style, model, baseUrl?, apiKeyEnv?, system?, maxTurns?,
- * maxTokens?, fallbacks?, mcp?, store?, record?, stream?, params?, timeoutMs? })`.
+ * maxTokens?, fallbacks?, mcp?, store?, record?, stream?, params?, timeoutMs?,
+ * builtins?, root?, skills? })`.
  */
 export class Client {
   #native;

@@ -13,8 +13,10 @@ use std::thread;
 use napi::{Error, Result};
 use napi_derive::napi;
 use nexus_drive::blocking::Client as Driver;
+use nexus_drive::builtins::Builtins;
 use nexus_drive::cassette::Recorder;
 use nexus_drive::mcp::{parse_servers, McpOptions, McpTools};
+use nexus_drive::skills::Skills;
 use nexus_drive::{
     Answer, CancelToken, ClientBuilder, ClientConfig, DriveError, DynTool, Message, Request, RunResult, RunStore,
     StoreError, Style, ToolContext, ToolError, ToolOutcome, ToolResult, Toolbox, Upstream,
@@ -59,6 +61,15 @@ struct ClientOptions {
     params: Option<Map<String, Value>>,
     #[serde(default)]
     timeout_ms: Option<u64>,
+    /// The built-in tools: `true` for all, or a list of names.
+    #[serde(default)]
+    builtins: Option<Value>,
+    /// The directory the built-in path tools are confined to (default: the current one).
+    #[serde(default)]
+    root: Option<String>,
+    /// Agent Skills directories.
+    #[serde(default)]
+    skills: Vec<String>,
 }
 
 /// One fallback upstream.
@@ -127,6 +138,15 @@ struct Shared {
     /// The MCP servers, started by the first call that needs them and kept
     /// until `close` (their processes and sessions outlive a run).
     mcp: Mutex<Option<Arc<McpTools>>>,
+    /// The built-in tools and skills, set up by the first call (file system work).
+    local: OnceLock<std::result::Result<Local, String>>,
+}
+
+/// What a client sets up once from the file system.
+#[derive(Clone)]
+struct Local {
+    builtins: Vec<DynTool>,
+    skills: Option<Skills>,
 }
 
 /// A client: the options, the store and the MCP servers its calls share.
@@ -174,7 +194,7 @@ impl Client {
         if options.max_turns == Some(0) {
             return Err(invalid("maxTurns must be at least 1"));
         }
-        let shared = Shared { options, style, store: OnceLock::new(), mcp: Mutex::new(None) };
+        let shared = Shared { options, style, store: OnceLock::new(), mcp: Mutex::new(None), local: OnceLock::new() };
         Ok(Client { shared: Arc::new(shared) })
     }
 
@@ -300,7 +320,11 @@ fn execute(
         }
     }
     let declared: Vec<ToolDecl> = restored.as_ref().map(|r| r.tools().to_vec()).unwrap_or_default();
-    let (toolbox, _mcp) = toolbox(shared, &call, &declared, host, &cancel)?;
+    let local = shared.local.get_or_init(|| local(opts)).clone().map_err(Failure::Usage)?;
+    if let Some(skills) = &local.skills {
+        b = b.skills(skills.clone());
+    }
+    let (toolbox, _mcp) = toolbox(shared, &call, &declared, &local.builtins, host, &cancel)?;
     b = b.toolbox(toolbox).stream(call.events || opts.stream).cancel_token(cancel.clone());
     if call.wait_for {
         let (host, cancel) = (host.clone(), cancel.clone());
@@ -379,6 +403,7 @@ fn toolbox(
     shared: &Shared,
     call: &CallOptions,
     declared: &[ToolDecl],
+    builtins: &[DynTool],
     host: &Arc<Host>,
     cancel: &CancelToken,
 ) -> std::result::Result<(Toolbox, Option<Arc<McpTools>>), Failure> {
@@ -396,16 +421,47 @@ fn toolbox(
         }
     }
     let mcp = mcp_tools(shared)?;
-    if let Some(m) = &mcp {
-        for t in m.dyn_tools() {
-            let name = t.decl().name.clone();
-            // On resume, only the tools the run was started with.
-            if declared.is_empty() || declared.iter().any(|d| d.name == name) {
-                tb.add_dyn(t).map_err(DriveError::from)?;
-            }
+    let served = mcp.iter().flat_map(|m| m.dyn_tools()).chain(builtins.iter().cloned());
+    for t in served {
+        // On resume, only the tools the run was started with.
+        if declared.is_empty() || declared.iter().any(|d| d.name == t.decl().name) {
+            tb.add_dyn(t).map_err(DriveError::from)?;
         }
     }
     Ok((tb, mcp))
+}
+
+/// The built-in tools and the skills the options ask for.
+fn local(opts: &ClientOptions) -> std::result::Result<Local, String> {
+    let builtins = match &opts.builtins {
+        None | Some(Value::Bool(false)) => Vec::new(),
+        Some(chosen) => {
+            let list = match chosen {
+                Value::Bool(true) => None,
+                Value::Array(names) => {
+                    let names: Option<Vec<&str>> = names.iter().map(Value::as_str).collect();
+                    Some(names.ok_or("builtins: a list of tool names")?.join(","))
+                }
+                _ => return Err("builtins: true or a list of tool names".into()),
+            };
+            let root = match &opts.root {
+                Some(dir) => std::path::PathBuf::from(dir),
+                None => std::env::current_dir().map_err(|e| format!("root: {e}"))?,
+            };
+            let root = root.canonicalize().map_err(|e| format!("root {}: {e}", root.display()))?;
+            Builtins::new(root).select(list.as_deref()).map_err(|e| format!("builtins: {e}"))?.tools()
+        }
+    };
+    let skills = match opts.skills.as_slice() {
+        [] => None,
+        dirs => {
+            if let Some(missing) = dirs.iter().find(|d| !Path::new(d).is_dir()) {
+                return Err(format!("skills {missing}: not a directory"));
+            }
+            Some(Skills::discover(dirs).skills)
+        }
+    };
+    Ok(Local { builtins, skills })
 }
 
 /// The client's MCP servers, started on first use.
