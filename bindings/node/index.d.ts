@@ -193,7 +193,8 @@ export interface ClientOptions {
 export interface CallOptions {
   tools?: Tool[];
   /** Answers requests in-process; without it a request ends the run `pending`. */
-  waitFor?: (request: Request) => Omit<Answer, 'id'> | Answer | Promise<Omit<Answer, 'id'> | Answer>;
+  /** `true`/`false` are short for `{ ok: true }` / `{ ok: false, reason: 'declined' }`. */
+  waitFor?: (request: Request) => boolean | Omit<Answer, 'id'> | Answer | Promise<boolean | Omit<Answer, 'id'> | Answer>;
   /** Cancels the run. */
   signal?: AbortSignal;
 }
@@ -211,9 +212,9 @@ export class Client {
   constructor(options: ClientOptions);
   run(prompt: string, options?: RunOptions): Promise<RunResult>;
   stream(prompt: string, options?: RunOptions): AsyncIterable<StreamEvent>;
-  /** From a state's text, or a run id in the client's store. */
-  resume(stateOrRunId: string, options?: ResumeOptions): Promise<RunResult>;
-  streamResume(stateOrRunId: string, options?: ResumeOptions): AsyncIterable<StreamEvent>;
+  /** From a state's text, a pending result, or a run id in the client's store. */
+  resume(stateOrRunId: string | RunResult, options?: ResumeOptions): Promise<RunResult>;
+  streamResume(stateOrRunId: string | RunResult, options?: ResumeOptions): AsyncIterable<StreamEvent>;
   /** Stops the client's MCP servers. */
   close(): void;
 }

@@ -161,7 +161,9 @@ async function runWaitFor(waitFor, message) {
   let answer;
   try {
     const given = await waitFor(message.request);
-    answer = { id: message.request.id, ...given };
+    // `true`/`false` are the short answers: approved, or declined.
+    const full = typeof given === 'boolean' ? (given ? { ok: true } : { ok: false, reason: 'declined' }) : given;
+    answer = { id: message.request.id, ...full };
   } catch (e) {
     answer = { id: message.request.id, ok: false, reason: 'declined', data: { error: String(e?.message ?? e) } };
   }
@@ -206,8 +208,8 @@ export class Client {
   }
 
   /**
-   * Continues a suspended run, from its `state` text or (with a `store`) its
-   * run id, with the host's answers. Give the tools again: JS functions do
+   * Continues a suspended run, from its `state` text, a pending result, or
+   * (with a `store`) its run id, with the host's answers. Give the tools again: JS functions do
    * not travel in a state.
    */
   resume(stateOrRunId, { answers = [], tools = [], waitFor, signal } = {}) {
@@ -326,7 +328,13 @@ export class Client {
 }
 
 function resumeSpec(stateOrRunId, answers) {
-  if (typeof stateOrRunId !== 'string') throw new ConfigError('resume() takes a state (text) or a run id', { kind: 'config' });
+  // A pending result resumes from its state.
+  if (stateOrRunId !== null && typeof stateOrRunId === 'object' && typeof stateOrRunId.state === 'string') {
+    return { state: stateOrRunId.state, answers };
+  }
+  if (typeof stateOrRunId !== 'string') {
+    throw new ConfigError('resume() takes a state (text), a run id or a pending result', { kind: 'config' });
+  }
   // A state is a JSON object; a run id never starts with `{`.
   const isState = stateOrRunId.trimStart().startsWith('{');
   return isState ? { state: stateOrRunId, answers } : { runId: stateOrRunId, answers };

@@ -18,6 +18,7 @@ before(async () => {
   };
   fake = await fakeProvider({
     approval,
+    declined: { turns: [{ tool_calls: [call('send_email', { to: 'sam@example.com' })] }, { text: 'Not sent.' }], expect_final: { tool_result_contains: ['declined'] } },
     relay: {
       turns: [{ tool_calls: [call('lookup', { q: 'nexus' })] }, { text: 'Found it.' }],
       expect_final: { tool_result_contains: ['nexus: a tool loop'] },
@@ -94,6 +95,24 @@ for (const store of ['dir', 'sqlite']) {
     await assert.rejects(client.resume(first.runId, { answers: job.answers, tools: [sendEmail] }), NotFoundError);
   });
 }
+
+test('waitFor may answer true or false; a pending result resumes as it is', async () => {
+  const client = new Client(options(fake, 'gemini', 'approval'));
+  const approved = await client.run('Email Sam.', { tools: [sendEmail], waitFor: () => true });
+  assert.equal(approved.text, 'Sent.');
+  assert.equal(executed.at(-1).ok, true);
+
+  const first = await client.run('Email Sam.', { tools: [sendEmail] });
+  const done = await client.resume(first, { answers: [{ id: first.pending[0].id, ok: true }], tools: [sendEmail] });
+  assert.equal(done.text, 'Sent.');
+});
+
+test('a declined request gives the model an error result', async () => {
+  const declined = await new Client(options(fake, 'openai', 'declined')).run('Email Sam.', { tools: [sendEmail], waitFor: async () => false });
+  assert.equal(declined.status, 'done');
+  assert.equal(declined.toolCalls[0].isError, true);
+  assert.match(declined.toolCalls[0].output, /declined/);
+});
 
 test('a memory store resumes by run id in the same process', async () => {
   const client = new Client(options(fake, 'openai-responses', 'approval', { store: 'memory' }));
