@@ -215,6 +215,8 @@ export class Client {
   /** From a state's text, a pending result, or a run id in the client's store. */
   resume(stateOrRunId: string | RunResult, options?: ResumeOptions): Promise<RunResult>;
   streamResume(stateOrRunId: string | RunResult, options?: ResumeOptions): AsyncIterable<StreamEvent>;
+  /** The client's counters over all its calls, as Prometheus text. */
+  metrics(): string;
   /** Stops the client's MCP servers. */
   close(): void;
 }

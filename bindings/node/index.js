@@ -221,6 +221,11 @@ export class Client {
     return this.#iterate(resumeSpec(stateOrRunId, options.answers ?? []), options);
   }
 
+  /** The client's counters over all its calls (model requests, tool calls, runs, tokens), as Prometheus text. */
+  metrics() {
+    return this.#native.metrics();
+  }
+
   /** Stops the client's MCP servers. */
   close() {
     this.#native.close();

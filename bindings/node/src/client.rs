@@ -18,8 +18,8 @@ use nexus_drive::cassette::Recorder;
 use nexus_drive::mcp::{parse_servers, McpOptions, McpTools};
 use nexus_drive::skills::Skills;
 use nexus_drive::{
-    Answer, CancelToken, ClientBuilder, ClientConfig, DriveError, DynTool, Message, Request, RunResult, RunStore,
-    StoreError, Style, ToolContext, ToolError, ToolOutcome, ToolResult, Toolbox, Upstream,
+    Answer, CancelToken, ClientBuilder, ClientConfig, DriveError, DynTool, Message, Metrics, Request, RunResult,
+    RunStore, StoreError, Style, ToolContext, ToolError, ToolOutcome, ToolResult, Toolbox, Upstream,
 };
 use nexus_proto::{Run, RunError, ToolDecl, ToolKind};
 use serde::Deserialize;
@@ -140,6 +140,8 @@ struct Shared {
     mcp: Mutex<Option<Arc<McpTools>>>,
     /// The built-in tools and skills, set up by the first call (file system work).
     local: OnceLock<std::result::Result<Local, String>>,
+    /// Counters over every call of the client (`metrics()`).
+    metrics: Arc<Metrics>,
 }
 
 /// What a client sets up once from the file system.
@@ -194,7 +196,14 @@ impl Client {
         if options.max_turns == Some(0) {
             return Err(invalid("maxTurns must be at least 1"));
         }
-        let shared = Shared { options, style, store: OnceLock::new(), mcp: Mutex::new(None), local: OnceLock::new() };
+        let shared = Shared {
+            options,
+            style,
+            store: OnceLock::new(),
+            mcp: Mutex::new(None),
+            local: OnceLock::new(),
+            metrics: Arc::default(),
+        };
         Ok(Client { shared: Arc::new(shared) })
     }
 
@@ -218,6 +227,13 @@ impl Client {
             })
             .map_err(|e| invalid(format!("cannot start a thread: {e}")))?;
         Ok(Call { cancel })
+    }
+
+    /// The client's counters (model requests, tool calls, runs, tokens) as
+    /// Prometheus text.
+    #[napi]
+    pub fn metrics(&self) -> String {
+        self.shared.metrics.render()
     }
 
     /// Stops the client's MCP servers (a later call starts them again).
@@ -325,7 +341,12 @@ fn execute(
         b = b.skills(skills.clone());
     }
     let (toolbox, _mcp) = toolbox(shared, &call, &declared, &local.builtins, host, &cancel)?;
-    b = b.toolbox(toolbox).stream(call.events || opts.stream).cancel_token(cancel.clone());
+    let metrics = shared.metrics.clone();
+    b = b
+        .toolbox(toolbox)
+        .stream(call.events || opts.stream)
+        .cancel_token(cancel.clone())
+        .on_metric(move |m| metrics.observe(m));
     if call.wait_for {
         let (host, cancel) = (host.clone(), cancel.clone());
         b = b.wait_for(move |request: Request| {

@@ -102,6 +102,15 @@ test('parallel calls run concurrently: each waits until the other has started', 
   assert.deepEqual(result.toolCalls.map((c) => c.output), ['a met b', 'b met a']);
 });
 
+test('metrics count the model requests and tool calls in Prometheus text', async () => {
+  const client = new Client(options(fake, 'openai', 'weather'));
+  await client.run('Weather in Paris?', { tools: [getWeather] });
+  await client.run('Weather in Paris?', { tools: [getWeather] });
+  const text = client.metrics();
+  assert.match(text, /^nexus_llm_requests_total\{[^}]*\} 4$/m);
+  assert.match(text, /^nexus_tool_calls_total\{[^}]*tool="get_weather"[^}]*\} 2$/m);
+});
+
 test('a tool that throws gives the model an error result and the run goes on', async () => {
   const explode = tool({
     name: 'explode',
