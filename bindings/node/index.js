@@ -213,7 +213,13 @@ export class Client {
    * not travel in a state.
    */
   resume(stateOrRunId, { answers = [], tools = [], waitFor, signal } = {}) {
-    return this.#call(resumeSpec(stateOrRunId, answers), { tools, waitFor, signal });
+    let spec;
+    try {
+      spec = resumeSpec(stateOrRunId, answers);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.#call(spec, { tools, waitFor, signal });
   }
 
   /** `resume` as an async iterable of events, like `stream`. */

@@ -6,7 +6,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Client, tool, pending, relayTool, NotFoundError, InputError } from 'nexus-loop';
+import { Client, tool, pending, relayTool, NotFoundError, InputError, ConfigError } from 'nexus-loop';
 import { fakeProvider, options, call, scratch } from './helpers.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -105,6 +105,8 @@ test('waitFor may answer true or false; a pending result resumes as it is', asyn
   const first = await client.run('Email Sam.', { tools: [sendEmail] });
   const done = await client.resume(first, { answers: [{ id: first.pending[0].id, ok: true }], tools: [sendEmail] });
   assert.equal(done.text, 'Sent.');
+  // A finished result has nothing to resume.
+  await assert.rejects(client.resume(done), ConfigError);
 });
 
 test('a declined request gives the model an error result', async () => {
