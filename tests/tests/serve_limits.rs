@@ -552,3 +552,52 @@ fn failing_closed_refuses_limited_requests_while_redis_is_away() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn a_routes_limit_counts_every_keys_requests_on_it() {
+    let fake = fake();
+    let text = format!(
+        r#"
+listen = "127.0.0.1:0"
+log_requests = false
+[[upstreams]]
+name = "oai"
+style = "openai"
+base_url = "{oai}"
+api_key_env = "UPSTREAM_KEY"
+[[routes]]
+model = "capped"
+upstream = "oai"
+upstream_model = "m-text"
+rpm = 2
+[[routes]]
+model = "*"
+upstream = "oai"
+upstream_model = "m-text"
+{a}{b}"#,
+        oai = fake.base_url(Style::OpenAi),
+        a = key("one", ""),
+        b = key("two", ""),
+    );
+    let env = |v: &str| match v {
+        "UPSTREAM_KEY" => Some(UPSTREAM_KEY.to_string()),
+        v => v.strip_suffix("_KEY").map(|name| format!("{}-secret", name.to_ascii_lowercase())),
+    };
+    let server = serve(ServeConfig::from_toml(&text, env).unwrap()).unwrap();
+    let ask = |name: &str, model: &str| {
+        let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+        call(
+            server.local_addr(),
+            "POST",
+            "/v1/chat/completions",
+            &[("authorization", &format!("Bearer {name}-secret"))],
+            &body,
+        )
+    };
+    assert_eq!(ask("one", "capped").status, 200);
+    assert_eq!(ask("two", "capped").status, 200);
+    let no = ask("one", "capped");
+    assert_eq!(no.status, 429);
+    assert!(no.json()["error"]["message"].as_str().unwrap().contains("route `capped`"), "{}", no.text());
+    assert_eq!(ask("two", "other").status, 200, "another route is not capped");
+}

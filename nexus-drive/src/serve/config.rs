@@ -38,6 +38,7 @@
 //! retries = 0                         # retries at the same upstream before moving on
 //! retry_after_bound = 10              # seconds: a longer Retry-After moves on at once
 //! head_timeout = 30                   # seconds without a response head: move on (default: timeouts.upstream)
+//! rpm = 1000                          # limits on the route, every key together (also tpm, daily_tokens, monthly_tokens)
 //!
 //! [breaker]                           # one circuit per upstream and model, shared by every route
 //! failures = 5                        # failures within `window` that open it
@@ -80,7 +81,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::keys::{keys_from_file, FileKey};
+use super::keys::{keys_from_file, rate_limits, FileKey};
 use super::limits::{LimitStoreConfig, ModelLimits, ModelPrice, RateLimits, StoreFailure};
 
 use nexus_proto::{BreakerPolicy, FailoverPolicy, RetryPolicy, Style};
@@ -208,6 +209,8 @@ pub struct RouteConfig {
     pub upstream_model: Option<String>,
     /// When a request moves on to the next upstream (the core's policy).
     pub failover: RouteFailover,
+    /// Limits on every request the route takes, whatever its key.
+    pub limits: RateLimits,
 }
 
 impl RouteConfig {
@@ -219,6 +222,7 @@ impl RouteConfig {
             upstream_models: Vec::new(),
             upstream_model: None,
             failover: RouteFailover::default(),
+            limits: RateLimits::default(),
         }
     }
 }
@@ -481,6 +485,10 @@ struct FileRoute {
     retries: Option<u32>,
     retry_after_bound: Option<f64>,
     head_timeout: Option<f64>,
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+    daily_tokens: Option<u64>,
+    monthly_tokens: Option<u64>,
 }
 
 /// A route's upstream: its name, or `{ name, model }`.
@@ -609,12 +617,14 @@ impl File {
                 head_timeout_ms: r.head_timeout.map(|s| millis(&at, "head_timeout", Some(s), 0)).transpose()?,
             };
             let retry = RetryPolicy { retries: r.retries.unwrap_or(defaults.retry.retries), ..defaults.retry };
+            let limits = rate_limits(&at, r.rpm, r.tpm, r.daily_tokens, r.monthly_tokens)?;
             routes.push(RouteConfig {
                 model: r.model,
                 upstreams: names,
                 upstream_models: models,
                 upstream_model: r.upstream_model,
                 failover: RouteFailover { policy, retry },
+                limits,
             });
         }
         if routes.is_empty() {

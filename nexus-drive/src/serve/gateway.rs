@@ -12,7 +12,7 @@ use nexus_proto::{ExchangeId, HttpRequest, Style, TransportErrorKind};
 use super::config::{match_model, ConfigError, RouteFailover, ServeConfig};
 use super::failover::Circuits;
 use super::keys::KeyRing;
-use super::limits::{Limiter, TokenUsage};
+use super::limits::{Limiter, RateLimits, TokenUsage};
 use super::ops::{Health, Metrics, Record};
 use super::surface::{ErrorKind, GatewayError, Surface};
 use crate::asynk::h1;
@@ -37,6 +37,7 @@ struct RouteRule {
     upstreams: Vec<(Arc<Upstream>, Option<String>)>,
     upstream_model: Option<String>,
     failover: RouteFailover,
+    limits: RateLimits,
 }
 
 /// Everything the server's tasks share.
@@ -91,6 +92,7 @@ impl Shared {
                 pattern: r.model,
                 upstream_model: r.upstream_model,
                 failover: r.failover,
+                limits: r.limits,
             })
             .collect();
         let keys = KeyRing::new(keys, config.keys_file.clone())?;
@@ -116,6 +118,17 @@ impl Shared {
             counter: AtomicU64::new(0),
             epoch,
         })
+    }
+
+    /// The limits of the route `model` takes (the first that matches), with its pattern.
+    pub(crate) fn route_limits(&self, model: &str) -> Option<(&str, &RateLimits)> {
+        let rule = self.routes.iter().find(|r| match_model(&r.pattern, model).is_some())?;
+        (!rule.limits.is_empty()).then_some((rule.pattern.as_str(), &rule.limits))
+    }
+
+    /// Whether any route has limits.
+    pub(crate) fn routes_limited(&self) -> bool {
+        self.routes.iter().any(|r| !r.limits.is_empty())
     }
 }
 

@@ -210,7 +210,8 @@ pub(crate) fn read_keys_file(
     keys_from_file(file.keys, env)
 }
 
-fn limits(
+/// Limits as a file gives them (each optional, none 0).
+pub(crate) fn rate_limits(
     at: &str,
     rpm: Option<u64>,
     tpm: Option<u64>,
@@ -265,13 +266,13 @@ pub(crate) fn keys_from_file(
         }
         c.max_concurrent = k.max_concurrent;
         c.disabled = k.disabled;
-        c.limits = limits(&at, k.rpm, k.tpm, k.daily_tokens, k.monthly_tokens)?;
+        c.limits = rate_limits(&at, k.rpm, k.tpm, k.daily_tokens, k.monthly_tokens)?;
         for (j, m) in k.models.into_iter().enumerate() {
             let mat = format!("{at}.models[{j}] ({:?})", m.model);
             if m.model.is_empty() {
                 return Err(bad(format!("{mat}: model is empty")));
             }
-            let limits = limits(&mat, m.rpm, m.tpm, m.daily_tokens, m.monthly_tokens)?;
+            let limits = rate_limits(&mat, m.rpm, m.tpm, m.daily_tokens, m.monthly_tokens)?;
             c.models.push(ModelLimits { model: m.model, limits });
         }
         keys.push(c);

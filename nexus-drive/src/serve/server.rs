@@ -25,7 +25,7 @@ use smol_hyper::rt::{SmolExecutor, SmolTimer};
 
 use super::gateway::{Ctx, Shared};
 use super::keys::{KeyRing, Permit};
-use super::limits::{self, Admission};
+use super::limits::{self, Admission, Limiter, Scope};
 use super::ops::{self, Finish, Record};
 use super::surface::{ChunkStream, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
@@ -505,9 +505,18 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, req: Request<Incoming>) -> Res
         }
     };
     let mut rate_headers = Vec::new();
-    if let Some(k) = key.filter(|k| k.is_limited() && sreq.method == hyper::Method::POST) {
+    let limited = key.as_ref().is_some_and(|k| k.is_limited()) || shared.routes_limited();
+    if limited && sreq.method == hyper::Method::POST {
         let (model, estimate) = limits::estimate(&sreq.path, &sreq.body);
-        let checks = shared.limiter.checks(&k.name, &k.limits, &k.models, model.as_deref());
+        let model = model.unwrap_or_default();
+        let mut scopes = match &key {
+            Some(k) => Limiter::key_scopes(&k.name, &k.limits, &k.models, &model),
+            None => Vec::new(),
+        };
+        if let Some((pattern, l)) = shared.route_limits(&model) {
+            scopes.push((Scope::Route(pattern), l));
+        }
+        let checks = shared.limiter.checks(&scopes);
         match shared.limiter.admit(checks, estimate).await {
             Admission::Unlimited => {}
             Admission::Admitted(reservation, info) => {

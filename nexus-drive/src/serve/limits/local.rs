@@ -162,7 +162,12 @@ mod tests {
     use super::*;
 
     fn window(requests: Option<u64>, tokens: Option<u64>) -> Vec<Check> {
-        vec![Check { scope: "k".into(), kind: CheckKind::Window { span_ms: 1000, requests, tokens }, name: "rpm" }]
+        vec![Check {
+            scope: "k".into(),
+            kind: CheckKind::Window { span_ms: 1000, requests, tokens },
+            name: "rpm",
+            owner: String::new(),
+        }]
     }
 
     #[test]
@@ -232,6 +237,7 @@ mod tests {
             scope: "b".into(),
             kind: CheckKind::Budget { tokens: 5, ends_in_ms: 9000 },
             name: "daily_tokens",
+            owner: String::new(),
         });
         assert!(c.admit(0, 1, &checks, 5).refused.is_none());
         let out = c.admit(1, 2, &checks, 5);

@@ -210,6 +210,16 @@ pub(crate) struct Check {
     /// The configuration field it enforces (`rpm`, `tpm`, `daily_tokens`, …)
     /// for messages and metric labels; a window enforces `rpm` and `tpm` both.
     pub(crate) name: &'static str,
+    /// Whose limit it is, for messages: ``key `team` `` , ``route `gpt-*` ``.
+    pub(crate) owner: String,
+}
+
+/// Whose limits a request is counted against: a key, a key on some models,
+/// or a route (every key's requests on it).
+pub(crate) enum Scope<'a> {
+    Key(&'a str),
+    KeyModels(&'a str, &'a str),
+    Route(&'a str),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -340,39 +350,47 @@ impl Limiter {
     }
 
     /// The checks for a request with a key of these limits, for `model`.
-    pub(crate) fn checks(
-        &self,
-        key: &str,
-        limits: &RateLimits,
-        models: &[ModelLimits],
-        model: Option<&str>,
-    ) -> Vec<Check> {
+    pub(crate) fn checks(&self, scopes: &[(Scope<'_>, &RateLimits)]) -> Vec<Check> {
         let span_ms = u64::try_from(self.config.window.as_millis()).unwrap_or(60_000).max(1);
         let now = crate::engine::now_ms();
         let mut out = Vec::new();
-        let mut add = |scope: String, l: &RateLimits| {
+        for (scope, l) in scopes {
+            let (scope, owner) = match scope {
+                Scope::Key(k) => (format!("k:{k}"), format!("key `{k}`")),
+                Scope::KeyModels(k, m) => (format!("k:{k}|{m}"), format!("key `{k}` on models `{m}`")),
+                Scope::Route(r) => (format!("r:{r}"), format!("route `{r}`")),
+            };
             if l.rpm.is_some() || l.tpm.is_some() {
                 let kind = CheckKind::Window {
                     span_ms,
                     requests: l.rpm.map(|n| per_window(n, span_ms)),
                     tokens: l.tpm.map(|n| per_window(n, span_ms)),
                 };
-                out.push(Check { scope: format!("w:{scope}"), kind, name: "rpm" });
+                out.push(Check { scope: format!("w:{scope}"), kind, name: "rpm", owner: owner.clone() });
             }
             for (max, name, (period, ends)) in
                 [(l.daily_tokens, "daily_tokens", day(now)), (l.monthly_tokens, "monthly_tokens", month(now))]
             {
                 if let Some(tokens) = max {
                     let kind = CheckKind::Budget { tokens, ends_in_ms: ends.saturating_sub(now) };
-                    out.push(Check { scope: format!("b:{scope}:{period}"), kind, name });
+                    out.push(Check { scope: format!("b:{scope}:{period}"), kind, name, owner: owner.clone() });
                 }
             }
-        };
-        add(key.to_string(), limits);
-        if let Some(model) = model {
-            for m in models.iter().filter(|m| match_model(&m.model, model).is_some()) {
-                add(format!("{key}|{}", m.model), &m.limits);
-            }
+        }
+        out
+    }
+
+    /// A key's scopes for a request for `model`: its own, and those of its
+    /// model patterns that match.
+    pub(crate) fn key_scopes<'a>(
+        key: &'a str,
+        limits: &'a RateLimits,
+        models: &'a [ModelLimits],
+        model: &str,
+    ) -> Vec<(Scope<'a>, &'a RateLimits)> {
+        let mut out = vec![(Scope::Key(key), limits)];
+        for m in models.iter().filter(|m| match_model(&m.model, model).is_some()) {
+            out.push((Scope::KeyModels(key, &m.model), &m.limits));
         }
         out
     }
@@ -443,16 +461,13 @@ fn judge(checks: &[Check], out: Outcome, reservation: Reservation) -> Admission 
         return Admission::Admitted(reservation, info);
     };
     let check = &checks[i];
-    let scope = check.scope.split_once(':').map_or(check.scope.as_str(), |(_, s)| s);
-    let scope = scope.rsplit_once(':').filter(|_| what == Exceeded::Budget).map_or(scope, |(s, _)| s);
-    let (who, model) = scope.split_once('|').map_or((scope, None), |(k, m)| (k, Some(m)));
-    let on = model.map(|m| format!(" for models `{m}`")).unwrap_or_default();
+    let who = &check.owner;
     let wait_s = out.retry_after_ms.div_ceil(1000).max(1);
     let (limit, message, kind) = match (what, check.kind) {
         (Exceeded::Requests, CheckKind::Window { requests, span_ms, .. }) => (
             "rpm",
             format!(
-                "Rate limit reached for key `{who}`{on}: {} requests per {} s (rpm). Try again in {wait_s} s.",
+                "Rate limit reached for {who}: {} requests per {} s (rpm). Try again in {wait_s} s.",
                 requests.unwrap_or(0),
                 span_ms.div_ceil(1000)
             ),
@@ -461,7 +476,7 @@ fn judge(checks: &[Check], out: Outcome, reservation: Reservation) -> Admission 
         (Exceeded::Tokens, CheckKind::Window { tokens, span_ms, .. }) => (
             "tpm",
             format!(
-                "Rate limit reached for key `{who}`{on}: {} tokens per {} s (tpm). Try again in {wait_s} s.",
+                "Rate limit reached for {who}: {} tokens per {} s (tpm). Try again in {wait_s} s.",
                 tokens.unwrap_or(0),
                 span_ms.div_ceil(1000)
             ),
@@ -469,13 +484,10 @@ fn judge(checks: &[Check], out: Outcome, reservation: Reservation) -> Admission 
         ),
         (_, CheckKind::Budget { tokens, .. }) => (
             check.name,
-            format!(
-                "Token budget exhausted for key `{who}`{on}: {tokens} tokens ({}). It resets in {wait_s} s.",
-                check.name
-            ),
+            format!("Token budget exhausted for {who}: {tokens} tokens ({}). It resets in {wait_s} s.", check.name),
             ErrorKind::BudgetExceeded,
         ),
-        _ => ("rpm", format!("Rate limit reached for key `{who}`{on}."), ErrorKind::RateLimited),
+        _ => ("rpm", format!("Rate limit reached for {who}."), ErrorKind::RateLimited),
     };
     let mut error = GatewayError::new(kind, message);
     error.headers.push(("retry-after".into(), wait_s.to_string()));
