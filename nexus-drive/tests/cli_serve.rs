@@ -520,3 +520,33 @@ fn sighup_reads_the_keys_file_again_and_each_request_logs_its_usage() {
     assert!(first["total_ms"].as_f64().is_some());
     assert_eq!((lines[1]["status"].as_u64(), lines[1]["limited_by"].as_str()), (Some(401), Some("disabled")));
 }
+
+#[path = "../../tests/tests/serve_support/redis.rs"]
+#[allow(dead_code)]
+mod redis_support;
+
+#[test]
+fn three_nexus_serve_processes_sharing_redis_hold_a_keys_rpm() {
+    let Some(redis) = redis_support::RedisServer::start() else { return };
+    let fake = nexus_tests::fake::FakeProvider::start(
+        Scripts::new(KEY).model("m-text", Script::new(vec![Turn::text(TEXT).usage(3, 5)])),
+    );
+    let extra = format!("[limits]\nstore = \"{}\"", redis.url());
+    let mut text = config(&fake.base_url(Style::Anthropic), &extra);
+    text.push_str("rpm = 12\n");
+    let gateways: Vec<Gateway> = (0..3).map(|_| Gateway::start(&text)).collect();
+    let addrs: Vec<SocketAddr> = gateways.iter().map(|g| g.addr).collect();
+    let handles: Vec<_> = (0..6)
+        .map(|t| {
+            let addrs = addrs.clone();
+            std::thread::spawn(move || (0..6).map(|i| whole_once(addrs[(t + i) % 3], CLIENT_KEY)).collect::<Vec<u16>>())
+        })
+        .collect();
+    let statuses: Vec<u16> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!((ok, statuses.len() - ok), (12, 24), "{statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
+    // Each refusal is in its instance's access log, naming the limit.
+    let logs: String = gateways.into_iter().map(Gateway::stop).collect();
+    assert_eq!(logs.lines().filter(|l| l.contains("\"limited_by\":\"rpm\"")).count(), 24, "{logs}");
+}
