@@ -460,7 +460,10 @@ fn judge(checks: &[Check], out: Outcome, reservation: Reservation) -> Admission 
     let Some((i, what)) = out.refused else {
         return Admission::Admitted(reservation, info);
     };
-    let check = &checks[i];
+    // The store names the check by index; one it cannot have named refuses as the first.
+    let Some(check) = checks.get(i).or(checks.first()) else {
+        return Admission::Admitted(reservation, info);
+    };
     let who = &check.owner;
     let wait_s = out.retry_after_ms.div_ceil(1000).max(1);
     let (limit, message, kind) = match (what, check.kind) {

@@ -271,7 +271,7 @@ struct Worker {
 
 impl Worker {
     fn run(mut self, jobs: Receiver<Job>) {
-        let mut polled = Instant::now() - CIRCUIT_POLL;
+        let mut polled = Instant::now().checked_sub(CIRCUIT_POLL).unwrap_or_else(Instant::now);
         loop {
             let wait = CIRCUIT_POLL.saturating_sub(polled.elapsed());
             match jobs.recv_timeout(wait) {
