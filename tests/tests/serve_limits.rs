@@ -77,11 +77,16 @@ upstream_model = "m-text"
         oai = fake.base_url(Style::OpenAi),
         anth = fake.base_url(Style::Anthropic),
     );
-    let env = |v: &str| match v {
+    serve(ServeConfig::from_toml(&text, env).expect("the configuration reads")).expect("the gateway starts")
+}
+
+/// The environment the configurations read: the upstream's key, and
+/// `<NAME>_KEY` = `<name>-secret` for each client key.
+fn env(v: &str) -> Option<String> {
+    match v {
         "UPSTREAM_KEY" => Some(UPSTREAM_KEY.to_string()),
         v => v.strip_suffix("_KEY").map(|name| format!("{}-secret", name.to_ascii_lowercase())),
-    };
-    serve(ServeConfig::from_toml(&text, env).expect("the configuration reads")).expect("the gateway starts")
+    }
 }
 
 fn key(name: &str, limits: &str) -> String {
@@ -579,10 +584,6 @@ upstream_model = "m-text"
         a = key("one", ""),
         b = key("two", ""),
     );
-    let env = |v: &str| match v {
-        "UPSTREAM_KEY" => Some(UPSTREAM_KEY.to_string()),
-        v => v.strip_suffix("_KEY").map(|name| format!("{}-secret", name.to_ascii_lowercase())),
-    };
     let server = serve(ServeConfig::from_toml(&text, env).unwrap()).unwrap();
     let ask = |name: &str, model: &str| {
         let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}).to_string();
