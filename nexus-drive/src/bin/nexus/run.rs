@@ -333,7 +333,7 @@ pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
     let (_mcp, waiting) = match servers.is_empty() {
         true => (None, Vec::new()),
         false => {
-            let (m, waiting) = mcp::start_for_run(&servers, durable);
+            let (m, waiting) = mcp::start_for_run(&servers, durable)?;
             mcp::add_to(&mut toolbox, &m)?;
             (Some(m), waiting)
         }
@@ -512,7 +512,7 @@ fn resume_client(p: &ResumeArgs, run: &Run, state: &[u8], root: &Path) -> Result
         }
         (false, false) => {
             // A resumed run is a kept one: a person's step suspends it again.
-            let (m, _) = mcp::start_for_run(&servers, true);
+            let (m, _) = mcp::start_for_run(&servers, true)?;
             let drift = m.drift(&mcp_decls, &servers);
             if !drift.is_empty() && !p.accept_tool_changes {
                 let list: Vec<String> = drift.iter().map(|d| d.to_string()).collect();

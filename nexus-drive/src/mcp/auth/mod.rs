@@ -35,6 +35,7 @@ pub mod challenge;
 pub mod config;
 pub mod discovery;
 pub mod flow;
+pub mod seal;
 pub mod store;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -50,6 +51,7 @@ pub use browser::{FollowingBrowser, LoopbackBrowser};
 pub use challenge::{parse_bearer, BearerChallenge};
 pub use discovery::{AuthServerMetadata, ResourceMetadata};
 pub use flow::PendingAuthorization;
+pub use seal::{KeyRing, SealError, SealedTokenStore};
 pub use store::{ClientCredentials, FileTokenStore, MemoryTokenStore, TokenAuthMethod, TokenRecord, TokenStore};
 
 /// An authorization failure. Messages never carry a token, a code, a

@@ -4,7 +4,9 @@
 //! log line, not an error. [`MemoryTokenStore`] keeps them for one process;
 //! [`FileTokenStore`] keeps them in one file only its owner can read (0600),
 //! for the CLI; the SQLite and PostgreSQL stores (`sql_store`) keep them in
-//! a table beside the run stores'.
+//! a table beside the run stores'. Any of them wrapped in a
+//! [`SealedTokenStore`](super::seal::SealedTokenStore) holds its secrets
+//! sealed (SPEC §20).
 //!
 //! A store also keeps the secrets of each authorization a person has not
 //! finished yet ([`PendingAuthorization`]: the PKCE verifier, `state`, the

@@ -14,9 +14,9 @@
 //! Every write is one upsert in one transaction: a refresh that rotates the
 //! refresh token replaces access and refresh token together or not at all,
 //! and concurrent workers see one or the other. Errors carry PostgreSQL's
-//! message and code only (never its `DETAIL`, which may quote a row). Tokens
-//! are not encrypted at rest: the database's access control protects them,
-//! as it protects the runs.
+//! message and code only (never its `DETAIL`, which may quote a row).
+//! Wrapped in a [`SealedTokenStore`](crate::mcp::auth::SealedTokenStore),
+//! the secrets in `record` and `pending` are sealed (SPEC §20).
 
 use super::{col, wall_clock_ms, PostgresStore};
 use crate::mcp::auth::store::{StoreError as TokenError, TokenRecord, TokenStore};

@@ -15,8 +15,9 @@
 //! Every write is one statement in one `IMMEDIATE` transaction: a refresh
 //! that rotates the refresh token replaces access and refresh token together
 //! or not at all. Values are never logged: errors name the table, not the
-//! row. Tokens are not encrypted at rest: the file's permissions protect
-//! them, as they protect the runs (keep the database private to its owner).
+//! row. Wrapped in a [`SealedTokenStore`](crate::mcp::auth::SealedTokenStore),
+//! the secrets in `record` and `pending` are sealed (SPEC §20); the file's
+//! permissions protect the rest, as they protect the runs.
 
 use rusqlite::{params, OptionalExtension};
 
