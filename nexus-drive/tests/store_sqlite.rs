@@ -40,6 +40,11 @@ fn lease_expiry() {
 }
 
 #[test]
+fn heartbeat_keeps_the_claim() {
+    with_db("beat", scenarios::heartbeat_keeps_the_claim);
+}
+
+#[test]
 fn answers_before_claim() {
     with_db("ans", scenarios::answers_before_claim);
 }
