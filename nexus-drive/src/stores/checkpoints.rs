@@ -66,29 +66,6 @@ pub struct Checkpoints<S: ?Sized> {
     writing: Mutex<()>,
 }
 
-/// Tells a heartbeat to stop, at once.
-#[cfg(any(feature = "blocking", feature = "async"))]
-#[derive(Default)]
-struct Stop {
-    stopped: Mutex<bool>,
-    cv: std::sync::Condvar,
-}
-
-#[cfg(any(feature = "blocking", feature = "async"))]
-impl Stop {
-    fn stop(&self) {
-        *lock(&self.stopped) = true;
-        self.cv.notify_all();
-    }
-
-    /// Waits `every`; whether the heartbeat is to stop.
-    fn wait(&self, every: std::time::Duration) -> bool {
-        let guard = lock(&self.stopped);
-        let (guard, _) = self.cv.wait_timeout_while(guard, every, |s| !*s).unwrap_or_else(|e| e.into_inner());
-        *guard
-    }
-}
-
 struct Active {
     lease: Lease,
     cancel: CancelToken,
@@ -182,11 +159,11 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
         let Claim { lease, state, answers, .. } = claim;
         self.check_tap(client.config(), &lease)?;
         let token = self.register(&lease, client.config().cancel_token());
-        let stop = Stop::default();
+        let stop = CancelToken::new();
         let result = std::thread::scope(|scope| {
             scope.spawn(|| self.heartbeat(&lease.run_id, &stop));
             let result = client.with_cancel(token.0).resume(&state, answers);
-            stop.stop();
+            stop.cancel();
             result
         });
         drop(token.1);
@@ -213,13 +190,13 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
         self.check_tap(client.config(), &lease)?;
         let token = self.register(&lease, client.config().cancel_token());
         // The heartbeat's writes block: a thread of its own, not the executor.
-        let stop = Arc::new(Stop::default());
+        let stop = CancelToken::new();
         let beat = {
             let (this, stop, run_id) = (Arc::clone(self), stop.clone(), lease.run_id.clone());
             std::thread::spawn(move || this.heartbeat(&run_id, &stop))
         };
         let result = client.with_cancel(token.0).resume(&state, answers).await;
-        stop.stop();
+        stop.cancel();
         let _ = smol::unblock(move || beat.join()).await;
         drop(token.1);
         let (lease, lost) = self.unregister(lease);
@@ -297,12 +274,12 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
         }
     }
 
-    /// Renews the claim on `run_id` every third of the lease until `stop`;
-    /// a claim found lost is recorded and the resume cancelled.
+    /// Renews the claim on `run_id` every third of the lease until `stop`
+    /// is cancelled; a claim found lost is recorded and the resume cancelled.
     #[cfg(any(feature = "blocking", feature = "async"))]
-    fn heartbeat(&self, run_id: &str, stop: &Stop) {
+    fn heartbeat(&self, run_id: &str, stop: &CancelToken) {
         let every = std::time::Duration::from_millis((self.lease_ms / 3).max(1));
-        while !stop.wait(every) {
+        while !stop.sleep(every) {
             let _writing = lock(&self.writing);
             let mut lease = match lock(&self.active).get(run_id) {
                 Some(a) if a.lost.is_none() => a.lease.clone(),

@@ -275,6 +275,52 @@ pub fn heartbeat_keeps_the_claim(db: &Db) {
     let _ = fs::remove_dir_all(dir);
 }
 
+/// A renewal that finds the claim lost stops the resume before its next
+/// side effect: the tool's result is never sent to the model, nothing more
+/// is written, and the resume ends with the store's conflict.
+pub fn a_lost_claim_stops_the_resume(db: &Db) {
+    let store = db.open();
+    let fake = fake_with(&[("m-lost", ONE_CALL, "never said")]);
+    let url = base_url(&fake);
+    let dir = temp_dir("lost");
+    let s = suspend(&url, "m-lost", 7, ExecLog::new(&dir, "exec"));
+    store.insert_run(&s, None, 0).unwrap();
+    store.record_answer(&s.run_id, &Answer::ok(s.pending[0].id.clone(), None), wall_clock_ms()).unwrap();
+    const LEASE_MS: u64 = 300;
+    let rival = db.open();
+    let run_id = s.run_id.clone();
+    // The tool stalls; meanwhile another worker, whose clock runs far ahead,
+    // takes the run as if the lease had run out.
+    let slow = DynTool::new("charge", "Charges slowly", json!({"type": "object"}), move |_, ctx| {
+        let rival_claim = rival.claim_run(&run_id, wall_clock_ms() + 60_000, 60_000);
+        assert!(rival_claim.is_ok(), "{rival_claim:?}");
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(2 * LEASE_MS);
+        while std::time::Instant::now() < end && !ctx.is_cancelled() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Ok(ToolOutcome::Done(json!("charged 1")))
+    });
+    let ck = Arc::new(Checkpoints::new(store.clone()).with_lease_ms(LEASE_MS));
+    let worker = nexus_drive::blocking::Client::new(
+        nexus_drive::ClientConfig::builder(nexus_drive::Style::OpenAi, "m-lost")
+            .base_url(&url)
+            .api_key(KEY)
+            .seed(7)
+            .dyn_tool(slow)
+            .tap(ck.clone())
+            .build()
+            .unwrap(),
+    );
+    let sent_before = fake.requests_for("m-lost").len();
+    let claim = ck.claim(&s.run_id).unwrap();
+    let e = ck.resume(&worker, claim).unwrap_err();
+    assert!(matches!(&e, DriveError::Store(StoreError::Conflict { .. })), "{e:?}");
+    assert_eq!(fake.requests_for("m-lost").len(), sent_before, "no model call after the claim was lost");
+    let info = &store.list_runs(&RunFilter::new(), wall_clock_ms()).unwrap()[0];
+    assert!(info.is_claimed(wall_clock_ms()), "the rival holds it, untouched by the lost resume");
+    let _ = fs::remove_dir_all(dir);
+}
+
 /// A web handler records answers before any worker claims; workers resume
 /// with them, partially, then wholly; finishing saves the conversation.
 pub fn answers_before_claim(db: &Db) {
