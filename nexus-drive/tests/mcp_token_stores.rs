@@ -55,6 +55,7 @@ fn pending(server: &str) -> PendingAuthorization {
         state: format!("{SECRET}-state"),
         scope: Some("notes".into()),
         iss_required: true,
+        created_at: Some(1_900_000_000),
     }
 }
 
@@ -121,6 +122,14 @@ fn contract(open: &dyn Fn() -> Arc<dyn TokenStore>) {
     assert_eq!(a.get_pending("authorize-notes-1").unwrap(), None);
     assert_eq!(a.get_pending("authorize-docs-1").unwrap().unwrap().server, "docs");
     b.remove_pending("authorize-notes-1").unwrap();
+
+    // Logins begun before a time are swept; newer ones stay.
+    let mut old = pending("old");
+    old.created_at = Some(1_000);
+    a.put_pending("authorize-old-1", &old).unwrap();
+    assert_eq!(b.sweep_pending(1_500_000_000).unwrap(), 1);
+    assert_eq!(a.get_pending("authorize-old-1").unwrap(), None);
+    assert!(a.get_pending("authorize-docs-1").unwrap().is_some(), "begun after the time");
 
     // Nothing secret in Debug output.
     let shown = format!("{a:?} {b:?} {:?} {:?}", a.get("docs", "https://as1").unwrap(), pending("x"));

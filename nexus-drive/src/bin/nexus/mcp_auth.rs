@@ -22,7 +22,7 @@ use std::time::Duration;
 use nexus_drive::mcp::auth::config::oauth_clients;
 use nexus_drive::mcp::auth::seal::KEY_ENV;
 use nexus_drive::mcp::auth::{
-    Authorizer, FileTokenStore, KeyRing, LoopbackBrowser, OAuthClient, SealedTokenStore, TokenStore,
+    AuthError, Authorizer, FileTokenStore, KeyRing, LoopbackBrowser, OAuthClient, SealedTokenStore, TokenStore,
 };
 use nexus_drive::mcp::{McpOptions, McpTools, ServerConfig, Transport};
 use nexus_proto::{Answer, Run};
@@ -174,11 +174,22 @@ pub fn settle(configs: &[ServerConfig], state: &[u8], answers: Vec<Answer>) -> R
             run.settle_host(&answer.id, Vec::new()).map_err(|e| Fail::runtime(e.to_string()))?;
             continue;
         }
-        if let Err(e) = auth.complete(answer) {
-            return Err(Fail::runtime(format!(
-                "MCP server {server:?}: {e}; the run is still suspended on {} and nothing was changed",
-                answer.id
-            )));
+        match auth.complete(answer) {
+            Ok(()) => {}
+            // Its secrets are gone: no redirect can complete it any more.
+            Err(e @ AuthError::Expired { .. }) => {
+                return Err(Fail::runtime(format!(
+                    "{e}; the run is still suspended on {id}: answer it with {{\"id\": \"{id}\", \"ok\": false}} \
+                     to go on without the server's tools, or start a new run to log in again",
+                    id = answer.id
+                )))
+            }
+            Err(e) => {
+                return Err(Fail::runtime(format!(
+                    "MCP server {server:?}: {e}; the run is still suspended on {} and nothing was changed",
+                    answer.id
+                )))
+            }
         }
         let mut options = McpOptions::default();
         options.driver.auth = Some(auth.clone());

@@ -375,6 +375,10 @@ impl TokenStore for SealedTokenStore {
     fn remove_pending(&self, id: &str) -> Result<(), StoreError> {
         self.inner.remove_pending(id)
     }
+
+    fn sweep_pending(&self, created_before: u64) -> Result<usize, StoreError> {
+        self.inner.sweep_pending(created_before)
+    }
 }
 
 #[cfg(test)]
