@@ -92,3 +92,21 @@ fn run_authorizes_on_loopback_then_reuses_the_stored_token() {
         assert!(!a.contains(&token), "the access token leaked into {a:?}");
     }
 }
+
+#[test]
+fn a_token_key_that_does_not_parse_is_a_usage_error_naming_it() {
+    let dir = scratch("mcp-oauth-bad-key");
+    // Nothing listens there: the key is read before any server is reached.
+    let cfg = write_json(
+        &dir,
+        "mcp.json",
+        &json!({"mcpServers": {"notes": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}),
+    );
+    let tokens = dir.join("tokens.json");
+    let mut cmd = nexus(&dir, None);
+    cmd.args(["tools", "--mcp", &cfg]).env("NEXUS_MCP_TOKENS", &tokens).env("NEXUS_TOKEN_KEY", "not-a-key");
+    let out = run(cmd).expect(2);
+    assert!(out.stderr.contains("NEXUS_TOKEN_KEY") && out.stderr.contains("tokens.json"), "{}", out.stderr);
+    assert!(!out.stderr.contains("not-a-key"), "the value is not echoed: {}", out.stderr);
+    assert!(!tokens.with_extension("key").exists(), "no key file is made when a key is given");
+}

@@ -255,16 +255,7 @@ pub fn heartbeat_keeps_the_claim(db: &Db) {
         Ok(ToolOutcome::Done(json!("charged 1")))
     });
     let ck = Arc::new(Checkpoints::new(store.clone()).with_lease_ms(LEASE_MS));
-    let worker = nexus_drive::blocking::Client::new(
-        nexus_drive::ClientConfig::builder(nexus_drive::Style::OpenAi, "m-beat")
-            .base_url(&url)
-            .api_key(KEY)
-            .seed(6)
-            .dyn_tool(slow)
-            .tap(ck.clone())
-            .build()
-            .unwrap(),
-    );
+    let worker = client_with_tool(&url, "m-beat", 6, slow, ck.clone());
     store.record_answer(&s.run_id, &Answer::ok(s.pending[0].id.clone(), None), wall_clock_ms()).unwrap();
     let claim = ck.claim(&s.run_id).unwrap();
     let r = ck.resume(&worker, claim).unwrap();
@@ -301,16 +292,7 @@ pub fn a_lost_claim_stops_the_resume(db: &Db) {
         Ok(ToolOutcome::Done(json!("charged 1")))
     });
     let ck = Arc::new(Checkpoints::new(store.clone()).with_lease_ms(LEASE_MS));
-    let worker = nexus_drive::blocking::Client::new(
-        nexus_drive::ClientConfig::builder(nexus_drive::Style::OpenAi, "m-lost")
-            .base_url(&url)
-            .api_key(KEY)
-            .seed(7)
-            .dyn_tool(slow)
-            .tap(ck.clone())
-            .build()
-            .unwrap(),
-    );
+    let worker = client_with_tool(&url, "m-lost", 7, slow, ck.clone());
     let sent_before = fake.requests_for("m-lost").len();
     let claim = ck.claim(&s.run_id).unwrap();
     let e = ck.resume(&worker, claim).unwrap_err();
@@ -319,6 +301,25 @@ pub fn a_lost_claim_stops_the_resume(db: &Db) {
     let info = &store.list_runs(&RunFilter::new(), wall_clock_ms()).unwrap()[0];
     assert!(info.is_claimed(wall_clock_ms()), "the rival holds it, untouched by the lost resume");
     let _ = fs::remove_dir_all(dir);
+}
+
+/// A client of the fake at `url` with `tool` as its only tool, resuming through `ck`.
+fn client_with_tool(
+    url: &str,
+    model: &str,
+    seed: u64,
+    tool: nexus_drive::DynTool,
+    ck: Arc<dyn nexus_drive::cassette::Tap>,
+) -> nexus_drive::blocking::Client {
+    let config = nexus_drive::ClientConfig::builder(nexus_drive::Style::OpenAi, model)
+        .base_url(url)
+        .api_key(KEY)
+        .seed(seed)
+        .dyn_tool(tool)
+        .tap(ck)
+        .build()
+        .unwrap();
+    nexus_drive::blocking::Client::new(config)
 }
 
 /// A web handler records answers before any worker claims; workers resume
