@@ -93,11 +93,25 @@ fn run_suspends_on_the_authorization_and_resume_in_another_process_completes_it(
     }
     let listed = run({
         let mut c = nexus(&dir, None);
-        c.args(["runs", "--store", &store, "--json"]);
+        c.args(["runs", "--store", &store, "--json"]).env("NEXUS_MCP_TOKENS", &tokens);
         c
     })
     .expect(0);
     assert!(listed.stdout.contains(&run_id) && listed.stdout.contains("authorization"), "{}", listed.stdout);
+    // The pending login is listed with its expiry, 15 minutes after it began.
+    let login = &listed.json()[0]["logins"][0];
+    assert_eq!(login["id"], request_id.as_str(), "{}", listed.stdout);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let at = login["expiresAt"].as_u64().unwrap_or_default();
+    assert!(at > now + 14 * 60 && at <= now + 15 * 60, "{login}");
+    assert_eq!(login["expired"], false);
+    let text = run({
+        let mut c = nexus(&dir, None);
+        c.args(["runs", "--store", &store]).env("NEXUS_MCP_TOKENS", &tokens);
+        c
+    })
+    .expect(0);
+    assert!(text.stdout.contains("(login expires in 15 min)"), "{}", text.stdout);
 
     // The scripted browser: the authorization server approves at once and
     // redirects to the redirect URI (nobody needs to listen there).

@@ -23,6 +23,7 @@ use nexus_drive::mcp::auth::config::oauth_clients;
 use nexus_drive::mcp::auth::seal::KEY_ENV;
 use nexus_drive::mcp::auth::{
     AuthError, Authorizer, FileTokenStore, KeyRing, LoopbackBrowser, OAuthClient, SealedTokenStore, TokenStore,
+    DEFAULT_PENDING_TTL,
 };
 use nexus_drive::mcp::{McpOptions, McpTools, ServerConfig, Transport};
 use nexus_proto::{Answer, Run};
@@ -203,6 +204,14 @@ pub fn settle(configs: &[ServerConfig], state: &[u8], answers: Vec<Answer>) -> R
             .map_err(|e| Fail::runtime(format!("MCP server {server:?}: {e}")))?;
     }
     Ok((run.snapshot(), rest))
+}
+
+/// When the pending login `id` expires (unix seconds), if the token store
+/// holds it with its start (SPEC §20.3). Its start is not sealed: read
+/// without the key (listing runs neither needs one nor makes one).
+pub fn login_expiry(id: &str) -> Result<Option<u64>, Fail> {
+    let pending = FileTokenStore::new(token_file()).get_pending(id).map_err(|e| Fail::runtime(e.to_string()))?;
+    Ok(pending.and_then(|p| p.created_at).map(|t| t.saturating_add(DEFAULT_PENDING_TTL.as_secs())))
 }
 
 fn token_file() -> PathBuf {

@@ -316,8 +316,9 @@ impl Store {
 /// List the suspended runs a store holds
 ///
 /// Lists the suspended runs STORE holds: one line per run with its id, whether
-/// a resume holds it, and what it waits for (kind and request id). With --json,
-/// an array of {runId, claimed, version, pending}.
+/// a resume holds it, what it waits for (kind and request id) and when a
+/// pending MCP login expires. With --json, an array of {runId, claimed,
+/// version, pending, logins: [{id, expiresAt, expired}]}.
 #[derive(clap::Args)]
 pub struct RunsArgs {
     /// The store: sqlite:PATH, dir:PATH or a directory path (as given to nexus run --store).
@@ -332,20 +333,45 @@ pub struct RunsArgs {
 pub fn runs_main(args: RunsArgs) -> Result<i32, Fail> {
     let spec = &args.store;
     let runs = Store::open(spec, false)?.list()?;
+    let now = wall_clock_ms() / 1000;
     if args.json {
-        let list: Vec<Value> = runs
-            .iter()
-            .map(|r| json!({"runId": r.run_id, "claimed": r.claimed, "version": r.version, "pending": r.pending}))
-            .collect();
+        let mut list = Vec::with_capacity(runs.len());
+        for r in &runs {
+            let logins: Vec<Value> = logins(r)?
+                .into_iter()
+                .map(|(id, at)| json!({"id": id, "expiresAt": at, "expired": at <= now}))
+                .collect();
+            list.push(json!({
+                "runId": r.run_id, "claimed": r.claimed, "version": r.version, "pending": r.pending, "logins": logins
+            }));
+        }
         out(&Value::Array(list).to_string());
         return Ok(0);
     }
     for r in &runs {
-        let waits: Vec<String> = r.pending.iter().map(|q| format!("{}:{}", q.kind, q.id)).collect();
+        let mut waits: Vec<String> = r.pending.iter().map(|q| format!("{}:{}", q.kind, q.id)).collect();
+        for (_, at) in logins(r)? {
+            waits.push(match at.checked_sub(now).filter(|left| *left > 0) {
+                Some(left) => format!("(login expires in {} min)", left.div_ceil(60)),
+                None => "(login expired)".to_string(),
+            });
+        }
         let state = if r.claimed { "claimed" } else { "waiting" };
         out(&format!("{}\t{state}\t{}", r.run_id, waits.join(" ")));
     }
     Ok(0)
+}
+
+/// The run's pending MCP logins whose start the token store knows, with
+/// when each expires (unix seconds).
+fn logins(r: &Listed) -> Result<Vec<(String, u64)>, Fail> {
+    let mut found = Vec::new();
+    for q in r.pending.iter().filter(|q| q.kind == "authorization") {
+        if let Some(at) = crate::mcp_auth::login_expiry(&q.id)? {
+            found.push((q.id.clone(), at));
+        }
+    }
+    Ok(found)
 }
 
 #[cfg(test)]
