@@ -184,6 +184,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod config;
 pub mod error;
 pub mod event;
@@ -207,6 +208,7 @@ pub mod time;
 pub mod tool;
 pub mod translate;
 
+pub use agent::{AgentReport, AgentSpec, Agents};
 pub use config::{RetryPolicy, RunConfig};
 pub use error::{
     DecodeError, GateError, InputError, ProviderError, RemoteError, RunError, StateError, TransportErrorKind,
