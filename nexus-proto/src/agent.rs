@@ -510,7 +510,8 @@ impl Run {
                 }
             }
         }
-        if suspended {
+        if suspended || completed {
+            // The tree's outstanding set changed: say it again once settled.
             batch.announced = false;
         }
         match found {
@@ -626,9 +627,13 @@ impl Run {
             self.finish_failed_deadline();
             return Ok(());
         }
+        let answer = matches!(input, Input::Answer(_));
         if let Some(child) = self.child_at(index) {
             // Checked above: the child takes it.
             let _ = child.handle_input(now, input);
+        }
+        if let (true, Phase::Tools { batch }) = (answer, &mut self.state.phase) {
+            batch.announced = false;
         }
         Ok(())
     }
