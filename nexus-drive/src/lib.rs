@@ -216,6 +216,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod agent;
 mod cancel;
 pub mod cassette;
 pub mod config;
@@ -244,6 +245,7 @@ pub mod serve;
 #[cfg(feature = "skills")]
 pub mod skills;
 
+pub use agent::AgentTool;
 pub use cancel::CancelToken;
 pub use config::{ClientBuilder, ClientConfig, FailureInfo, RetryDecision};
 pub use error::DriveError;

@@ -325,6 +325,23 @@ impl Run {
         child.request_owner(rest).map(|p| if p.is_empty() { head.to_string() } else { qualify(head, &p) })
     }
 
+    /// The agent names along the agent path `path` (delegating call ids
+    /// joined by `/`), from this run's child down; `None` when no live
+    /// child is there. A driver serves a qualified tool call with the tools
+    /// of the agent that made it: the names along the call id's path.
+    pub fn agent_names(&self, path: &str) -> Option<Vec<String>> {
+        let (head, rest) = match path.split_once(PATH_SEPARATOR) {
+            Some((h, r)) => (h, Some(r)),
+            None => (path, None),
+        };
+        let (_, name, child) = self.children().find(|(c, _, _)| *c == head)?;
+        let mut names = vec![name.to_string()];
+        if let Some(rest) = rest {
+            names.extend(child.agent_names(rest)?);
+        }
+        Some(names)
+    }
+
     /// The live children: (delegating call id, agent name, run).
     fn children(&self) -> impl Iterator<Item = (&str, &str, &Run)> {
         let calls = match &self.state.phase {
