@@ -56,8 +56,9 @@ impl AgentTool {
 
     /// An agent whose child runs with `config` (its tools and agents are
     /// given here, not in the config).
-    pub fn from_config(name: &str, description: impl Into<String>, config: RunConfig) -> AgentTool {
+    pub fn from_config(name: &str, description: impl Into<String>, mut config: RunConfig) -> AgentTool {
         let base_url_set = config.base_url != config.style.default_base_url();
+        config.agents = None;
         AgentTool {
             spec: AgentSpec::new(name, description, config),
             base_url_set,
@@ -125,6 +126,11 @@ impl AgentTool {
     /// The tool name.
     pub fn name(&self) -> &str {
         &self.spec.name
+    }
+
+    /// The tool declaration a run on `parent` gives its model for this agent.
+    pub fn spec_decl(&self, parent: &RunConfig) -> nexus_proto::ToolDecl {
+        self.spec(parent).decl()
     }
 
     /// The first tool that could not be added, if any.

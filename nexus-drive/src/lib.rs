@@ -217,6 +217,8 @@
 #![forbid(unsafe_code)]
 
 mod agent;
+#[cfg(feature = "skills")]
+pub mod agent_files;
 mod cancel;
 pub mod cassette;
 pub mod config;

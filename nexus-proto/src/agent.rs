@@ -413,7 +413,8 @@ impl Run {
 
     /// Model calls in flight across the tree.
     fn tree_inflight(&self) -> usize {
-        usize::from(self.inflight_exchange().is_some()) + self.children().map(|(_, _, c)| c.tree_inflight()).sum::<usize>()
+        usize::from(self.inflight_exchange().is_some())
+            + self.children().map(|(_, _, c)| c.tree_inflight()).sum::<usize>()
     }
 
     /// Whether a new model call may start here now (false while a child
@@ -441,7 +442,10 @@ impl Run {
 
     fn new_child(&mut self, spec: &AgentSpec, e: &Entry, depth: u32, max_depth: u32) -> Result<Run, String> {
         if depth > max_depth {
-            return Err(format!("agent {} not started: the delegation depth limit ({max_depth}) is reached", spec.name));
+            return Err(format!(
+                "agent {} not started: the delegation depth limit ({max_depth}) is reached",
+                spec.name
+            ));
         }
         if e.call.id.contains(PATH_SEPARATOR) {
             return Err(format!("agent {} not started: its call id contains {PATH_SEPARATOR:?}", spec.name));
@@ -507,10 +511,13 @@ impl Run {
                         break;
                     }
                     Output::Done(outcome) => {
-                        let (call_id, name) = (e.call.id.clone(), match &e.state {
-                            CallState::Agent { agent, .. } => agent.clone(),
-                            _ => String::new(),
-                        });
+                        let (call_id, name) = (
+                            e.call.id.clone(),
+                            match &e.state {
+                                CallState::Agent { agent, .. } => agent.clone(),
+                                _ => String::new(),
+                            },
+                        );
                         let CallState::Agent { child, .. } = std::mem::replace(
                             &mut e.state,
                             CallState::Completed { result: ToolResult::ok(String::new()) },

@@ -166,10 +166,7 @@ fn two_children_in_one_turn_one_suspends_while_the_other_and_a_sibling_tool_comp
 /// OpenAI → Anthropic → Gemini, the grandchild asking.
 fn grandchild() -> Tree {
     let helper = agent("helper", Style::Anthropic);
-    let helper = nexus_proto::AgentSpec {
-        config: helper.config.with_agent(agent("deep", Style::Gemini)),
-        ..helper
-    };
+    let helper = nexus_proto::AgentSpec { config: helper.config.with_agent(agent("deep", Style::Gemini)), ..helper };
     let cfg = config(Style::OpenAi, "").with_agent(helper);
     let run = Run::new(cfg, tools(), vec![Message::user("go")]).unwrap();
     Tree::new(

@@ -99,12 +99,8 @@ struct Ending {
 }
 
 fn ending(t: &Tree, outcome: Outcome) -> Ending {
-    let mut reports: Vec<_> = t
-        .run
-        .agent_reports()
-        .into_iter()
-        .map(|r| (r.path, r.name, r.turns, r.usage.total_tokens, r.status))
-        .collect();
+    let mut reports: Vec<_> =
+        t.run.agent_reports().into_iter().map(|r| (r.path, r.name, r.turns, r.usage.total_tokens, r.status)).collect();
     reports.sort();
     let mut completed = t.completed.clone();
     completed.sort();

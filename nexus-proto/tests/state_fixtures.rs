@@ -176,7 +176,10 @@ fn suspended_tree() -> tree::Tree {
             (
                 "",
                 Style::OpenAi,
-                script(vec![vec![delegate("call_p1", "helper", "go deep"), delegate("call_p2", "quick", "now")]], "top done"),
+                script(
+                    vec![vec![delegate("call_p1", "helper", "go deep"), delegate("call_p2", "quick", "now")]],
+                    "top done",
+                ),
             ),
             ("helper", Style::Anthropic, script(vec![vec![delegate("toolu_h1", "deep", "ask")]], "helper done")),
             ("deep", Style::Gemini, script(vec![vec![call("ignored", "approve")]], "deep done")),
@@ -199,10 +202,7 @@ fn write_the_agent_tree_fixture_when_asked() {
 #[test]
 fn the_agent_tree_fixture_is_what_this_build_writes_and_finishes_after_an_answer_by_path() {
     let stored = std::fs::read(dir().join(TREE_FIXTURE)).unwrap_or_else(|e| panic!("{TREE_FIXTURE}: {e}"));
-    assert_eq!(
-        String::from_utf8(suspended_tree().run.snapshot()).unwrap(),
-        String::from_utf8(stored.clone()).unwrap()
-    );
+    assert_eq!(String::from_utf8(suspended_tree().run.snapshot()).unwrap(), String::from_utf8(stored.clone()).unwrap());
     let run = Run::restore(&stored).unwrap();
     assert_eq!(run.snapshot(), stored, "byte-identical round trip");
     let reqs = run.outstanding();

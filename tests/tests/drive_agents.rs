@@ -110,13 +110,10 @@ fn two_children_in_one_turn_answered_in_process_both_finish(d: Drv) {
     let owners = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = owners.clone();
     let (b, events) = Events::record(
-        builder(&fake, Style::Anthropic, "m-parent", false)
-            .agent(helper)
-            .agent(quick)
-            .wait_for(move |r: Request| {
-                seen.lock().unwrap().push(r.id.clone());
-                Answer::ok(r.id, None)
-            }),
+        builder(&fake, Style::Anthropic, "m-parent", false).agent(helper).agent(quick).wait_for(move |r: Request| {
+            seen.lock().unwrap().push(r.id.clone());
+            Answer::ok(r.id, None)
+        }),
     );
     let r = d.client(b.build().unwrap()).run("split it").unwrap();
     assert_eq!(r.status, RunStatus::Done, "{r:?}");

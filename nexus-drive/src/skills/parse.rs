@@ -154,6 +154,47 @@ pub(crate) fn front_matter(yaml: &str, folder: Option<&str>) -> Result<FrontMatt
     Ok(FrontMatter { name, description, license, compatibility, metadata, allowed_tools })
 }
 
+/// A front matter field as read for other Markdown-with-front-matter
+/// files (agent definitions): a scalar as written, a list of scalars, or
+/// something else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Field {
+    Text(String),
+    List(Vec<String>),
+    Other,
+}
+
+/// The front matter's top-level fields, each as a [`Field`]; null values
+/// are left out (they mean "not given").
+pub(crate) fn fields(yaml: &str) -> Result<BTreeMap<String, Field>, Problem> {
+    let mut parser = Parser::new_from_str(yaml);
+    let mut loader: YamlLoader<'_, Yaml<'_>> = YamlLoader::default();
+    loader.early_parse(false);
+    parser.load(&mut loader, false).map_err(|e| Problem::whole(format!("invalid YAML front matter: {e}")))?;
+    if let Some(e) = loader.error() {
+        return Err(Problem::whole(format!("invalid YAML front matter: {e}")));
+    }
+    let Some(Yaml::Mapping(map)) = loader.into_documents().into_iter().next() else {
+        return Err(Problem::whole("the front matter is not a YAML mapping of fields"));
+    };
+    let mut out = BTreeMap::new();
+    for (k, v) in &map {
+        let Some(key) = scalar(k) else { continue };
+        if is_null(v) {
+            continue;
+        }
+        let field = match v {
+            Yaml::Sequence(items) => match items.iter().map(scalar).collect::<Option<Vec<_>>>() {
+                Some(list) => Field::List(list),
+                None => Field::Other,
+            },
+            other => scalar(other).map_or(Field::Other, Field::Text),
+        };
+        out.insert(key, field);
+    }
+    Ok(out)
+}
+
 /// The format's name rules: 1–64 lowercase letters, digits and hyphens, no
 /// hyphen first, last or twice in a row, and the same as the folder's name.
 /// Letters are Unicode lowercase letters, as in the format's reference
