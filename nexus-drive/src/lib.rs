@@ -263,6 +263,6 @@ pub use tool::{
 };
 
 pub use nexus_proto::{
-    Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, Request, RunError, StopReason, StreamEvent, Style,
-    Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream, Usage,
+    AgentReport, Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, Request, RunError, StopReason, StreamEvent,
+    Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream, Usage,
 };
