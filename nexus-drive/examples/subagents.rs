@@ -17,21 +17,15 @@
 //! `wait_for` the run would return `pending` with one state holding the
 //! whole tree, to be resumed in any process.
 
+mod support;
+
 use nexus_drive::blocking::Client;
 use nexus_drive::{AgentTool, Answer, ClientConfig, DriveError, DynTool, Request, StreamEvent, Style, ToolOutcome};
 use nexus_tests::fake::{FakeProvider, Script, Scripts, Turn};
 use serde_json::{json, Value};
+use support::fake_style;
 
 const KEY: &str = "sk-scripted";
-
-fn fake_style(style: Style) -> nexus_tests::fake::Style {
-    match style {
-        Style::Anthropic => nexus_tests::fake::Style::Anthropic,
-        Style::OpenAi => nexus_tests::fake::Style::OpenAi,
-        Style::Gemini => nexus_tests::fake::Style::Gemini,
-        Style::OpenAiResponses => nexus_tests::fake::Style::OpenAiResponses,
-    }
-}
 
 /// What the three scripted models say and call.
 fn scripts() -> Scripts {
@@ -90,13 +84,13 @@ fn main() -> Result<(), DriveError> {
     eprintln!("# offline: a scripted provider at {}", fake.addr());
 
     let researcher = AgentTool::new("researcher", "Finds facts", Style::Anthropic, "researcher-model")
-        .base_url(fake.base_url(nexus_tests::fake::Style::Anthropic))
+        .base_url(fake.base_url(fake_style(Style::Anthropic)))
         .api_key(KEY)
         .system("You research. Answer in one sentence.")
         .max_turns(4)
         .dyn_tool(lookup());
     let booker = AgentTool::new("booker", "Books tickets", Style::Gemini, "booker-model")
-        .base_url(fake.base_url(nexus_tests::fake::Style::Gemini))
+        .base_url(fake.base_url(fake_style(Style::Gemini)))
         .api_key(KEY)
         .system("You book tickets.")
         .dyn_tool(book());
