@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 both_drivers!(
     a_child_suspension_is_pending_at_the_top_and_a_fresh_client_resumes_it,
     two_children_in_one_turn_answered_in_process_both_finish,
+    a_grandchild_is_served_from_its_own_tools,
 );
 
 /// `approve`: asks first; counts the executions that completed.
@@ -134,5 +135,38 @@ fn two_children_in_one_turn_answered_in_process_both_finish(d: Drv) {
         matches!(e.inner(), StreamEvent::ToolResult { name, result, .. } if name == "meet" && result.output == "met")
     });
     assert!(met, "the quick child's own tool ran");
+    assert!(fake.failures().is_empty(), "{:?}", fake.failures());
+}
+
+fn a_grandchild_is_served_from_its_own_tools(d: Drv) {
+    let fake = FakeProvider::start(
+        Scripts::new(KEY)
+            .model(
+                "m-top",
+                script(vec![Turn::default().call("middle", r#"{"prompt": "go down"}"#), Turn::text("top done")]),
+            )
+            .model(
+                "m-mid",
+                script(vec![Turn::default().call("deep", r#"{"prompt": "measure"}"#), Turn::text("mid done")]),
+            )
+            .model("m-deep", script(vec![Turn::default().call("measure", "{}"), Turn::text("deep says 42")])),
+    );
+    // Only the grandchild has `measure`: a call served from another toolbox would be "Unknown tool".
+    let deep = AgentTool::new("deep", "measures", proto_style(Style::OpenAiResponses), "m-deep")
+        .base_url(fake.base_url(Style::OpenAiResponses))
+        .api_key(KEY)
+        .dyn_tool(ok_tool("measure", |_, ctx| format!("42 (for {})", ctx.call_id())));
+    let middle = AgentTool::new("middle", "delegates", proto_style(Style::Gemini), "m-mid")
+        .base_url(fake.base_url(Style::Gemini))
+        .api_key(KEY)
+        .agent(deep);
+    let r = d.client(builder(&fake, Style::OpenAi, "m-top", false).agent(middle).build().unwrap()).run("go").unwrap();
+    assert_eq!(r.status, RunStatus::Done, "{r:?}");
+    assert_eq!(outputs(&r), vec!["mid done".to_string()]);
+    let deep = r.agents.iter().find(|a| a.name == "deep").expect("the grandchild is reported");
+    assert_eq!(deep.path.matches('/').count(), 1, "{}", deep.path);
+    assert_eq!((deep.turns, deep.status.as_str()), (2, "done"));
+    let body = fake.requests_for("m-deep").last().and_then(|q| q.json.clone()).unwrap_or(Value::Null);
+    assert!(body.to_string().contains("42 (for "), "the grandchild's tool result reached its model: {body}");
     assert!(fake.failures().is_empty(), "{:?}", fake.failures());
 }
