@@ -477,7 +477,7 @@ impl Run {
             return ChildPoll::Idle { until: None, completed: false };
         };
         'calls: for e in &mut batch.calls {
-            let CallState::Agent { child, .. } = &mut e.state else { continue };
+            let CallState::Agent { agent, child } = &mut e.state else { continue };
             let run = &mut child.0;
             loop {
                 run.agent_live.send_slots = Some(slots);
@@ -511,20 +511,9 @@ impl Run {
                         break;
                     }
                     Output::Done(outcome) => {
-                        let (call_id, name) = (
-                            e.call.id.clone(),
-                            match &e.state {
-                                CallState::Agent { agent, .. } => agent.clone(),
-                                _ => String::new(),
-                            },
-                        );
-                        let CallState::Agent { child, .. } = std::mem::replace(
-                            &mut e.state,
-                            CallState::Completed { result: ToolResult::ok(String::new()) },
-                        ) else {
-                            break;
-                        };
-                        let (result, reports) = finish_child(&call_id, &name, &child.0, &outcome);
+                        let (result, reports) = finish_child(&e.call.id, agent, run, &outcome);
+                        let call_id = e.call.id.clone();
+                        // The child's run ends here: its result is the call's.
                         e.state = CallState::Completed { result };
                         self.state.agents.get_or_insert_with(AgentState::default).finished.extend(reports);
                         self.agent_live.routes.retain(|(_, c, _)| *c != call_id);
