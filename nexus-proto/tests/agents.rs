@@ -30,13 +30,13 @@ fn done(stop: Stop) {
 
 /// An OpenAI parent delegating to an Anthropic child whose tool asks first.
 fn one_child() -> Tree {
-    let cfg = config(Style::OpenAi, "").with_agent(agent("helper", Style::Anthropic));
+    let cfg = config(Style::OpenAi, "").with_agent(agent("researcher", Style::Anthropic));
     let run = Run::new(cfg, tools(), vec![Message::user("go")]).unwrap();
     Tree::new(
         run,
         vec![
-            ("", Style::OpenAi, script(vec![vec![delegate("call_p1", "helper", "check it")]], "parent done")),
-            ("helper", Style::Anthropic, script(vec![vec![call("toolu_c1", "approve")]], "child says ok")),
+            ("", Style::OpenAi, script(vec![vec![delegate("call_p1", "researcher", "check it")]], "parent done")),
+            ("researcher", Style::Anthropic, script(vec![vec![call("toolu_c1", "approve")]], "child says ok")),
         ],
     )
 }
@@ -58,7 +58,7 @@ fn a_child_suspension_surfaces_at_the_top_and_resumes_after_a_restore() {
     // Another process: the state alone carries the tree.
     let state = t.run.snapshot();
     let text = String::from_utf8(state.clone()).unwrap();
-    assert!(text.contains(r#""state":"agent","agent":"helper","child":{"format_version":3"#), "{text}");
+    assert!(text.contains(r#""state":"agent","agent":"researcher","child":{"format_version":3"#), "{text}");
     t.run = Run::restore(&state).unwrap();
     assert_eq!(t.run.outstanding(), reqs, "the same requests, owned by the same agent, after the restore");
     t.answer(&reqs[0].id).unwrap();
@@ -71,13 +71,13 @@ fn a_child_suspension_surfaces_at_the_top_and_resumes_after_a_restore() {
     assert_eq!(t.completed, vec!["call_p1/toolu_c1".to_string()]);
     let reports = t.run.agent_reports();
     assert_eq!(reports.len(), 1);
-    assert_eq!((reports[0].path.as_str(), reports[0].name.as_str(), reports[0].turns), ("call_p1", "helper", 2));
+    assert_eq!((reports[0].path.as_str(), reports[0].name.as_str(), reports[0].turns), ("call_p1", "researcher", 2));
     assert_eq!(reports[0].status, "done");
     assert_eq!(t.run.usage().total_tokens, 30, "the parent's own two calls");
     assert_eq!(t.run.tree_usage().total_tokens, 60, "with the child's two");
     // The child spoke Anthropic, the parent OpenAI.
-    assert!(t.sent.iter().any(|(root, body)| root.ends_with("/helper") && body["max_tokens"].is_number()));
-    assert!(t.sent.iter().any(|(root, body)| !root.ends_with("/helper") && body["messages"][0]["role"] == "user"));
+    assert!(t.sent.iter().any(|(root, body)| root.ends_with("/researcher") && body["max_tokens"].is_number()));
+    assert!(t.sent.iter().any(|(root, body)| !root.ends_with("/researcher") && body["messages"][0]["role"] == "user"));
 }
 
 #[test]
@@ -165,15 +165,20 @@ fn two_children_in_one_turn_one_suspends_while_the_other_and_a_sibling_tool_comp
 
 /// OpenAI → Anthropic → Gemini, the grandchild asking.
 fn grandchild() -> Tree {
-    let helper = agent("helper", Style::Anthropic);
-    let helper = nexus_proto::AgentSpec { config: helper.config.with_agent(agent("deep", Style::Gemini)), ..helper };
-    let cfg = config(Style::OpenAi, "").with_agent(helper);
+    let researcher = agent("researcher", Style::Anthropic);
+    let researcher =
+        nexus_proto::AgentSpec { config: researcher.config.with_agent(agent("deep", Style::Gemini)), ..researcher };
+    let cfg = config(Style::OpenAi, "").with_agent(researcher);
     let run = Run::new(cfg, tools(), vec![Message::user("go")]).unwrap();
     Tree::new(
         run,
         vec![
-            ("", Style::OpenAi, script(vec![vec![delegate("call_p1", "helper", "go deep")]], "top done")),
-            ("helper", Style::Anthropic, script(vec![vec![delegate("toolu_h1", "deep", "ask")]], "helper done")),
+            ("", Style::OpenAi, script(vec![vec![delegate("call_p1", "researcher", "go deep")]], "top done")),
+            (
+                "researcher",
+                Style::Anthropic,
+                script(vec![vec![delegate("toolu_r1", "deep", "ask")]], "researcher done"),
+            ),
             ("deep", Style::Gemini, script(vec![vec![call("ignored", "approve")]], "deep done")),
         ],
     )
@@ -184,16 +189,16 @@ fn a_grandchild_suspension_routes_by_its_whole_path() {
     let mut t = grandchild();
     let reqs = suspended(t.drive());
     assert_eq!(reqs.len(), 1, "{reqs:?}");
-    assert!(reqs[0].id.starts_with("call_p1/toolu_h1/pnd_"), "{}", reqs[0].id);
-    assert_eq!(t.run.request_owner(&reqs[0].id).as_deref(), Some("call_p1/toolu_h1"));
-    assert!(t.events.iter().any(|e| e.agent_path() == "call_p1/toolu_h1"));
+    assert!(reqs[0].id.starts_with("call_p1/toolu_r1/pnd_"), "{}", reqs[0].id);
+    assert_eq!(t.run.request_owner(&reqs[0].id).as_deref(), Some("call_p1/toolu_r1"));
+    assert!(t.events.iter().any(|e| e.agent_path() == "call_p1/toolu_r1"));
     t.reload();
     t.answer(&reqs[0].id).unwrap();
     done(t.drive());
     assert_eq!(t.run.final_text(), "top done");
-    assert_eq!(results(&t.run)[0].1, "helper done");
+    assert_eq!(results(&t.run)[0].1, "researcher done");
     let paths: Vec<(String, u32)> = t.run.agent_reports().into_iter().map(|r| (r.path, r.turns)).collect();
-    assert_eq!(paths, vec![("call_p1/toolu_h1".to_string(), 2), ("call_p1".to_string(), 2)]);
+    assert_eq!(paths, vec![("call_p1/toolu_r1".to_string(), 2), ("call_p1".to_string(), 2)]);
     assert_eq!(t.completed.len(), 1);
 }
 
@@ -205,25 +210,25 @@ fn delegation_past_the_depth_limit_is_an_error_result() {
     t.run = Run::new(cfg, tools(), vec![Message::user("go")]).unwrap();
     done(t.drive());
     let deep = t.events.iter().find_map(|e| match e.inner() {
-        StreamEvent::ToolResult { call_id, result, .. } if call_id == "toolu_h1" => Some(result.clone()),
+        StreamEvent::ToolResult { call_id, result, .. } if call_id == "toolu_r1" => Some(result.clone()),
         _ => None,
     });
-    let deep = deep.expect("the helper's delegation got a result");
+    let deep = deep.expect("the researcher's delegation got a result");
     assert!(deep.is_error && deep.output.contains("depth limit (1)"), "{deep:?}");
     assert!(t.sent.iter().all(|(root, _)| !root.ends_with("/deep")), "the grandchild never ran");
 }
 
 #[test]
 fn a_child_that_hits_its_turn_limit_gives_an_error_result_not_an_empty_answer() {
-    let mut spec = agent("helper", Style::Anthropic);
+    let mut spec = agent("researcher", Style::Anthropic);
     spec.config.max_turns = 1;
     let cfg = config(Style::OpenAi, "").with_agent(spec);
     let run = Run::new(cfg, tools(), vec![Message::user("go")]).unwrap();
     let mut t = Tree::new(
         run,
         vec![
-            ("", Style::OpenAi, script(vec![vec![delegate("call_p1", "helper", "loop")]], "parent done")),
-            ("helper", Style::Anthropic, script(vec![vec![call("toolu_1", "echo")]], "never reached")),
+            ("", Style::OpenAi, script(vec![vec![delegate("call_p1", "researcher", "loop")]], "parent done")),
+            ("researcher", Style::Anthropic, script(vec![vec![call("toolu_1", "echo")]], "never reached")),
         ],
     );
     done(t.drive());
@@ -293,7 +298,7 @@ fn cancel_reaches_the_children_and_their_late_responses_are_refused() {
     let mut t = one_child();
     let req = loop {
         match t.run.poll_output() {
-            Output::Send(req) if req.url.contains("/helper") => break req,
+            Output::Send(req) if req.url.contains("/researcher") => break req,
             Output::Send(req) => t.serve(&req),
             Output::Event(_) => {}
             other => panic!("{other:?}"),

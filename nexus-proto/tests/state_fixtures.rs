@@ -166,9 +166,10 @@ const TREE_FIXTURE: &str = "v3-agent-tree-suspended-in-a-grandchild.json";
 /// a sibling agent of the child has already finished.
 fn suspended_tree() -> tree::Tree {
     use tree::{agent, call, config, delegate, script, tools, Tree};
-    let helper = agent("helper", Style::Anthropic);
-    let helper = nexus_proto::AgentSpec { config: helper.config.with_agent(agent("deep", Style::Gemini)), ..helper };
-    let cfg = config(Style::OpenAi, "").with_agent(helper).with_agent(agent("quick", Style::OpenAiResponses));
+    let researcher = agent("researcher", Style::Anthropic);
+    let researcher =
+        nexus_proto::AgentSpec { config: researcher.config.with_agent(agent("deep", Style::Gemini)), ..researcher };
+    let cfg = config(Style::OpenAi, "").with_agent(researcher).with_agent(agent("quick", Style::OpenAiResponses));
     let run = Run::new(cfg, tools(), vec![Message::user("go")]).unwrap();
     let mut t = Tree::new(
         run,
@@ -177,11 +178,15 @@ fn suspended_tree() -> tree::Tree {
                 "",
                 Style::OpenAi,
                 script(
-                    vec![vec![delegate("call_p1", "helper", "go deep"), delegate("call_p2", "quick", "now")]],
+                    vec![vec![delegate("call_p1", "researcher", "go deep"), delegate("call_p2", "quick", "now")]],
                     "top done",
                 ),
             ),
-            ("helper", Style::Anthropic, script(vec![vec![delegate("toolu_h1", "deep", "ask")]], "helper done")),
+            (
+                "researcher",
+                Style::Anthropic,
+                script(vec![vec![delegate("toolu_r1", "deep", "ask")]], "researcher done"),
+            ),
             ("deep", Style::Gemini, script(vec![vec![call("ignored", "approve")]], "deep done")),
             ("quick", Style::OpenAiResponses, script(vec![vec![call("call_q", "echo")]], "quick done")),
         ],
@@ -207,7 +212,7 @@ fn the_agent_tree_fixture_is_what_this_build_writes_and_finishes_after_an_answer
     assert_eq!(run.snapshot(), stored, "byte-identical round trip");
     let reqs = run.outstanding();
     assert_eq!(reqs.len(), 1);
-    assert_eq!(run.request_owner(&reqs[0].id).as_deref(), Some("call_p1/toolu_h1"));
+    assert_eq!(run.request_owner(&reqs[0].id).as_deref(), Some("call_p1/toolu_r1"));
     let mut t = suspended_tree();
     t.run = run;
     t.executed.clear();
@@ -218,5 +223,5 @@ fn the_agent_tree_fixture_is_what_this_build_writes_and_finishes_after_an_answer
     assert_eq!(t.executed.len(), 1, "{:?}", t.executed);
     assert!(t.executed[0].1);
     let outputs: Vec<String> = t.run.tool_calls().into_iter().map(|c| c.output).collect();
-    assert_eq!(outputs, vec!["helper done".to_string(), "quick done".to_string()]);
+    assert_eq!(outputs, vec!["researcher done".to_string(), "quick done".to_string()]);
 }

@@ -32,8 +32,8 @@ fn approve(done: Arc<AtomicUsize>) -> DynTool {
     })
 }
 
-fn helper(fake: &FakeProvider, done: Arc<AtomicUsize>) -> AgentTool {
-    AgentTool::new("helper", "does what it is asked, carefully", proto_style(Style::Anthropic), "m-child")
+fn researcher(fake: &FakeProvider, done: Arc<AtomicUsize>) -> AgentTool {
+    AgentTool::new("researcher", "does what it is asked, carefully", proto_style(Style::Anthropic), "m-child")
         .base_url(fake.base_url(Style::Anthropic))
         .api_key(KEY)
         .system("You help.")
@@ -46,14 +46,15 @@ fn a_child_suspension_is_pending_at_the_top_and_a_fresh_client_resumes_it(d: Drv
             .model(
                 "m-parent",
                 script(vec![
-                    Turn::default().call("helper", r#"{"prompt": "get it approved"}"#),
+                    Turn::default().call("researcher", r#"{"prompt": "get it approved"}"#),
                     Turn::text("parent done"),
                 ]),
             )
             .model("m-child", script(vec![Turn::default().call("approve", "{}"), Turn::text("child says approved")])),
     );
     let done = Arc::new(AtomicUsize::new(0));
-    let cfg = || builder(&fake, Style::OpenAi, "m-parent", false).agent(helper(&fake, done.clone())).build().unwrap();
+    let cfg =
+        || builder(&fake, Style::OpenAi, "m-parent", false).agent(researcher(&fake, done.clone())).build().unwrap();
 
     let r = d.client(cfg()).run("delegate it").unwrap();
     assert_eq!(r.status, RunStatus::Pending);
@@ -62,7 +63,7 @@ fn a_child_suspension_is_pending_at_the_top_and_a_fresh_client_resumes_it(d: Drv
     let (call, rest) = id.split_once('/').expect("a qualified id");
     assert!(rest.starts_with("pnd_"), "{id}");
     assert_eq!(r.agents.len(), 1);
-    assert_eq!((r.agents[0].path.as_str(), r.agents[0].name.as_str()), (call, "helper"));
+    assert_eq!((r.agents[0].path.as_str(), r.agents[0].name.as_str()), (call, "researcher"));
     assert_eq!(r.agents[0].status, "pending");
     assert_eq!(done.load(Ordering::SeqCst), 0);
     let state = r.suspended.expect("a pending result carries its state").state;
@@ -90,18 +91,18 @@ fn two_children_in_one_turn_answered_in_process_both_finish(d: Drv) {
                 "m-parent",
                 script(vec![
                     Turn::default()
-                        .call("helper", r#"{"prompt": "ask"}"#)
+                        .call("researcher", r#"{"prompt": "ask"}"#)
                         .call("quick", r#"{"prompt": "meet at the gate"}"#),
                     Turn::text("both back"),
                 ]),
             )
-            .model("m-child", script(vec![Turn::default().call("approve", "{}"), Turn::text("helper done")]))
+            .model("m-child", script(vec![Turn::default().call("approve", "{}"), Turn::text("researcher done")]))
             .model("m-quick", script(vec![Turn::default().call("meet", "{}"), Turn::text("quick done")])),
     );
     let done = Arc::new(AtomicUsize::new(0));
     let meet = ok_tool("meet", |_, _| "met".into());
     let approve_gated = approve(done.clone());
-    let helper = AgentTool::new("helper", "asks", proto_style(Style::Anthropic), "m-child")
+    let researcher = AgentTool::new("researcher", "asks", proto_style(Style::Anthropic), "m-child")
         .base_url(fake.base_url(Style::Anthropic))
         .dyn_tool(approve_gated);
     let quick = AgentTool::new("quick", "meets", proto_style(Style::Gemini), "m-quick")
@@ -110,22 +111,23 @@ fn two_children_in_one_turn_answered_in_process_both_finish(d: Drv) {
         .dyn_tool(meet);
     let owners = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = owners.clone();
-    let (b, events) = Events::record(
-        builder(&fake, Style::Anthropic, "m-parent", false).agent(helper).agent(quick).wait_for(move |r: Request| {
-            seen.lock().unwrap().push(r.id.clone());
-            Answer::ok(r.id, None)
-        }),
-    );
+    let (b, events) =
+        Events::record(builder(&fake, Style::Anthropic, "m-parent", false).agent(researcher).agent(quick).wait_for(
+            move |r: Request| {
+                seen.lock().unwrap().push(r.id.clone());
+                Answer::ok(r.id, None)
+            },
+        ));
     let r = d.client(b.build().unwrap()).run("split it").unwrap();
     assert_eq!(r.status, RunStatus::Done, "{r:?}");
-    assert_eq!(outputs(&r), vec!["helper done".to_string(), "quick done".to_string()], "results in call order");
+    assert_eq!(outputs(&r), vec!["researcher done".to_string(), "quick done".to_string()], "results in call order");
     assert_eq!(done.load(Ordering::SeqCst), 1);
     let owners = owners.lock().unwrap().clone();
     assert_eq!(owners.len(), 1, "{owners:?}");
     assert!(owners[0].split('/').nth(1).is_some_and(|s| s.starts_with("pnd_")), "{owners:?}");
     let mut agents: Vec<(String, u32)> = r.agents.iter().map(|a| (a.name.clone(), a.turns)).collect();
     agents.sort();
-    assert_eq!(agents, vec![("helper".to_string(), 2), ("quick".to_string(), 2)]);
+    assert_eq!(agents, vec![("researcher".to_string(), 2), ("quick".to_string(), 2)]);
     // Events name their agent; the top run's are unwrapped.
     let events = events.recorded();
     assert!(events.iter().any(|e| !e.agent_path().is_empty()

@@ -12,7 +12,7 @@ use crate::run::{Input, Output, Run};
 use crate::suspend::{Answer, Request, ToolReply, ToolResult};
 use crate::time::Timestamp;
 
-/// OpenAI top → Anthropic `helper` → Gemini `deep`, the grandchild waiting
+/// OpenAI top → Anthropic `researcher` → Gemini `deep`, the grandchild waiting
 /// on an approval; the OpenAI Responses sibling `quick` finished.
 const TREE: &[u8] = include_bytes!("../../tests/fixtures/state/v3-agent-tree-suspended-in-a-grandchild.json");
 
@@ -75,7 +75,7 @@ impl Driver {
                 Output::Send(req) => {
                     let style = if req.url.contains("/deep") {
                         Style::Gemini
-                    } else if req.url.contains("/helper") {
+                    } else if req.url.contains("/researcher") {
                         Style::Anthropic
                     } else if req.url.contains("/quick") {
                         Style::OpenAiResponses
@@ -105,7 +105,7 @@ impl Driver {
         let pick = |u: &mut Unstructured<'_>, ids: &[String]| -> arbitrary::Result<Option<String>> {
             Ok(if ids.is_empty() { None } else { Some(ids[u.choose_index(ids.len())?].clone()) })
         };
-        let base = pick(u, &outstanding)?.unwrap_or_else(|| "call_p1/toolu_h1/pnd_x".into());
+        let base = pick(u, &outstanding)?.unwrap_or_else(|| "call_p1/toolu_r1/pnd_x".into());
         let id = match u.int_in_range(0..=7)? {
             0..=2 => base,
             3 => base.split_once('/').map_or(base.clone(), |(_, rest)| rest.to_string()),
@@ -139,7 +139,7 @@ impl Driver {
             self.running.remove(u.choose_index(self.running.len())?)
         } else {
             match u.int_in_range(0..=2)? {
-                0 => "call_p1/toolu_h1/nope".to_string(),
+                0 => "call_p1/toolu_r1/nope".to_string(),
                 1 => "call_p2/call_q".to_string(),
                 _ => u.arbitrary()?,
             }
