@@ -127,7 +127,7 @@ fn two_children_in_one_turn_answered_in_process_both_finish(d: Drv) {
     assert!(owners[0].split('/').nth(1).is_some_and(|s| s.starts_with("pnd_")), "{owners:?}");
     let mut agents: Vec<(String, u32)> = r.agents.iter().map(|a| (a.name.clone(), a.turns)).collect();
     agents.sort();
-    assert_eq!(agents, vec![("researcher".to_string(), 2), ("quick".to_string(), 2)]);
+    assert_eq!(agents, vec![("quick".to_string(), 2), ("researcher".to_string(), 2)]);
     // Events name their agent; the top run's are unwrapped.
     let events = events.recorded();
     assert!(events.iter().any(|e| !e.agent_path().is_empty()
