@@ -217,6 +217,9 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod agent;
+#[cfg(feature = "skills")]
+pub mod agent_files;
 mod cancel;
 pub mod cassette;
 pub mod config;
@@ -245,6 +248,7 @@ pub mod serve;
 #[cfg(feature = "skills")]
 pub mod skills;
 
+pub use agent::AgentTool;
 pub use cancel::CancelToken;
 pub use config::{ClientBuilder, ClientConfig, FailureInfo, RetryDecision};
 pub use error::DriveError;
@@ -260,6 +264,6 @@ pub use tool::{
 };
 
 pub use nexus_proto::{
-    Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, Request, RunError, StopReason, StreamEvent, Style,
-    Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream, Usage,
+    AgentReport, Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, Request, RunError, StopReason, StreamEvent,
+    Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream, Usage,
 };
