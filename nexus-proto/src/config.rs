@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::context::ContextPolicy;
 use crate::failover::{FailoverPolicy, Upstream};
 use crate::provider::{Style, RESERVED_PARAMS};
 use crate::time::Timestamp;
@@ -82,6 +83,10 @@ pub struct RunConfig {
     /// When a failed call moves on to the next upstream.
     #[serde(default, skip_serializing_if = "is_default_failover")]
     pub failover: FailoverPolicy,
+    /// The context budget: windows, compaction and tool-result caps (none:
+    /// requests are sent as the transcript stands, with no budget). Format 3 on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ContextPolicy>,
 }
 
 fn is_default_failover(p: &FailoverPolicy) -> bool {
@@ -108,6 +113,7 @@ impl RunConfig {
             run_id: None,
             fallbacks: Vec::new(),
             failover: FailoverPolicy::default(),
+            context: None,
         }
     }
 
@@ -163,6 +169,9 @@ impl RunConfig {
         }
         if self.max_turns == 0 {
             return Err(InputError::Config("max_turns must be at least 1".into()));
+        }
+        if let Some(why) = self.context.as_ref().and_then(|c| c.validate().err()) {
+            return Err(InputError::Config(format!("context: {why}")));
         }
         if let Some((k, _)) = self.headers.iter().find(|(k, _)| crate::http::is_secret_header(k)) {
             return Err(InputError::Config(format!(

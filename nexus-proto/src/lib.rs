@@ -185,6 +185,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod context;
 pub mod error;
 pub mod event;
 pub mod failover;
@@ -208,6 +209,7 @@ pub mod tool;
 pub mod translate;
 
 pub use config::{RetryPolicy, RunConfig};
+pub use context::{ClearToolUses, Compaction, ContextItem, ContextPolicy};
 pub use error::{
     DecodeError, GateError, InputError, ProviderError, RemoteError, RunError, StateError, TransportErrorKind,
 };

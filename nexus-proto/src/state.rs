@@ -19,7 +19,11 @@ use crate::run::{Run, RunState};
 ///   (which upstream answered each turn) and `failovers`; the config may
 ///   hold `fallbacks` and `failover`. A version-1 state is read as a run on
 ///   its primary upstream with nothing served or failed over yet recorded.
-pub const FORMAT_VERSION: u64 = 2;
+/// - 3: the config may hold `context` (the context budget) and the state
+///   `context` (learned windows, the calibration, compactions and a
+///   compaction under way). A version-2 state is read as a run without a
+///   context budget.
+pub const FORMAT_VERSION: u64 = 3;
 
 #[derive(Deserialize)]
 struct VersionProbe {
@@ -73,6 +77,9 @@ fn check(state: &RunState) -> Result<(), StateError> {
         return Err(StateError::Inconsistent("history_len is past the end of the transcript".into()));
     }
     state.config.validate().map_err(|e| StateError::Inconsistent(e.to_string()))?;
+    if let Some(ctx) = &state.context {
+        crate::context::check_state(ctx, &state.transcript).map_err(StateError::Inconsistent)?;
+    }
     let n = state.config.upstream_count();
     if state.upstream >= n {
         return Err(StateError::Inconsistent(format!("upstream {} is past the {n} configured", state.upstream)));

@@ -117,6 +117,10 @@ fn every_released_state_version_loads_and_finishes() {
         let bytes = std::fs::read(&path).unwrap();
         let run = Run::restore(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.contains("-context") {
+            // A context-budget run of its own shape: tests/context_budget.rs drives it.
+            continue;
+        }
         if name.starts_with(&format!("v{FORMAT_VERSION}-")) {
             assert_eq!(run.snapshot(), bytes, "{name}: current-version state re-serializes byte-identically");
         }
