@@ -688,6 +688,7 @@ impl Engine {
             suspended: None,
             upstreams,
             failovers,
+            compactions: RunResult::compactions(&self.run),
         }
     }
 

@@ -249,7 +249,7 @@ pub use config::{ClientBuilder, ClientConfig, FailureInfo, RetryDecision};
 pub use error::DriveError;
 pub use hooks::{BeforeTool, HookAbort, Hooks};
 pub use metrics::{Metric, Metrics};
-pub use result::{FailoverReport, RunResult, RunStatus, StreamItem, SuspendedRun, UpstreamTurn};
+pub use result::{CompactionReport, FailoverReport, RunResult, RunStatus, StreamItem, SuspendedRun, UpstreamTurn};
 pub use store::{
     ConversationStore, FileConversationStore, FileRunStore, MemoryConversationStore, MemoryRunStore, RunRecord,
     RunStore, StoreError,
@@ -259,6 +259,7 @@ pub use tool::{
 };
 
 pub use nexus_proto::{
-    Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, Request, RunError, StopReason, StreamEvent, Style,
-    Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream, Usage,
+    Answer, BreakerPolicy, Breakers, ClearToolUses, Compaction, ContextPolicy, FailoverPolicy, Message, Request,
+    RunError, StopReason, StreamEvent, Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream,
+    Usage,
 };

@@ -94,6 +94,7 @@ pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Valu
         suspended: None,
         upstreams,
         failovers,
+        compactions: RunResult::compactions(run),
     };
     serde_json::to_value(&result).unwrap_or(Value::Null)
 }
