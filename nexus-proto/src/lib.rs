@@ -168,6 +168,10 @@
 //!   back *in doubt* instead of being silently re-run or dropped.
 //! - **Durable state**: [`Run::snapshot`] / [`Run::restore`], versioned JSON
 //!   ([`FORMAT_VERSION`]), byte-identical round trips, no secrets.
+//! - **Context budget** (with [`RunConfig::context`]): no request goes out
+//!   over the model's window; the run compacts first, as a recorded summary
+//!   request, and ends with [`RunError::ContextExhausted`] when nothing can
+//!   fit (see [`context`]).
 //! - **No panics on remote bytes**: every malformed response becomes a typed
 //!   error ([`DecodeError`], [`ProviderError`]) and a failed run, never a panic.
 //!
