@@ -69,8 +69,9 @@ fn drive(
     log: &mut Log,
     stop_after: Option<usize>,
 ) -> Option<Outcome> {
-    let style = run.config().style;
     for _ in 0..100_000 {
+        // A run that failed over speaks its current upstream's format.
+        let style = run.upstream().style;
         match run.poll_output() {
             Output::Send(req) => {
                 let (turn, n) = if is_compaction(&req.body) {
@@ -416,4 +417,51 @@ fn the_compacted_state_fixture_loads_and_finishes() {
     assert_eq!(drive(&mut restored, 30, &mut n, &|_| 2_500, &mut log, None), Some(Outcome::Done));
     assert_eq!(&restored.compactions()[..compactions.len()], &compactions[..], "recorded compactions are kept");
     assert_eq!(restored.tool_calls().len(), 29);
+}
+
+/// The summary is portable: a compacted Anthropic run that fails over to an
+/// OpenAI upstream carries the same summary and kept turns there, re-encoded.
+#[test]
+fn failover_after_a_compaction_keeps_the_summary_on_the_other_style() {
+    let mut cfg = config(Style::Anthropic, false, 6_000);
+    cfg.retry.retries = 0;
+    cfg.fallbacks.push(nexus_proto::Upstream {
+        style: Style::OpenAi,
+        base_url: "http://127.0.0.1:2/v1".into(),
+        model: "fallback-model".into(),
+    });
+    cfg.context.as_mut().unwrap().windows.insert(1, 6_000);
+    let mut run = Run::new(cfg, tools(), vec![Message::user("Read every file.")]).unwrap();
+    let (mut log, mut next) = (Log::default(), 0);
+    assert_eq!(drive(&mut run, 30, &mut next, &|_| 2_500, &mut log, Some(12)), None);
+    let summary = run.compactions().last().expect("compacted on the primary").summary.clone();
+    let req = loop {
+        match run.poll_output() {
+            Output::Send(req) if !is_compaction(&req.body) => break req,
+            Output::Event(_) => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    let overloaded = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    let ex = req.exchange;
+    let head = Input::ResponseHead {
+        exchange: ex,
+        status: 529,
+        headers: vec![("content-type".into(), "application/json".into())],
+    };
+    run.handle_input(NOW, head).unwrap();
+    run.handle_input(NOW, Input::ResponseBody { exchange: ex, chunk: overloaded }).unwrap();
+    run.handle_input(NOW, Input::ResponseEnd { exchange: ex }).unwrap();
+    assert_eq!(run.upstream_index(), 1, "failed over");
+    let before = log.main_bodies.len();
+    assert_eq!(drive(&mut run, 30, &mut next, &|_| 2_500, &mut log, None), Some(Outcome::Done));
+    let first: Value = serde_json::from_slice(&log.main_bodies[before]).unwrap();
+    assert_eq!(first["model"], "fallback-model");
+    let opening = first["messages"][0]["content"].as_str().unwrap_or_default().to_string();
+    assert!(opening.starts_with(SUMMARY_PREFIX) && opening.ends_with(&summary), "{opening}");
+    for body in &log.main_bodies[before..] {
+        assert!((body.len() as u64).div_ceil(4) <= 6_000 - 300);
+    }
+    balanced(Style::OpenAi, &run.model_view()).unwrap();
+    assert_eq!(run.tool_calls().len(), 29);
 }
