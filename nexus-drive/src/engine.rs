@@ -700,6 +700,7 @@ impl Engine {
             upstreams,
             failovers,
             agents: self.run.agent_reports(),
+            compactions: RunResult::compactions(&self.run),
         }
     }
 

@@ -254,7 +254,7 @@ pub use config::{ClientBuilder, ClientConfig, FailureInfo, RetryDecision};
 pub use error::DriveError;
 pub use hooks::{BeforeTool, HookAbort, Hooks};
 pub use metrics::{Metric, Metrics};
-pub use result::{FailoverReport, RunResult, RunStatus, StreamItem, SuspendedRun, UpstreamTurn};
+pub use result::{CompactionReport, FailoverReport, RunResult, RunStatus, StreamItem, SuspendedRun, UpstreamTurn};
 pub use store::{
     ConversationStore, FileConversationStore, FileRunStore, MemoryConversationStore, MemoryRunStore, RunRecord,
     RunStore, StoreError,
@@ -264,6 +264,7 @@ pub use tool::{
 };
 
 pub use nexus_proto::{
-    AgentReport, Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, Request, RunError, StopReason, StreamEvent,
-    Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream, Usage,
+    AgentReport, Answer, BreakerPolicy, Breakers, ClearToolUses, Compaction, ContextPolicy, FailoverPolicy, Message,
+    Request, RunError, StopReason, StreamEvent, Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult,
+    Upstream, Usage,
 };
