@@ -229,6 +229,7 @@ mod result;
 pub mod store;
 pub mod stores;
 pub mod tool;
+pub mod workdir;
 
 #[cfg(feature = "mcp")]
 pub mod mcp;
