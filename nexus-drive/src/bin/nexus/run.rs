@@ -463,11 +463,18 @@ fn resume_root(p: &ResumeArgs, state: &[u8], source: &str) -> Result<PathBuf, Fa
     Ok(given)
 }
 
+/// The machine's snapshot in a kept state, without its envelope: what the
+/// resume feeds, records and compares.
+fn machine_state(state: &[u8], source: &str) -> Result<Vec<u8>, Fail> {
+    workdir::strip(state).map_err(|e| Fail::runtime(format!("{source}: {e}")))
+}
+
 /// `nexus resume --state FILE`.
 fn resume_file(p: &ResumeArgs, state_path: &str) -> Result<i32, Fail> {
     let state = fs::read(state_path).map_err(|e| Fail::runtime(format!("cannot read state file {state_path}: {e}")))?;
     Run::restore(&state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
     let root = resume_root(p, &state, &format!("state file {state_path}"))?;
+    let state = machine_state(&state, state_path)?;
     let (host, answers) = split_host(&state, load_answers(&p.answer)?);
     check_answers(&state, &answers, state_path)?;
     // Authorizations the run waits for are completed first; the file is
@@ -493,6 +500,7 @@ fn resume_stored(p: &ResumeArgs, spec: &str, id: &str) -> Result<i32, Fail> {
     check_answers(&peeked, &answers, &label)?;
     api_key(p.api_key_env.as_deref(), run.config().style)?;
     let root = resume_root(p, &peeked, &label)?;
+    let peeked = machine_state(&peeked, &label)?;
 
     let lease_ms = p.lease.saturating_mul(1000);
     let held = store.claim(id, lease_ms)?;
@@ -507,9 +515,10 @@ fn resume_stored(p: &ResumeArgs, spec: &str, id: &str) -> Result<i32, Fail> {
     // The record may have moved on between the look and the claim (another
     // resume suspended it again), and recorded answers join ours: check again.
     // Authorizations the run waits for are completed under the claim.
-    let prepared = Run::restore(&held.state).map_err(|e| Fail::runtime(format!("{label}: {e}"))).and_then(|_| {
-        check_answers(&held.state, &answers, &label)?;
-        let state = settle_host(p, &held.state, host)?;
+    let prepared = machine_state(&held.state, &label).and_then(|claimed| {
+        Run::restore(&claimed).map_err(|e| Fail::runtime(format!("{label}: {e}")))?;
+        check_answers(&claimed, &answers, &label)?;
+        let state = settle_host(p, &claimed, host)?;
         let run = Run::restore(&state).map_err(|e| Fail::runtime(format!("{label}: {e}")))?;
         resume_client(p, &run, &state, &root).map(|ready| (ready, state))
     });
