@@ -14,6 +14,7 @@ mod builtins;
 mod cli;
 mod decode;
 mod demo;
+mod login_again;
 mod mcp;
 mod mcp_auth;
 mod replay;

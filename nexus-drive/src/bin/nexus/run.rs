@@ -173,8 +173,14 @@ pub struct ResumeArgs {
     pub run: Option<String>,
     /// The answers: a JSON file (`-` reads standard input), or ID=REDIRECT_URL
     /// for an authorization request.
-    #[arg(long, value_name = "ANSWERS.json", required = true)]
-    pub answer: String,
+    #[arg(long, value_name = "ANSWERS.json", required_unless_present = "login_again")]
+    pub answer: Option<String>,
+    /// Start again the MCP logins the run waits for (one that expired, SPEC
+    /// §20.3): each server is asked for a new login, whose URL is printed;
+    /// the run stays suspended (exit 3) on the new requests, answered as
+    /// before with --answer ID=REDIRECT_URL. Needs the run's --mcp files.
+    #[arg(long, conflicts_with = "answer")]
+    pub login_again: bool,
     /// The variable holding the API key (default: the run's style's usual one).
     #[arg(long, value_name = "VAR")]
     pub api_key_env: Option<String>,
@@ -422,6 +428,9 @@ pub fn resume_main(p: ResumeArgs) -> Result<i32, Fail> {
         (None, Some(spec), Some(id)) => Some((spec, id)),
         (Some(_), None, None) => None,
     };
+    if p.login_again {
+        return crate::login_again::login_again(&p, from_store);
+    }
     match from_store {
         Some((spec, id)) => resume_stored(&p, spec, id),
         None => resume_file(&p, p.state.as_deref().unwrap_or(DEFAULT_STATE)),
@@ -432,7 +441,7 @@ pub fn resume_main(p: ResumeArgs) -> Result<i32, Fail> {
 /// kept with the run unless `--root` names it again; `--root` elsewhere only
 /// with `--move-root`. A run kept without one (written before roots were
 /// kept) takes `--root` or the current directory, as it always did.
-fn resume_root(p: &ResumeArgs, state: &[u8], source: &str) -> Result<PathBuf, Fail> {
+pub fn resume_root(p: &ResumeArgs, state: &[u8], source: &str) -> Result<PathBuf, Fail> {
     let stored = workdir::read(state).map_err(|e| Fail::runtime(format!("{source}: {e}")))?;
     let Some(stored) = stored else {
         return builtins::root(p.root.as_deref());
@@ -465,7 +474,7 @@ fn resume_root(p: &ResumeArgs, state: &[u8], source: &str) -> Result<PathBuf, Fa
 
 /// The machine's snapshot in a kept state, without its envelope: what the
 /// resume feeds, records and compares.
-fn machine_state(state: &[u8], source: &str) -> Result<Vec<u8>, Fail> {
+pub fn machine_state(state: &[u8], source: &str) -> Result<Vec<u8>, Fail> {
     workdir::strip(state).map_err(|e| Fail::runtime(format!("{source}: {e}")))
 }
 
@@ -475,7 +484,7 @@ fn resume_file(p: &ResumeArgs, state_path: &str) -> Result<i32, Fail> {
     Run::restore(&state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
     let root = resume_root(p, &state, &format!("state file {state_path}"))?;
     let state = machine_state(&state, state_path)?;
-    let (host, answers) = split_host(&state, load_answers(&p.answer)?);
+    let (host, answers) = split_host(&state, load_answers(p.answer.as_deref().unwrap_or("-"))?);
     check_answers(&state, &answers, state_path)?;
     // Authorizations the run waits for are completed first; the file is
     // replaced only when the run suspends again (or removed when it ends).
@@ -496,11 +505,10 @@ fn resume_stored(p: &ResumeArgs, spec: &str, id: &str) -> Result<i32, Fail> {
     let label = format!("run {id} in {spec}");
     let peeked = store.peek(id)?;
     let run = Run::restore(&peeked).map_err(|e| Fail::runtime(format!("{label}: {e}")))?;
-    let (host, answers) = split_host(&peeked, load_answers(&p.answer)?);
+    let (host, answers) = split_host(&peeked, load_answers(p.answer.as_deref().unwrap_or("-"))?);
     check_answers(&peeked, &answers, &label)?;
     api_key(p.api_key_env.as_deref(), run.config().style)?;
     let root = resume_root(p, &peeked, &label)?;
-    let peeked = machine_state(&peeked, &label)?;
 
     let lease_ms = p.lease.saturating_mul(1000);
     let held = store.claim(id, lease_ms)?;
@@ -788,7 +796,7 @@ fn give_back(ctx: &Ctx, fail: Fail) -> Fail {
 /// reports; a release that fails too is added to its message. `failed`:
 /// the resume ran and failed, and the store keeps `fail`'s message (SQLite
 /// counts it); otherwise it was refused before anything ran.
-fn release_after(store: &Store, held: &Held, fail: Fail, failed: bool) -> Fail {
+pub fn release_after(store: &Store, held: &Held, fail: Fail, failed: bool) -> Fail {
     let released = store.release(held, failed.then_some(fail.message.as_str()));
     match released {
         Ok(()) => fail,
@@ -882,7 +890,7 @@ fn show(ctx: &Ctx, result: &RunResult, streamed_text: bool) {
 /// Replaces `path` so that a crash leaves either the old or the new file,
 /// never a torn one: a temporary file in the same directory, synced, then
 /// renamed over it, then the directory synced.
-fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
