@@ -2,7 +2,7 @@
 //!
 //! A run's built-in path tools are confined to a root directory, which is a
 //! fact about the host, not about the conversation: it stays out of the
-//! machine's [`RunState`](nexus_proto::RunState), whose snapshots stay
+//! machine's state (the `RunState` of SPEC §8), whose snapshots stay
 //! byte-for-byte what [`Run::snapshot`](nexus_proto::Run::snapshot) gives.
 //! A host keeps it in the state's *envelope*: one more top-level member,
 //! `"workdir": {"root": "/abs/dir"}`, written after the machine's own

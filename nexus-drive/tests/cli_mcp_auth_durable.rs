@@ -327,3 +327,45 @@ fn an_expired_login_is_started_again_and_the_run_resumes_after_it() {
     assert!(calls[0]["output"].as_str().unwrap().contains("an authorized client"), "{done}");
     assert_eq!(f.requests().len(), 2);
 }
+
+#[test]
+fn a_state_file_run_gets_a_new_login_and_keeps_its_root() {
+    let Some(py) = mcp_support::python() else { return };
+    let server = mcp_support::http_server(&py, "oauth.py", &[], &[]);
+    let dir = scratch("mcp-oauth-again-file");
+    let cfg = write_json(&dir, "mcp.json", &json!({"mcpServers": {"notes": {"type": "http", "url": &server.url}}}));
+    let tokens = scratch("mcp-oauth-again-file-secrets").join("tokens.json");
+    let state = dir.join("state.json");
+    let state_arg = state.to_string_lossy().into_owned();
+    let f = fake(scripts());
+    let mut cmd = run_cmd(&dir, &f, "openai", MODEL, &["--mcp", &cfg, "--state", &state_arg, "--json", "who?"]);
+    cmd.env("NEXUS_MCP_TOKENS", &tokens);
+    let old_id = run(cmd).expect(3).json()["pending"][0]["id"].as_str().unwrap().to_string();
+    let resume = |extra: &[&str]| {
+        let mut c = nexus(&dir, Some("openai"));
+        c.args(["resume", "--state", &state_arg, "--json"]).args(extra).env("NEXUS_MCP_TOKENS", &tokens);
+        run(c)
+    };
+    // Without the servers there is nobody to ask: a usage error, the file untouched.
+    let before = std::fs::read(&state).unwrap();
+    let no_mcp = resume(&["--login-again"]).expect(2);
+    assert!(no_mcp.stderr.contains("--mcp"), "{}", no_mcp.stderr);
+    assert_eq!(std::fs::read(&state).unwrap(), before);
+
+    let again = resume(&["--mcp", &cfg, "--login-again"]).expect(3).json();
+    let request = &again["pending"][0];
+    let new_id = request["id"].as_str().unwrap().to_string();
+    assert_ne!(new_id, old_id);
+    let kept = std::fs::read(&state).unwrap();
+    let waiting = nexus_proto::Run::restore(&kept).unwrap().host_requests().to_vec();
+    assert_eq!(waiting.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [new_id.as_str()]);
+    let root = nexus_drive::workdir::read(&kept).unwrap().map(|w| w.root);
+    assert_eq!(root, Some(dir.canonicalize().unwrap()), "the root stays with the run");
+
+    let agent: ureq::Agent = ureq::Agent::config_builder().max_redirects(0).http_status_as_error(false).build().into();
+    let resp = agent.get(request["url"].as_str().unwrap()).call().unwrap();
+    let redirect = resp.headers().get("location").unwrap().to_str().unwrap().to_string();
+    let done = resume(&["--mcp", &cfg, "--answer", &format!("{new_id}={redirect}")]).expect(0).json();
+    assert_eq!(done["toolCalls"].as_array().map(Vec::len), Some(1), "{done}");
+    assert!(!state.exists());
+}

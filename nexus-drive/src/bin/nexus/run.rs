@@ -119,7 +119,10 @@ pub struct RunArgs {
 /// data.results: [{id, output, isError}]. An `authorization` request (an MCP
 /// server's OAuth login) is answered with --answer ID=REDIRECT_URL: the URL the
 /// browser was sent back to (or its query, code=…&state=…); a wrong state is
-/// refused and the run stays as it was.
+/// refused and the run stays as it was. A login waits $NEXUS_MCP_LOGIN_TTL
+/// (seconds, or 30s, 15m, 1h; default 15m); after that, --login-again starts
+/// it anew: a new URL is printed and the run stays suspended on the new
+/// request.
 ///
 /// Answers for only some requests leave the run pending on the rest (the state
 /// file is replaced atomically); an answer whose id matches no outstanding
@@ -159,7 +162,8 @@ pub struct RunArgs {
     after_help = EXIT_CODES,
     override_usage = "\
 nexus resume --state FILE --answer ANSWERS.json [OPTIONS]
-       nexus resume --store STORE --run ID --answer ANSWERS.json [OPTIONS]"
+       nexus resume --store STORE --run ID --answer ANSWERS.json [OPTIONS]
+       nexus resume (--state FILE | --store STORE --run ID) --mcp FILE --login-again"
 )]
 pub struct ResumeArgs {
     /// The state file the run suspended into.
