@@ -233,6 +233,7 @@ mod result;
 pub mod store;
 pub mod stores;
 pub mod tool;
+pub mod workdir;
 
 #[cfg(feature = "mcp")]
 pub mod mcp;
