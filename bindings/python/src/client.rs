@@ -1,0 +1,372 @@
+//! The high-level client: the blocking driver of `nexus-drive`, run with the
+//! GIL released. The facade builds one [`NativeClient`] per call from its
+//! own settings and the call's tools; `arun`/`astream` wait on the same
+//! driver from a worker thread, so Python's event loop stays free to run
+//! `async def` tools.
+
+use std::path::Path;
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::{Arc, Mutex};
+
+use nexus_drive::blocking::Client;
+use nexus_drive::cassette::{self, Cassette, Recorder};
+use nexus_drive::mcp::{parse_servers, McpOptions, McpTools};
+use nexus_drive::{CancelToken, ClientConfig, DriveError, RunResult, RunStore, StreamItem, Toolbox};
+use nexus_proto::{Answer, Style, Upstream};
+use pyo3::prelude::*;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::store::NativeStore;
+use crate::tools::{self, ToolSpec};
+use crate::{errors, ReplayError};
+
+/// The facade's settings for one client, as JSON.
+#[derive(Deserialize)]
+struct Settings {
+    style: String,
+    model: String,
+    #[serde(default)]
+    base_url: Option<String>,
+    #[serde(default)]
+    api_key: Option<String>,
+    #[serde(default)]
+    api_key_env: Option<String>,
+    #[serde(default)]
+    system: Option<String>,
+    #[serde(default)]
+    max_turns: Option<u32>,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    params: serde_json::Map<String, Value>,
+    #[serde(default)]
+    fallbacks: Vec<Fallback>,
+    /// MCP configurations: `{"mcpServers": …}` objects.
+    #[serde(default)]
+    mcp: Vec<Value>,
+    /// A cassette to write the session to.
+    #[serde(default)]
+    record: Option<String>,
+    /// Append to the cassette instead of starting it (a resume).
+    #[serde(default)]
+    record_append: bool,
+    /// Python tools, in the order of the invokers handed over with them.
+    #[serde(default)]
+    tools: Vec<ToolSpec>,
+    /// Relay tools: declarations whose calls go back to the caller.
+    #[serde(default)]
+    relay_tools: Vec<ToolSpec>,
+}
+
+#[derive(Deserialize)]
+struct Fallback {
+    style: String,
+    #[serde(default)]
+    model: Option<String>,
+    base_url: String,
+    #[serde(default)]
+    api_key_env: Option<String>,
+}
+
+fn style(name: &str) -> PyResult<Style> {
+    Style::parse(name).ok_or_else(|| {
+        errors::config(&format!("style {name:?}"), "use \"anthropic\", \"openai\", \"openai-responses\" or \"gemini\"")
+    })
+}
+
+/// A cancel switch the facade flips when the awaiting task is cancelled.
+#[pyclass(frozen, module = "nexus._native")]
+pub struct NativeCancel {
+    token: CancelToken,
+}
+
+#[pymethods]
+impl NativeCancel {
+    #[new]
+    fn new() -> NativeCancel {
+        NativeCancel { token: CancelToken::new() }
+    }
+
+    /// Stops the run: what is in flight is aborted and the run fails `cancelled`.
+    fn cancel(&self) {
+        self.token.cancel();
+    }
+}
+
+/// One configured client: its tools, its MCP servers (kept running while it
+/// lives), its cassette and its store.
+#[pyclass(frozen, module = "nexus._native")]
+pub struct NativeClient {
+    client: Client,
+    recorder: Option<Arc<Recorder>>,
+    store: Option<Arc<dyn RunStore>>,
+    _mcp: Vec<McpTools>,
+}
+
+#[pymethods]
+impl NativeClient {
+    #[new]
+    #[pyo3(signature = (settings, invokers, wait_for=None, store=None, cancel=None))]
+    fn new(
+        settings: &str,
+        invokers: Vec<Py<PyAny>>,
+        wait_for: Option<Py<PyAny>>,
+        store: Option<&NativeStore>,
+        cancel: Option<&NativeCancel>,
+    ) -> PyResult<NativeClient> {
+        let s: Settings = tools::parse("client settings", settings)?;
+        if s.tools.len() != invokers.len() {
+            return Err(errors::config("tools", "one invoker per tool"));
+        }
+        let mut b = ClientConfig::builder(style(&s.style)?, s.model.clone()).stream(s.stream);
+        let mut keys = Vec::new();
+        if let Some(url) = &s.base_url {
+            b = b.base_url(url);
+        }
+        match (&s.api_key, &s.api_key_env) {
+            (Some(key), _) => {
+                keys.push(key.clone());
+                b = b.api_key(key);
+            }
+            (None, Some(var)) => {
+                keys.extend(std::env::var(var).ok());
+                b = b.api_key_env(var);
+            }
+            (None, None) => keys.extend(std::env::var(style(&s.style)?.api_key_env()).ok()),
+        }
+        if let Some(system) = &s.system {
+            b = b.system(system);
+        }
+        if let Some(n) = s.max_turns {
+            b = b.max_turns(n);
+        }
+        if let Some(n) = s.max_tokens {
+            b = b.max_tokens(n);
+        }
+        if let Some(seed) = s.seed {
+            b = b.seed(seed);
+        }
+        if !s.params.is_empty() {
+            b = b.params(s.params.clone());
+        }
+        for f in &s.fallbacks {
+            let fs = style(&f.style)?;
+            let model = f.model.clone().unwrap_or_else(|| s.model.clone());
+            let upstream = Upstream { style: fs, base_url: f.base_url.clone(), model };
+            b = match &f.api_key_env {
+                Some(var) => {
+                    keys.extend(std::env::var(var).ok());
+                    b.fallback_key_env(upstream, var)
+                }
+                None => b.fallback(upstream),
+            };
+        }
+        let mut toolbox = Toolbox::new();
+        for (spec, invoke) in s.tools.into_iter().zip(invokers) {
+            toolbox.add_dyn(tools::python_tool(spec, invoke)).map_err(|e| errors::drive(e.into()))?;
+        }
+        for relay in s.relay_tools {
+            toolbox
+                .add_relay(&relay.name, relay.description, relay.input_schema)
+                .map_err(|e| errors::drive(e.into()))?;
+        }
+        let mut mcp = Vec::new();
+        for config in &s.mcp {
+            let servers =
+                parse_servers(&config.to_string(), &|k| std::env::var(k).ok()).map_err(|e| errors::config("mcp", e))?;
+            let started = McpTools::start(&servers, &McpOptions::default());
+            if let Some(e) = started.errors().first() {
+                return Err(errors::config("mcp", e));
+            }
+            for t in started.dyn_tools() {
+                toolbox.add_dyn(t).map_err(|e| errors::drive(e.into()))?;
+            }
+            mcp.push(started);
+        }
+        b = b.toolbox(toolbox);
+        if let Some(f) = wait_for {
+            b = b.wait_for(tools::wait_for(f));
+        }
+        if let Some(c) = cancel {
+            b = b.cancel_token(c.token.clone());
+        }
+        let recorder = match &s.record {
+            Some(path) => {
+                let path = Path::new(path);
+                let rec = if s.record_append { Recorder::append(path) } else { Recorder::create(path) }
+                    .map_err(|e| errors::config(&format!("record {}", path.display()), e))?;
+                for key in keys.iter().filter(|k| !k.is_empty()) {
+                    rec.set_api_key(key);
+                }
+                let rec = Arc::new(rec);
+                b = b.tap(rec.clone());
+                Some(rec)
+            }
+            None => None,
+        };
+        let config = b.build().map_err(errors::drive)?;
+        Ok(NativeClient { client: Client::new(config), recorder, store: store.map(|s| s.store.clone()), _mcp: mcp })
+    }
+
+    /// Runs `messages_json` (the neutral transcript, the new user turn last)
+    /// and returns the result as JSON text.
+    fn run(&self, py: Python<'_>, messages_json: &str) -> PyResult<String> {
+        let messages = tools::parse("messages", messages_json)?;
+        let result = py.detach(|| self.client.run_messages(messages));
+        self.finish(py, result)
+    }
+
+    /// Resumes from a state (JSON text) or, with a store, a run id.
+    fn resume(&self, py: Python<'_>, state_or_run_id: &str, answers_json: &str) -> PyResult<String> {
+        let answers: Vec<Answer> = tools::parse("answers", answers_json)?;
+        let result = py.detach(|| match (&self.store, is_state(state_or_run_id)) {
+            (Some(store), false) => self.client.resume_stored(store.as_ref(), state_or_run_id, answers),
+            _ => {
+                if let Some(r) = &self.recorder {
+                    r.resume(state_or_run_id.as_bytes());
+                }
+                self.client.resume(state_or_run_id.as_bytes(), answers)
+            }
+        });
+        self.finish(py, result)
+    }
+
+    /// Starts the run on a thread and returns its events as they happen.
+    #[pyo3(signature = (messages_json, state=None, answers_json=None))]
+    fn stream(&self, messages_json: &str, state: Option<String>, answers_json: Option<&str>) -> PyResult<NativeStream> {
+        let client = self.client.clone();
+        let (tx, rx) = sync_channel::<Result<StreamItem, DriveError>>(64);
+        let start: Box<dyn FnOnce() + Send> = match state {
+            Some(state) => {
+                let answers: Vec<Answer> = tools::parse("answers", answers_json.unwrap_or("[]"))?;
+                if let Some(r) = &self.recorder {
+                    r.resume(state.as_bytes());
+                }
+                Box::new(move || {
+                    for item in client.stream_resume(state.as_bytes(), answers) {
+                        if tx.send(item).is_err() {
+                            break;
+                        }
+                    }
+                })
+            }
+            None => {
+                let messages = tools::parse("messages", messages_json)?;
+                Box::new(move || {
+                    for item in client.stream_messages(messages) {
+                        if tx.send(item).is_err() {
+                            break;
+                        }
+                    }
+                })
+            }
+        };
+        std::thread::Builder::new()
+            .name("nexus-stream".into())
+            .spawn(start)
+            .map_err(|e| errors::config("stream", e))?;
+        Ok(NativeStream { rx: Mutex::new(Some(rx)), recorder: self.recorder.clone(), store: self.store.clone() })
+    }
+}
+
+impl NativeClient {
+    fn finish(&self, py: Python<'_>, result: Result<RunResult, DriveError>) -> PyResult<String> {
+        let result = result.map_err(errors::drive)?;
+        py.detach(|| settle(&result, self.recorder.as_deref(), self.store.as_deref()))
+    }
+}
+
+/// A state is a JSON object; a run id never starts with `{`.
+fn is_state(text: &str) -> bool {
+    text.trim_start().starts_with('{')
+}
+
+/// Keeps a pending run (store, cassette) and renders the result for the facade.
+fn settle(result: &RunResult, recorder: Option<&Recorder>, store: Option<&dyn RunStore>) -> PyResult<String> {
+    let mut out = serde_json::to_value(result).map_err(|e| errors::config("result", e))?;
+    if let Some(s) = &result.suspended {
+        if let Some(r) = recorder {
+            r.pending(&s.pending);
+        }
+        if let Some(store) = store {
+            // Saved as new, or over the version a resume_stored left it at.
+            let expected = store.load(&s.run_id).map_err(errors::store)?.map(|r| r.version);
+            store.save(&s.run_id, &s.state, expected).map_err(errors::store)?;
+            out["runId"] = json!(s.run_id);
+        }
+        out["state"] = json!(String::from_utf8_lossy(&s.state));
+    }
+    if let Some(r) = recorder {
+        r.finish().map_err(|e| errors::config("record", e))?;
+    }
+    Ok(out.to_string())
+}
+
+/// The events of a streamed run, then its result.
+#[pyclass(frozen, module = "nexus._native")]
+pub struct NativeStream {
+    rx: Mutex<Option<Receiver<Result<StreamItem, DriveError>>>>,
+    recorder: Option<Arc<Recorder>>,
+    store: Option<Arc<dyn RunStore>>,
+}
+
+#[pymethods]
+impl NativeStream {
+    /// The next event as JSON text (`{"type": …}`; the last one is
+    /// `{"type": "done", "result": …}`), or `None` once the run is over.
+    /// Waits with the GIL released.
+    fn next(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        // Taken out of the lock while waiting: one reader at a time, and
+        // the lock is never held with the GIL released.
+        let Some(rx) = self.rx.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return Ok(None);
+        };
+        let (rx, item) = py.detach(move || {
+            let item = rx.recv();
+            (rx, item)
+        });
+        match item {
+            Ok(Ok(StreamItem::Event(ev))) => {
+                *self.rx.lock().unwrap_or_else(|e| e.into_inner()) = Some(rx);
+                Ok(Some(serde_json::to_string(&ev).map_err(|e| errors::config("event", e))?))
+            }
+            Ok(Ok(StreamItem::Done(result))) => {
+                let settled = py.detach(|| settle(&result, self.recorder.as_deref(), self.store.as_deref()))?;
+                Ok(Some(format!("{{\"type\":\"done\",\"result\":{settled}}}")))
+            }
+            Ok(Err(e)) => Err(errors::drive(e)),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+/// Replays a cassette offline, checking every request byte for byte;
+/// returns `{"status", "text", "runs", "requests", "pending"}` as JSON text.
+#[pyfunction]
+pub fn replay(py: Python<'_>, path: &str) -> PyResult<String> {
+    let replayed = py.detach(|| -> Result<_, String> {
+        let cassette = Cassette::load(Path::new(path)).map_err(|e| e.to_string())?;
+        cassette::replay(&cassette, &mut cassette::Quiet).map_err(|e| e.to_string())
+    });
+    let replayed = replayed.map_err(ReplayError::new_err)?;
+    let (status, pending) = match &replayed.end {
+        cassette::ReplayEnd::Finished(outcome) => (serde_json::to_value(outcome).unwrap_or_default(), vec![]),
+        cassette::ReplayEnd::Pending(requests) => (json!({"status": "pending"}), requests.clone()),
+    };
+    Ok(json!({
+        "outcome": status,
+        "text": replayed.run.final_text(),
+        "toolCalls": replayed.run.tool_calls(),
+        "turns": replayed.run.turns(),
+        "usage": replayed.run.usage(),
+        "runs": replayed.runs,
+        "requests": replayed.requests,
+        "pending": pending,
+    })
+    .to_string())
+}

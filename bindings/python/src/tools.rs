@@ -1,0 +1,92 @@
+//! Python callables as tools of the loop, and `wait_for`.
+//!
+//! The driver calls a tool on one of its threads with the GIL released; the
+//! call attaches to the interpreter, hands the facade the arguments and the
+//! call's context as JSON text, and reads back a `ToolReply` in its serde
+//! form (`{"status": "done" | "pending", "value": …}`). The facade catches
+//! the tool's exceptions and turns them into error results; anything that
+//! still escapes (a bug in the facade) becomes an error result here too, so
+//! a Python failure never unwinds into the driver.
+
+use nexus_drive::{DynTool, ToolContext, ToolError, ToolOutcome};
+use nexus_proto::{Answer, Request, ToolReply};
+use pyo3::prelude::*;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::errors;
+
+/// One tool as the facade declares it; `invoke(args_json, ctx_json) -> reply_json`.
+#[derive(Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "empty_object")]
+    pub input_schema: Value,
+}
+
+fn empty_object() -> Value {
+    json!({"type": "object", "properties": {}})
+}
+
+/// A tool that calls `invoke` with the GIL held.
+pub fn python_tool(spec: ToolSpec, invoke: Py<PyAny>) -> DynTool {
+    DynTool::new(&spec.name, spec.description, spec.input_schema, move |args, ctx| {
+        let context = context_json(ctx);
+        let reply = Python::attach(|py| -> PyResult<String> {
+            invoke.call1(py, (args.to_string(), context))?.extract::<String>(py)
+        });
+        match reply {
+            Ok(text) => match serde_json::from_str::<ToolReply>(&text) {
+                Ok(ToolReply::Done(result)) => Ok(ToolOutcome::Result(result)),
+                Ok(ToolReply::Pending(request)) => Ok(ToolOutcome::Pending(request)),
+                Err(e) => Err(ToolError::msg(format!("the tool's reply is not a tool reply: {e}"))),
+            },
+            Err(e) => Err(ToolError::msg(Python::attach(|py| describe(py, &e)))),
+        }
+    })
+}
+
+/// What the facade's tool wrapper is told about the call.
+fn context_json(ctx: &ToolContext) -> String {
+    json!({
+        "callId": ctx.call_id(),
+        "name": ctx.name(),
+        "turn": ctx.turn(),
+        "idempotencyKey": ctx.idempotency_key(),
+        "answer": ctx.answer(),
+        "request": ctx.request(),
+    })
+    .to_string()
+}
+
+/// `wait_for(request_json) -> answer_json`, with the GIL held. An answerer
+/// that fails declines the request (reason `cancelled`) rather than leaving
+/// the run waiting for an answer that will never come.
+pub fn wait_for(answerer: Py<PyAny>) -> impl Fn(Request) -> Answer + Send + Sync + 'static {
+    move |request: Request| {
+        let id = request.id.clone();
+        let text = serde_json::to_string(&request).unwrap_or_default();
+        let answer = Python::attach(|py| -> PyResult<String> { answerer.call1(py, (text,))?.extract::<String>(py) });
+        match answer.map_err(|e| Python::attach(|py| describe(py, &e))) {
+            Ok(text) => serde_json::from_str::<Answer>(&text)
+                .unwrap_or_else(|e| Answer::declined(id, format!("cancelled: the answer is not an answer: {e}"))),
+            Err(message) => Answer { id, ok: false, data: None, reason: Some(format!("cancelled: {message}")) },
+        }
+    }
+}
+
+/// `TypeName: message`, as Python prints an exception's last line.
+fn describe(py: Python<'_>, e: &PyErr) -> String {
+    let name = e.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Exception".into());
+    match e.value(py).str() {
+        Ok(s) if !s.to_string().is_empty() => format!("{name}: {s}"),
+        _ => name,
+    }
+}
+
+/// The facade's JSON, parsed, or a config error naming what it was.
+pub fn parse<T: for<'de> Deserialize<'de>>(what: &str, text: &str) -> PyResult<T> {
+    serde_json::from_str(text).map_err(|e| errors::config(what, e))
+}
