@@ -35,11 +35,38 @@ def _is_typeddict(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, dict) and hasattr(tp, "__total__")
 
 
-def _hints(obj: Any) -> Dict[str, Any]:
+def _hints(obj: Any, extras: bool = False) -> Dict[str, Any]:
     try:
-        return typing.get_type_hints(obj, include_extras=False)
-    except Exception:
-        return dict(getattr(obj, "__annotations__", {}))
+        return typing.get_type_hints(obj, include_extras=extras)
+    except NameError as e:
+        raise TypeError(
+            f"cannot resolve the type hints of {getattr(obj, '__qualname__', obj)!r} ({e}): "
+            "define the types they name at module level"
+        ) from None
+
+
+def _typeddict_keys(tp: Any) -> Tuple[Dict[str, Any], List[str]]:
+    """A TypedDict's fields and required keys. ``Required``/``NotRequired``
+    are read from the hints themselves: with string annotations (PEP 563)
+    ``__required_keys__`` does not see them."""
+    hints = _hints(tp, extras=True)
+    total = getattr(tp, "__total__", True)
+    fields: Dict[str, Any] = {}
+    required: List[str] = []
+    for name, hint in hints.items():
+        needed = total
+        origin = typing.get_origin(hint)
+        while origin is not None and getattr(origin, "_name", None) in ("Required", "NotRequired", "Annotated"):
+            if origin._name != "Annotated":
+                needed = origin._name == "Required"
+            hint = typing.get_args(hint)[0]
+            origin = typing.get_origin(hint)
+        if typing.get_origin(hint) is getattr(typing, "Annotated", None):
+            hint = typing.get_args(hint)[0]
+        fields[name] = hint
+        if needed:
+            required.append(name)
+    return fields, required
 
 
 class _Defs:
@@ -74,10 +101,8 @@ def schema_of(tp: Any, defs: Optional[_Defs] = None) -> Dict[str, Any]:
     if _pydantic_model(tp):
         return defs.model(tp)
     if _is_typeddict(tp):
-        hints = _hints(tp)
-        required = sorted(getattr(tp, "__required_keys__", hints.keys()))
-        props = {name: schema_of(h, defs) for name, h in hints.items()}
-        return _object(props, [r for r in hints if r in required], tp)
+        fields, required = _typeddict_keys(tp)
+        return _object({name: schema_of(h, defs) for name, h in fields.items()}, required, tp)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         hints = _hints(tp)
         props = {}
@@ -184,7 +209,7 @@ def function_schema(fn: Callable[..., Any]) -> Tuple[Dict[str, Any], Optional[st
             context = name
             continue
         schema = schema_of(hint, defs)
-        if name in docs and "description" not in schema:
+        if name in docs:  # what the parameter is, over what its type is
             schema = {**schema, "description": docs[name]}
         props[name] = schema
         if p.default is inspect.Parameter.empty:
