@@ -70,7 +70,10 @@ fn run(args: &[String]) -> Result<(), String> {
             let result = Client::new(config).resume(&state, answers).map_err(|e| e.to_string())?;
             finish(result, state_in)
         }
-        _ => Err("usage: parity_host run STYLE BASE_URL MODEL RELAY.json STATE_OUT PROMPT | resume STATE_IN ANSWERS.json".into()),
+        _ => Err(
+            "usage: parity_host run STYLE BASE_URL MODEL RELAY.json STATE_OUT PROMPT | resume STATE_IN ANSWERS.json"
+                .into(),
+        ),
     }
 }
 
