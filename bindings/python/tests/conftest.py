@@ -56,7 +56,9 @@ class Fake:
         assert self.log is not None, "start the fake with log=True"
         deadline = time.monotonic() + 10
         while True:
-            lines = self.log.read_text().splitlines() if self.log.exists() else []
+            text = self.log.read_text() if self.log.exists() else ""
+            # Only whole lines: the server may be writing the next one.
+            lines = text.split("\n")[:-1]
             if len(lines) >= count or time.monotonic() > deadline:
                 got = [json.loads(line) for line in lines if line.strip()]
                 assert len(got) == count, f"expected {count} requests, the server logged {len(got)}"
