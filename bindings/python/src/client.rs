@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use nexus_drive::blocking::Client;
 use nexus_drive::cassette::{self, Cassette, Recorder};
 use nexus_drive::mcp::{parse_servers, McpOptions, McpTools};
-use nexus_drive::{CancelToken, ClientConfig, DriveError, RunResult, RunStore, StreamItem, Toolbox};
+use nexus_drive::{CancelToken, ClientBuilder, ClientConfig, DriveError, RunResult, RunStore, StreamItem, Toolbox};
 use nexus_proto::{Answer, Style, Upstream};
 use pyo3::prelude::*;
 use serde::Deserialize;
@@ -49,18 +49,9 @@ struct Settings {
     /// MCP configurations: `{"mcpServers": …}` objects.
     #[serde(default)]
     mcp: Vec<Value>,
-    /// A cassette to write the session to.
+    /// A cassette the client's runs are appended to.
     #[serde(default)]
     record: Option<String>,
-    /// Append to the cassette instead of starting it (a resume).
-    #[serde(default)]
-    record_append: bool,
-    /// Python tools, in the order of the invokers handed over with them.
-    #[serde(default)]
-    tools: Vec<ToolSpec>,
-    /// Relay tools: declarations whose calls go back to the caller.
-    #[serde(default)]
-    relay_tools: Vec<ToolSpec>,
 }
 
 #[derive(Deserialize)]
@@ -98,95 +89,153 @@ impl NativeCancel {
     }
 }
 
-/// One configured client: its tools, its MCP servers (kept running while it
+/// What every run of one Python client shares: its settings, its
+/// connection pool, its MCP servers (started once, kept running while it
 /// lives), its cassette and its store.
+#[pyclass(frozen, module = "nexus._native")]
+pub struct NativeSession {
+    settings: Settings,
+    base: Client,
+    mcp: Vec<McpTools>,
+    recorder: Option<Arc<Recorder>>,
+    store: Option<Arc<dyn RunStore>>,
+}
+
+#[pymethods]
+impl NativeSession {
+    #[new]
+    #[pyo3(signature = (settings, store=None))]
+    fn new(py: Python<'_>, settings: &str, store: Option<&NativeStore>) -> PyResult<NativeSession> {
+        let settings: Settings = tools::parse("client settings", settings)?;
+        let (builder, keys) = builder(&settings)?;
+        let base = Client::new(builder.build().map_err(errors::drive)?);
+        let mut mcp = Vec::new();
+        for config in &settings.mcp {
+            let servers =
+                parse_servers(&config.to_string(), &|k| std::env::var(k).ok()).map_err(|e| errors::config("mcp", e))?;
+            let started = py.detach(|| McpTools::start(&servers, &McpOptions::default()));
+            if let Some(e) = started.errors().first() {
+                return Err(errors::config("mcp", e));
+            }
+            mcp.push(started);
+        }
+        // Appended to, never truncated: a resume in another process adds to
+        // the recording of the run it continues.
+        let recorder = match &settings.record {
+            Some(path) => {
+                let path = Path::new(path);
+                let rec =
+                    Recorder::append(path).map_err(|e| errors::config(&format!("record {}", path.display()), e))?;
+                for key in keys.iter().filter(|k| !k.is_empty()) {
+                    rec.set_api_key(key);
+                }
+                Some(Arc::new(rec))
+            }
+            None => None,
+        };
+        Ok(NativeSession { settings, base, mcp, recorder, store: store.map(|s| s.store.clone()) })
+    }
+}
+
+/// The builder for `s` (without tools), and the keys it uses.
+fn builder(s: &Settings) -> PyResult<(ClientBuilder, Vec<String>)> {
+    let mut b = ClientConfig::builder(style(&s.style)?, s.model.clone()).stream(s.stream);
+    let mut keys = Vec::new();
+    if let Some(url) = &s.base_url {
+        b = b.base_url(url);
+    }
+    match (&s.api_key, &s.api_key_env) {
+        (Some(key), _) => {
+            keys.push(key.clone());
+            b = b.api_key(key);
+        }
+        (None, Some(var)) => {
+            keys.extend(std::env::var(var).ok());
+            b = b.api_key_env(var);
+        }
+        (None, None) => keys.extend(std::env::var(style(&s.style)?.api_key_env()).ok()),
+    }
+    if let Some(system) = &s.system {
+        b = b.system(system);
+    }
+    if let Some(n) = s.max_turns {
+        b = b.max_turns(n);
+    }
+    if let Some(n) = s.max_tokens {
+        b = b.max_tokens(n);
+    }
+    if let Some(seed) = s.seed {
+        b = b.seed(seed);
+    }
+    if !s.params.is_empty() {
+        b = b.params(s.params.clone());
+    }
+    for f in &s.fallbacks {
+        let fs = style(&f.style)?;
+        let model = f.model.clone().unwrap_or_else(|| s.model.clone());
+        let upstream = Upstream { style: fs, base_url: f.base_url.clone(), model };
+        b = match &f.api_key_env {
+            Some(var) => {
+                keys.extend(std::env::var(var).ok());
+                b.fallback_key_env(upstream, var)
+            }
+            None => b.fallback(upstream),
+        };
+    }
+    Ok((b, keys))
+}
+
+/// The tools of one call.
+#[derive(Deserialize)]
+struct CallTools {
+    /// Python tools, in the order of the invokers handed over with them.
+    #[serde(default)]
+    tools: Vec<ToolSpec>,
+    /// Relay tools: declarations whose calls go back to the caller.
+    #[serde(default)]
+    relay_tools: Vec<ToolSpec>,
+    /// Ask for SSE streams (`stream`/`astream`).
+    #[serde(default)]
+    stream: bool,
+}
+
+/// One call's client: the session's settings, pool, MCP servers, cassette
+/// and store, with the call's tools, answerer and cancel switch.
 #[pyclass(frozen, module = "nexus._native")]
 pub struct NativeClient {
     client: Client,
     recorder: Option<Arc<Recorder>>,
     store: Option<Arc<dyn RunStore>>,
-    _mcp: Vec<McpTools>,
 }
 
 #[pymethods]
 impl NativeClient {
     #[new]
-    #[pyo3(signature = (settings, invokers, wait_for=None, store=None, cancel=None))]
+    #[pyo3(signature = (session, call, invokers, wait_for=None, cancel=None))]
     fn new(
-        settings: &str,
+        session: &NativeSession,
+        call: &str,
         invokers: Vec<Py<PyAny>>,
         wait_for: Option<Py<PyAny>>,
-        store: Option<&NativeStore>,
         cancel: Option<&NativeCancel>,
     ) -> PyResult<NativeClient> {
-        let s: Settings = tools::parse("client settings", settings)?;
-        if s.tools.len() != invokers.len() {
+        let call: CallTools = tools::parse("tools", call)?;
+        if call.tools.len() != invokers.len() {
             return Err(errors::config("tools", "one invoker per tool"));
         }
-        let mut b = ClientConfig::builder(style(&s.style)?, s.model.clone()).stream(s.stream);
-        let mut keys = Vec::new();
-        if let Some(url) = &s.base_url {
-            b = b.base_url(url);
-        }
-        match (&s.api_key, &s.api_key_env) {
-            (Some(key), _) => {
-                keys.push(key.clone());
-                b = b.api_key(key);
-            }
-            (None, Some(var)) => {
-                keys.extend(std::env::var(var).ok());
-                b = b.api_key_env(var);
-            }
-            (None, None) => keys.extend(std::env::var(style(&s.style)?.api_key_env()).ok()),
-        }
-        if let Some(system) = &s.system {
-            b = b.system(system);
-        }
-        if let Some(n) = s.max_turns {
-            b = b.max_turns(n);
-        }
-        if let Some(n) = s.max_tokens {
-            b = b.max_tokens(n);
-        }
-        if let Some(seed) = s.seed {
-            b = b.seed(seed);
-        }
-        if !s.params.is_empty() {
-            b = b.params(s.params.clone());
-        }
-        for f in &s.fallbacks {
-            let fs = style(&f.style)?;
-            let model = f.model.clone().unwrap_or_else(|| s.model.clone());
-            let upstream = Upstream { style: fs, base_url: f.base_url.clone(), model };
-            b = match &f.api_key_env {
-                Some(var) => {
-                    keys.extend(std::env::var(var).ok());
-                    b.fallback_key_env(upstream, var)
-                }
-                None => b.fallback(upstream),
-            };
-        }
+        let (mut b, _) = builder(&session.settings)?;
+        b = b.stream(session.settings.stream || call.stream);
         let mut toolbox = Toolbox::new();
-        for (spec, invoke) in s.tools.into_iter().zip(invokers) {
+        for (spec, invoke) in call.tools.into_iter().zip(invokers) {
             toolbox.add_dyn(tools::python_tool(spec, invoke)).map_err(|e| errors::drive(e.into()))?;
         }
-        for relay in s.relay_tools {
+        for relay in call.relay_tools {
             toolbox
                 .add_relay(&relay.name, relay.description, relay.input_schema)
                 .map_err(|e| errors::drive(e.into()))?;
         }
-        let mut mcp = Vec::new();
-        for config in &s.mcp {
-            let servers =
-                parse_servers(&config.to_string(), &|k| std::env::var(k).ok()).map_err(|e| errors::config("mcp", e))?;
-            let started = McpTools::start(&servers, &McpOptions::default());
-            if let Some(e) = started.errors().first() {
-                return Err(errors::config("mcp", e));
-            }
-            for t in started.dyn_tools() {
-                toolbox.add_dyn(t).map_err(|e| errors::drive(e.into()))?;
-            }
-            mcp.push(started);
+        for t in session.mcp.iter().flat_map(McpTools::dyn_tools) {
+            toolbox.add_dyn(t).map_err(|e| errors::drive(e.into()))?;
         }
         b = b.toolbox(toolbox);
         if let Some(f) = wait_for {
@@ -195,22 +244,15 @@ impl NativeClient {
         if let Some(c) = cancel {
             b = b.cancel_token(c.token.clone());
         }
-        let recorder = match &s.record {
-            Some(path) => {
-                let path = Path::new(path);
-                let rec = if s.record_append { Recorder::append(path) } else { Recorder::create(path) }
-                    .map_err(|e| errors::config(&format!("record {}", path.display()), e))?;
-                for key in keys.iter().filter(|k| !k.is_empty()) {
-                    rec.set_api_key(key);
-                }
-                let rec = Arc::new(rec);
-                b = b.tap(rec.clone());
-                Some(rec)
-            }
-            None => None,
-        };
+        if let Some(rec) = &session.recorder {
+            b = b.tap(rec.clone());
+        }
         let config = b.build().map_err(errors::drive)?;
-        Ok(NativeClient { client: Client::new(config), recorder, store: store.map(|s| s.store.clone()), _mcp: mcp })
+        Ok(NativeClient {
+            client: session.base.with_config(config),
+            recorder: session.recorder.clone(),
+            store: session.store.clone(),
+        })
     }
 
     /// Runs `messages_json` (the neutral transcript, the new user turn last)

@@ -39,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StoreError", py.get_type::<StoreError>())?;
     m.add("RunCancelled", py.get_type::<RunCancelled>())?;
     m.add("ReplayError", py.get_type::<ReplayError>())?;
+    m.add_class::<client::NativeSession>()?;
     m.add_class::<client::NativeClient>()?;
     m.add_class::<client::NativeStream>()?;
     m.add_class::<client::NativeCancel>()?;

@@ -209,6 +209,15 @@ def test_history_and_the_system_prompt_reach_the_provider(fake_provider):
     assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "user"]
 
 
+def test_the_runs_of_one_client_share_its_connections(fake_provider):
+    fake = fake_provider({"m": ADD_SCRIPT}, log=True)
+    c = client(fake, "anthropic", "m")
+    check_add(c.run("What is 2 + 2?", tools=[add]))
+    check_add(c.run("What is 2 + 2?", tools=[add]))  # other tools per call, the same pool
+    conns = [r["connection"] for r in fake.requests(4)]
+    assert conns == [conns[0]] * 4
+
+
 def test_the_turn_limit_ends_the_run_incomplete(fake_provider):
     fake = fake_provider({"m": [turn(calls=[("add", '{"a": 1, "b": 1}')])] * 3})
     result = client(fake, "openai", "m", max_turns=2).run("go", tools=[add])

@@ -3,7 +3,7 @@
 //! Serves the scripts on 127.0.0.1 and prints `{"addr":"127.0.0.1:PORT"}` on
 //! stdout once it listens. It runs until killed, or for `--exit-after` seconds.
 //! With `--requests`, every request received is appended to FILE as a JSON
-//! line `{"method", "target", "body"}` (the body as received, as text), so
+//! line `{"connection", "method", "target", "body"}` (the body as received, as text), so
 //! tests in other languages can compare request bytes.
 #![forbid(unsafe_code)]
 
@@ -104,6 +104,7 @@ fn main() -> ExitCode {
             let seen = fake.requests();
             for r in seen.iter().skip(logged) {
                 let line = serde_json::json!({
+                    "connection": r.connection,
                     "method": r.method,
                     "target": r.target,
                     "body": String::from_utf8_lossy(&r.body),

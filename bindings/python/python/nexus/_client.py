@@ -123,10 +123,12 @@ class Client:
             optionally ``model`` and ``api_key_env``.
         mcp: MCP servers whose tools the model may call (as
             ``{server}__{tool}``): an ``{"mcpServers": …}`` dict or a path
-            to such a file, or a list of them.
+            to such a file, or a list of them. They start with the client
+            and serve all its runs.
         store: where pending runs are kept by run id: ``"memory"``,
             ``"sqlite:PATH"``, ``"dir:PATH"`` or a directory path.
-        record: a cassette file each run is recorded to (see :func:`replay`).
+        record: a cassette file the client's runs are appended to (see
+            :func:`replay`); the API keys are redacted.
         seed: a fixed seed (run ids, retry jitter) for reproducible runs.
         params: extra request body keys (``temperature``, …).
     """
@@ -154,7 +156,7 @@ class Client:
             raise _native.ConfigError(f"style {style!r}: use one of {', '.join(DEFAULT_MODELS)}")
         self.style = style
         self.model = model or DEFAULT_MODELS[style]
-        self._settings: Dict[str, Any] = {
+        settings: Dict[str, Any] = {
             "style": style,
             "model": self.model,
             "base_url": base_url,
@@ -168,10 +170,14 @@ class Client:
             "fallbacks": [dict(f) for f in (fallbacks or [])],
             "mcp": _mcp_configs(mcp),
             "record": os.fspath(record) if record is not None else None,
+            "api_key": api_key,
         }
-        self.__api_key = api_key  # never part of a repr or of the settings JSON's logs
-        self._store = _native.NativeStore(store) if store is not None else None
-        self._recorded = False
+        # One session per client: its connection pool, its MCP servers
+        # (started now), its cassette and its store serve every run. The
+        # settings (the key among them) stay in Rust memory only.
+        native_store = _native.NativeStore(store) if store is not None else None
+        self._store = native_store
+        self._session = _native.NativeSession(json.dumps(settings), native_store)
 
     def __repr__(self) -> str:
         return f"nexus.Client(style={self.style!r}, model={self.model!r})"
@@ -185,7 +191,6 @@ class Client:
         loop: Optional[asyncio.AbstractEventLoop],
         cancel: Optional[Any] = None,
         stream: bool = False,
-        resume: bool = False,
     ) -> Any:
         python_tools = []
         relays = []
@@ -198,18 +203,10 @@ class Client:
                 python_tools.append(Tool(t))
             else:
                 raise TypeError(f"not a tool: {t!r}")
-        settings = dict(self._settings)
-        settings["tools"] = [t._spec() for t in python_tools]
-        settings["relay_tools"] = relays
-        settings["api_key"] = self.__api_key
-        settings["stream"] = settings["stream"] or stream
-        # A second run (or a resume) of this client adds to its cassette.
-        settings["record_append"] = resume or self._recorded
-        if settings["record"] is not None:
-            self._recorded = True
+        call = {"tools": [t._spec() for t in python_tools], "relay_tools": relays, "stream": stream}
         invokers = [_bind(t, loop) for t in python_tools]
         waiter = _waiter(wait_for, loop) if wait_for is not None else None
-        return _native.NativeClient(json.dumps(settings), invokers, waiter, self._store, cancel)
+        return _native.NativeClient(self._session, json.dumps(call), invokers, waiter, cancel)
 
     def _resume_key(self, state_or_run_id: Union[str, RunResult]) -> str:
         if isinstance(state_or_run_id, RunResult):
@@ -251,7 +248,7 @@ class Client:
         """Continues a suspended run from its state (or, with a store, its run
         id) with the host's answers, in this process or another one. Pass
         the same tools the run had."""
-        native = self._native(tools, wait_for, None, resume=True)
+        native = self._native(tools, wait_for, None)
         text = native.resume(self._resume_key(state_or_run_id), _answers(answers))
         return RunResult._from_json(json.loads(text))
 
@@ -268,7 +265,7 @@ class Client:
         """Runs the loop, yielding its events as they happen (text deltas as
         their bytes arrive); the last one is a :class:`DoneEvent` with the
         result. With ``resume=`` it continues a suspended run instead."""
-        native = self._native(tools, wait_for, None, stream=True, resume=resume is not None)
+        native = self._native(tools, wait_for, None, stream=True)
         stream = self._start_stream(native, prompt, history, resume, answers)
         while True:
             item = stream.next()
@@ -317,7 +314,7 @@ class Client:
         """:meth:`resume`, awaited."""
         loop = asyncio.get_running_loop()
         cancel = _native.NativeCancel()
-        native = self._native(tools, wait_for, loop, cancel, resume=True)
+        native = self._native(tools, wait_for, loop, cancel)
         key = self._resume_key(state_or_run_id)
         text = await _in_thread(loop, cancel, native.resume, key, _answers(answers))
         return RunResult._from_json(json.loads(text))
@@ -335,7 +332,7 @@ class Client:
         """:meth:`stream`, as an async iterator."""
         loop = asyncio.get_running_loop()
         cancel = _native.NativeCancel()
-        native = self._native(tools, wait_for, loop, cancel, stream=True, resume=resume is not None)
+        native = self._native(tools, wait_for, loop, cancel, stream=True)
         stream = self._start_stream(native, prompt, history, resume, answers)
         while True:
             item = await _in_thread(loop, cancel, stream.next)

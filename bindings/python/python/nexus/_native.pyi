@@ -25,13 +25,16 @@ class NativeStore:
 class NativeStream:
     def next(self) -> Optional[str]: ...
 
+class NativeSession:
+    def __init__(self, settings: str, store: Optional[NativeStore] = None) -> None: ...
+
 class NativeClient:
     def __init__(
         self,
-        settings: str,
+        session: NativeSession,
+        call: str,
         invokers: List[Callable[[str, str], str]],
         wait_for: Optional[Callable[[str], str]] = None,
-        store: Optional[NativeStore] = None,
         cancel: Optional[NativeCancel] = None,
     ) -> None: ...
     def run(self, messages_json: str) -> str: ...
