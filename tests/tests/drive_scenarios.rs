@@ -921,10 +921,10 @@ fn async_tools_run_in_both_drivers(d: Drv) {
 /// client's pool goes out over the connection the first run left open.
 #[test]
 fn a_client_with_another_config_shares_the_connection_pool() {
-    let fake = FakeProvider::start(Scripts::new(KEY).model(
-        "m-shared",
-        script(vec![Turn::default().call("echo", r#"{"word":"hi"}"#), Turn::text("shared")]),
-    ));
+    let fake = FakeProvider::start(
+        Scripts::new(KEY)
+            .model("m-shared", script(vec![Turn::default().call("echo", r#"{"word":"hi"}"#), Turn::text("shared")])),
+    );
     let base = nexus_drive::blocking::Client::new(builder(&fake, Style::OpenAi, "m-shared", false).build().unwrap());
     let echo = DynTool::new("echo", "echoes", json!({"type": "object"}), |args, _ctx| {
         Ok(ToolOutcome::Done(args["word"].clone()))
