@@ -4,14 +4,18 @@
 //! driver from a worker thread, so Python's event loop stays free to run
 //! `async def` tools.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Mutex};
 
 use nexus_drive::blocking::Client;
+use nexus_drive::builtins::Builtins;
 use nexus_drive::cassette::{self, Cassette, Recorder};
 use nexus_drive::mcp::{parse_servers, McpOptions, McpTools};
-use nexus_drive::{CancelToken, ClientBuilder, ClientConfig, DriveError, RunResult, RunStore, StreamItem, Toolbox};
+use nexus_drive::skills::Skills;
+use nexus_drive::{
+    CancelToken, ClientBuilder, ClientConfig, DriveError, DynTool, RunResult, RunStore, StreamItem, Toolbox,
+};
 use nexus_proto::{Answer, Style, Upstream};
 use pyo3::prelude::*;
 use serde::Deserialize;
@@ -52,6 +56,15 @@ struct Settings {
     /// A cassette the client's runs are appended to.
     #[serde(default)]
     record: Option<String>,
+    /// Built-in tools to turn on: `None` none, an empty list all of them.
+    #[serde(default)]
+    builtins: Option<Vec<String>>,
+    /// The directory the built-in path tools are confined to (default: the current one).
+    #[serde(default)]
+    root: Option<String>,
+    /// Agent Skills directories.
+    #[serde(default)]
+    skills: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -97,6 +110,8 @@ pub struct NativeSession {
     settings: Settings,
     base: Client,
     mcp: Vec<McpTools>,
+    builtins: Vec<DynTool>,
+    skills: Option<Skills>,
     recorder: Option<Arc<Recorder>>,
     store: Option<Arc<dyn RunStore>>,
 }
@@ -133,7 +148,29 @@ impl NativeSession {
             }
             None => None,
         };
-        Ok(NativeSession { settings, base, mcp, recorder, store: store.map(|s| s.store.clone()) })
+        let builtins = match &settings.builtins {
+            None => Vec::new(),
+            Some(names) => {
+                let root = match &settings.root {
+                    Some(dir) => PathBuf::from(dir),
+                    None => std::env::current_dir().map_err(|e| errors::config("root", e))?,
+                };
+                let root = root.canonicalize().map_err(|e| errors::config(&format!("root {}", root.display()), e))?;
+                let list = names.join(",");
+                let chosen = Builtins::new(root).select((!names.is_empty()).then_some(list.as_str()));
+                chosen.map_err(|e| errors::config("builtins", e))?.tools()
+            }
+        };
+        let skills = match settings.skills.as_slice() {
+            [] => None,
+            dirs => {
+                if let Some(dir) = dirs.iter().find(|d| !Path::new(d).is_dir()) {
+                    return Err(errors::config(&format!("skills {dir}"), "not a directory"));
+                }
+                Some(Skills::discover(dirs).skills)
+            }
+        };
+        Ok(NativeSession { settings, base, mcp, builtins, skills, recorder, store: store.map(|s| s.store.clone()) })
     }
 }
 
@@ -234,10 +271,13 @@ impl NativeClient {
                 .add_relay(&relay.name, relay.description, relay.input_schema)
                 .map_err(|e| errors::drive(e.into()))?;
         }
-        for t in session.mcp.iter().flat_map(McpTools::dyn_tools) {
+        for t in session.mcp.iter().flat_map(McpTools::dyn_tools).chain(session.builtins.iter().cloned()) {
             toolbox.add_dyn(t).map_err(|e| errors::drive(e.into()))?;
         }
         b = b.toolbox(toolbox);
+        if let Some(skills) = &session.skills {
+            b = b.skills(skills.clone());
+        }
         if let Some(f) = wait_for {
             b = b.wait_for(tools::wait_for(f));
         }

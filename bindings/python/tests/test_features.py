@@ -219,3 +219,32 @@ def test_an_unsupported_type_hint_is_refused_when_the_tool_is_made():
         @nexus.tool
         def unresolved(thing: NoSuchType) -> str:  # noqa: F821 - the point of the test
             return ""
+
+
+def test_built_in_tools_confined_to_their_root(fake_provider, tmp_path):
+    (tmp_path / "notes.md").write_text("TODO: ship it\n")
+    outside = tmp_path.parent / "outside.md"
+    script = [
+        turn(calls=[("read", '{"path": "notes.md"}'), ("read", json.dumps({"path": str(outside)}))]),
+        turn("Read."),
+    ]
+    fake = fake_provider({"m": script}, log=True)
+    result = client(fake, "openai", "m", builtins=["read", "grep"], root=tmp_path).run("Read my notes.")
+    ok, refused = result.tool_calls
+    assert "TODO: ship it" in ok.output and not ok.is_error
+    assert refused.is_error
+    body = json.loads(fake.requests(2)[0]["body"])
+    assert sorted(t["function"]["name"] for t in body["tools"]) == ["grep", "read"]
+    with pytest.raises(nexus.ConfigError, match="no_such_tool"):
+        client(fake, "openai", "m", builtins=["no_such_tool"])
+
+
+def test_agent_skills_are_listed_and_loaded(fake_provider):
+    skills = REPO / "nexus-drive" / "examples" / "skills"
+    fake = fake_provider({"m": [turn(calls=[("skill", '{"name": "sql-review"}')]), turn("Loaded.")]}, log=True)
+    result = client(fake, "anthropic", "m", skills=[skills]).run("Review my query.")
+    [call] = result.tool_calls
+    assert call.name == "skill" and not call.is_error and "SQL" in call.output
+    body = json.loads(fake.requests(2)[0]["body"])
+    assert "sql-review" in json.dumps(body["system"])
+    assert "skill" in [t["name"] for t in body["tools"]]

@@ -131,6 +131,14 @@ class Client:
             :func:`replay`); the API keys are redacted.
         seed: a fixed seed (run ids, retry jitter) for reproducible runs.
         params: extra request body keys (``temperature``, …).
+        builtins: the built-in tools to turn on (``bash``, ``read``,
+            ``write``, ``edit``, ``grep``, ``glob``, ``webfetch``,
+            ``question``, ``apply_patch``, ``todowrite``): ``True`` for all,
+            or a list of names.
+        root: the directory the built-in path tools are confined to (default:
+            the current directory).
+        skills: Agent Skills directories (folders with a ``SKILL.md``): a
+            catalog in the system prompt and a ``skill`` tool that loads one.
     """
 
     def __init__(
@@ -151,6 +159,9 @@ class Client:
         record: Optional[Union[str, "os.PathLike[str]"]] = None,
         seed: Optional[int] = None,
         params: Optional[Mapping[str, Any]] = None,
+        builtins: Union[bool, Sequence[str]] = False,
+        root: Optional[Union[str, "os.PathLike[str]"]] = None,
+        skills: Optional[Sequence[Union[str, "os.PathLike[str]"]]] = None,
     ) -> None:
         if style not in DEFAULT_MODELS:
             raise _native.ConfigError(f"style {style!r}: use one of {', '.join(DEFAULT_MODELS)}")
@@ -171,6 +182,9 @@ class Client:
             "mcp": _mcp_configs(mcp),
             "record": os.fspath(record) if record is not None else None,
             "api_key": api_key,
+            "builtins": None if builtins is False else ([] if builtins is True else list(builtins)),
+            "root": os.fspath(root) if root is not None else None,
+            "skills": [os.fspath(d) for d in (skills or [])],
         }
         # One session per client: its connection pool, its MCP servers
         # (started now), its cassette and its store serve every run. The
