@@ -5,8 +5,9 @@
 //! `async def` tools.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use nexus_drive::blocking::Client;
 use nexus_drive::builtins::Builtins;
@@ -297,24 +298,39 @@ impl NativeClient {
 
     /// Runs `messages_json` (the neutral transcript, the new user turn last)
     /// and returns the result as JSON text.
-    fn run(&self, py: Python<'_>, messages_json: &str) -> PyResult<String> {
+    #[pyo3(signature = (messages_json, interruptible=false))]
+    fn run(&self, py: Python<'_>, messages_json: &str, interruptible: bool) -> PyResult<String> {
         let messages = tools::parse("messages", messages_json)?;
-        let result = py.detach(|| self.client.run_messages(messages));
+        let result = self.wait(py, interruptible, || self.client.run_messages(messages))?;
         self.finish(py, result)
     }
 
     /// Resumes from a state (JSON text) or, with a store, a run id.
-    fn resume(&self, py: Python<'_>, state_or_run_id: &str, answers_json: &str) -> PyResult<String> {
+    #[pyo3(signature = (state_or_run_id, answers_json, interruptible=false))]
+    fn resume(
+        &self,
+        py: Python<'_>,
+        state_or_run_id: &str,
+        answers_json: &str,
+        interruptible: bool,
+    ) -> PyResult<String> {
         let answers: Vec<Answer> = tools::parse("answers", answers_json)?;
-        let result = py.detach(|| match (&self.store, is_state(state_or_run_id)) {
-            (Some(store), false) => self.client.resume_stored(store.as_ref(), state_or_run_id, answers),
+        let result = self.wait(py, interruptible, || match (&self.store, is_state(state_or_run_id)) {
+            (Some(store), false) => {
+                if let (Some(r), Ok(Some(record))) = (&self.recorder, store.load(state_or_run_id)) {
+                    // The state the claim below takes (another worker's
+                    // claim in between is refused, and nothing is sent).
+                    r.resume(&record.state);
+                }
+                self.client.resume_stored(store.as_ref(), state_or_run_id, answers)
+            }
             _ => {
                 if let Some(r) = &self.recorder {
                     r.resume(state_or_run_id.as_bytes());
                 }
                 self.client.resume(state_or_run_id.as_bytes(), answers)
             }
-        });
+        })?;
         self.finish(py, result)
     }
 
@@ -357,6 +373,43 @@ impl NativeClient {
 }
 
 impl NativeClient {
+    /// Runs `work` with the GIL released. When `interruptible` (the caller
+    /// is Python's main thread, the only one that handles signals), the
+    /// work runs on a scoped thread while this one checks for signals every
+    /// 100 ms: Ctrl-C cancels the run, waits for it to stop (a tool already
+    /// running finishes first), and raises `KeyboardInterrupt`.
+    fn wait<T: Send>(&self, py: Python<'_>, interruptible: bool, work: impl FnOnce() -> T + Send) -> PyResult<T> {
+        if !interruptible {
+            return Ok(py.detach(work));
+        }
+        let cancel = self.client.config().cancel_token().clone();
+        py.detach(|| {
+            std::thread::scope(|scope| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                scope.spawn(move || {
+                    let _ = tx.send(work());
+                });
+                let mut interrupted = None;
+                loop {
+                    match rx.recv_timeout(Duration::from_millis(100)) {
+                        Ok(value) => return interrupted.map_or(Ok(value), Err),
+                        Err(RecvTimeoutError::Timeout) if interrupted.is_none() => {
+                            if let Err(e) = Python::attach(|py| py.check_signals()) {
+                                cancel.cancel();
+                                interrupted = Some(e);
+                            }
+                        }
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => {
+                            // The work panicked: the scope re-raises it.
+                            return Err(errors::config("run", "the run's thread panicked"));
+                        }
+                    }
+                }
+            })
+        })
+    }
+
     fn finish(&self, py: Python<'_>, result: Result<RunResult, DriveError>) -> PyResult<String> {
         let result = result.map_err(errors::drive)?;
         py.detach(|| settle(&result, self.recorder.as_deref(), self.store.as_deref()))

@@ -276,3 +276,22 @@ def test_a_cancelled_arun_cancels_the_run(fake_provider):
 def test_the_api_key_stays_out_of_the_repr():
     c = nexus.Client("openai", "m", api_key="sk-secret-value")
     assert "sk-secret-value" not in repr(c)
+
+
+def test_ctrl_c_cancels_a_blocking_run(fake_provider):
+    import os
+    import signal
+
+    fake = fake_provider({"m": [turn(calls=[("wait", "{}")]), turn("never")]})
+    ran = []
+
+    @nexus.tool
+    def wait() -> str:
+        """Sends this process Ctrl-C, then returns."""
+        os.kill(os.getpid(), signal.SIGINT)
+        ran.append(True)
+        return "waited"
+
+    with pytest.raises(KeyboardInterrupt):
+        client(fake, "openai", "m").run("go", tools=[wait])
+    assert ran == [True]

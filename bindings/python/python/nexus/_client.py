@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import json
 import os
+import threading
 from typing import (
     Any,
     AsyncIterator,
@@ -247,9 +248,11 @@ class Client:
         ``wait_for`` answers suspensions in-process (sync or ``async def``;
         return an :class:`Answer` or a bool); without it a suspended run
         comes back ``pending`` with its ``state`` (and ``run_id`` with a store).
+        Ctrl-C cancels the run (:class:`RunCancelled` is not raised: the
+        ``KeyboardInterrupt`` is).
         """
-        native = self._native(tools, wait_for, None)
-        return RunResult._from_json(json.loads(native.run(_messages(prompt, history))))
+        native = self._native(tools, wait_for, None, _native.NativeCancel())
+        return RunResult._from_json(json.loads(native.run(_messages(prompt, history), _on_main_thread())))
 
     def resume(
         self,
@@ -262,8 +265,8 @@ class Client:
         """Continues a suspended run from its state (or, with a store, its run
         id) with the host's answers, in this process or another one. Pass
         the same tools the run had."""
-        native = self._native(tools, wait_for, None)
-        text = native.resume(self._resume_key(state_or_run_id), _answers(answers))
+        native = self._native(tools, wait_for, None, _native.NativeCancel())
+        text = native.resume(self._resume_key(state_or_run_id), _answers(answers), _on_main_thread())
         return RunResult._from_json(json.loads(text))
 
     def stream(
@@ -356,6 +359,12 @@ class Client:
             yield event
             if isinstance(event, DoneEvent):
                 return
+
+
+def _on_main_thread() -> bool:
+    """Python handles signals on its main thread only: a run started there
+    checks for them while it waits, so Ctrl-C cancels it."""
+    return threading.current_thread() is threading.main_thread()
 
 
 def _bind(t: Tool, loop: Optional[asyncio.AbstractEventLoop]) -> Callable[[str, str], str]:
