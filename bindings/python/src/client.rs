@@ -368,7 +368,12 @@ impl NativeClient {
             .name("nexus-stream".into())
             .spawn(start)
             .map_err(|e| errors::config("stream", e))?;
-        Ok(NativeStream { rx: Mutex::new(Some(rx)), recorder: self.recorder.clone(), store: self.store.clone() })
+        Ok(NativeStream {
+            rx: Mutex::new(Some(rx)),
+            cancel: self.client.config().cancel_token().clone(),
+            recorder: self.recorder.clone(),
+            store: self.store.clone(),
+        })
     }
 }
 
@@ -446,6 +451,7 @@ fn settle(result: &RunResult, recorder: Option<&Recorder>, store: Option<&dyn Ru
 #[pyclass(frozen, module = "nexus._native")]
 pub struct NativeStream {
     rx: Mutex<Option<Receiver<Result<StreamItem, DriveError>>>>,
+    cancel: CancelToken,
     recorder: Option<Arc<Recorder>>,
     store: Option<Arc<dyn RunStore>>,
 }
@@ -458,24 +464,39 @@ impl NativeStream {
     fn next(&self, py: Python<'_>) -> PyResult<Option<String>> {
         // Taken out of the lock while waiting: one reader at a time, and
         // the lock is never held with the GIL released.
-        let Some(rx) = self.rx.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        let Some(mut rx) = self.rx.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return Ok(None);
         };
-        let (rx, item) = py.detach(move || {
-            let item = rx.recv();
-            (rx, item)
-        });
+        // Woken every 100 ms to handle signals (on Python's main thread):
+        // Ctrl-C cancels the run and is raised, and the stream ends.
+        let item = loop {
+            let (back, item) = py.detach(move || {
+                let item = rx.recv_timeout(Duration::from_millis(100));
+                (rx, item)
+            });
+            rx = back;
+            match item {
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Err(e) = py.check_signals() {
+                        self.cancel.cancel();
+                        return Err(e);
+                    }
+                }
+                Ok(item) => break Some(item),
+                Err(RecvTimeoutError::Disconnected) => break None,
+            }
+        };
         match item {
-            Ok(Ok(StreamItem::Event(ev))) => {
+            Some(Ok(StreamItem::Event(ev))) => {
                 *self.rx.lock().unwrap_or_else(|e| e.into_inner()) = Some(rx);
                 Ok(Some(serde_json::to_string(&ev).map_err(|e| errors::config("event", e))?))
             }
-            Ok(Ok(StreamItem::Done(result))) => {
+            Some(Ok(StreamItem::Done(result))) => {
                 let settled = py.detach(|| settle(&result, self.recorder.as_deref(), self.store.as_deref()))?;
                 Ok(Some(format!("{{\"type\":\"done\",\"result\":{settled}}}")))
             }
-            Ok(Err(e)) => Err(errors::drive(e)),
-            Err(_) => Ok(None),
+            Some(Err(e)) => Err(errors::drive(e)),
+            None => Ok(None),
         }
     }
 }

@@ -295,3 +295,21 @@ def test_ctrl_c_cancels_a_blocking_run(fake_provider):
     with pytest.raises(KeyboardInterrupt):
         client(fake, "openai", "m").run("go", tools=[wait])
     assert ran == [True]
+
+
+def test_ctrl_c_cancels_a_stream(fake_provider):
+    import os
+    import signal
+
+    fake = fake_provider({"m": [turn(calls=[("wait", "{}")]), turn("never")]})
+
+    @nexus.tool
+    def wait() -> str:
+        """Sends this process Ctrl-C, then returns."""
+        os.kill(os.getpid(), signal.SIGINT)
+        return "waited"
+
+    events = client(fake, "openai", "m").stream("go", tools=[wait])
+    with pytest.raises(KeyboardInterrupt):
+        for _ in events:
+            pass
