@@ -29,30 +29,8 @@ from ._native import (
     ToolError,
 )
 from ._tools import RelayTool, Tool, pending, relay_tool, tool
-from ._types import (
-    Answer,
-    DoneEvent,
-    Event,
-    OtherEvent,
-    Pending,
-    PendingEvent,
-    ReasoningDelta,
-    Request,
-    RunResult,
-    RunStatus,
-    TextDelta,
-    ToolCall,
-    ToolCallDelta,
-    ToolCallEvent,
-    ToolCallStarted,
-    ToolContext,
-    ToolResult,
-    ToolResultEvent,
-    TurnFinished,
-    TurnStarted,
-    Usage,
-    UsageEvent,
-)
+from . import _types
+from ._types import *  # noqa: F401,F403 - the value types, listed in _types.__all__
 
 __all__ = [
     "Client",
@@ -64,28 +42,6 @@ __all__ = [
     "relay_tool",
     "RelayTool",
     "pending",
-    "Pending",
-    "Request",
-    "Answer",
-    "ToolResult",
-    "ToolContext",
-    "ToolCall",
-    "Usage",
-    "RunResult",
-    "RunStatus",
-    "Event",
-    "TurnStarted",
-    "TextDelta",
-    "ReasoningDelta",
-    "ToolCallStarted",
-    "ToolCallDelta",
-    "ToolCallEvent",
-    "ToolResultEvent",
-    "PendingEvent",
-    "UsageEvent",
-    "TurnFinished",
-    "DoneEvent",
-    "OtherEvent",
     "NexusError",
     "ProviderError",
     "LimitError",
@@ -96,4 +52,4 @@ __all__ = [
     "RunCancelled",
     "ReplayError",
     "FORMAT_VERSION",
-]
+] + _types.__all__
