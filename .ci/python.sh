@@ -38,6 +38,9 @@ export NEXUS_CLI="$root/target/debug/nexus"
 export NEXUS_PARITY_HOST="$root/target/debug/examples/parity_host"
 (cd bindings/python && "$venv/bin/python" -m pytest -p no:cacheprovider -q tests)
 
+say "type check (mypy --strict) of the package and its stubs"
+"$venv/bin/python" -m mypy --strict bindings/python/python/nexus
+
 say "binding crate: format and lints"
 cargo fmt --manifest-path bindings/python/Cargo.toml -- --check
 PYO3_PYTHON="$venv/bin/python" cargo clippy --manifest-path bindings/python/Cargo.toml --locked --all-targets -- -D warnings

@@ -389,4 +389,5 @@ def replay(cassette: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     byte against the recording. Returns ``outcome``, ``text``,
     ``toolCalls``, ``turns``, ``usage``, ``runs``, ``requests`` (how many
     were checked) and ``pending``; raises :class:`ReplayError` on a mismatch."""
-    return json.loads(_native.replay(os.fspath(cassette)))
+    replayed: Dict[str, Any] = json.loads(_native.replay(os.fspath(cassette)))
+    return replayed

@@ -17,7 +17,7 @@ import typing
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 try:  # Python 3.9 has no types.UnionType (the X | Y syntax)
-    from types import UnionType as _UnionType  # type: ignore[attr-defined]
+    from types import UnionType as _UnionType  # type: ignore[attr-defined,unused-ignore]
 except ImportError:  # pragma: no cover - 3.9
     _UnionType = None  # type: ignore[assignment,misc]
 

@@ -54,8 +54,9 @@ class Run:
         tools: Sequence[Mapping[str, Any]] = (),
         messages: Union[str, Sequence[Mapping[str, Any]]] = (),
         *,
-        _native_run: Optional[Any] = None,
+        _native_run: Optional[_native.ProtoRun] = None,
     ) -> None:
+        self._run: _native.ProtoRun
         if _native_run is not None:
             self._run = _native_run
             return
@@ -89,7 +90,8 @@ class Run:
 
     def poll_output(self) -> Dict[str, Any]:
         """What the host must do next (see the module docs)."""
-        return json.loads(self._run.poll_output())
+        out: Dict[str, Any] = json.loads(self._run.poll_output())
+        return out
 
     @property
     def status(self) -> str:
@@ -98,4 +100,5 @@ class Run:
 
     def summary(self) -> Dict[str, Any]:
         """``runId``, ``text``, ``toolCalls``, ``turns``, ``usage``, ``pending``."""
-        return json.loads(self._run.summary())
+        summary: Dict[str, Any] = json.loads(self._run.summary())
+        return summary
