@@ -41,10 +41,4 @@ impl NativeStore {
         };
         Ok(NativeStore { store })
     }
-
-    /// The stored state of `run_id`, as JSON text, or `None`.
-    fn load(&self, py: Python<'_>, run_id: &str) -> PyResult<Option<String>> {
-        let record = py.detach(|| self.store.load(run_id)).map_err(errors::store)?;
-        Ok(record.map(|r| String::from_utf8_lossy(&r.state).into_owned()))
-    }
 }

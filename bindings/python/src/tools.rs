@@ -62,17 +62,23 @@ fn context_json(ctx: &ToolContext) -> String {
 }
 
 /// `wait_for(request_json) -> answer_json`, with the GIL held. An answerer
-/// that fails declines the request (reason `cancelled`) rather than leaving
-/// the run waiting for an answer that will never come.
+/// that fails answers `ok: false` (reason `cancelled`, its error in
+/// `data.error`) rather than leaving the run waiting for an answer that
+/// will never come.
 pub fn wait_for(answerer: Py<PyAny>) -> impl Fn(Request) -> Answer + Send + Sync + 'static {
     move |request: Request| {
         let id = request.id.clone();
         let text = serde_json::to_string(&request).unwrap_or_default();
         let answer = Python::attach(|py| -> PyResult<String> { answerer.call1(py, (text,))?.extract::<String>(py) });
+        let failed = |id: String, message: String| {
+            let mut data = serde_json::Map::new();
+            data.insert("error".into(), Value::String(message));
+            Answer { id, ok: false, data: Some(data), reason: Some("cancelled".into()) }
+        };
         match answer.map_err(|e| Python::attach(|py| describe(py, &e))) {
             Ok(text) => serde_json::from_str::<Answer>(&text)
-                .unwrap_or_else(|e| Answer::declined(id, format!("cancelled: the answer is not an answer: {e}"))),
-            Err(message) => Answer { id, ok: false, data: None, reason: Some(format!("cancelled: {message}")) },
+                .unwrap_or_else(|e| failed(id, format!("the answerer's reply is not an answer: {e}"))),
+            Err(message) => failed(id, message),
         }
     }
 }

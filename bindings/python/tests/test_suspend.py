@@ -183,3 +183,14 @@ def test_stream_resume_continues_a_suspended_run(fake_provider):
     assert first.status == "pending" and [p.request.id for p in pendings] == [first.pending[0].id]
     rest = list(c.stream(resume=first, answers=[nexus.Answer(first.pending[0].id)], tools=[send_email]))
     assert rest[-1].result.text == "Sent."
+
+
+def test_an_answerer_that_raises_declines_instead_of_hanging(fake_provider):
+    fake = fake_provider({"m": SEND_SCRIPT})
+
+    def broken(request: nexus.Request) -> bool:
+        raise RuntimeError("the approval service is down")
+
+    result = client(fake, "openai", "m").run("Email Sam.", tools=[send_email], wait_for=broken)
+    assert result.status == "done" and result.text == "Sent."
+    assert result.tool_calls[0].is_error
