@@ -39,7 +39,7 @@ export NEXUS_PARITY_HOST="$root/target/debug/examples/parity_host"
 (cd bindings/python && "$venv/bin/python" -m pytest -p no:cacheprovider -q tests)
 
 say "type check (mypy --strict) of the package and its stubs"
-"$venv/bin/python" -m mypy --strict bindings/python/python/nexus
+(cd bindings/python && "$venv/bin/python" -m mypy --strict python/nexus examples tests/typing_check.py)
 
 say "binding crate: format and lints"
 cargo fmt --manifest-path bindings/python/Cargo.toml -- --check

@@ -95,7 +95,8 @@ def drive(run: nexus.proto.Run, on_text: Callable[[str], None] = lambda t: None)
             elif kind == "suspended":
                 return out
             elif kind == "done":
-                return out["outcome"]
+                outcome: Dict[str, Any] = out["outcome"]
+                return outcome
 
 
 def main() -> None:

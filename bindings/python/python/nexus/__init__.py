@@ -29,8 +29,30 @@ from ._native import (
     ToolError,
 )
 from ._tools import RelayTool, Tool, pending, relay_tool, tool
-from . import _types
-from ._types import *  # noqa: F401,F403 - the value types, listed in _types.__all__
+from ._types import (
+    Answer,
+    DoneEvent,
+    Event,
+    OtherEvent,
+    Pending,
+    PendingEvent,
+    ReasoningDelta,
+    Request,
+    RunResult,
+    RunStatus,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallEvent,
+    ToolCallStarted,
+    ToolContext,
+    ToolResult,
+    ToolResultEvent,
+    TurnFinished,
+    TurnStarted,
+    Usage,
+    UsageEvent,
+)
 
 __all__ = [
     "Client",
@@ -42,6 +64,28 @@ __all__ = [
     "relay_tool",
     "RelayTool",
     "pending",
+    "Pending",
+    "Request",
+    "Answer",
+    "ToolResult",
+    "ToolContext",
+    "ToolCall",
+    "Usage",
+    "RunResult",
+    "RunStatus",
+    "Event",
+    "TurnStarted",
+    "TextDelta",
+    "ReasoningDelta",
+    "ToolCallStarted",
+    "ToolCallDelta",
+    "ToolCallEvent",
+    "ToolResultEvent",
+    "PendingEvent",
+    "UsageEvent",
+    "TurnFinished",
+    "DoneEvent",
+    "OtherEvent",
     "NexusError",
     "ProviderError",
     "LimitError",
@@ -52,4 +96,4 @@ __all__ = [
     "RunCancelled",
     "ReplayError",
     "FORMAT_VERSION",
-] + _types.__all__
+]

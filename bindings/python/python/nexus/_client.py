@@ -199,14 +199,14 @@ class Client:
 
     # -- building the native client -------------------------------------------------
 
-    def _native(
+    def _native_client(
         self,
         tools: Optional[Sequence[ToolLike]],
         wait_for: Optional[WaitFor],
         loop: Optional[asyncio.AbstractEventLoop],
-        cancel: Optional[Any] = None,
+        cancel: Optional[_native.NativeCancel] = None,
         stream: bool = False,
-    ) -> Any:
+    ) -> _native.NativeClient:
         python_tools = []
         relays = []
         for t in tools or []:
@@ -251,7 +251,7 @@ class Client:
         Ctrl-C cancels the run (:class:`RunCancelled` is not raised: the
         ``KeyboardInterrupt`` is).
         """
-        native = self._native(tools, wait_for, None, _native.NativeCancel())
+        native = self._native_client(tools, wait_for, None, _native.NativeCancel())
         return RunResult._from_json(json.loads(native.run(_messages(prompt, history), _on_main_thread())))
 
     def resume(
@@ -265,7 +265,7 @@ class Client:
         """Continues a suspended run from its state (or, with a store, its run
         id) with the host's answers, in this process or another one. Pass
         the same tools the run had."""
-        native = self._native(tools, wait_for, None, _native.NativeCancel())
+        native = self._native_client(tools, wait_for, None, _native.NativeCancel())
         text = native.resume(self._resume_key(state_or_run_id), _answers(answers), _on_main_thread())
         return RunResult._from_json(json.loads(text))
 
@@ -282,7 +282,7 @@ class Client:
         """Runs the loop, yielding its events as they happen (text deltas as
         their bytes arrive); the last one is a :class:`DoneEvent` with the
         result. With ``resume=`` it continues a suspended run instead."""
-        native = self._native(tools, wait_for, None, stream=True)
+        native = self._native_client(tools, wait_for, None, stream=True)
         stream = self._start_stream(native, prompt, history, resume, answers)
         while True:
             item = stream.next()
@@ -292,12 +292,12 @@ class Client:
 
     def _start_stream(
         self,
-        native: Any,
+        native: _native.NativeClient,
         prompt: Optional[str],
         history: Optional[Messages],
         resume: Optional[Union[str, RunResult]],
         answers: Optional[Iterable[Answer]],
-    ) -> Any:
+    ) -> _native.NativeStream:
         if resume is not None:
             return native.stream("[]", self._resume_key(resume), _answers(answers))
         return native.stream(_messages(prompt, history))
@@ -316,7 +316,7 @@ class Client:
         event loop. Cancelling the task cancels the run."""
         loop = asyncio.get_running_loop()
         cancel = _native.NativeCancel()
-        native = self._native(tools, wait_for, loop, cancel)
+        native = self._native_client(tools, wait_for, loop, cancel)
         text = await _in_thread(loop, cancel, native.run, _messages(prompt, history))
         return RunResult._from_json(json.loads(text))
 
@@ -331,7 +331,7 @@ class Client:
         """:meth:`resume`, awaited."""
         loop = asyncio.get_running_loop()
         cancel = _native.NativeCancel()
-        native = self._native(tools, wait_for, loop, cancel)
+        native = self._native_client(tools, wait_for, loop, cancel)
         key = self._resume_key(state_or_run_id)
         text = await _in_thread(loop, cancel, native.resume, key, _answers(answers))
         return RunResult._from_json(json.loads(text))
@@ -349,7 +349,7 @@ class Client:
         """:meth:`stream`, as an async iterator."""
         loop = asyncio.get_running_loop()
         cancel = _native.NativeCancel()
-        native = self._native(tools, wait_for, loop, cancel, stream=True)
+        native = self._native_client(tools, wait_for, loop, cancel, stream=True)
         stream = self._start_stream(native, prompt, history, resume, answers)
         while True:
             item = await _in_thread(loop, cancel, stream.next)
@@ -374,7 +374,7 @@ def _bind(t: Tool, loop: Optional[asyncio.AbstractEventLoop]) -> Callable[[str, 
     return invoke
 
 
-async def _in_thread(loop: asyncio.AbstractEventLoop, cancel: Any, fn: Callable[..., Any], *args: Any) -> Any:
+async def _in_thread(loop: asyncio.AbstractEventLoop, cancel: _native.NativeCancel, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` on a worker thread; a cancelled await cancels the run."""
     future = loop.run_in_executor(None, fn, *args)
     try:
