@@ -315,23 +315,27 @@ impl NativeClient {
         interruptible: bool,
     ) -> PyResult<String> {
         let answers: Vec<Answer> = tools::parse("answers", answers_json)?;
-        let result = self.wait(py, interruptible, || match (&self.store, is_state(state_or_run_id)) {
-            (Some(store), false) => {
-                if let (Some(r), Ok(Some(record))) = (&self.recorder, store.load(state_or_run_id)) {
-                    // The state the claim below takes (another worker's
-                    // claim in between is refused, and nothing is sent).
-                    r.resume(&record.state);
-                }
-                self.client.resume_stored(store.as_ref(), state_or_run_id, answers)
-            }
-            _ => {
-                if let Some(r) = &self.recorder {
-                    r.resume(state_or_run_id.as_bytes());
-                }
-                self.client.resume(state_or_run_id.as_bytes(), answers)
-            }
-        })?;
+        let (store, recorder) = (self.store.as_deref(), self.recorder.as_deref());
+        let result =
+            self.wait(py, interruptible, || resume(&self.client, store, recorder, state_or_run_id, answers))?;
         self.finish(py, result)
+    }
+
+    /// `run` on a thread of its own, for `arun`: `done(result_json, None)`
+    /// or `done(None, exception)` is called (with the GIL) when it ends.
+    /// A thread per run, not a pool: an event loop may await any number
+    /// of runs at once.
+    fn start(&self, messages_json: &str, done: Py<PyAny>) -> PyResult<()> {
+        let messages = tools::parse("messages", messages_json)?;
+        let client = self.client.clone();
+        self.spawn(done, move || client.run_messages(messages))
+    }
+
+    /// `resume` on a thread of its own, for `aresume` (see [`start`](Self::start)).
+    fn start_resume(&self, state_or_run_id: String, answers_json: &str, done: Py<PyAny>) -> PyResult<()> {
+        let answers: Vec<Answer> = tools::parse("answers", answers_json)?;
+        let (client, store, recorder) = (self.client.clone(), self.store.clone(), self.recorder.clone());
+        self.spawn(done, move || resume(&client, store.as_deref(), recorder.as_deref(), &state_or_run_id, answers))
     }
 
     /// Starts the run on a thread and returns its events as they happen.
@@ -378,6 +382,35 @@ impl NativeClient {
 }
 
 impl NativeClient {
+    /// Runs `work` on a new thread, settles its result and hands it to `done`.
+    fn spawn(
+        &self,
+        done: Py<PyAny>,
+        work: impl FnOnce() -> Result<RunResult, DriveError> + Send + 'static,
+    ) -> PyResult<()> {
+        let (store, recorder) = (self.store.clone(), self.recorder.clone());
+        std::thread::Builder::new()
+            .name("nexus-run".into())
+            .spawn(move || {
+                let settled = work()
+                    .map_err(errors::drive)
+                    .and_then(|result| settle(&result, recorder.as_deref(), store.as_deref()));
+                Python::attach(|py| {
+                    let called = match settled {
+                        Ok(text) => done.call1(py, (text, py.None())),
+                        Err(e) => done.call1(py, (py.None(), e.into_value(py))),
+                    };
+                    // `done` only schedules the result on the event loop; a
+                    // loop already closed has no one left to tell.
+                    if let Err(e) = called {
+                        e.write_unraisable(py, None);
+                    }
+                });
+            })
+            .map(|_| ())
+            .map_err(|e| errors::config("run thread", e))
+    }
+
     /// Runs `work` with the GIL released. When `interruptible` (the caller
     /// is Python's main thread, the only one that handles signals), the
     /// work runs on a scoped thread while this one checks for signals every
@@ -418,6 +451,33 @@ impl NativeClient {
     fn finish(&self, py: Python<'_>, result: Result<RunResult, DriveError>) -> PyResult<String> {
         let result = result.map_err(errors::drive)?;
         py.detach(|| settle(&result, self.recorder.as_deref(), self.store.as_deref()))
+    }
+}
+
+/// Resumes from a state (JSON text) or, with a store, a run id, and
+/// records the state taken in the cassette.
+fn resume(
+    client: &Client,
+    store: Option<&dyn RunStore>,
+    recorder: Option<&Recorder>,
+    state_or_run_id: &str,
+    answers: Vec<Answer>,
+) -> Result<RunResult, DriveError> {
+    match store {
+        Some(store) if !is_state(state_or_run_id) => {
+            if let (Some(r), Ok(Some(record))) = (recorder, store.load(state_or_run_id)) {
+                // The state the claim below takes (another worker's claim in
+                // between is refused, and nothing is sent).
+                r.resume(&record.state);
+            }
+            client.resume_stored(store, state_or_run_id, answers)
+        }
+        _ => {
+            if let Some(r) = recorder {
+                r.resume(state_or_run_id.as_bytes());
+            }
+            client.resume(state_or_run_id.as_bytes(), answers)
+        }
     }
 }
 
@@ -486,17 +546,69 @@ impl NativeStream {
                 Err(RecvTimeoutError::Disconnected) => break None,
             }
         };
-        match item {
-            Some(Ok(StreamItem::Event(ev))) => {
-                *self.rx.lock().unwrap_or_else(|e| e.into_inner()) = Some(rx);
-                Ok(Some(serde_json::to_string(&ev).map_err(|e| errors::config("event", e))?))
-            }
-            Some(Ok(StreamItem::Done(result))) => {
-                let settled = py.detach(|| settle(&result, self.recorder.as_deref(), self.store.as_deref()))?;
-                Ok(Some(format!("{{\"type\":\"done\",\"result\":{settled}}}")))
-            }
-            Some(Err(e)) => Err(errors::drive(e)),
-            None => Ok(None),
+        let Some(item) = item else {
+            return Ok(None);
+        };
+        let (text, last) = py.detach(|| render(item, self.recorder.as_deref(), self.store.as_deref()))?;
+        if !last {
+            *self.rx.lock().unwrap_or_else(|e| e.into_inner()) = Some(rx);
+        }
+        Ok(Some(text))
+    }
+
+    /// For `astream`: hands every item to `on_item` from a thread of its
+    /// own (with the GIL): `on_item(event_json, None)`, then
+    /// `on_item(None, None)` at the end or `on_item(None, exception)`.
+    fn pump(&self, on_item: Py<PyAny>) -> PyResult<()> {
+        let Some(rx) = self.rx.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return Err(errors::config("stream", "already consumed"));
+        };
+        let (recorder, store) = (self.recorder.clone(), self.store.clone());
+        let tell = move |item: Option<PyResult<String>>| {
+            Python::attach(|py| {
+                let called = match item {
+                    Some(Ok(text)) => on_item.call1(py, (text, py.None())),
+                    Some(Err(e)) => on_item.call1(py, (py.None(), e.into_value(py))),
+                    None => on_item.call1(py, (py.None(), py.None())),
+                };
+                called.map_err(|e| e.write_unraisable(py, None)).is_ok()
+            })
+        };
+        std::thread::Builder::new()
+            .name("nexus-stream-pump".into())
+            .spawn(move || {
+                for item in rx {
+                    match render(item, recorder.as_deref(), store.as_deref()) {
+                        Ok((text, last)) => {
+                            if !tell(Some(Ok(text))) || last {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            tell(Some(Err(e)));
+                            return;
+                        }
+                    }
+                }
+                tell(None);
+            })
+            .map(|_| ())
+            .map_err(|e| errors::config("stream thread", e))
+    }
+}
+
+/// One stream item as the facade's JSON, and whether it is the last
+/// (the result, settled: a pending run kept and the cassette flushed).
+fn render(
+    item: Result<StreamItem, DriveError>,
+    recorder: Option<&Recorder>,
+    store: Option<&dyn RunStore>,
+) -> PyResult<(String, bool)> {
+    match item.map_err(errors::drive)? {
+        StreamItem::Event(ev) => Ok((serde_json::to_string(&ev).map_err(|e| errors::config("event", e))?, false)),
+        StreamItem::Done(result) => {
+            let settled = settle(&result, recorder, store)?;
+            Ok((format!("{{\"type\":\"done\",\"result\":{settled}}}"), true))
         }
     }
 }

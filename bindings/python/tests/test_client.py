@@ -313,3 +313,47 @@ def test_ctrl_c_cancels_a_stream(fake_provider):
     with pytest.raises(KeyboardInterrupt):
         for _ in events:
             pass
+
+
+def test_an_event_loop_awaits_many_runs_at_once(fake_provider):
+    # Twelve runs whose tools wait until all twelve are in: runs waiting in
+    # a bounded thread pool (asyncio's default executor has min(32, cpus + 4)
+    # threads) could not all get there.
+    runs = 12
+    fake = fake_provider({"m": [turn(calls=[("gather", "{}")]), turn("together")]})
+
+    async def main():
+        arrived = 0
+        everyone = asyncio.Event()
+
+        @nexus.tool
+        async def gather() -> str:
+            """Waits for every run."""
+            nonlocal arrived
+            arrived += 1
+            if arrived == runs:
+                everyone.set()
+            await asyncio.wait_for(everyone.wait(), 20)
+            return "all here"
+
+        c = client(fake, "openai", "m")
+        return await asyncio.gather(*(c.arun("go", tools=[gather]) for _ in range(runs)))
+
+    results = asyncio.run(main())
+    assert [(r.text, r.tool_calls[0].output) for r in results] == [("together", "all here")] * runs
+
+
+def test_astream_runs_beside_arun_and_stops_its_run_when_left_early(fake_provider):
+    fake = fake_provider({"m": ADD_SCRIPT})
+    c = client(fake, "gemini", "m")
+
+    async def main():
+        async def first_event():
+            async for event in c.astream("What is 2 + 2?", tools=[add]):
+                return event
+
+        return await asyncio.gather(first_event(), c.arun("What is 2 + 2?", tools=[add]))
+
+    event, result = asyncio.run(main())
+    assert isinstance(event, nexus.Event)
+    check_add(result)

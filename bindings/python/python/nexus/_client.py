@@ -25,6 +25,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Tuple,
     Union,
 )
 
@@ -317,7 +318,7 @@ class Client:
         loop = asyncio.get_running_loop()
         cancel = _native.NativeCancel()
         native = self._native_client(tools, wait_for, loop, cancel)
-        text = await _in_thread(loop, cancel, native.run, _messages(prompt, history))
+        text = await _awaited(loop, cancel, native.start, _messages(prompt, history))
         return RunResult._from_json(json.loads(text))
 
     async def aresume(
@@ -333,7 +334,7 @@ class Client:
         cancel = _native.NativeCancel()
         native = self._native_client(tools, wait_for, loop, cancel)
         key = self._resume_key(state_or_run_id)
-        text = await _in_thread(loop, cancel, native.resume, key, _answers(answers))
+        text = await _awaited(loop, cancel, native.start_resume, key, _answers(answers))
         return RunResult._from_json(json.loads(text))
 
     async def astream(
@@ -351,14 +352,25 @@ class Client:
         cancel = _native.NativeCancel()
         native = self._native_client(tools, wait_for, loop, cancel, stream=True)
         stream = self._start_stream(native, prompt, history, resume, answers)
-        while True:
-            item = await _in_thread(loop, cancel, stream.next)
-            if item is None:
-                return
-            event = event_from_json(json.loads(item))
-            yield event
-            if isinstance(event, DoneEvent):
-                return
+        items: "asyncio.Queue[Tuple[Optional[str], Optional[BaseException]]]" = asyncio.Queue()
+
+        def on_item(text: Optional[str], error: Optional[BaseException]) -> None:
+            loop.call_soon_threadsafe(items.put_nowait, (text, error))
+
+        stream.pump(on_item)
+        try:
+            while True:
+                text, error = await items.get()
+                if error is not None:
+                    raise error
+                if text is None:
+                    return
+                event = event_from_json(json.loads(text))
+                yield event
+                if isinstance(event, DoneEvent):
+                    return
+        finally:
+            cancel.cancel()  # a consumer that stops early (or is cancelled) stops the run; a no-op after Done
 
 
 def _on_main_thread() -> bool:
@@ -374,9 +386,24 @@ def _bind(t: Tool, loop: Optional[asyncio.AbstractEventLoop]) -> Callable[[str, 
     return invoke
 
 
-async def _in_thread(loop: asyncio.AbstractEventLoop, cancel: _native.NativeCancel, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` on a worker thread; a cancelled await cancels the run."""
-    future = loop.run_in_executor(None, fn, *args)
+async def _awaited(
+    loop: asyncio.AbstractEventLoop, cancel: _native.NativeCancel, start: Callable[..., None], *args: Any
+) -> str:
+    """Starts a run on its own Rust thread and awaits its result; a
+    cancelled await cancels the run."""
+    future: "asyncio.Future[str]" = loop.create_future()
+
+    def settle(text: Optional[str], error: Optional[BaseException]) -> None:
+        if not future.done():
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(text or "")
+
+    def done(text: Optional[str], error: Optional[BaseException]) -> None:
+        loop.call_soon_threadsafe(settle, text, error)
+
+    start(*args, done)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
