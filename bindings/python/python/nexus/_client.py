@@ -355,7 +355,7 @@ class Client:
         items: "asyncio.Queue[Tuple[Optional[str], Optional[BaseException]]]" = asyncio.Queue()
 
         def on_item(text: Optional[str], error: Optional[BaseException]) -> None:
-            loop.call_soon_threadsafe(items.put_nowait, (text, error))
+            _tell(loop, items.put_nowait, (text, error))
 
         stream.pump(on_item)
         try:
@@ -386,6 +386,17 @@ def _bind(t: Tool, loop: Optional[asyncio.AbstractEventLoop]) -> Callable[[str, 
     return invoke
 
 
+def _tell(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
+    """Schedules ``callback`` on ``loop`` from a run's thread. A run that
+    outlives its event loop (its task was cancelled, then the loop closed)
+    has no one left to tell."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        if not loop.is_closed():
+            raise
+
+
 async def _awaited(
     loop: asyncio.AbstractEventLoop, cancel: _native.NativeCancel, start: Callable[..., None], *args: Any
 ) -> str:
@@ -401,7 +412,7 @@ async def _awaited(
                 future.set_result(text or "")
 
     def done(text: Optional[str], error: Optional[BaseException]) -> None:
-        loop.call_soon_threadsafe(settle, text, error)
+        _tell(loop, settle, text, error)
 
     start(*args, done)
     try:
