@@ -100,6 +100,8 @@ def fake_provider(tmp_path: Path) -> Iterator[Callable[..., Fake]]:
     for proc in started:
         proc.kill()
         proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
 
 
 @pytest.fixture(autouse=True)
