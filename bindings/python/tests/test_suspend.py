@@ -141,6 +141,14 @@ def test_a_state_resumes_in_a_second_process(fake_provider):
     assert other["status"] == "done" and other["text"] == "Sent."
 
 
+def test_a_directory_path_is_a_file_store(fake_provider, tmp_path: Path):
+    fake = fake_provider({"m": SEND_SCRIPT})
+    c = client(fake, "openai", "m", store=tmp_path / "runs")
+    first = c.run("Email Sam.", tools=[send_email])
+    assert (tmp_path / "runs" / f"{first.run_id}.run").is_file()
+    assert c.resume(first, [nexus.Answer(first.pending[0].id)], tools=[send_email]).text == "Sent."
+
+
 def test_a_memory_store_keeps_runs_for_this_client(fake_provider):
     fake = fake_provider({"m": SEND_SCRIPT})
     c = client(fake, "openai", "m", store="memory")

@@ -157,7 +157,7 @@ class Client:
         stream: bool = False,
         fallbacks: Optional[Sequence[Mapping[str, Any]]] = None,
         mcp: Any = None,
-        store: Optional[str] = None,
+        store: Optional[Union[str, "os.PathLike[str]"]] = None,
         record: Optional[Union[str, "os.PathLike[str]"]] = None,
         seed: Optional[int] = None,
         params: Optional[Mapping[str, Any]] = None,
@@ -191,7 +191,7 @@ class Client:
         # One session per client: its connection pool, its MCP servers
         # (started now), its cassette and its store serve every run. The
         # settings (the key among them) stay in Rust memory only.
-        native_store = _native.NativeStore(store) if store is not None else None
+        native_store = _native.NativeStore(os.fspath(store)) if store is not None else None
         self._store = native_store
         self._session = _native.NativeSession(json.dumps(settings), native_store)
 
