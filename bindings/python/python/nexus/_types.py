@@ -244,24 +244,32 @@ class Event:
 
 @dataclass(frozen=True)
 class TurnStarted(Event):
+    """A model call began (``turn`` counts from 1)."""
+
     turn: int
     type: ClassVar[str] = "turn_started"
 
 
 @dataclass(frozen=True)
 class TextDelta(Event):
+    """A piece of the model's visible text, as it arrived."""
+
     text: str
     type: ClassVar[str] = "text_delta"
 
 
 @dataclass(frozen=True)
 class ReasoningDelta(Event):
+    """A piece of the model's reasoning, where the provider shows it."""
+
     text: str
     type: ClassVar[str] = "reasoning_delta"
 
 
 @dataclass(frozen=True)
 class ToolCallStarted(Event):
+    """The model began a tool call."""
+
     id: str
     name: str
     type: ClassVar[str] = "tool_call_started"
@@ -269,6 +277,8 @@ class ToolCallStarted(Event):
 
 @dataclass(frozen=True)
 class ToolCallDelta(Event):
+    """A piece of a tool call's raw argument text."""
+
     id: str
     arguments: str
     type: ClassVar[str] = "tool_call_delta"
@@ -287,6 +297,8 @@ class ToolCallEvent(Event):
 
 @dataclass(frozen=True)
 class ToolResultEvent(Event):
+    """A tool's result was recorded (in call order once the turn's results are in)."""
+
     call_id: str
     name: str
     output: str
@@ -296,18 +308,24 @@ class ToolResultEvent(Event):
 
 @dataclass(frozen=True)
 class PendingEvent(Event):
+    """A call suspended: the run waits for an answer to ``request``."""
+
     request: Request
     type: ClassVar[str] = "pending"
 
 
 @dataclass(frozen=True)
 class UsageEvent(Event):
+    """The token counts of one model call."""
+
     usage: Usage
     type: ClassVar[str] = "usage"
 
 
 @dataclass(frozen=True)
 class TurnFinished(Event):
+    """The model's turn ended (``stop``: ``end_turn``, ``tool_use``, ``max_tokens``, …)."""
+
     turn: int
     stop: str
     type: ClassVar[str] = "turn_finished"
