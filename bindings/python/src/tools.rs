@@ -8,6 +8,8 @@
 //! still escapes (a bug in the facade) becomes an error result here too, so
 //! a Python failure never unwinds into the driver.
 
+use std::time::Duration;
+
 use nexus_drive::{DynTool, ToolContext, ToolError, ToolOutcome};
 use nexus_proto::{Answer, Request, ToolReply};
 use pyo3::prelude::*;
@@ -24,6 +26,10 @@ pub struct ToolSpec {
     pub description: String,
     #[serde(default = "empty_object")]
     pub input_schema: Value,
+    /// Give up on a call after this long (it gets an error result; a Python
+    /// function already running is not stopped).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 fn empty_object() -> Value {
@@ -32,7 +38,8 @@ fn empty_object() -> Value {
 
 /// A tool that calls `invoke` with the GIL held.
 pub fn python_tool(spec: ToolSpec, invoke: Py<PyAny>) -> DynTool {
-    DynTool::new(&spec.name, spec.description, spec.input_schema, move |args, ctx| {
+    let timeout = spec.timeout_ms.map(Duration::from_millis);
+    let tool = DynTool::new(&spec.name, spec.description, spec.input_schema, move |args, ctx| {
         let context = context_json(ctx);
         let reply = Python::attach(|py| -> PyResult<String> {
             invoke.call1(py, (args.to_string(), context))?.extract::<String>(py)
@@ -45,7 +52,11 @@ pub fn python_tool(spec: ToolSpec, invoke: Py<PyAny>) -> DynTool {
             },
             Err(e) => Err(ToolError::msg(Python::attach(|py| describe(py, &e)))),
         }
-    })
+    });
+    match timeout {
+        Some(d) => tool.timeout(d),
+        None => tool,
+    }
 }
 
 /// What the facade's tool wrapper is told about the call.

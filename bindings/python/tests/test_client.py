@@ -357,3 +357,24 @@ def test_astream_runs_beside_arun_and_stops_its_run_when_left_early(fake_provide
     event, result = asyncio.run(main())
     assert isinstance(event, nexus.Event)
     check_add(result)
+
+
+def test_a_tool_past_its_timeout_gives_the_model_an_error_result(fake_provider):
+    import time
+
+    fake = fake_provider({"m": [turn(calls=[("slow", "{}"), ("add", '{"a": 1, "b": 2}')]), turn("one was slow")]})
+    release = threading.Event()
+
+    @nexus.tool(timeout=0.05)
+    def slow() -> str:
+        """Takes too long."""
+        release.wait(10)
+        return "late"
+
+    started = time.monotonic()
+    result = client(fake, "openai", "m").run("go", tools=[slow, add])
+    release.set()
+    assert result.text == "one was slow"
+    (late, ok) = result.tool_calls
+    assert late.is_error and "slow" in late.output and (ok.output, ok.is_error) == ("3", False)
+    assert time.monotonic() - started < 10

@@ -75,8 +75,10 @@ class Tool:
         name: Optional[str] = None,
         description: Optional[str] = None,
         input_schema: Optional[Dict[str, Any]] = None,
+        timeout: Optional[float] = None,
     ) -> None:
         self.fn = fn
+        self.timeout = timeout
         self.name = name or fn.__name__
         self.description = description if description is not None else first_paragraph(inspect.getdoc(fn))
         schema, context = function_schema(fn)
@@ -95,7 +97,10 @@ class Tool:
         return f"<nexus.Tool {self.name}>"
 
     def _spec(self) -> Dict[str, Any]:
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        spec: Dict[str, Any] = {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        if self.timeout is not None:
+            spec["timeout_ms"] = max(1, round(self.timeout * 1000))
+        return spec
 
     def _arguments(self, raw: Any, ctx: ToolContext) -> Dict[str, Any]:
         if not isinstance(raw, dict):
@@ -178,6 +183,7 @@ def tool(
     name: Optional[str] = None,
     description: Optional[str] = None,
     input_schema: Optional[Dict[str, Any]] = None,
+    timeout: Optional[float] = None,
 ) -> Callable[[F], Tool]: ...
 
 
@@ -187,6 +193,7 @@ def tool(
     name: Optional[str] = None,
     description: Optional[str] = None,
     input_schema: Optional[Dict[str, Any]] = None,
+    timeout: Optional[float] = None,
 ) -> Union[Tool, Callable[[Callable[..., Any]], Tool]]:
     """Makes a function (``def`` or ``async def``) a tool.
 
@@ -197,11 +204,13 @@ def tool(
     pydantic is installed); Google-style ``Args:`` lines describe the
     parameters. A parameter typed :class:`ToolContext` receives the call's
     context. Use ``@tool(name=..., description=..., input_schema=...)`` to
-    override any of them.
+    override any of them, and ``timeout=`` (seconds) to give up on a call
+    that takes longer (the model gets an error result; the function is not
+    stopped).
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description, input_schema=input_schema)
+        return Tool(f, name=name, description=description, input_schema=input_schema, timeout=timeout)
 
     if fn is not None:
         return wrap(fn)
