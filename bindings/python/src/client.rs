@@ -15,7 +15,7 @@ use nexus_drive::cassette::{self, Cassette, Recorder};
 use nexus_drive::mcp::{parse_servers, McpOptions, McpTools};
 use nexus_drive::skills::Skills;
 use nexus_drive::{
-    CancelToken, ClientBuilder, ClientConfig, DriveError, DynTool, RunResult, RunStore, StreamItem, Toolbox,
+    CancelToken, ClientBuilder, ClientConfig, DriveError, DynTool, Metrics, RunResult, RunStore, StreamItem, Toolbox,
 };
 use nexus_proto::{Answer, Style, Upstream};
 use pyo3::prelude::*;
@@ -66,6 +66,9 @@ struct Settings {
     /// Agent Skills directories.
     #[serde(default)]
     skills: Vec<String>,
+    /// A whole-run deadline, in milliseconds.
+    #[serde(default)]
+    timeout_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -115,10 +118,17 @@ pub struct NativeSession {
     skills: Option<Skills>,
     recorder: Option<Arc<Recorder>>,
     store: Option<Arc<dyn RunStore>>,
+    /// Counters over every run of the client.
+    metrics: Arc<Metrics>,
 }
 
 #[pymethods]
 impl NativeSession {
+    /// The client's counters over all its runs, as Prometheus text.
+    fn metrics(&self) -> String {
+        self.metrics.render()
+    }
+
     #[new]
     #[pyo3(signature = (settings, store=None))]
     fn new(py: Python<'_>, settings: &str, store: Option<&NativeStore>) -> PyResult<NativeSession> {
@@ -171,7 +181,8 @@ impl NativeSession {
                 Some(Skills::discover(dirs).skills)
             }
         };
-        Ok(NativeSession { settings, base, mcp, builtins, skills, recorder, store: store.map(|s| s.store.clone()) })
+        let store = store.map(|s| s.store.clone());
+        Ok(NativeSession { settings, base, mcp, builtins, skills, recorder, store, metrics: Arc::default() })
     }
 }
 
@@ -207,6 +218,9 @@ fn builder(s: &Settings) -> PyResult<(ClientBuilder, Vec<String>)> {
     }
     if !s.params.is_empty() {
         b = b.params(s.params.clone());
+    }
+    if let Some(ms) = s.timeout_ms {
+        b = b.timeout(Duration::from_millis(ms));
     }
     for f in &s.fallbacks {
         let fs = style(&f.style)?;
@@ -288,6 +302,8 @@ impl NativeClient {
         if let Some(rec) = &session.recorder {
             b = b.tap(rec.clone());
         }
+        let metrics = session.metrics.clone();
+        b = b.on_metric(move |m| metrics.observe(m));
         let config = b.build().map_err(errors::drive)?;
         Ok(NativeClient {
             client: session.base.with_config(config),

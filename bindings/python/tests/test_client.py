@@ -378,3 +378,29 @@ def test_a_tool_past_its_timeout_gives_the_model_an_error_result(fake_provider):
     (late, ok) = result.tool_calls
     assert late.is_error and "slow" in late.output and (ok.output, ok.is_error) == ("3", False)
     assert time.monotonic() - started < 10
+
+
+def test_metrics_count_the_clients_runs(fake_provider):
+    fake = fake_provider({"m": ADD_SCRIPT})
+    c = client(fake, "openai", "m")
+    c.run("What is 2 + 2?", tools=[add])
+    c.run("What is 2 + 2?", tools=[add])
+    text = c.metrics()
+    assert 'nexus_runs_total{model="m",status="done"} 2' in text
+    assert 'nexus_llm_requests_total{model="m",status="ok"} 4' in text
+    assert 'nexus_tool_calls_total{tool="add",is_error="false",pending="false"} 2' in text
+
+
+def test_a_run_past_its_deadline_is_a_limit_error(fake_provider):
+    import time
+
+    fake = fake_provider({"m": [turn(calls=[("nap", "{}")]), turn("woke")]})
+
+    @nexus.tool
+    def nap() -> str:
+        """Sleeps past the deadline."""
+        time.sleep(0.5)
+        return "rested"
+
+    with pytest.raises(nexus.LimitError, match="deadline"):
+        client(fake, "openai", "m", timeout=0.2).run("go", tools=[nap])

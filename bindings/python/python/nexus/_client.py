@@ -141,6 +141,8 @@ class Client:
             the current directory).
         skills: Agent Skills directories (folders with a ``SKILL.md``): a
             catalog in the system prompt and a ``skill`` tool that loads one.
+        timeout: a whole-run deadline in seconds: a run past it fails with
+            :class:`LimitError`.
     """
 
     def __init__(
@@ -164,6 +166,7 @@ class Client:
         builtins: Union[bool, Sequence[str]] = False,
         root: Optional[Union[str, "os.PathLike[str]"]] = None,
         skills: Optional[Sequence[Union[str, "os.PathLike[str]"]]] = None,
+        timeout: Optional[float] = None,
     ) -> None:
         if style not in DEFAULT_MODELS:
             raise _native.ConfigError(f"style {style!r}: use one of {', '.join(DEFAULT_MODELS)}")
@@ -187,6 +190,7 @@ class Client:
             "builtins": None if builtins is False else ([] if builtins is True else list(builtins)),
             "root": os.fspath(root) if root is not None else None,
             "skills": [os.fspath(d) for d in (skills or [])],
+            "timeout_ms": max(1, round(timeout * 1000)) if timeout is not None else None,
         }
         # One session per client: its connection pool, its MCP servers
         # (started now), its cassette and its store serve every run. The
@@ -197,6 +201,11 @@ class Client:
 
     def __repr__(self) -> str:
         return f"nexus.Client(style={self.style!r}, model={self.model!r})"
+
+    def metrics(self) -> str:
+        """Counters over every run of this client (model calls, tools, runs,
+        by outcome, with latencies) as Prometheus text."""
+        return self._session.metrics()
 
     # -- building the native client -------------------------------------------------
 

@@ -27,6 +27,7 @@ class NativeStream:
 
 class NativeSession:
     def __init__(self, settings: str, store: Optional[NativeStore] = None) -> None: ...
+    def metrics(self) -> str: ...
 
 class NativeClient:
     def __init__(
