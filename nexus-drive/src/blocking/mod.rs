@@ -52,6 +52,15 @@ impl Client {
         Client { cfg: self.cfg.clone(), pool: self.pool.clone(), workers: self.workers.clone(), cancel: token }
     }
 
+    /// A client for `config` on this client's connection pool and tool
+    /// threads: for hosts that vary a run's tools or callbacks per call
+    /// (as a language binding does) without a new connection, and a new
+    /// TLS handshake, per run. The pool keeps this client's connect timeout.
+    pub fn with_config(&self, config: ClientConfig) -> Client {
+        let cancel = config.cancel.clone();
+        Client { cfg: Arc::new(config), pool: self.pool.clone(), workers: self.workers.clone(), cancel }
+    }
+
     /// The config.
     pub fn config(&self) -> &ClientConfig {
         &self.cfg
