@@ -150,6 +150,17 @@ impl Engine {
         for a in answers {
             engine.feed(Input::Answer(a))?;
         }
+        // An approved call this client cannot run would reach the model as
+        // `Unknown tool` and end the run: the approval would be lost. Refuse
+        // before anything runs, so the stored run stays as it was.
+        let unbound = engine
+            .run
+            .calls_to_run()
+            .into_iter()
+            .find(|call| engine.cfg.toolbox.get(&call.name).is_none_or(|e| e.handler.is_none()));
+        if let Some(call) = unbound {
+            return Err(DriveError::MissingTool { tool: call.name.clone(), call_id: call.id.clone() });
+        }
         Ok(engine)
     }
 
@@ -741,7 +752,7 @@ pub(crate) fn settle_stored(
             None => store.delete(run_id, claimed.version)?,
         },
         // Refused before anything ran: the run is as it was.
-        Err(DriveError::Input(_)) | Err(DriveError::State(_)) => {
+        Err(DriveError::Input(_)) | Err(DriveError::State(_)) | Err(DriveError::MissingTool { .. }) => {
             store.save(run_id, &claimed.state, Some(claimed.version))?;
         }
         Err(_) => store.delete(run_id, claimed.version)?,

@@ -244,6 +244,11 @@ pub mod serve;
 #[cfg(feature = "skills")]
 pub mod skills;
 
+/// The core, `nexus-proto`, whole: the sans-IO machine ([`proto::Run`]),
+/// its inputs and outputs, the wire codecs. A host of the drivers needs only
+/// this crate; everything a host commonly names is also re-exported below.
+pub use nexus_proto as proto;
+
 pub use cancel::CancelToken;
 pub use config::{ClientBuilder, ClientConfig, FailureInfo, RetryDecision};
 pub use error::DriveError;
@@ -254,6 +259,10 @@ pub use store::{
     ConversationStore, FileConversationStore, FileRunStore, MemoryConversationStore, MemoryRunStore, RunRecord,
     RunStore, StoreError,
 };
+#[cfg(feature = "postgres")]
+pub use stores::postgres::PostgresStore;
+#[cfg(feature = "sqlite")]
+pub use stores::sqlite::SqliteStore;
 pub use tool::{
     AsyncTool, DynTool, Tool, ToolContext, ToolError, ToolOutcome, Toolbox, ToolboxError, RESERVED_BUILTINS,
 };

@@ -208,6 +208,11 @@ impl Batch {
         out
     }
 
+    /// The calls waiting to be handed to the driver, in call order.
+    pub(crate) fn requested_calls(&self) -> Vec<&ToolCall> {
+        self.calls.iter().filter(|e| matches!(e.state, CallState::Requested { .. })).map(|e| &e.call).collect()
+    }
+
     fn relay_request(&self) -> Request {
         let relay: Vec<&Entry> = self.calls.iter().filter(|e| matches!(e.state, CallState::Relay)).collect();
         let calls: Vec<Value> = relay
