@@ -19,6 +19,7 @@ use nexus_proto::{
 };
 use serde_json::Value;
 
+use crate::approval::{approval_request, is_approval_request};
 use crate::cancel::CancelToken;
 use crate::config::{ClientConfig, FailureInfo, RetryDecision};
 use crate::error::DriveError;
@@ -591,6 +592,18 @@ impl Engine {
                 let reply = ToolReply::Done(ToolResult::error(format!("Unknown tool: {name}")));
                 self.record_reply(&call_id, &name, started, None, reply, false);
                 continue;
+            };
+            let (answer, request) = if request.as_ref().is_some_and(is_approval_request) {
+                // Approved: the tool runs as if it had never been asked.
+                (None, None)
+            } else {
+                let approval = self.cfg.toolbox.get(&name).map(|e| &e.approval);
+                if answer.is_none() && approval.is_some_and(|p| p.applies_to(&input)) {
+                    let reply = ToolReply::Pending(approval_request(&name, &input, &arguments));
+                    self.record_reply(&call_id, &name, started, None, reply, false);
+                    continue;
+                }
+                (answer, request)
             };
             let seen = self.cfg.hooks.after_tool.is_some().then(|| (input.clone(), idempotency_key.clone()));
             let read_roots = grants.get_or_insert_with(|| self.read_roots()).clone();

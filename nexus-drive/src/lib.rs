@@ -216,6 +216,8 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod approval;
+mod arg_fields;
 mod cancel;
 pub mod cassette;
 pub mod config;
@@ -249,6 +251,7 @@ pub mod skills;
 /// this crate; everything a host commonly names is also re-exported below.
 pub use nexus_proto as proto;
 
+pub use approval::ApprovalPolicy;
 pub use cancel::CancelToken;
 pub use config::{ClientBuilder, ClientConfig, FailureInfo, RetryDecision};
 pub use error::DriveError;
@@ -266,6 +269,53 @@ pub use stores::sqlite::SqliteStore;
 pub use tool::{
     AsyncTool, DynTool, Tool, ToolContext, ToolError, ToolOutcome, Toolbox, ToolboxError, RESERVED_BUILTINS,
 };
+
+/// `#[tool]`: a tool from a plain `fn` or `async fn` (feature `macros`).
+///
+/// The model calls it by the function's name and reads its doc comment;
+/// its input schema is derived from the arguments (an `Option` is not
+/// required; `* \`name\` - text` lines under a `# Arguments` heading describe
+/// them). An argument of type `&ToolContext` (or `ToolContext`) is the
+/// call's context. The function becomes a unit struct of the same name
+/// implementing [`Tool`] (or [`AsyncTool`] for an `async fn`), registered
+/// with [`ClientBuilder::tool`] (or [`ClientBuilder::async_tool`]); the
+/// function itself stays callable as `name::function(..)`.
+///
+/// It returns a value, a [`ToolOutcome`], or a `Result` of either whose
+/// error converts into [`ToolError`]. Options: `name = "..."`,
+/// `description = "..."`, `needs_approval` (every call) or
+/// `needs_approval = path` (the calls for whose arguments `path(&Value)` holds).
+///
+/// ```
+/// use nexus_drive::{tool, Tool, ToolError};
+///
+/// /// Looks up an order's status.
+/// ///
+/// /// # Arguments
+/// /// * `order_id` - The order's id, as printed on the receipt.
+/// #[tool]
+/// fn order_status(order_id: String) -> Result<String, ToolError> {
+///     Ok(format!("{order_id}: shipped"))
+/// }
+///
+/// assert_eq!(order_status::NAME, "order_status");
+/// assert_eq!(order_status.description(), "Looks up an order's status.");
+/// let schema = order_status.input_schema().unwrap();
+/// assert_eq!(schema["required"], serde_json::json!(["order_id"]));
+/// assert_eq!(schema["properties"]["order_id"]["description"], "The order's id, as printed on the receipt.");
+/// assert_eq!(order_status::function("A1".into()).unwrap(), "A1: shipped");
+/// ```
+#[cfg(feature = "macros")]
+pub use nexus_macros::tool;
+
+/// What `#[tool]` expands to names these; not an API.
+#[cfg(feature = "macros")]
+#[doc(hidden)]
+pub mod __private {
+    pub use schemars;
+    pub use serde;
+    pub use serde_json;
+}
 
 pub use nexus_proto::{
     Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, Request, RunError, StopReason, StreamEvent, Style,
