@@ -226,6 +226,7 @@ mod error;
 #[cfg(any(feature = "blocking", feature = "async"))]
 mod h1;
 pub mod hooks;
+mod input;
 pub mod metrics;
 mod result;
 pub mod store;
@@ -236,7 +237,13 @@ pub mod tool;
 pub mod mcp;
 
 #[cfg(feature = "async")]
-pub mod asynk;
+pub mod asynchronous;
+/// The async driver's former path.
+#[cfg(feature = "async")]
+#[deprecated(since = "0.2.0", note = "renamed `asynchronous`; `AsyncClient` is also at the crate root")]
+pub mod asynk {
+    pub use crate::asynchronous::*;
+}
 #[cfg(feature = "blocking")]
 pub mod blocking;
 #[cfg(feature = "builtins")]
@@ -252,10 +259,15 @@ pub mod skills;
 pub use nexus_proto as proto;
 
 pub use approval::ApprovalPolicy;
+#[cfg(feature = "async")]
+pub use asynchronous::AsyncClient;
+#[cfg(feature = "blocking")]
+pub use blocking::Client;
 pub use cancel::CancelToken;
 pub use config::{ClientBuilder, ClientConfig, FailureInfo, RetryDecision};
 pub use error::DriveError;
 pub use hooks::{BeforeTool, HookAbort, Hooks};
+pub use input::RunInput;
 pub use metrics::{Metric, Metrics};
 pub use result::{FailoverReport, RunResult, RunStatus, StreamItem, SuspendedRun, UpstreamTurn};
 pub use store::{

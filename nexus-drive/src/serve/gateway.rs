@@ -13,7 +13,7 @@ use super::config::{match_model, RouteFailover, ServeConfig};
 use super::failover::Circuits;
 use super::ops::{Health, Metrics, Record};
 use super::surface::{ErrorKind, GatewayError, Surface};
-use crate::asynk::h1;
+use crate::asynchronous::h1;
 
 /// Upstream error bodies (and the small answers read whole besides the
 /// model's: model lists, token counts) are capped here: they are messages.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use nexus_drive::asynk::AsyncClient;
+use nexus_drive::asynchronous::AsyncClient;
 use nexus_drive::blocking::Client;
 use nexus_drive::{
     Answer, CancelToken, ClientBuilder, ClientConfig, DriveError, DynTool, Message, Request, RunResult, RunStore,
