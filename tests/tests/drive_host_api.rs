@@ -7,12 +7,175 @@
 mod drive_support;
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use drive_support::*;
-use nexus_drive::{Answer, DriveError, MemoryRunStore, RunStore};
+use nexus_drive::{
+    Answer, DriveError, DynTool, MemoryRunStore, RunInput, RunResult, RunStatus, RunStore, StreamEvent, StreamItem,
+    ToolOutcome,
+};
 use nexus_tests::fake::{FakeProvider, Scripts, Turn};
+use serde_json::json;
 
-both_drivers!(a_resume_that_cannot_run_an_approved_call_is_refused_and_the_stored_run_kept);
+both_drivers!(
+    a_resume_that_cannot_run_an_approved_call_is_refused_and_the_stored_run_kept,
+    needs_approval_asks_in_process_runs_on_yes_and_tells_the_model_why_not,
+    an_approval_is_durable_and_the_stored_run_streams_through_the_same_entry_point,
+    a_struct_output_reaches_the_model_in_field_order,
+);
+
+/// A `refund` tool counting its runs.
+fn refund_tool(runs: &Arc<std::sync::atomic::AtomicUsize>) -> DynTool {
+    let runs = runs.clone();
+    DynTool::new("refund", "refunds an order", json!({"type": "object"}), move |args, ctx| {
+        assert!(ctx.answer().is_none(), "the tool never sees the approval as its own answer");
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok(ToolOutcome::Done(json!(format!("refunded {}", args["order_id"].as_str().unwrap_or("?")))))
+    })
+}
+
+/// Every item of a stream of `input`, the events and how it ended.
+fn stream(client: &Cl, input: RunInput) -> (Vec<StreamEvent>, Result<RunResult, DriveError>) {
+    let items: Vec<Result<StreamItem, DriveError>> = match client {
+        Cl::B(c) => c.stream(input).collect(),
+        Cl::A(c) => smol::block_on(async {
+            use smol::stream::StreamExt;
+            c.stream(input).collect::<Vec<_>>().await
+        }),
+    };
+    let mut events = Vec::new();
+    let mut end = None;
+    for item in items {
+        assert!(end.is_none(), "an item after the end: {item:?}");
+        match item {
+            Ok(StreamItem::Event(e)) => events.push(e),
+            Ok(StreamItem::Done(r)) => end = Some(Ok(r)),
+            Err(e) => end = Some(Err(e)),
+        }
+    }
+    (events, end.expect("the stream ended without a result"))
+}
+
+fn needs_approval_asks_in_process_runs_on_yes_and_tells_the_model_why_not(d: Drv) {
+    for style in STYLES {
+        let ctx = format!("{d:?} {style:?}");
+        let call = Turn::default().call("refund", r#"{"order_id":"A1","cents":4000}"#);
+        let fake = FakeProvider::start(
+            Scripts::new(KEY)
+                .model("m-yes", script(vec![call.clone(), Turn::text("refunded")]))
+                .model("m-no", script(vec![call, Turn::text("not refunded")])),
+        );
+        let runs = counter();
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let client = |model: &str, yes: bool| {
+            let seen = asked.clone();
+            d.client(
+                builder(&fake, style, model, false)
+                    .needs_approval("refund", true)
+                    .dyn_tool(refund_tool(&runs))
+                    .wait_for(move |request| {
+                        seen.lock().unwrap().push(request.clone());
+                        if yes {
+                            Answer::ok(request.id, None)
+                        } else {
+                            Answer::declined(request.id, "customer not eligible")
+                        }
+                    })
+                    .build()
+                    .unwrap(),
+            )
+        };
+
+        let done = client("m-yes", true).run("refund A1").unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert_eq!(done.status, RunStatus::Done, "{ctx}");
+        assert_eq!(outputs(&done), vec!["refunded A1".to_string()], "{ctx}");
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "{ctx}: ran once, after the yes");
+        let request = asked.lock().unwrap()[0].clone();
+        assert_eq!(request.kind, "approval", "{ctx}");
+        assert_eq!(request.prompt, r#"Allow refund to run with {"order_id":"A1","cents":4000}?"#, "{ctx}");
+        let data = serde_json::Value::Object(request.data.clone().unwrap());
+        assert_eq!(
+            data,
+            json!({"source": "needs_approval", "tool": "refund", "input": {"order_id": "A1", "cents": 4000}})
+        );
+
+        let declined = client("m-no", false).run("refund A1 again").unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert_eq!(declined.text, "not refunded", "{ctx}");
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "{ctx}: a declined call never runs");
+        let want =
+            r#"declined: Allow refund to run with {"order_id":"A1","cents":4000}? — reason: customer not eligible"#;
+        assert_eq!(transcript_results(&declined), vec![want.to_string()], "{ctx}");
+        // The reason reached the model: it is in the next request's bytes.
+        let last = fake.requests_for("m-no").last().cloned().expect("requests");
+        let body = String::from_utf8(last.body).unwrap();
+        assert!(body.contains("reason: customer not eligible"), "{ctx}: {body}");
+    }
+}
+
+fn an_approval_is_durable_and_the_stored_run_streams_through_the_same_entry_point(d: Drv) {
+    for style in STYLES {
+        let ctx = format!("{d:?} {style:?}");
+        let fake = FakeProvider::start(Scripts::new(KEY).model(
+            "m-durable",
+            script(vec![
+                    Turn::default()
+                        .call("refund", r#"{"order_id":"B2","cents":90}"#)
+                        .call("refund", r#"{"order_id":"C3","cents":5000}"#),
+                    Turn::text("one refunded, one asked"),
+                ]),
+        ));
+        let runs = counter();
+        let make = || {
+            d.client(
+                builder(&fake, style, "m-durable", true)
+                    .dyn_tool(refund_tool(&runs).needs_approval(nexus_drive::ApprovalPolicy::when(|args| {
+                        args["cents"].as_u64().is_some_and(|c| c > 1000)
+                    })))
+                    .build()
+                    .unwrap(),
+            )
+        };
+        let first = make().run("refund both").unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert_eq!(first.status, RunStatus::Pending, "{ctx}");
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "{ctx}: the small refund ran, the large one waits");
+        let suspended = first.suspended.expect("suspended");
+        assert_eq!(suspended.pending.len(), 1, "{ctx}");
+        assert_eq!(suspended.pending[0].kind, "approval", "{ctx}");
+
+        let store = Arc::new(MemoryRunStore::new());
+        store.save(&suspended.run_id, &suspended.state, None).unwrap();
+        // Another process: a fresh client, the store, the outstanding requests read from it.
+        let second = make();
+        let outstanding = store.outstanding(&suspended.run_id).unwrap();
+        assert_eq!(outstanding, suspended.pending, "{ctx}");
+        let answer = Answer::ok(outstanding[0].id.clone(), None);
+        let (events, end) = stream(&second, RunInput::stored(store.clone(), suspended.run_id.clone(), vec![answer]));
+        let done = end.unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert_eq!(done.text, "one refunded, one asked", "{ctx}");
+        assert_eq!(shown_text(&events), "one refunded, one asked", "{ctx}: streamed as it came");
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "{ctx}: each refund ran once");
+        assert_eq!(transcript_results(&done), vec!["refunded B2".to_string(), "refunded C3".to_string()], "{ctx}");
+        assert!(store.load(&suspended.run_id).unwrap().is_none(), "{ctx}: a finished stored run is removed");
+    }
+}
+
+fn a_struct_output_reaches_the_model_in_field_order(d: Drv) {
+    for style in STYLES {
+        let ctx = format!("{d:?} {style:?}");
+        let fake = FakeProvider::start(Scripts::new(KEY).model(
+            "m-order",
+            script(vec![Turn::default().call("lookup", r#"{"zeta":1,"alpha":2}"#), Turn::text("ok")]),
+        ));
+        let client = d.client(builder(&fake, style, "m-order", false).tool(tool_attribute::lookup).build().unwrap());
+        let done = client.run("look").unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let text = r#"{"status":"queued","amount":40,"currency":"EUR"}"#;
+        assert_eq!(outputs(&done), vec![text.to_string()], "{ctx}");
+        let last = fake.requests().last().cloned().expect("requests");
+        let body = String::from_utf8(last.body).unwrap();
+        let escaped = serde_json::to_string(text).unwrap();
+        assert!(body.contains(escaped.trim_matches('"')), "{ctx}: {body}");
+    }
+}
 
 fn a_resume_that_cannot_run_an_approved_call_is_refused_and_the_stored_run_kept(d: Drv) {
     for style in STYLES {
@@ -90,6 +253,20 @@ mod tool_attribute {
     #[tool(needs_approval = large)]
     pub fn refund(ctx: &ToolContext, order_id: String, cents: u64, note: Option<String>) -> ToolOutcome<String> {
         ToolOutcome::Done(format!("{} refunded {cents} on {order_id} ({note:?})", ctx.call_id()))
+    }
+
+    #[derive(serde::Serialize)]
+    pub struct Receipt {
+        status: &'static str,
+        amount: u32,
+        currency: &'static str,
+    }
+
+    /// Looks something up.
+    #[tool]
+    pub fn lookup(zeta: i64, alpha: i64) -> Receipt {
+        let _ = (zeta, alpha);
+        Receipt { status: "queued", amount: 40, currency: "EUR" }
     }
 
     fn large(args: &Value) -> bool {
