@@ -804,7 +804,7 @@ mod tests {
             }
         }
         let mut tb = Toolbox::new();
-        let err = tb.add(Schemaless).err().expect("refused");
+        let err = tb.add(Schemaless).map(|_| ()).expect_err("refused");
         assert_eq!(err, ToolboxError::MissingSchema { name: "add".into(), fields: vec!["a".into(), "b".into()] });
         assert!(err.to_string().contains("takes arguments (a, b) but gives no input schema"), "{err}");
         assert!(tb.is_empty(), "nothing registered");

@@ -121,7 +121,7 @@ fn expand(options: Options, item: ItemFn) -> syn::Result<Tokens> {
     let args_ty = format_ident!("__{}_Args", fn_name);
     let fields = args.iter().filter(|a| a.context.is_none()).map(|a| {
         let (ident, ty) = (&a.ident, &a.ty);
-        let doc = arg_docs.iter().find(|(n, _)| *n == ident.to_string()).map(|(_, d)| d);
+        let doc = arg_docs.iter().find(|(n, _)| ident == n).map(|(_, d)| d);
         let describe = doc.map(|d| quote!(#[schemars(description = #d)]));
         quote!(#describe pub #ident: #ty)
     });
