@@ -10,10 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use drive_support::*;
-use nexus_drive::{
-    Answer, DriveError, DynTool, MemoryRunStore, RunInput, RunResult, RunStatus, RunStore, StreamEvent, StreamItem,
-    ToolOutcome,
-};
+use nexus_drive::{Answer, DriveError, DynTool, MemoryRunStore, RunInput, RunStatus, RunStore, ToolOutcome};
 use nexus_tests::fake::{FakeProvider, Scripts, Turn};
 use serde_json::json;
 
@@ -32,28 +29,6 @@ fn refund_tool(runs: &Arc<std::sync::atomic::AtomicUsize>) -> DynTool {
         runs.fetch_add(1, Ordering::SeqCst);
         Ok(ToolOutcome::Done(json!(format!("refunded {}", args["order_id"].as_str().unwrap_or("?")))))
     })
-}
-
-/// Every item of a stream of `input`, the events and how it ended.
-fn stream(client: &Cl, input: RunInput) -> (Vec<StreamEvent>, Result<RunResult, DriveError>) {
-    let items: Vec<Result<StreamItem, DriveError>> = match client {
-        Cl::B(c) => c.stream(input).collect(),
-        Cl::A(c) => smol::block_on(async {
-            use smol::stream::StreamExt;
-            c.stream(input).collect::<Vec<_>>().await
-        }),
-    };
-    let mut events = Vec::new();
-    let mut end = None;
-    for item in items {
-        assert!(end.is_none(), "an item after the end: {item:?}");
-        match item {
-            Ok(StreamItem::Event(e)) => events.push(e),
-            Ok(StreamItem::Done(r)) => end = Some(Ok(r)),
-            Err(e) => end = Some(Err(e)),
-        }
-    }
-    (events, end.expect("the stream ended without a result"))
 }
 
 fn needs_approval_asks_in_process_runs_on_yes_and_tells_the_model_why_not(d: Drv) {
@@ -149,7 +124,7 @@ fn an_approval_is_durable_and_the_stored_run_streams_through_the_same_entry_poin
         let outstanding = store.outstanding(&suspended.run_id).unwrap();
         assert_eq!(outstanding, suspended.pending, "{ctx}");
         let answer = Answer::ok(outstanding[0].id.clone(), None);
-        let (events, end) = stream(&second, RunInput::stored(store.clone(), suspended.run_id.clone(), vec![answer]));
+        let (events, end) = second.stream(RunInput::stored(store.clone(), suspended.run_id.clone(), vec![answer]));
         let done = end.unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(done.text, "one refunded, one asked", "{ctx}");
         assert_eq!(shown_text(&events), "one refunded, one asked", "{ctx}: streamed as it came");
