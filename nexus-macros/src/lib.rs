@@ -145,7 +145,10 @@ fn expand(options: Options, item: ItemFn) -> syn::Result<Tokens> {
     });
 
     let vis = &item.vis;
-    let attrs = &item.attrs;
+    // The doc comment documents the tool (the struct); every other attribute
+    // (`allow`, `inline`, `cfg`…) was written for the function.
+    let (attrs, fn_attrs): (Vec<&syn::Attribute>, Vec<&syn::Attribute>) =
+        item.attrs.iter().partition(|a| a.path().is_ident("doc"));
     let block = &item.block;
     let mut function_sig = sig.clone();
     function_sig.ident = syn::Ident::new("function", Span::call_site());
@@ -193,6 +196,7 @@ fn expand(options: Options, item: ItemFn) -> syn::Result<Tokens> {
 
         impl #fn_name {
             /// The function as written.
+            #(#fn_attrs)*
             #vis #function_sig #block
         }
 

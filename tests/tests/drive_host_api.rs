@@ -207,6 +207,7 @@ mod tool_attribute {
     /// * `a` - The first addend.
     /// * `b` - The second addend.
     #[tool]
+    #[inline] // an attribute for the function stays on the function
     pub fn add(a: i64, b: i64) -> i64 {
         a + b
     }
