@@ -232,6 +232,7 @@
 //! | `builtins` | with `cli` | the [`builtins`] module (compiled in, every tool still off until enabled) |
 //! | `skills` | with `cli` | the [`skills`] module: Agent Skills discovered in folders, loaded on demand (saphyr parses their YAML) |
 //! | `serve` | with `cli` | the [`serve`] gateway: hyper (HTTP/1.1 and h2c) on smol, the async driver's client upstream, TOML configuration |
+//! | `redis` | with `cli` | `serve`'s `[limits] store = "redis://…"`: request and token limits, budgets and open circuits shared by every instance through Redis or Valkey (redis-rs's blocking client on a thread of its own) |
 //! | `cli` | no | the `nexus` binary (`run`, `resume`, `runs`, `replay`, `demo`, `tools`, `decode`, `serve`): `cargo run -p nexus-drive --features cli --bin nexus`; includes `sqlite` for `--store sqlite:PATH` |
 //! | `mcp` | with `cli` | the [`mcp`] module: MCP servers' tools as tools of the loop (stdio, Streamable HTTP) |
 //! | `schemars` | with `macros` | `Toolbox::add_derived` and `tool::schema_for`: input schemas derived from argument types |
@@ -269,6 +270,9 @@
     allow(rustdoc::broken_intra_doc_links)
 )]
 
+mod agent;
+#[cfg(feature = "skills")]
+pub mod agent_files;
 pub mod approval;
 mod arg_fields;
 mod cancel;
@@ -311,6 +315,7 @@ pub mod skills;
 /// this crate; everything a host commonly names is also re-exported below.
 pub use nexus_proto as proto;
 
+pub use agent::AgentTool;
 pub use approval::ApprovalPolicy;
 #[cfg(feature = "async")]
 pub use asynchronous::AsyncClient;
@@ -383,6 +388,6 @@ pub mod __private {
 }
 
 pub use nexus_proto::{
-    Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, Request, RunError, StopReason, StreamEvent, Style,
-    Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream, Usage,
+    AgentReport, Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, Request, RunError, StopReason, StreamEvent,
+    Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream, Usage,
 };

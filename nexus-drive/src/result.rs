@@ -1,6 +1,8 @@
 //! What a run gives back.
 
-use nexus_proto::{Message, Request, Run, StopReason, StreamEvent, Style, ToolCallRecord, Upstream, Usage};
+use nexus_proto::{
+    AgentReport, Message, Request, Run, StopReason, StreamEvent, Style, ToolCallRecord, Upstream, Usage,
+};
 use serde::{Deserialize, Serialize};
 
 /// How a run that did not fail ended.
@@ -56,6 +58,10 @@ pub struct RunResult {
     /// Every move to another upstream in this run, in order.
     #[serde(default)]
     pub failovers: Vec<FailoverReport>,
+    /// Each sub-agent of the run (SPEC §17): its path, name, turns, usage
+    /// and status. `usage` and `turns` above are the top run's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<AgentReport>,
 }
 
 /// The upstream that answered one turn.
@@ -172,6 +178,7 @@ mod tests {
             suspended: None,
             upstreams: vec![],
             failovers: vec![],
+            agents: vec![],
         }
     }
 

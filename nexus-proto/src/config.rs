@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::agent::{AgentSpec, Agents};
 use crate::failover::{FailoverPolicy, Upstream};
 use crate::provider::{Style, RESERVED_PARAMS};
 use crate::time::Timestamp;
@@ -82,6 +83,10 @@ pub struct RunConfig {
     /// When a failed call moves on to the next upstream.
     #[serde(default, skip_serializing_if = "is_default_failover")]
     pub failover: FailoverPolicy,
+    /// Sub-agents this run may delegate to, each declared as a tool (see
+    /// [`crate::agent`]). Format 3 on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Agents>,
 }
 
 fn is_default_failover(p: &FailoverPolicy) -> bool {
@@ -108,7 +113,14 @@ impl RunConfig {
             run_id: None,
             fallbacks: Vec::new(),
             failover: FailoverPolicy::default(),
+            agents: None,
         }
+    }
+
+    /// Adds a sub-agent the run may delegate to (declared as a tool of its own).
+    pub fn with_agent(mut self, agent: AgentSpec) -> RunConfig {
+        self.agents.get_or_insert_with(Agents::default).agents.push(agent);
+        self
     }
 
     /// Adds an upstream tried after the primary and the fallbacks before it.
@@ -163,6 +175,9 @@ impl RunConfig {
         }
         if self.max_turns == 0 {
             return Err(InputError::Config("max_turns must be at least 1".into()));
+        }
+        if let Some(agents) = &self.agents {
+            agents.validate()?;
         }
         if let Some((k, _)) = self.headers.iter().find(|(k, _)| crate::http::is_secret_header(k)) {
             return Err(InputError::Config(format!(

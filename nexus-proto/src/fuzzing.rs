@@ -17,12 +17,14 @@ use crate::provider::{decode_stream_chunks, CallIds, ModelCall, Style, TurnRespo
 use crate::rng::SplitMix64;
 use crate::sse::{SseDecoder, SseEvent};
 
+mod agents;
 mod failover;
 mod machine;
 mod mcp;
 mod surfaces;
 mod translate;
 
+pub use agents::nested_answers;
 pub use failover::failover;
 pub use machine::{machine, state};
 pub use mcp::mcp;

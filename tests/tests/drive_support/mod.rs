@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 pub const KEY: &str = "sk-drive-test-key";
 
 /// Runs each listed case, a function taking a [`Drv`], once per driver:
-/// `blocking::CASE` and `asynk::CASE`. Every case must hold for both.
+/// `blocking::CASE` and `asynk::CASE` (the async driver). Every case must hold for both.
 macro_rules! both_drivers {
     ($($name:ident),* $(,)?) => {
         mod blocking {

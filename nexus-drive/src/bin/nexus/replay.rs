@@ -96,6 +96,7 @@ pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Valu
         suspended: None,
         upstreams,
         failovers,
+        agents: run.agent_reports(),
     };
     serde_json::to_value(&result).unwrap_or(Value::Null)
 }

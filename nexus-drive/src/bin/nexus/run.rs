@@ -11,13 +11,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use nexus_drive::blocking::Client;
 use nexus_drive::cassette::Recorder;
 use nexus_drive::mcp::McpTools;
-use nexus_drive::{ClientBuilder, ClientConfig, DriveError, RunResult, RunStatus, StreamItem, Toolbox};
+use nexus_drive::stores::DEFAULT_LEASE_MS;
+use nexus_drive::{CancelToken, ClientBuilder, ClientConfig, DriveError, RunResult, RunStatus, StreamItem, Toolbox};
 use nexus_proto::{
     Answer, Input, InputError, Run, RunConfig, StreamEvent, Style, Timestamp, ToolDecl, ToolKind, Upstream,
 };
 
 use crate::cli::{McpArgs, SkillsArgs, StyleParser, EXIT_CODES};
-use crate::store::{self, Held, Store};
+use crate::store::{self, Heartbeat, Held, Store};
 use crate::{builtins, mcp, out, out_inline, parse_style, read_input, skills, tools, Fail};
 
 /// Where a suspended run's state goes unless `--state` says otherwise.
@@ -78,6 +79,8 @@ pub struct RunArgs {
     pub approve: Vec<String>,
     #[command(flatten)]
     pub skills: SkillsArgs,
+    #[command(flatten)]
+    pub agents: crate::agents::AgentsArgs,
     #[command(flatten)]
     pub mcp: McpArgs,
     /// Where the state goes when the run suspends (default nexus-state.json);
@@ -143,9 +146,11 @@ pub struct RunArgs {
 /// With --store, the run ID is claimed in STORE first (sqlite:PATH, dir:PATH
 /// or a directory path, as given to nexus run --store): while the claim holds,
 /// no other resume of that suspension can start. A dir: claim holds until its
-/// resume ends. A SQLite claim lasts 5 minutes and is not renewed: once it has
-/// run out, another resume can claim the run and go ahead too, and the first
-/// resume's outcome is then not saved (exit code 5). When the run suspends
+/// resume ends. A SQLite claim lasts --lease seconds (default 300) and is
+/// renewed every third of that while the resume runs; a resume that dies
+/// frees the run once its claim runs out. A resume whose claim is lost all the
+/// same (stalled past its lease) is stopped before its next model call or
+/// tool and saves nothing (exit code 5). When the run suspends
 /// again its new state replaces the old and the claim is released; when it
 /// finishes it is removed from the store. A run another resume holds, or one
 /// no longer waiting there (finished, or never stored), is refused with exit
@@ -199,6 +204,11 @@ pub struct ResumeArgs {
     /// Append the session to this cassette.
     #[arg(long, value_name = "FILE")]
     pub record: Option<String>,
+    /// With a sqlite: --store, how long the claim lasts without renewal, in
+    /// seconds: the resume renews it every third of that while it runs, and a
+    /// resume that dies frees the run once it runs out.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_LEASE_MS / 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lease: u64,
     /// Print the result as one JSON object (as nexus run --json).
     #[arg(long)]
     pub json: bool,
@@ -343,15 +353,20 @@ pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
     let (_mcp, waiting) = match servers.is_empty() {
         true => (None, Vec::new()),
         false => {
-            let (m, waiting) = mcp::start_for_run(&servers, durable);
+            let (m, waiting) = mcp::start_for_run(&servers, durable)?;
             mcp::add_to(&mut toolbox, &m)?;
             (Some(m), waiting)
         }
     };
 
+    let agents = crate::agents::load(&p.agents.dirs)?;
+    let agent_tools = crate::agents::tools(&agents, style, model, &toolbox);
     let mut b = ClientConfig::builder(style, model).api_key(key.clone()).toolbox(toolbox).stream(p.stream);
     for name in p.approve.iter().filter(|n| !n.trim().is_empty()) {
         b = b.needs_approval(name.trim(), true);
+    }
+    for agent in agent_tools {
+        b = b.agent(agent);
     }
     if let Some(found) = found {
         b = b.skills(found.skills);
@@ -450,7 +465,15 @@ fn resume_stored(p: &ResumeArgs, spec: &str, id: &str, root: &Path) -> Result<i3
     check_answers(&peeked, &answers, &label)?;
     api_key(p.api_key_env.as_deref(), run.config().style)?;
 
-    let held = store.claim(id)?;
+    let lease_ms = p.lease.saturating_mul(1000);
+    let held = store.claim(id, lease_ms)?;
+    // Renewed from now on, so a long preparation (MCP servers starting, an
+    // authorization completed) keeps the claim too; a loss cancels the run.
+    let cancel = CancelToken::new();
+    let heartbeat = match store.heartbeat(&held, lease_ms, cancel.clone()) {
+        Ok(h) => h,
+        Err(fail) => return Err(release_after(&store, &held, fail, false)),
+    };
     let answers = with_recorded(answers, &held.recorded);
     // The record may have moved on between the look and the claim (another
     // resume suspended it again), and recorded answers join ours: check again.
@@ -464,13 +487,25 @@ fn resume_stored(p: &ResumeArgs, spec: &str, id: &str, root: &Path) -> Result<i3
     let ((client, record, _mcp), state) = match prepared {
         Ok(ready) => ready,
         // Refused before anything ran: the claim goes back as it was.
-        Err(fail) => return Err(release_after(&store, &held, fail, false)),
+        Err(fail) => {
+            return Err(match heartbeat.and_then(Heartbeat::stop) {
+                Some(lost) => store.claim_lost(&held, &lost),
+                None => release_after(&store, &held, fail, false),
+            })
+        }
     };
+    let client = client.with_cancel(cancel);
     // The stream takes its own copy of the state, so the claim can move into the context.
     let items = client.stream_resume(&state, answers);
     let ctx =
         Ctx { json: p.json, stream: p.stream, keep: Keep::Store { store: Box::new(store), held: Some(held) }, record };
-    finish(&ctx, items)
+    let outcome = finish(&ctx, items);
+    // A claim lost mid-run: the run was cancelled and the store refused its
+    // outcome; say why, whatever the run ended with.
+    match (heartbeat.and_then(Heartbeat::stop), &ctx.keep) {
+        (Some(lost), Keep::Store { store, held: Some(held) }) => Err(store.claim_lost(held, &lost)),
+        _ => outcome,
+    }
 }
 
 /// The answers to `state`'s host requests (the authorizations a run waits
@@ -512,6 +547,9 @@ fn resume_client(p: &ResumeArgs, run: &Run, state: &[u8], root: &Path) -> Result
     let key = api_key(p.api_key_env.as_deref(), config.style)?;
     let (mcp_decls, others): (Vec<ToolDecl>, Vec<ToolDecl>) =
         run.tools().iter().cloned().partition(|d| d.kind != ToolKind::Relay && d.name.contains("__"));
+    // Sub-agents are tools of the run the machine serves, not the toolbox.
+    let agent_names: Vec<&str> = config.agents.iter().flat_map(|a| a.agents.iter()).map(|a| a.name.as_str()).collect();
+    let others: Vec<ToolDecl> = others.into_iter().filter(|d| !agent_names.contains(&d.name.as_str())).collect();
     let mut toolbox: Toolbox = tools::rebind(&others, root)?;
     let servers = mcp::configs(&p.mcp)?;
     let mcp_tools = match (mcp_decls.is_empty(), servers.is_empty()) {
@@ -525,7 +563,7 @@ fn resume_client(p: &ResumeArgs, run: &Run, state: &[u8], root: &Path) -> Result
         }
         (false, false) => {
             // A resumed run is a kept one: a person's step suspends it again.
-            let (m, _) = mcp::start_for_run(&servers, true);
+            let (m, _) = mcp::start_for_run(&servers, true)?;
             let drift = m.drift(&mcp_decls, &servers);
             if !drift.is_empty() && !p.accept_tool_changes {
                 let list: Vec<String> = drift.iter().map(|d| d.to_string()).collect();
@@ -552,9 +590,14 @@ fn resume_client(p: &ResumeArgs, run: &Run, state: &[u8], root: &Path) -> Result
             "the saved run uses Agent Skills: give its --skills DIR again (its skills' files are read from there)",
         ));
     }
+    // A sub-agent's tools are bound again from its declarations in the state, like the run's own.
+    let agent_tools = crate::agents::from_state(&config, &|decls| tools::rebind(decls, root))?;
     let mut b = ClientBuilder::from_run_config(config).api_key(key.clone()).toolbox(toolbox);
     for name in p.approve.iter().filter(|n| !n.trim().is_empty()) {
         b = b.needs_approval(name.trim(), true);
+    }
+    for agent in agent_tools {
+        b = b.agent(agent);
     }
     if let Some(found) = found {
         b = b.skills(found.skills);
@@ -760,10 +803,16 @@ fn stored_id<'a>(ctx: &'a Ctx, result: &'a RunResult) -> Option<&'a str> {
 
 fn show(ctx: &Ctx, result: &RunResult, streamed_text: bool) {
     let run_id = stored_id(ctx, result);
+    let pending = pending_with_owners(result);
     if ctx.json {
         let mut value = serde_json::to_value(result).unwrap_or_default();
-        if let (Some(id), Some(obj)) = (run_id, value.as_object_mut()) {
-            obj.insert("runId".into(), id.into());
+        if let Some(obj) = value.as_object_mut() {
+            if let Some(id) = run_id {
+                obj.insert("runId".into(), id.into());
+            }
+            if !result.pending.is_empty() {
+                obj.insert("pending".into(), pending.clone());
+            }
         }
         out(&value.to_string());
     }
@@ -785,7 +834,7 @@ fn show(ctx: &Ctx, result: &RunResult, streamed_text: bool) {
                 if let Some(id) = run_id {
                     out(id);
                 }
-                out(&serde_json::to_string_pretty(&result.pending).unwrap_or_default());
+                out(&serde_json::to_string_pretty(&pending).unwrap_or_default());
             }
             match (&ctx.keep, run_id) {
                 (Keep::Store { store, .. }, Some(id)) => eprintln!(
@@ -804,6 +853,21 @@ fn show(ctx: &Ctx, result: &RunResult, streamed_text: bool) {
             }
         }
     }
+}
+
+/// The pending requests, each a sub-agent's naming it: `agent` is the agent
+/// path of the run that asks (the answer id is the request's `id` as is).
+fn pending_with_owners(result: &RunResult) -> serde_json::Value {
+    let run = result.suspended.as_ref().and_then(|s| Run::restore(&s.state).ok());
+    let items = result.pending.iter().map(|r| {
+        let mut v = serde_json::to_value(r).unwrap_or_default();
+        let owner = run.as_ref().and_then(|run| run.request_owner(&r.id)).filter(|o| !o.is_empty());
+        if let (Some(owner), Some(obj)) = (owner, v.as_object_mut()) {
+            obj.insert("agent".into(), owner.into());
+        }
+        v
+    });
+    serde_json::Value::Array(items.collect())
 }
 
 /// Replaces `path` so that a crash leaves either the old or the new file,

@@ -43,6 +43,8 @@ pub struct ToolsArgs {
     #[command(flatten)]
     pub skills: SkillsArgs,
     #[command(flatten)]
+    pub agents: crate::agents::AgentsArgs,
+    #[command(flatten)]
     pub mcp: McpArgs,
     /// Only this wire format's shape.
     #[arg(long, value_parser = StyleParser)]
@@ -143,7 +145,7 @@ pub fn main(args: ToolsArgs) -> Result<i32, Fail> {
     let found = crate::skills::load(&args.skills.dirs, args.skills.budget)?;
     let mut tb = toolbox(builtin_tools, relay)?;
     let servers = crate::mcp::configs(&args.mcp)?;
-    let mcp = (!servers.is_empty()).then(|| crate::mcp::start(&servers));
+    let mcp = if servers.is_empty() { None } else { Some(crate::mcp::start(&servers)?) };
     if let Some(m) = &mcp {
         crate::mcp::add_to(&mut tb, m)?;
         if !args.json && found.is_none() {
@@ -161,7 +163,14 @@ pub fn main(args: ToolsArgs) -> Result<i32, Fail> {
             tb.add_dyn(tool).map_err(|e| Fail::usage(e.to_string()))?;
         }
     }
-    let decls = tb.decls();
+    let agents = crate::agents::load(&args.agents.dirs)?;
+    let mut decls = tb.decls();
+    // Each agent is a tool of the run, declared as the run declares it.
+    let model = "model";
+    for a in crate::agents::tools(&agents, args.style.unwrap_or(Style::OpenAi), model, &tb) {
+        let parent = nexus_proto::RunConfig::new(args.style.unwrap_or(Style::OpenAi), model);
+        decls.push(a.spec_decl(&parent));
+    }
     let shown = match args.style {
         Some(s) => wire_tools(s, &decls),
         None => {
@@ -172,10 +181,18 @@ pub fn main(args: ToolsArgs) -> Result<i32, Fail> {
             Value::Object(all)
         }
     };
-    let shown = match &found {
+    let mut shown = match &found {
         Some(found) => listing(found, shown),
         None => shown,
     };
+    if !args.agents.dirs.is_empty() {
+        if found.is_none() {
+            shown = json!({ "tools": shown });
+        }
+        if let Some(obj) = shown.as_object_mut() {
+            obj.insert("agents".into(), crate::agents::listing(&agents));
+        }
+    }
     out(&serde_json::to_string_pretty(&shown).unwrap_or_default());
     // A server left out is a failure to report, after what could be listed.
     Ok(if mcp.is_some_and(|m| !m.errors().is_empty()) { 1 } else { 0 })
