@@ -705,6 +705,9 @@ fn tool_failures_become_error_results(d: Drv) {
         fn description(&self) -> String {
             "adds".into()
         }
+        fn input_schema(&self) -> Option<Value> {
+            Some(json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}))
+        }
         fn call(&self, args: AddArgs, _ctx: &ToolContext) -> Result<ToolOutcome<i64>, ToolError> {
             Ok((args.a + args.b).into())
         }
@@ -871,6 +874,9 @@ fn async_tools_run_in_both_drivers(d: Drv) {
         type Output = i64;
         fn description(&self) -> String {
             "adds, after a while".into()
+        }
+        fn input_schema(&self) -> Option<Value> {
+            Some(json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}))
         }
         async fn call(&self, args: Pair, ctx: ToolContext) -> Result<ToolOutcome<i64>, ToolError> {
             smol::Timer::after(Duration::from_millis(10)).await;

@@ -86,6 +86,12 @@ pub struct RunArgs {
     /// current directory).
     #[arg(long, value_name = "DIR")]
     pub root: Option<String>,
+    /// Tools whose every call waits for a person's approval before it runs
+    /// (a comma list: built-ins such as bash, MCP tools as {server}__{tool};
+    /// repeatable). The run suspends on an `approval` request; answer it
+    /// with nexus resume (`"ok": false` with a `reason` the model reads).
+    #[arg(long, value_name = "TOOLS", value_delimiter = ',')]
+    pub approve: Vec<String>,
     #[command(flatten)]
     pub skills: SkillsArgs,
     #[command(flatten)]
@@ -216,6 +222,10 @@ pub struct ResumeArgs {
     /// The run's --skills directories again (repeatable).
     #[arg(long = "skills", value_name = "DIR")]
     pub skills: Vec<String>,
+    /// The run's --approve tools again: their later calls wait for approval
+    /// too (a call already approved runs without it).
+    #[arg(long, value_name = "TOOLS", value_delimiter = ',')]
+    pub approve: Vec<String>,
     #[command(flatten)]
     pub mcp: McpArgs,
     /// Go on although an MCP tool changed or vanished since the run began.
@@ -389,6 +399,9 @@ pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
     let agents = crate::agents::load(&p.agents.dirs)?;
     let agent_tools = crate::agents::tools(&agents, style, model, &toolbox);
     let mut b = ClientConfig::builder(style, model).api_key(key.clone()).toolbox(toolbox).stream(p.stream);
+    for name in p.approve.iter().filter(|n| !n.trim().is_empty()) {
+        b = b.needs_approval(name.trim(), true);
+    }
     for agent in agent_tools {
         b = b.agent(agent);
     }
@@ -681,6 +694,9 @@ fn resume_client(p: &ResumeArgs, run: &Run, state: &[u8], root: &Path) -> Result
     // A sub-agent's tools are bound again from its declarations in the state, like the run's own.
     let agent_tools = crate::agents::from_state(&config, &|decls| tools::rebind(decls, root))?;
     let mut b = ClientBuilder::from_run_config(config).api_key(key.clone()).toolbox(toolbox);
+    for name in p.approve.iter().filter(|n| !n.trim().is_empty()) {
+        b = b.needs_approval(name.trim(), true);
+    }
     for agent in agent_tools {
         b = b.agent(agent);
     }
