@@ -17,7 +17,7 @@ say() { echo "python.sh: $*" >&2; }
 
 # What the tests run besides the package (no-ops when `cargo test --workspace` built them).
 cargo build -p nexus-tests --bin fake-provider --example parity_host
-cargo build -p nexus-drive --bin nexus
+cargo build -p nexus-drive --features cli --bin nexus
 
 say "fresh venv at $venv"
 rm -rf "$venv"

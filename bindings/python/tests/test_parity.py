@@ -38,7 +38,7 @@ def binary(env: str, *relative: str) -> str:
     given = os.environ.get(env)
     path = Path(given) if given else REPO.joinpath("target", "debug", *relative)
     if not path.exists():
-        pytest.fail(f"{path} not found: set {env} or run `cargo build -p nexus-drive --bin nexus` and "
+        pytest.fail(f"{path} not found: set {env} or run `cargo build -p nexus-drive --features cli --bin nexus` and "
                     "`cargo build -p nexus-tests --example parity_host`")
     return str(path)
 
