@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::failover::{FailoverPolicy, Upstream};
+use crate::output::OutputSpec;
 use crate::provider::{Style, RESERVED_PARAMS};
 use crate::time::Timestamp;
 use crate::InputError;
@@ -82,6 +83,10 @@ pub struct RunConfig {
     /// When a failed call moves on to the next upstream.
     #[serde(default, skip_serializing_if = "is_default_failover")]
     pub failover: FailoverPolicy,
+    /// The typed final output the run must end in (format 3 on; see
+    /// [`OutputSpec`]). `None`: the run ends in text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputSpec>,
 }
 
 fn is_default_failover(p: &FailoverPolicy) -> bool {
@@ -108,6 +113,7 @@ impl RunConfig {
             run_id: None,
             fallbacks: Vec::new(),
             failover: FailoverPolicy::default(),
+            output: None,
         }
     }
 
@@ -168,6 +174,9 @@ impl RunConfig {
             return Err(InputError::Config(format!(
                 "header {k:?} is a secret: give it with Run::set_secret_header so it never enters the state"
             )));
+        }
+        if let Some(spec) = &self.output {
+            spec.check().map_err(InputError::Config)?;
         }
         Ok(())
     }

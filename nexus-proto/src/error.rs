@@ -162,6 +162,9 @@ pub enum RunError {
     /// The whole-run deadline passed.
     #[error("run deadline exceeded")]
     DeadlineExceeded,
+    /// The run has an output spec and ended without a valid value.
+    #[error(transparent)]
+    Output(crate::output::OutputError),
 }
 
 /// A serialized state could not be restored. Nothing was changed.

@@ -237,6 +237,7 @@ fn check_turn(turn: &TurnResponse) {
                 max_tokens: None,
                 stream,
                 params: &params,
+                output: None,
             };
             let body: Value = style.encode_body(&call);
             let bytes =

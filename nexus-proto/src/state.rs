@@ -19,7 +19,12 @@ use crate::run::{Run, RunState};
 ///   (which upstream answered each turn) and `failovers`; the config may
 ///   hold `fallbacks` and `failover`. A version-1 state is read as a run on
 ///   its primary upstream with nothing served or failed over yet recorded.
-pub const FORMAT_VERSION: u64 = 2;
+/// - 3: the config may hold `output` (a typed output spec), and the state
+///   then holds `output`: the strategy each upstream used, the validation
+///   retries spent, an output tool's verdict waiting for its turn's other
+///   calls, and the validated value. A version-2 state is read as a run
+///   without typed output.
+pub const FORMAT_VERSION: u64 = 3;
 
 #[derive(Deserialize)]
 struct VersionProbe {

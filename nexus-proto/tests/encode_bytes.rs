@@ -250,6 +250,7 @@ impl Case {
             max_tokens: self.max_tokens,
             stream: self.stream,
             params: &self.params,
+            output: None,
         }
     }
 }

@@ -170,6 +170,7 @@ pub(super) fn encode_neutral(style: Style, n: &Neutral) -> Result<TranslatedRequ
         max_tokens: settings.max_tokens,
         stream: settings.stream,
         params: &params,
+        output: None,
     };
     let mut body = style.encode_body(&call);
     let Value::Object(out) = &mut body else {
