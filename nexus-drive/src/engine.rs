@@ -668,6 +668,7 @@ impl Engine {
     /// moves into the result instead of being copied.
     fn result(&mut self, status: RunStatus, limit: Option<String>, last: bool) -> RunResult {
         let (upstreams, failovers) = RunResult::routing(&self.run);
+        let (output, output_mode, output_strategies) = RunResult::typed_output(&self.run);
         let text = self.run.final_text();
         let tool_calls = self.run.tool_calls();
         let messages = match last {
@@ -688,6 +689,9 @@ impl Engine {
             suspended: None,
             upstreams,
             failovers,
+            output,
+            output_mode,
+            output_strategies,
         }
     }
 

@@ -259,6 +259,7 @@ pub use tool::{
 };
 
 pub use nexus_proto::{
-    Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, Request, RunError, StopReason, StreamEvent, Style,
-    Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream, Usage,
+    Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, OutputError, OutputMode, OutputSpec, Request, RunError,
+    StopReason, Strategy, StrategyRecord, StreamEvent, Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply,
+    ToolResult, Upstream, Usage,
 };

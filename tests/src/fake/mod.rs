@@ -37,6 +37,7 @@ mod faults;
 mod gemini;
 mod http;
 mod openai;
+mod output;
 mod reply;
 mod responses;
 pub mod script;

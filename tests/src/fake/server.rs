@@ -15,7 +15,7 @@ use super::http::{write_full, Conn, ReadError, Request};
 use super::reply::{self, Reply};
 use super::script::{ExpectFinal, Scripts};
 use super::wire::{stable_id, Ctx, Parsed, Reject};
-use super::{anthropic, gemini, openai, responses, RecordedRequest, Style};
+use super::{anthropic, gemini, openai, output, responses, RecordedRequest, Style};
 
 /// Connections served at once; more are closed on arrival. High enough for
 /// a gateway relaying a thousand concurrent streams.
@@ -331,6 +331,7 @@ fn plan(
             gemini::check_signatures(&body, &parsed.model)?;
         }
     }
+    output::check(style, &body, &parsed.model)?;
     let turn_index = parsed.assistant_turns;
     record.turn = Some(turn_index);
     let Some(turn) = script.turns.get(turn_index) else {

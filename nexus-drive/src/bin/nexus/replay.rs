@@ -80,6 +80,7 @@ pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Valu
         }
     };
     let (upstreams, failovers) = RunResult::routing(run);
+    let (output, output_mode, output_strategies) = RunResult::typed_output(run);
     let result = RunResult {
         status,
         text: run.final_text(),
@@ -94,6 +95,9 @@ pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Valu
         suspended: None,
         upstreams,
         failovers,
+        output,
+        output_mode,
+        output_strategies,
     };
     serde_json::to_value(&result).unwrap_or(Value::Null)
 }
