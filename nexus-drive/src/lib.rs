@@ -258,6 +258,8 @@ pub use tool::{
     AsyncTool, DynTool, Tool, ToolContext, ToolError, ToolOutcome, Toolbox, ToolboxError, RESERVED_BUILTINS,
 };
 
+/// Typed final output: the spec, the strategy rule ([`output::decide`]) and the schema lowering.
+pub use nexus_proto::output;
 pub use nexus_proto::{
     Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, OutputError, OutputMode, OutputSpec, Request, RunError,
     StopReason, Strategy, StrategyRecord, StreamEvent, Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply,
