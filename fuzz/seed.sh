@@ -3,18 +3,57 @@
 #
 #   fuzz/seed.sh [WIRE_CORPUS_DIR]
 #
-# WIRE_CORPUS_DIR defaults to $NEXUS_SHARED/wire-corpus, and NEXUS_SHARED to
-# the `shared/` folder beside the repository root. The corpora are generated
+# WIRE_CORPUS_DIR defaults to $NEXUS_SHARED/wire-corpus when NEXUS_SHARED is
+# set; otherwise it is found from the repository layout: `shared/wire-corpus`
+# beside this checkout or any folder above it, then beside the main checkout
+# when this one is a git worktree elsewhere. When none is there, the script
+# lists every place it looked. The corpora are generated
 # (and git-ignored): re-running adds the seeds again and keeps whatever the
 # fuzzer has found since.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
-wire=${1:-${NEXUS_SHARED:-$root/../shared}/wire-corpus}
+# Where the wire corpus may be, in the order tried.
+candidates() {
+    if [ -n "${NEXUS_SHARED:-}" ]; then
+        echo "$NEXUS_SHARED/wire-corpus"
+        return
+    fi
+    # Beside the checkout or any folder above it (a clone next to shared/,
+    # or a worktree kept in a folder beside it).
+    local dir=$root parent
+    while [ "$dir" != / ]; do
+        parent=$(dirname "$dir")
+        echo "${parent%/}/shared/wire-corpus"
+        dir=$parent
+    done
+    # A git worktree made elsewhere: beside the main checkout.
+    local common
+    if common=$(git -C "$root" rev-parse --path-format=absolute --git-common-dir 2>/dev/null); then
+        echo "$(dirname "$(dirname "$common")")/shared/wire-corpus"
+    fi
+}
 
-if [ ! -d "$wire" ]; then
-    echo "seed.sh: no wire corpus at $wire (pass its path, or set NEXUS_SHARED)" >&2
+if [ $# -ge 1 ]; then
+    wire=$1
+    looked=("$wire")
+else
+    wire=
+    looked=()
+    while IFS= read -r c; do
+        looked+=("$c")
+        if [ -d "$c" ]; then
+            wire=$c
+            break
+        fi
+    done < <(candidates)
+fi
+
+if [ -z "$wire" ] || [ ! -d "$wire" ]; then
+    echo "seed.sh: no wire corpus found; looked in:" >&2
+    printf '  %s\n' "${looked[@]}" >&2
+    echo "pass its path (fuzz/seed.sh DIR), or set NEXUS_SHARED to the folder holding wire-corpus/" >&2
     exit 1
 fi
 wire=$(cd "$wire" && pwd)

@@ -458,5 +458,9 @@ fn one_event_loop_thread_by_default_and_as_many_as_threads_asks() {
         "many",
     ]));
     assert_eq!(out.code, 2, "{out:?}");
-    assert!(out.stderr.contains("--threads many"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--threads") && out.stderr.contains("many"),
+        "names the flag and the value: {}",
+        out.stderr
+    );
 }

@@ -2,42 +2,45 @@
 //! raw SSE capture) through the same decoders the loop uses.
 
 use nexus_proto::provider::decode_capture;
-use nexus_proto::RemoteError;
+use nexus_proto::{RemoteError, Style};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::args::{parse, Spec};
-use crate::{out, parse_style, read_input, Fail};
+use crate::cli::StyleParser;
+use crate::{out, read_input, Fail};
 
-const SPEC: Spec = Spec { command: "decode", values: &["style"], switches: &["stream"], optional: &[] };
-
-pub const HELP: &str = "\
-nexus decode --style anthropic|openai|gemini|openai-responses [--stream] FILE
-
-Decodes one provider response body (or, with --stream, one raw SSE capture)
-with the code the loop uses, and prints one JSON object:
-
-  {\"text\": \"...\", \"tool_calls\": [{\"id\", \"name\", \"input\"}],
-   \"stop\": \"<the provider's stop/finish reason>\", \"usage\": {\"input\": N, \"output\": N}}
-
-`text` is every text block joined (reasoning is not text; it is shown as
-`thinking` when present). A call id the provider did not send is null;
-usage the provider did not send is null. FILE `-` reads standard input.
-
-An error body prints the same object with `error: {type, message}` and
-exits 1; a malformed or truncated input exits 1 with a message on stderr.";
+/// Decode one captured response body or SSE stream
+///
+/// Decodes one provider response body (or, with --stream, one raw SSE capture)
+/// with the code the loop uses, and prints one JSON object:
+///
+///   {"text": "...", "tool_calls": [{"id", "name", "input"}],
+///    "stop": "<the provider's stop/finish reason>", "usage": {"input": N, "output": N}}
+///
+/// `text` is every text block joined (reasoning is not text; it is shown as
+/// `thinking` when present). A call id the provider did not send is null;
+/// usage the provider did not send is null.
+///
+/// An error body prints the same object with `error: {type, message}` and
+/// exits 1; a malformed or truncated input exits 1 with a message on stderr.
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct DecodeArgs {
+    /// The wire format the capture is in.
+    #[arg(long, value_parser = StyleParser)]
+    style: Style,
+    /// The input is a raw SSE capture of a streamed response.
+    #[arg(long)]
+    stream: bool,
+    /// The captured body (`-` reads standard input).
+    #[arg(value_name = "FILE")]
+    file: String,
+}
 
 /// Runs the command.
-pub fn main(args: &[String]) -> Result<i32, Fail> {
-    let p = parse(args, &SPEC)?;
-    let style = parse_style(
-        p.value("style").ok_or_else(|| Fail::usage("decode needs --style anthropic|openai|gemini|openai-responses"))?,
-    )?;
-    let [file] = p.positionals.as_slice() else {
-        return Err(Fail::usage("decode takes exactly one FILE (or - for standard input)"));
-    };
-    let bytes = read_input(file)?;
-    let stream = p.switch("stream");
+pub fn main(args: DecodeArgs) -> Result<i32, Fail> {
+    let DecodeArgs { style, stream, file } = args;
+    let bytes = read_input(&file)?;
     match decode_capture(style, &bytes, stream) {
         Ok(turn) => {
             out(&pretty(&Summary::of(&turn.summary())));

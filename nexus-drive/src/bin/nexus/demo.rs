@@ -17,22 +17,33 @@ use nexus_drive::{ClientBuilder, ClientConfig, DynTool, ToolError, ToolOutcome};
 use nexus_proto::{Answer, Request, Run, Style};
 use serde_json::{json, Value};
 
-use crate::args::{parse, Spec};
+use crate::cli::StyleParser;
 use crate::trace::Trace;
-use crate::{out, parse_style, Fail};
+use crate::{out, Fail};
 
-const SPEC: Spec =
-    Spec { command: "demo", values: &["style", "record", "base-url", "api-key-env"], switches: &[], optional: &[] };
-
-pub const HELP: &str = "\
-nexus demo [--style anthropic|openai|gemini|openai-responses]
-
-Replays a recorded session offline through the real state machine and
-prints its trace: two tool calls in parallel, an approval answered in the
-same process, then a follow-up whose approval suspends the run — the state
-goes to a file and a new process resumes it with the answer. Every request
-the machine builds is checked byte for byte against the recording.
-(default style: anthropic)";
+/// A recorded session replayed offline through the real machine
+///
+/// Replays a recorded session offline through the real state machine and
+/// prints its trace: two tool calls in parallel, an approval answered in the
+/// same process, then a follow-up whose approval suspends the run — the state
+/// goes to a file and a new process resumes it with the answer. Every request
+/// the machine builds is checked byte for byte against the recording.
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// The wire format of the recording shown.
+    #[arg(long, value_parser = StyleParser, default_value = "anthropic")]
+    style: Style,
+    /// Record the session afresh to this cassette, against --base-url (how
+    /// the embedded cassettes are made).
+    #[arg(long, value_name = "FILE", hide = true, requires = "base_url")]
+    record: Option<String>,
+    /// The provider to record against.
+    #[arg(long, value_name = "URL", hide = true)]
+    base_url: Option<String>,
+    /// The variable holding the API key for recording (default: the style's usual one).
+    #[arg(long, value_name = "VAR", hide = true)]
+    api_key_env: Option<String>,
+}
 
 /// The model the demo session is recorded with.
 pub const MODEL: &str = "nexus-demo";
@@ -57,15 +68,10 @@ fn embedded(style: Style) -> &'static str {
 }
 
 /// Runs `nexus demo`.
-pub fn main(args: &[String]) -> Result<i32, Fail> {
-    let p = parse(args, &SPEC)?;
-    if let Some(extra) = p.positionals.first() {
-        return Err(Fail::usage(format!("demo takes no positional argument (got {extra:?})")));
-    }
-    let style = p.value("style").map(parse_style).transpose()?.unwrap_or(Style::Anthropic);
-    if let Some(path) = p.value("record") {
-        let base = p.value("base-url").ok_or_else(|| Fail::usage("demo --record needs --base-url"))?;
-        let var = p.value("api-key-env").unwrap_or(style.api_key_env());
+pub fn main(args: DemoArgs) -> Result<i32, Fail> {
+    let style = args.style;
+    if let (Some(path), Some(base)) = (&args.record, &args.base_url) {
+        let var = args.api_key_env.as_deref().unwrap_or(style.api_key_env());
         let key = std::env::var(var).map_err(|_| Fail::usage(format!("no API key: set {var}")))?;
         record(style, base, &key, Path::new(path))?;
         return Ok(0);

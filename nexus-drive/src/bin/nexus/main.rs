@@ -2,12 +2,16 @@
 //!
 //! Exit codes: 0 done, 3 pending (state written), 4 incomplete, 2 usage or
 //! config error, 1 runtime error, 5 a stored run that cannot be claimed
-//! (another resume holds it, or it is no longer waiting). Errors go to
-//! stderr as one line.
+//! (another resume holds it, or it is no longer waiting). A command's
+//! errors go to stderr as one line; a usage mistake clap finds in the
+//! arguments is reported in clap's words (with a suggestion and the usage).
 #![forbid(unsafe_code)]
+// The `…Args` structs' doc comments are the commands' help texts, written for
+// a terminal (`[--flag]`, `<id>`, JSON shapes), not for rustdoc's markup.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
-mod args;
 mod builtins;
+mod cli;
 mod decode;
 mod demo;
 mod mcp;
@@ -22,27 +26,10 @@ mod trace;
 
 use std::io::{Read, Write};
 
+use clap::Parser;
 use nexus_proto::Style;
 
-const HELP: &str = "\
-nexus — the LLM tool-calling loop (Anthropic, OpenAI, Gemini) from a shell
-
-usage:
-  nexus demo [--style S]                 a recorded session with tool calls, a suspension and
-                                         its resume, replayed offline through the real machine
-  nexus run [options] PROMPT             run the loop against a provider
-  nexus resume --state FILE --answer ANSWERS.json [--json] [--stream]
-  nexus resume --store STORE --run ID --answer ANSWERS.json [--json] [--stream]
-  nexus runs --store STORE [--json]      list the suspended runs a store holds
-  nexus replay CASSETTE [--json]         re-run a recorded session against its recording
-  nexus tools [--builtins[=NAMES]] [--relay FILE] [--skills DIR]... [--mcp FILE]... [--style S] [--json]
-  nexus decode --style S [--stream] FILE decode one captured response body or SSE stream
-  nexus serve --config FILE              the gateway (or --listen ADDR --upstream-style S for one upstream)
-
-`nexus COMMAND --help` describes each command.
-
-exit codes: 0 done · 3 pending (state written) · 4 incomplete · 2 usage or config error · 1 runtime error
-            · 5 stored run not claimable (another resume holds it, or it is no longer waiting)";
+use crate::cli::{Cli, Command};
 
 /// Why a command stopped early: an exit code and one line for stderr.
 #[derive(Debug)]
@@ -105,45 +92,36 @@ pub fn read_input(path: &str) -> Result<Vec<u8>, Fail> {
     std::fs::read(path).map_err(|e| Fail::runtime(format!("cannot read {path}: {e}")))
 }
 
-/// A command's entry point: its arguments in, an exit code out.
-type Command = fn(&[String]) -> Result<i32, Fail>;
-
-fn dispatch(argv: &[String]) -> Result<i32, Fail> {
-    let Some((command, rest)) = argv.split_first() else {
-        out(HELP);
-        return Err(Fail::usage("no command given"));
-    };
-    let wants_help = rest.iter().any(|a| a == "--help" || a == "-h");
-    let (help, main): (&str, Command) = match command.as_str() {
-        "run" => (run::RUN_HELP, run::run_main),
-        "resume" => (run::RESUME_HELP, run::resume_main),
-        "runs" => (store::RUNS_HELP, store::runs_main),
-        "replay" => (replay::HELP, replay::main),
-        "demo" => (demo::HELP, demo::main),
-        "tools" => (tools::HELP, tools::main),
-        "decode" => (decode::HELP, decode::main),
-        "serve" => (serve::HELP, serve::main),
-        "help" | "--help" | "-h" => {
-            out(HELP);
-            return Ok(0);
-        }
-        "--version" | "-V" | "version" => {
+fn dispatch(command: Command) -> Result<i32, Fail> {
+    match command {
+        Command::Run(args) => run::run_main(args),
+        Command::Resume(args) => run::resume_main(args),
+        Command::Runs(args) => store::runs_main(args),
+        Command::Replay(args) => replay::main(args),
+        Command::Demo(args) => demo::main(args),
+        Command::Tools(args) => tools::main(args),
+        Command::Decode(args) => decode::main(args),
+        Command::Serve(args) => serve::main(args),
+        Command::Completions(args) => Ok(cli::completions(args)),
+        Command::Version => {
             out(&format!("nexus {}", env!("CARGO_PKG_VERSION")));
-            return Ok(0);
+            Ok(0)
         }
-        other => return Err(Fail::usage(format!("unknown command {other:?} (nexus --help lists them)"))),
-    };
-    if wants_help {
-        out(help);
-        return Ok(0);
     }
-    main(rest)
 }
 
 fn main() {
-    // Lossy rather than `env::args`, which panics on an argument that is not UTF-8.
-    let argv: Vec<String> = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
-    let code = match dispatch(&argv) {
+    let command = match Cli::try_parse() {
+        Ok(cli) => cli.command,
+        Err(e) => {
+            // Help and --version go to stdout (exit 0), usage mistakes to
+            // stderr (exit 2). A closed pipe (`nexus --help | head`) is not
+            // worth reporting.
+            let _ = e.print();
+            std::process::exit(e.exit_code());
+        }
+    };
+    let code = match dispatch(command) {
         Ok(code) => code,
         Err(fail) => {
             eprintln!("nexus: {}", fail.message);

@@ -8,13 +8,13 @@ use nexus_drive::mcp::{parse_servers, McpTools, ServerConfig};
 use nexus_drive::Toolbox;
 use nexus_proto::{Request, ToolDecl};
 
-use crate::args::Parsed;
+use crate::cli::McpArgs;
 use crate::{read_input, Fail};
 
 /// The servers of every `--mcp FILE`, in order; a server name given twice is refused.
-pub fn configs(p: &Parsed) -> Result<Vec<ServerConfig>, Fail> {
+pub fn configs(args: &McpArgs) -> Result<Vec<ServerConfig>, Fail> {
     let mut all: Vec<ServerConfig> = Vec::new();
-    for path in p.all("mcp") {
+    for path in &args.files {
         let bytes = read_input(path)?;
         let text = String::from_utf8(bytes).map_err(|_| Fail::usage(format!("{path}: not UTF-8")))?;
         let servers =

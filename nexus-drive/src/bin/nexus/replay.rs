@@ -6,22 +6,27 @@ use nexus_drive::{RunResult, RunStatus};
 use nexus_proto::{Outcome, Run, StopReason, StreamEvent};
 use serde_json::{json, Value};
 
-use crate::args::{parse, Spec};
 use crate::trace::Trace;
 use crate::{out, Fail};
 
-const SPEC: Spec = Spec { command: "replay", values: &[], switches: &["json"], optional: &[] };
-
-pub const HELP: &str = "\
-nexus replay CASSETTE [--json]
-
-Re-runs a recorded session (`nexus run --record FILE`) through the real state
-machine, with no network: recorded responses, tool results and answers are
-fed back, and every request the machine builds must be byte-identical to
-the recorded one (secret header values are redacted in cassettes and not
-compared). The first difference fails the replay (exit 1) and is named.
-
-Prints a trace of the session, or with --json the final run result.";
+/// Re-run a recorded session against its recording
+///
+/// Re-runs a recorded session (`nexus run --record FILE`) through the real state
+/// machine, with no network: recorded responses, tool results and answers are
+/// fed back, and every request the machine builds must be byte-identical to
+/// the recorded one (secret header values are redacted in cassettes and not
+/// compared). The first difference fails the replay (exit 1) and is named.
+///
+/// Prints a trace of the session, or with --json the final run result.
+#[derive(clap::Args)]
+pub struct ReplayArgs {
+    /// Print the final run result as one JSON object (the shape of nexus run --json).
+    #[arg(long)]
+    json: bool,
+    /// The cassette (`nexus run --record FILE`).
+    #[arg(value_name = "CASSETTE")]
+    cassette: String,
+}
 
 /// Remembers the last turn's stop reason (all `--json` needs from the events).
 #[derive(Default)]
@@ -36,13 +41,10 @@ impl Observer for LastStop {
 }
 
 /// Runs the command.
-pub fn main(args: &[String]) -> Result<i32, Fail> {
-    let p = parse(args, &SPEC)?;
-    let [path] = p.positionals.as_slice() else {
-        return Err(Fail::usage("replay takes exactly one CASSETTE file"));
-    };
+pub fn main(args: ReplayArgs) -> Result<i32, Fail> {
+    let path = &args.cassette;
     let cassette = Cassette::load(std::path::Path::new(path)).map_err(|e| Fail::runtime(format!("{path}: {e}")))?;
-    if p.switch("json") {
+    if args.json {
         let mut obs = LastStop::default();
         let done = replay(&cassette, &mut obs).map_err(|e| Fail::runtime(format!("{path}: {e}")))?;
         out(&result_json(&done.run, &done.end, obs.0).to_string());

@@ -16,145 +16,186 @@ use nexus_proto::{
     Answer, Input, InputError, Run, RunConfig, StreamEvent, Style, Timestamp, ToolDecl, ToolKind, Upstream,
 };
 
-use crate::args::{parse, Parsed, Spec};
+use crate::cli::{McpArgs, SkillsArgs, StyleParser, EXIT_CODES};
 use crate::store::{self, Held, Store};
 use crate::{builtins, mcp, out, out_inline, parse_style, read_input, skills, tools, Fail};
-
-const RUN_SPEC: Spec = Spec {
-    command: "run",
-    values: &[
-        "style",
-        "base-url",
-        "model",
-        "api-key-env",
-        "system",
-        "max-turns",
-        "relay",
-        "root",
-        "state",
-        "store",
-        "record",
-        "skills",
-        "skills-budget",
-        "mcp",
-        "fallback",
-    ],
-    switches: &["stream", "json"],
-    optional: &["builtins"],
-};
-
-const RESUME_SPEC: Spec = Spec {
-    command: "resume",
-    values: &["state", "store", "run", "answer", "api-key-env", "root", "record", "skills", "mcp", "fallback"],
-    switches: &["json", "stream", "accept-tool-changes"],
-    optional: &[],
-};
 
 /// Where a suspended run's state goes unless `--state` says otherwise.
 pub const DEFAULT_STATE: &str = "nexus-state.json";
 
-pub const RUN_HELP: &str = "\
-nexus run [--style anthropic|openai|gemini|openai-responses] [--base-url URL] [--model M]
-          [--api-key-env VAR] [--system TEXT] [--max-turns N] [--stream]
-          [--relay TOOLS.json] [--builtins[=NAMES]] [--root DIR] [--mcp FILE]...
-          [--skills DIR]... [--skills-budget BYTES]
-          [--state FILE | --store STORE] [--record FILE] [--json]
-          [--fallback style=S,base-url=URL[,model=M][,api-key-env=VAR]]... PROMPT
+/// Run the loop against a provider
+///
+/// Runs the tool-calling loop on PROMPT (`-` reads it from standard input).
+///
+/// A question an MCP server asks suspends the run like any other request (kind
+/// input or authorization). An OAuth server's login: in-process, the URL is
+/// printed and the redirect taken on a loopback port; with --state/--store, the
+/// run suspends on the authorization request before its first model call.
+#[derive(clap::Args)]
+#[command(after_help = EXIT_CODES)]
+pub struct RunArgs {
+    /// The wire format.
+    #[arg(long, value_parser = StyleParser, default_value = "openai")]
+    pub style: Style,
+    /// API base URL (default: the provider's public one).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// Model id (defaults: claude-sonnet-4-5, gpt-4o-mini, gemini-2.5-flash, gpt-5-mini).
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    /// The variable holding the API key (default ANTHROPIC_API_KEY,
+    /// OPENAI_API_KEY or GEMINI_API_KEY, by style).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// The system prompt.
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+    /// The most model calls the run makes.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_turns: Option<u32>,
+    /// Print text as it arrives (with --json: every event as a JSON line).
+    #[arg(long)]
+    pub stream: bool,
+    /// A JSON array of {name, description, input_schema}: tools the model may
+    /// call that run elsewhere; their calls suspend the run with one
+    /// `tool_call` request per turn.
+    #[arg(long, value_name = "TOOLS.json")]
+    pub relay: Option<String>,
+    /// Turn on the built-in tools (bash, read, write, edit, grep, glob,
+    /// webfetch, question, apply_patch, todowrite), or only a comma list of
+    /// them; path tools are confined to --root.
+    #[arg(long, value_name = "NAMES", num_args = 0..=1, require_equals = true)]
+    pub builtins: Option<Option<String>>,
+    /// The directory the built-in path tools are confined to (default: the
+    /// current directory).
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<String>,
+    #[command(flatten)]
+    pub skills: SkillsArgs,
+    #[command(flatten)]
+    pub mcp: McpArgs,
+    /// Where the state goes when the run suspends (default nexus-state.json);
+    /// it never contains the API key.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<String>,
+    /// Keep a suspended run in a store, under its run id, instead of a state
+    /// file: sqlite:PATH (a SQLite file), dir:PATH or a directory path (a
+    /// file per run). The run id is printed (the first line of output, `runId`
+    /// with --json); resume it with nexus resume --store.
+    #[arg(long, value_name = "STORE")]
+    pub store: Option<String>,
+    /// Write the session to a cassette (see nexus replay).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<String>,
+    /// Print the result as one JSON object: status, text, toolCalls, turns,
+    /// usage, model, limit (when incomplete), pending (when pending),
+    /// upstreams ([{turn, style, baseUrl, model}]: which upstream answered
+    /// each turn), failovers ([{turn, from, to, reason}]), runId (with --store).
+    #[arg(long)]
+    pub json: bool,
+    /// An upstream (style=S,base-url=URL[,model=M][,api-key-env=VAR]) tried,
+    /// in the order given, after the primary when a model call fails for the
+    /// upstream's fault (connect errors, resets, 5xx, 429/529 after its
+    /// retries, or at once when Retry-After is over 10 s); never on a 4xx
+    /// request error or once text was shown. model defaults as for --model;
+    /// the key comes from api-key-env, else from the style's usual variable
+    /// (none when unset). Another style gets the transcript re-encoded for
+    /// it. Repeatable.
+    #[arg(long, value_name = "SPEC")]
+    pub fallback: Vec<String>,
+    /// The prompt (several words are joined with spaces; `-` reads standard input).
+    #[arg(value_name = "PROMPT", required = true)]
+    pub prompt: Vec<String>,
+}
 
-Runs the tool-calling loop on PROMPT (`-` reads it from standard input).
-
-  --style        wire format (default openai)
-  --base-url     API base URL (default: the provider's public one)
-  --model        model id (defaults: claude-sonnet-4-5, gpt-4o-mini, gemini-2.5-flash)
-  --api-key-env  the variable holding the API key (default ANTHROPIC_API_KEY,
-                 OPENAI_API_KEY or GEMINI_API_KEY)
-  --relay        a JSON array of {name, description, input_schema}: tools the
-                 model may call that run elsewhere; their calls suspend the run
-                 with one `tool_call` request per turn
-  --builtins     turn on the built-in tools (bash, read, write, edit, grep, glob,
-                 webfetch, question, apply_patch, todowrite), or only a comma list
-                 of them; path tools are confined to --root
-  --root         the directory the built-in path tools are confined to
-                 (default: the current directory)
-  --skills       a directory of Agent Skills (folders with a SKILL.md); repeat it
-                 for several (the first one given wins a name clash). Their names
-                 and descriptions go into the system prompt; the model loads one
-                 with the `skill` tool, and may then `read` its files (with
-                 --builtins including read). Broken skills are skipped with a warning
-  --skills-budget  the most bytes of system prompt the skills catalog may take
-                 (default 16384); skills past it are listed by name only
-  --mcp          MCP servers whose tools the model may call, as {server}__{tool}
-                 (repeatable): {\"mcpServers\": {NAME: {\"command\", \"args\", \"env\",
-                 \"cwd\"} | {\"type\": \"http\", \"url\", \"headers\"}}}, with ${VAR}
-                 expanded from the environment; optional per server: \"allow\",
-                 \"deny\" (tool lists), \"timeout\" (ms per call), \"protocol\"
-                 (auto, legacy or modern). A server that fails to start is left
-                 out with a warning. A question a server asks suspends the run
-                 like any other request (kind input or authorization). An OAuth
-                 server's login: in-process, the URL is printed and the redirect
-                 taken on a loopback port; with --state/--store, the run suspends
-                 on the authorization request before its first model call
-  --state        where the state goes when the run suspends (default nexus-state.json);
-                 it never contains the API key
-  --store        keep a suspended run in a store, under its run id, instead of a
-                 state file: sqlite:PATH (a SQLite file), dir:PATH or a directory
-                 path (a file per run). The run id is printed (the first line of
-                 output, `runId` with --json); resume it with nexus resume --store
-  --record       write the session to a cassette (see nexus replay)
-  --fallback     an upstream tried, in the order given, after the primary when a
-                 model call fails for the upstream's fault (connect errors, resets,
-                 5xx, 429/529 after its retries, or at once when Retry-After is
-                 over 10 s); never on a 4xx request error or once text was shown.
-                 model defaults as for --model; the key comes from api-key-env,
-                 else from the style's usual variable (none when unset). Another
-                 style gets the transcript re-encoded for it. Repeatable
-  --stream       print text as it arrives (with --json: every event as a JSON line)
-  --json         print the result as one JSON object: status, text, toolCalls,
-                 turns, usage, model, limit (when incomplete), pending (when pending),
-                 upstreams ([{turn, style, baseUrl, model}]: which upstream answered
-                 each turn), failovers ([{turn, from, to, reason}]), runId (with --store)
-
-exit codes: 0 done · 3 pending (state written) · 4 incomplete · 2 usage or config error · 1 runtime error";
-
-pub const RESUME_HELP: &str = "\
-nexus resume --state FILE --answer ANSWERS.json [--api-key-env VAR] [--root DIR]
-             [--skills DIR]... [--mcp FILE]... [--accept-tool-changes] [--record FILE] [--json] [--stream]
-nexus resume --store STORE --run ID --answer ANSWERS.json [...the same options]
-
-Continues a suspended run in this process. ANSWERS.json holds one answer or
-an array of them: {\"id\": \"<request id>\", \"ok\": true, \"data\": {...}}; a relay
-(`tool_call`) request is answered with data.results: [{id, output, isError}].
-An `authorization` request (an MCP server's OAuth login) is answered with
---answer ID=REDIRECT_URL: the URL the browser was sent back to (or its query,
-code=…&state=…); a wrong state is refused and the run stays as it was.
-Answers for only some requests leave the run pending on the rest (the state
-file is replaced atomically); an answer whose id matches no outstanding
-request changes nothing and exits 1. When the run finishes, the state file
-is removed. The API key is read from the environment again, and so are the
-keys of the run's fallback upstreams (kept in the state without their keys):
---fallback style=S,base-url=URL[,model=M],api-key-env=VAR names the variable
-for one of them (the style's usual variable otherwise). With --record,
-the session is appended to that cassette. Give the run's --root again: the
-built-in path tools are confined to it (default: the current directory).
-A run that uses MCP tools needs the same --mcp files again; an MCP tool that
-changed (description or input schema) or vanished since the run began is
-reported and the resume refused, unless --accept-tool-changes is given.
-
-Give the run's --skills DIR again too when it was started with skills: the
-`skill` tool and its files are served from there (the catalog the run
-started with stays as it was).
-
-With --store, the run ID is claimed in STORE first (sqlite:PATH, dir:PATH
-or a directory path, as given to nexus run --store): while the claim holds,
-no other resume of that suspension can start. A dir: claim holds until its
-resume ends. A SQLite claim lasts 5 minutes and is not renewed: once it has
-run out, another resume can claim the run and go ahead too, and the first
-resume's outcome is then not saved (exit code 5). When the run suspends
-again its new state replaces the old and the claim is released; when it
-finishes it is removed from the store. A run another resume holds, or one
-no longer waiting there (finished, or never stored), is refused with exit
-code 5 and nothing is changed. A resume that fails gives the claim back
-with the state it found. `nexus runs --store STORE` lists the stored runs.";
+/// Continue a suspended run in this process
+///
+/// ANSWERS.json holds one answer or an array of them: {"id": "<request id>",
+/// "ok": true, "data": {...}}; a relay (`tool_call`) request is answered with
+/// data.results: [{id, output, isError}]. An `authorization` request (an MCP
+/// server's OAuth login) is answered with --answer ID=REDIRECT_URL: the URL the
+/// browser was sent back to (or its query, code=…&state=…); a wrong state is
+/// refused and the run stays as it was.
+///
+/// Answers for only some requests leave the run pending on the rest (the state
+/// file is replaced atomically); an answer whose id matches no outstanding
+/// request changes nothing and exits 1. When the run finishes, the state file
+/// is removed. The API key is read from the environment again, and so are the
+/// keys of the run's fallback upstreams (kept in the state without their keys):
+/// --fallback style=S,base-url=URL[,model=M],api-key-env=VAR names the variable
+/// for one of them (the style's usual variable otherwise). With --record, the
+/// session is appended to that cassette. Give the run's --root again: the
+/// built-in path tools are confined to it (default: the current directory).
+/// A run that uses MCP tools needs the same --mcp files again; an MCP tool that
+/// changed (description or input schema) or vanished since the run began is
+/// reported and the resume refused, unless --accept-tool-changes is given.
+///
+/// Give the run's --skills DIR again too when it was started with skills: the
+/// `skill` tool and its files are served from there (the catalog the run
+/// started with stays as it was).
+///
+/// With --store, the run ID is claimed in STORE first (sqlite:PATH, dir:PATH
+/// or a directory path, as given to nexus run --store): while the claim holds,
+/// no other resume of that suspension can start. A dir: claim holds until its
+/// resume ends. A SQLite claim lasts 5 minutes and is not renewed: once it has
+/// run out, another resume can claim the run and go ahead too, and the first
+/// resume's outcome is then not saved (exit code 5). When the run suspends
+/// again its new state replaces the old and the claim is released; when it
+/// finishes it is removed from the store. A run another resume holds, or one
+/// no longer waiting there (finished, or never stored), is refused with exit
+/// code 5 and nothing is changed. A resume that fails gives the claim back
+/// with the state it found. `nexus runs --store STORE` lists the stored runs.
+#[derive(clap::Args)]
+#[command(
+    verbatim_doc_comment,
+    after_help = EXIT_CODES,
+    override_usage = "\
+nexus resume --state FILE --answer ANSWERS.json [OPTIONS]
+       nexus resume --store STORE --run ID --answer ANSWERS.json [OPTIONS]"
+)]
+pub struct ResumeArgs {
+    /// The state file the run suspended into.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<String>,
+    /// The store the run is kept in (as given to nexus run --store).
+    #[arg(long, value_name = "STORE")]
+    pub store: Option<String>,
+    /// The run's id in --store (nexus runs --store STORE lists them).
+    #[arg(long, value_name = "ID")]
+    pub run: Option<String>,
+    /// The answers: a JSON file (`-` reads standard input), or ID=REDIRECT_URL
+    /// for an authorization request.
+    #[arg(long, value_name = "ANSWERS.json", required = true)]
+    pub answer: String,
+    /// The variable holding the API key (default: the run's style's usual one).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// The run's --root again: the built-in path tools are confined to it
+    /// (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<String>,
+    /// The run's --skills directories again (repeatable).
+    #[arg(long = "skills", value_name = "DIR")]
+    pub skills: Vec<String>,
+    #[command(flatten)]
+    pub mcp: McpArgs,
+    /// Go on although an MCP tool changed or vanished since the run began.
+    #[arg(long)]
+    pub accept_tool_changes: bool,
+    /// The key variable of one of the run's fallback upstreams:
+    /// style=S,base-url=URL[,model=M],api-key-env=VAR (repeatable).
+    #[arg(long, value_name = "SPEC")]
+    pub fallback: Vec<String>,
+    /// Append the session to this cassette.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<String>,
+    /// Print the result as one JSON object (as nexus run --json).
+    #[arg(long)]
+    pub json: bool,
+    /// Print text as it arrives (with --json: every event as a JSON line).
+    #[arg(long)]
+    pub stream: bool,
+}
 
 fn default_model(style: Style) -> &'static str {
     match style {
@@ -165,9 +206,9 @@ fn default_model(style: Style) -> &'static str {
     }
 }
 
-/// Reads the API key from `--api-key-env` or the style's usual variable.
-fn api_key(p: &Parsed, style: Style) -> Result<String, Fail> {
-    let var = p.value("api-key-env").unwrap_or(style.api_key_env());
+/// Reads the API key from `--api-key-env VAR` or the style's usual variable.
+fn api_key(var: Option<&str>, style: Style) -> Result<String, Fail> {
+    let var = var.unwrap_or(style.api_key_env());
     match std::env::var(var) {
         Ok(k) if !k.trim().is_empty() => Ok(k),
         _ => Err(Fail::usage(format!("no API key: set {var} (or name another variable with --api-key-env)"))),
@@ -217,8 +258,8 @@ fn drive_fail(e: DriveError) -> Fail {
 }
 
 /// Opens the cassette: a new one for `run`, appended to for `resume`.
-fn recorder(p: &Parsed, append: bool, keys: &[String]) -> Result<Option<Arc<Recorder>>, Fail> {
-    let Some(path) = p.value("record") else {
+fn recorder(path: Option<&str>, append: bool, keys: &[String]) -> Result<Option<Arc<Recorder>>, Fail> {
+    let Some(path) = path else {
         return Ok(None);
     };
     let path = Path::new(path);
@@ -257,10 +298,8 @@ struct Ctx {
 }
 
 /// Runs `nexus run`.
-pub fn run_main(args: &[String]) -> Result<i32, Fail> {
-    let p = parse(args, &RUN_SPEC)?;
-    let prompt = match p.positionals.as_slice() {
-        [] => return Err(Fail::usage("run needs a PROMPT (or - to read it from standard input)")),
+pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
+    let prompt = match p.prompt.as_slice() {
         [one] if one == "-" => {
             String::from_utf8(read_input("-")?).map_err(|_| Fail::usage("the prompt is not UTF-8"))?
         }
@@ -269,28 +308,27 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
     if prompt.trim().is_empty() {
         return Err(Fail::usage("the prompt is empty"));
     }
-    let style = p.value("style").map(parse_style).transpose()?.unwrap_or(Style::OpenAi);
-    let model = p.value("model").unwrap_or(default_model(style));
-    let max_turns: Option<u32> = p.number("max-turns")?;
-    if max_turns == Some(0) {
-        return Err(Fail::usage("--max-turns must be at least 1"));
-    }
-    if p.value("state").is_some() && p.value("store").is_some() {
+    let style = p.style;
+    let model = p.model.as_deref().unwrap_or(default_model(style));
+    if p.state.is_some() && p.store.is_some() {
         return Err(Fail::usage("--state and --store both say where the run is kept: give one"));
     }
-    if let Some(spec) = p.value("store") {
+    if let Some(spec) = &p.store {
         store::parse_location(spec)?;
     }
-    let root = builtins::root(p.value("root"))?;
-    let builtin_tools = if p.switch("builtins") { builtins::select(p.value("builtins"), &root)? } else { Vec::new() };
-    let relay = p.value("relay").map(tools::load_relay).transpose()?.unwrap_or_default();
+    let root = builtins::root(p.root.as_deref())?;
+    let builtin_tools = match &p.builtins {
+        Some(names) => builtins::select(names.as_deref(), &root)?,
+        None => Vec::new(),
+    };
+    let relay = p.relay.as_deref().map(tools::load_relay).transpose()?.unwrap_or_default();
     let mut toolbox = tools::toolbox(builtin_tools, relay)?;
-    let found = skills::load(&p)?;
-    let key = api_key(&p, style)?;
-    let servers = mcp::configs(&p)?;
+    let found = skills::load(&p.skills.dirs, p.skills.budget)?;
+    let key = api_key(p.api_key_env.as_deref(), style)?;
+    let servers = mcp::configs(&p.mcp)?;
     // A kept run (--state/--store) does not wait for a person: a server
     // whose listing needs an authorization makes the run suspend on it.
-    let durable = p.value("state").is_some() || p.value("store").is_some();
+    let durable = p.state.is_some() || p.store.is_some();
     // Kept for the whole run: dropping it stops the servers.
     let (_mcp, waiting) = match servers.is_empty() {
         true => (None, Vec::new()),
@@ -301,15 +339,15 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
         }
     };
 
-    let mut b = ClientConfig::builder(style, model).api_key(key.clone()).toolbox(toolbox).stream(p.switch("stream"));
+    let mut b = ClientConfig::builder(style, model).api_key(key.clone()).toolbox(toolbox).stream(p.stream);
     if let Some(found) = found {
         b = b.skills(found.skills);
     }
-    if let Some(url) = p.value("base-url") {
+    if let Some(url) = &p.base_url {
         b = b.base_url(url);
     }
     let mut keys = vec![key.clone()];
-    for spec in p.all("fallback") {
+    for spec in &p.fallback {
         let (upstream, key) = fallback(spec)?;
         b = match key {
             Some(k) => {
@@ -319,25 +357,25 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
             None => b.fallback(upstream),
         };
     }
-    if let Some(s) = p.value("system") {
+    if let Some(s) = &p.system {
         b = b.system(s);
     }
-    if let Some(n) = max_turns {
+    if let Some(n) = p.max_turns {
         b = b.max_turns(n);
     }
     // Opened once everything else is known to be right (a mistake must not
     // leave an empty store behind), and before the run (a store that cannot
     // be opened must not cost a model call whose outcome could not be kept).
-    let keep = match p.value("store") {
+    let keep = match &p.store {
         Some(spec) => Keep::Store { store: Box::new(Store::open(spec, true)?), held: None },
-        None => Keep::File { path: PathBuf::from(p.value("state").unwrap_or(DEFAULT_STATE)), resumed: false },
+        None => Keep::File { path: PathBuf::from(p.state.as_deref().unwrap_or(DEFAULT_STATE)), resumed: false },
     };
-    let record = recorder(&p, false, &keys)?;
+    let record = recorder(p.record.as_deref(), false, &keys)?;
     if let Some(r) = &record {
         b = b.tap(r.clone());
     }
     let client = Client::new(b.build().map_err(drive_fail)?);
-    let ctx = Ctx { json: p.switch("json"), stream: p.switch("stream"), keep, record };
+    let ctx = Ctx { json: p.json, stream: p.stream, keep, record };
     // The run itself waits for the authorizations (SPEC §13, durable runs):
     // suspended before its first model call, kept like any suspended run.
     let items = match waiting.is_empty() {
@@ -348,14 +386,8 @@ pub fn run_main(args: &[String]) -> Result<i32, Fail> {
 }
 
 /// Runs `nexus resume`.
-pub fn resume_main(args: &[String]) -> Result<i32, Fail> {
-    let p = parse(args, &RESUME_SPEC)?;
-    if let Some(extra) = p.positionals.first() {
-        return Err(Fail::usage(format!(
-            "resume takes no positional argument (got {extra:?}); answers go in --answer FILE"
-        )));
-    }
-    let from_store = match (p.value("state"), p.value("store"), p.value("run")) {
+pub fn resume_main(p: ResumeArgs) -> Result<i32, Fail> {
+    let from_store = match (&p.state, &p.store, &p.run) {
         (Some(_), Some(_), _) => {
             return Err(Fail::usage("--state and --store both say where the run is kept: give one"))
         }
@@ -369,19 +401,18 @@ pub fn resume_main(args: &[String]) -> Result<i32, Fail> {
         (None, Some(spec), Some(id)) => Some((spec, id)),
         (Some(_), None, None) => None,
     };
-    let answer_path = p.value("answer").ok_or_else(|| Fail::usage("resume needs --answer ANSWERS.json"))?;
-    let root = builtins::root(p.value("root"))?;
+    let root = builtins::root(p.root.as_deref())?;
     match from_store {
-        Some((spec, id)) => resume_stored(&p, spec, id, answer_path, &root),
-        None => resume_file(&p, p.value("state").unwrap_or(DEFAULT_STATE), answer_path, &root),
+        Some((spec, id)) => resume_stored(&p, spec, id, &root),
+        None => resume_file(&p, p.state.as_deref().unwrap_or(DEFAULT_STATE), &root),
     }
 }
 
 /// `nexus resume --state FILE`.
-fn resume_file(p: &Parsed, state_path: &str, answer_path: &str, root: &Path) -> Result<i32, Fail> {
+fn resume_file(p: &ResumeArgs, state_path: &str, root: &Path) -> Result<i32, Fail> {
     let state = fs::read(state_path).map_err(|e| Fail::runtime(format!("cannot read state file {state_path}: {e}")))?;
     Run::restore(&state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
-    let (host, answers) = split_host(&state, load_answers(answer_path)?);
+    let (host, answers) = split_host(&state, load_answers(&p.answer)?);
     check_answers(&state, &answers, state_path)?;
     // Authorizations the run waits for are completed first; the file is
     // replaced only when the run suspends again (or removed when it ends).
@@ -389,7 +420,7 @@ fn resume_file(p: &Parsed, state_path: &str, answer_path: &str, root: &Path) -> 
     let run = Run::restore(&state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
     let keep = Keep::File { path: PathBuf::from(state_path), resumed: true };
     let (client, record, _mcp) = resume_client(p, &run, &state, root)?;
-    let ctx = Ctx { json: p.switch("json"), stream: p.switch("stream"), keep, record };
+    let ctx = Ctx { json: p.json, stream: p.stream, keep, record };
     let items = client.stream_resume(&state, answers);
     finish(&ctx, items)
 }
@@ -397,14 +428,14 @@ fn resume_file(p: &Parsed, state_path: &str, answer_path: &str, root: &Path) -> 
 /// `nexus resume --store STORE --run ID`: everything that can be refused is
 /// checked on a look at the stored run before it is claimed, so a mistake
 /// leaves the store untouched; once claimed, any failure gives it back.
-fn resume_stored(p: &Parsed, spec: &str, id: &str, answer_path: &str, root: &Path) -> Result<i32, Fail> {
+fn resume_stored(p: &ResumeArgs, spec: &str, id: &str, root: &Path) -> Result<i32, Fail> {
     let store = Store::open(spec, false)?;
     let label = format!("run {id} in {spec}");
     let peeked = store.peek(id)?;
     let run = Run::restore(&peeked).map_err(|e| Fail::runtime(format!("{label}: {e}")))?;
-    let (host, answers) = split_host(&peeked, load_answers(answer_path)?);
+    let (host, answers) = split_host(&peeked, load_answers(&p.answer)?);
     check_answers(&peeked, &answers, &label)?;
-    api_key(p, run.config().style)?;
+    api_key(p.api_key_env.as_deref(), run.config().style)?;
 
     let held = store.claim(id)?;
     let answers = with_recorded(answers, &held.recorded);
@@ -424,12 +455,8 @@ fn resume_stored(p: &Parsed, spec: &str, id: &str, answer_path: &str, root: &Pat
     };
     // The stream takes its own copy of the state, so the claim can move into the context.
     let items = client.stream_resume(&state, answers);
-    let ctx = Ctx {
-        json: p.switch("json"),
-        stream: p.switch("stream"),
-        keep: Keep::Store { store: Box::new(store), held: Some(held) },
-        record,
-    };
+    let ctx =
+        Ctx { json: p.json, stream: p.stream, keep: Keep::Store { store: Box::new(store), held: Some(held) }, record };
     finish(&ctx, items)
 }
 
@@ -444,11 +471,11 @@ fn split_host(state: &[u8], answers: Vec<Answer>) -> (Vec<Answer>, Vec<Answer>) 
 
 /// Completes the authorizations answered in `host` and adds the servers'
 /// tools to the run: the state to resume from.
-fn settle_host(p: &Parsed, state: &[u8], host: Vec<Answer>) -> Result<Vec<u8>, Fail> {
+fn settle_host(p: &ResumeArgs, state: &[u8], host: Vec<Answer>) -> Result<Vec<u8>, Fail> {
     if host.is_empty() {
         return Ok(state.to_vec());
     }
-    let servers = mcp::configs(p)?;
+    let servers = mcp::configs(&p.mcp)?;
     Ok(crate::mcp_auth::settle(&servers, state, host)?.0)
 }
 
@@ -467,13 +494,13 @@ fn with_recorded(mut answers: Vec<Answer>, recorded: &[Answer]) -> Vec<Answer> {
 /// The client that continues `run` (its config and tools, the key from the
 /// environment again), the cassette it appends to, and the MCP servers its
 /// MCP tools run on (kept for the resume: dropping them stops the servers).
-fn resume_client(p: &Parsed, run: &Run, state: &[u8], root: &Path) -> Result<Resumed, Fail> {
+fn resume_client(p: &ResumeArgs, run: &Run, state: &[u8], root: &Path) -> Result<Resumed, Fail> {
     let config: RunConfig = run.config().clone();
-    let key = api_key(p, config.style)?;
+    let key = api_key(p.api_key_env.as_deref(), config.style)?;
     let (mcp_decls, others): (Vec<ToolDecl>, Vec<ToolDecl>) =
         run.tools().iter().cloned().partition(|d| d.kind != ToolKind::Relay && d.name.contains("__"));
     let mut toolbox: Toolbox = tools::rebind(&others, root)?;
-    let servers = mcp::configs(p)?;
+    let servers = mcp::configs(&p.mcp)?;
     let mcp_tools = match (mcp_decls.is_empty(), servers.is_empty()) {
         (true, _) => None,
         (false, true) => {
@@ -487,7 +514,7 @@ fn resume_client(p: &Parsed, run: &Run, state: &[u8], root: &Path) -> Result<Res
             // A resumed run is a kept one: a person's step suspends it again.
             let (m, _) = mcp::start_for_run(&servers, true);
             let drift = m.drift(&mcp_decls, &servers);
-            if !drift.is_empty() && !p.switch("accept-tool-changes") {
+            if !drift.is_empty() && !p.accept_tool_changes {
                 let list: Vec<String> = drift.iter().map(|d| d.to_string()).collect();
                 return Err(Fail::runtime(format!(
                     "{}; the model chose these tools for what they meant then (resume with --accept-tool-changes to go on anyway)",
@@ -506,7 +533,7 @@ fn resume_client(p: &Parsed, run: &Run, state: &[u8], root: &Path) -> Result<Res
         }
     };
     let uses_skills = run.tools().iter().any(|d| d.name == nexus_drive::skills::SKILL_TOOL);
-    let found = skills::load(p)?;
+    let found = skills::load(&p.skills, None)?;
     if uses_skills && found.is_none() {
         return Err(Fail::usage(
             "the saved run uses Agent Skills: give its --skills DIR again (its skills' files are read from there)",
@@ -518,7 +545,7 @@ fn resume_client(p: &Parsed, run: &Run, state: &[u8], root: &Path) -> Result<Res
     }
     // The fallbacks come from the state; their keys from --fallback or the environment.
     let mut keys = vec![key.clone()];
-    for spec in p.all("fallback") {
+    for spec in &p.fallback {
         if let (upstream, Some(k)) = fallback(spec)? {
             keys.push(k.clone());
             b = b.upstream_key(upstream, k);
@@ -529,7 +556,7 @@ fn resume_client(p: &Parsed, run: &Run, state: &[u8], root: &Path) -> Result<Res
             keys.push(k);
         }
     }
-    let record = recorder(p, true, &keys)?;
+    let record = recorder(p.record.as_deref(), true, &keys)?;
     if let Some(r) = &record {
         r.resume(state);
         b = b.tap(r.clone());

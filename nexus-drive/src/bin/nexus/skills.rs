@@ -6,30 +6,26 @@ use std::path::Path;
 
 use nexus_drive::skills::{Discovery, Skills};
 
-use crate::args::Parsed;
 use crate::Fail;
 
 /// Discovers the skills of every `--skills DIR` (`None` when none is given).
 /// A DIR that is not a directory is a usage error; a broken skill in one is
 /// skipped with a warning naming its file and field.
-pub fn load(p: &Parsed) -> Result<Option<Discovery>, Fail> {
-    let dirs = p.all("skills");
+/// `budget` is `--skills-budget` (clap requires `--skills` with it).
+pub fn load(dirs: &[String], budget: Option<usize>) -> Result<Option<Discovery>, Fail> {
     if dirs.is_empty() {
-        if p.value("skills-budget").is_some() {
-            return Err(Fail::usage("--skills-budget needs --skills DIR"));
-        }
         return Ok(None);
     }
-    for dir in &dirs {
+    for dir in dirs {
         if !Path::new(dir).is_dir() {
             return Err(Fail::usage(format!("--skills {dir}: not a directory")));
         }
     }
-    let mut found = Skills::discover(&dirs);
+    let mut found = Skills::discover(dirs);
     for e in &found.errors {
         eprintln!("nexus: skipped skill: {e}");
     }
-    if let Some(budget) = p.number::<usize>("skills-budget")? {
+    if let Some(budget) = budget {
         found.skills = found.skills.catalog_budget(budget);
     }
     let late = found.skills.catalog().names_only;

@@ -24,7 +24,6 @@ use nexus_drive::{FileRunStore, RunStore, StoreError, SuspendedRun};
 use nexus_proto::{Answer, Request, Run};
 use serde_json::{json, Value};
 
-use crate::args::{parse, Spec};
 use crate::{out, Fail};
 
 /// Where a `--store` value points.
@@ -256,25 +255,26 @@ impl Store {
     }
 }
 
-const RUNS_SPEC: Spec = Spec { command: "runs", values: &["store"], switches: &["json"], optional: &[] };
-
-pub const RUNS_HELP: &str = "\
-nexus runs --store STORE [--json]
-
-Lists the suspended runs STORE holds (sqlite:PATH, dir:PATH or a directory
-path): one line per run with its id, whether a resume holds it, and what it
-waits for (kind and request id). With --json, an array of
-{runId, claimed, version, pending}.";
+/// List the suspended runs a store holds
+///
+/// Lists the suspended runs STORE holds: one line per run with its id, whether
+/// a resume holds it, and what it waits for (kind and request id). With --json,
+/// an array of {runId, claimed, version, pending}.
+#[derive(clap::Args)]
+pub struct RunsArgs {
+    /// The store: sqlite:PATH, dir:PATH or a directory path (as given to nexus run --store).
+    #[arg(long, value_name = "STORE")]
+    store: String,
+    /// Print the runs as one JSON array.
+    #[arg(long)]
+    json: bool,
+}
 
 /// Runs `nexus runs`.
-pub fn runs_main(args: &[String]) -> Result<i32, Fail> {
-    let p = parse(args, &RUNS_SPEC)?;
-    if let Some(extra) = p.positionals.first() {
-        return Err(Fail::usage(format!("runs takes no positional argument (got {extra:?})")));
-    }
-    let spec = p.value("store").ok_or_else(|| Fail::usage("runs needs --store STORE"))?;
+pub fn runs_main(args: RunsArgs) -> Result<i32, Fail> {
+    let spec = &args.store;
     let runs = Store::open(spec, false)?.list()?;
-    if p.switch("json") {
+    if args.json {
         let list: Vec<Value> = runs
             .iter()
             .map(|r| json!({"runId": r.run_id, "claimed": r.claimed, "version": r.version, "pending": r.pending}))

@@ -10,35 +10,47 @@ use nexus_proto::{Message, Style, ToolDecl, ToolKind};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::args::{parse, Spec};
-use crate::{builtins, out, parse_style, read_input, Fail};
+use crate::cli::{McpArgs, SkillsArgs, StyleParser};
+use crate::{builtins, out, read_input, Fail};
 
-const SPEC: Spec = Spec {
-    command: "tools",
-    values: &["relay", "style", "skills", "skills-budget", "mcp"],
-    switches: &["json"],
-    optional: &["builtins"],
-};
-
-pub const HELP: &str = "\
-nexus tools [--builtins[=NAMES]] [--relay TOOLS.json] [--skills DIR]... [--skills-budget BYTES]
-            [--mcp FILE]... [--style anthropic|openai|gemini|openai-responses] [--json]
-
-Prints the tool declarations exactly as the provider receives them in the
-`tools` field of a request (the request encoder builds them). Without
---style, prints an object with all three shapes.
-
-TOOLS.json is a JSON array of {\"name\", \"description\", \"input_schema\"}
-declaration-only (relay) tools. --mcp starts the MCP servers of FILE (the
-format nexus run --mcp takes) and lists their tools as {server}__{tool}, one
-per line with its server, original name and description; with --json (or
---skills), the declarations as above, MCP tools included.
-
-With --skills, prints an object instead: `tools` (the declarations as above,
-with the `skill` tool), `skills` (each valid skill: name, description, path,
-files and its optional fields), `skipped` (each broken skill: path, field,
-error) and `catalog` (the text the system prompt gets, and which skills are
-listed by name only).";
+/// Print the tool declarations as each provider receives them
+///
+/// Prints the tool declarations exactly as the provider receives them in the
+/// `tools` field of a request (the request encoder builds them). Without
+/// --style, prints an object with every style's shape.
+///
+/// --mcp starts the MCP servers of FILE (the format nexus run --mcp takes) and
+/// lists their tools as {server}__{tool}, one per line with its server,
+/// original name and description; with --json (or --skills), the declarations
+/// as above, MCP tools included.
+///
+/// With --skills, prints an object instead: `tools` (the declarations as above,
+/// with the `skill` tool), `skills` (each valid skill: name, description, path,
+/// files and its optional fields), `skipped` (each broken skill: path, field,
+/// error) and `catalog` (the text the system prompt gets, and which skills are
+/// listed by name only).
+#[derive(clap::Args)]
+#[command(verbatim_doc_comment)]
+pub struct ToolsArgs {
+    /// The built-in tools (bash, read, write, edit, grep, glob, webfetch,
+    /// question, apply_patch, todowrite), or only a comma list of them.
+    #[arg(long, value_name = "NAMES", num_args = 0..=1, require_equals = true)]
+    pub builtins: Option<Option<String>>,
+    /// A JSON array of {"name", "description", "input_schema"}:
+    /// declaration-only (relay) tools.
+    #[arg(long, value_name = "TOOLS.json")]
+    pub relay: Option<String>,
+    #[command(flatten)]
+    pub skills: SkillsArgs,
+    #[command(flatten)]
+    pub mcp: McpArgs,
+    /// Only this wire format's shape.
+    #[arg(long, value_parser = StyleParser)]
+    pub style: Option<Style>,
+    /// The declarations as JSON even for MCP tools alone.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// One relay declaration as written in a `--relay` file.
 #[derive(Deserialize)]
@@ -120,25 +132,22 @@ pub fn wire_tools(style: Style, decls: &[ToolDecl]) -> Value {
 }
 
 /// Runs `nexus tools`.
-pub fn main(args: &[String]) -> Result<i32, Fail> {
-    let p = parse(args, &SPEC)?;
-    if let Some(extra) = p.positionals.first() {
-        return Err(Fail::usage(format!("tools takes no positional argument (got {extra:?})")));
-    }
-    let style = p.value("style").map(parse_style).transpose()?;
-    let builtin_tools =
-        if p.switch("builtins") { builtins::select(p.value("builtins"), &builtins::root(None)?)? } else { Vec::new() };
-    let relay = match p.value("relay") {
+pub fn main(args: ToolsArgs) -> Result<i32, Fail> {
+    let builtin_tools = match &args.builtins {
+        Some(names) => builtins::select(names.as_deref(), &builtins::root(None)?)?,
+        None => Vec::new(),
+    };
+    let relay = match &args.relay {
         Some(path) => load_relay(path)?,
         None => Vec::new(),
     };
-    let found = crate::skills::load(&p)?;
+    let found = crate::skills::load(&args.skills.dirs, args.skills.budget)?;
     let mut tb = toolbox(builtin_tools, relay)?;
-    let servers = crate::mcp::configs(&p)?;
+    let servers = crate::mcp::configs(&args.mcp)?;
     let mcp = (!servers.is_empty()).then(|| crate::mcp::start(&servers));
     if let Some(m) = &mcp {
         crate::mcp::add_to(&mut tb, m)?;
-        if !p.switch("json") && found.is_none() {
+        if !args.json && found.is_none() {
             for t in m.tools() {
                 let about = t.tool.description.as_deref().unwrap_or("").lines().next().unwrap_or("");
                 out(&format!("{}\t{}/{}\t{about}", t.exposed, t.server, t.tool.name));
@@ -154,7 +163,7 @@ pub fn main(args: &[String]) -> Result<i32, Fail> {
         }
     }
     let decls = tb.decls();
-    let shown = match style {
+    let shown = match args.style {
         Some(s) => wire_tools(s, &decls),
         None => {
             let mut all = Map::new();
