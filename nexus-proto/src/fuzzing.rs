@@ -20,12 +20,14 @@ use crate::sse::{SseDecoder, SseEvent};
 mod failover;
 mod machine;
 mod mcp;
+mod output;
 mod surfaces;
 mod translate;
 
 pub use failover::failover;
 pub use machine::{machine, state};
 pub use mcp::mcp;
+pub use output::output;
 pub use surfaces::{
     anthropic_lines, anthropic_request, anthropic_stream, built_events, check_anthropic, check_gemini, check_responses,
     gemini_lines, gemini_request, gemini_stream, responses_lines, responses_request, responses_stream,

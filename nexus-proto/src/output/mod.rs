@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::provider::Style;
 
-mod extract;
+pub(crate) mod extract;
 pub mod lower;
 mod rule;
 mod validate;
