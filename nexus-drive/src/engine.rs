@@ -40,7 +40,8 @@ pub(crate) enum Step {
     /// Make progress on what is in flight (`busy`), or sleep; at `until`, call `on_timeout`.
     Wait { until: Option<Timestamp>, busy: bool },
     /// The run is over (or pending without an in-process answerer).
-    Finished(Result<RunResult, DriveError>),
+    /// Boxed: a result is far larger than the other steps.
+    Finished(Box<Result<RunResult, DriveError>>),
 }
 
 struct Exchange {
@@ -243,7 +244,7 @@ impl Engine {
     pub(crate) fn step(&mut self) -> Step {
         loop {
             if self.finished {
-                return Step::Finished(Err(DriveError::Input(InputError::Finished)));
+                return Step::Finished(Box::new(Err(DriveError::Input(InputError::Finished))));
             }
             if let Some(ev) = self.queued.pop_front() {
                 return Step::Event(ev);
@@ -328,7 +329,7 @@ impl Engine {
                 }
                 Output::Done(outcome) => {
                     self.finished = true;
-                    return Step::Finished(self.finish(outcome));
+                    return Step::Finished(Box::new(self.finish(outcome)));
                 }
             }
         }
@@ -350,7 +351,7 @@ impl Engine {
         result.pending = suspended.pending.clone();
         result.suspended = Some(suspended);
         self.run_metric("pending", &result, None);
-        Some(Step::Finished(Ok(result)))
+        Some(Step::Finished(Box::new(Ok(result))))
     }
 
     /// Ends the run with `err` (a hook or the classifier decided).

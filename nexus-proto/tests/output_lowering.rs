@@ -97,6 +97,9 @@ fn to_schema(s: &Shape) -> Value {
     }
 }
 
+/// A property's name and its value pair, absent when optional and left out.
+type Field = (String, Option<(Value, Value)>);
+
 /// Values valid against `s`: `(as written, as strict mode writes it)`.
 fn values(s: &Shape, defs: &[Shape]) -> BoxedStrategy<(Value, Value)> {
     let same = |v: Value| (v.clone(), v);
@@ -115,7 +118,7 @@ fn values(s: &Shape, defs: &[Shape]) -> BoxedStrategy<(Value, Value)> {
             })
             .boxed(),
         Shape::Object(props) => {
-            let fields: Vec<BoxedStrategy<(String, Option<(Value, Value)>)>> = props
+            let fields: Vec<BoxedStrategy<Field>> = props
                 .iter()
                 .map(|(name, sub, required)| {
                     let name = name.clone();
