@@ -83,8 +83,9 @@ impl CancelToken {
         self.0.listeners.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Blocks for `dur` or until cancelled. Returns whether it was cancelled.
-    pub(crate) fn sleep(&self, dur: Duration) -> bool {
+    /// Blocks for `dur` or until cancelled. Returns whether it was cancelled
+    /// (a host's periodic work, such as a claim heartbeat, stops on it).
+    pub fn sleep(&self, dur: Duration) -> bool {
         let end = Instant::now() + dur;
         let mut guard = self.lock();
         loop {

@@ -13,6 +13,7 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
 use cli_support::*;
+use nexus_drive::mcp::auth::TokenStore;
 use nexus_tests::fake::{Script, Scripts, Turn};
 use serde_json::json;
 
@@ -60,10 +61,12 @@ fn run_authorizes_on_loopback_then_reuses_the_stored_token() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     let done: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(done["toolCalls"][0]["output"].as_str().unwrap().contains("an authorized client"), "{done}");
-    let record = std::fs::read_to_string(&tokens).unwrap();
-    let stored: serde_json::Value = serde_json::from_str(&record).unwrap();
+    // Sealed under a key made on first use beside the tokens, and said so.
     let issuer = url.trim_end_matches("/mcp");
-    let token = stored["notes"][issuer]["access_token"].as_str().unwrap().to_string();
+    let (sealed, raw) = opened_tokens(&tokens);
+    let token = sealed.get("notes", issuer).unwrap().unwrap().access_token;
+    assert!(!raw.contains(&token), "the token is sealed at rest");
+    assert!(format!("{seen}{rest}").contains("tokens.key"), "the new key's place is said: {seen}{rest}");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -88,4 +91,22 @@ fn run_authorizes_on_loopback_then_reuses_the_stored_token() {
     for a in artifacts {
         assert!(!a.contains(&token), "the access token leaked into {a:?}");
     }
+}
+
+#[test]
+fn a_token_key_that_does_not_parse_is_a_usage_error_naming_it() {
+    let dir = scratch("mcp-oauth-bad-key");
+    // Nothing listens there: the key is read before any server is reached.
+    let cfg = write_json(
+        &dir,
+        "mcp.json",
+        &json!({"mcpServers": {"notes": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}),
+    );
+    let tokens = dir.join("tokens.json");
+    let mut cmd = nexus(&dir, None);
+    cmd.args(["tools", "--mcp", &cfg]).env("NEXUS_MCP_TOKENS", &tokens).env("NEXUS_TOKEN_KEY", "not-a-key");
+    let out = run(cmd).expect(2);
+    assert!(out.stderr.contains("NEXUS_TOKEN_KEY") && out.stderr.contains("tokens.json"), "{}", out.stderr);
+    assert!(!out.stderr.contains("not-a-key"), "the value is not echoed: {}", out.stderr);
+    assert!(!tokens.with_extension("key").exists(), "no key file is made when a key is given");
 }

@@ -14,6 +14,7 @@ mod mcp_support;
 use std::path::Path;
 
 use cli_support::*;
+use nexus_drive::mcp::auth::TokenStore;
 use nexus_tests::fake::{Script, Scripts, Turn};
 use serde_json::{json, Value};
 
@@ -80,9 +81,10 @@ fn run_suspends_on_the_authorization_and_resume_in_another_process_completes_it(
 
     // The verifier waits in the private pending file, nowhere in the run.
     assert_eq!(mode(&pending_file), 0o600);
-    let pending: Value = serde_json::from_slice(&std::fs::read(&pending_file).unwrap()).unwrap();
-    let verifier = pending[&request_id]["verifier"].as_str().unwrap().to_string();
+    let (sealed, raw) = opened_tokens(&tokens);
+    let verifier = sealed.get_pending(&request_id).unwrap().unwrap().verifier;
     assert!(verifier.len() >= 43);
+    assert!(!raw.contains(&verifier), "the verifier is sealed at rest");
     let kept = files(&runs);
     assert!(!kept.is_empty());
     for (path, text) in &kept {
@@ -91,11 +93,25 @@ fn run_suspends_on_the_authorization_and_resume_in_another_process_completes_it(
     }
     let listed = run({
         let mut c = nexus(&dir, None);
-        c.args(["runs", "--store", &store, "--json"]);
+        c.args(["runs", "--store", &store, "--json"]).env("NEXUS_MCP_TOKENS", &tokens);
         c
     })
     .expect(0);
     assert!(listed.stdout.contains(&run_id) && listed.stdout.contains("authorization"), "{}", listed.stdout);
+    // The pending login is listed with its expiry, 15 minutes after it began.
+    let login = &listed.json()[0]["logins"][0];
+    assert_eq!(login["id"], request_id.as_str(), "{}", listed.stdout);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let at = login["expiresAt"].as_u64().unwrap_or_default();
+    assert!(at > now + 14 * 60 && at <= now + 15 * 60, "{login}");
+    assert_eq!(login["expired"], false);
+    let text = run({
+        let mut c = nexus(&dir, None);
+        c.args(["runs", "--store", &store]).env("NEXUS_MCP_TOKENS", &tokens);
+        c
+    })
+    .expect(0);
+    assert!(text.stdout.contains("(login expires in 15 min)"), "{}", text.stdout);
 
     // The scripted browser: the authorization server approves at once and
     // redirects to the redirect URI (nobody needs to listen there).
@@ -129,8 +145,7 @@ fn run_suspends_on_the_authorization_and_resume_in_another_process_completes_it(
     assert_eq!(state_of(files(&runs)), before, "the refused answer changed the stored run");
     assert!(!tokens.exists(), "a token was requested for a forged redirect");
     assert!(f.requests().is_empty());
-    let still: Value = serde_json::from_slice(&std::fs::read(&pending_file).unwrap()).unwrap();
-    assert_eq!(still[&request_id]["verifier"], verifier.as_str());
+    assert_eq!(opened_tokens(&tokens).0.get_pending(&request_id).unwrap().unwrap().verifier, verifier);
 
     // Process 2: the right redirect completes the login and the run.
     let done = resume(&format!("{request_id}={redirect}")).expect(0);
@@ -144,8 +159,9 @@ fn run_suspends_on_the_authorization_and_resume_in_another_process_completes_it(
     assert_eq!(sent.len(), 2, "two model calls");
     assert!(String::from_utf8_lossy(&sent[0].body).contains("notes__whoami"), "the first call declares the tool");
     assert_eq!(mode(&tokens), 0o600);
-    let stored: Value = serde_json::from_slice(&std::fs::read(&tokens).unwrap()).unwrap();
-    let token = stored["notes"][origin]["access_token"].as_str().unwrap().to_string();
+    let (sealed, raw) = opened_tokens(&tokens);
+    let token = sealed.get("notes", origin).unwrap().unwrap().access_token;
+    assert!(!raw.contains(&token), "the token is sealed at rest");
     let left: Value = serde_json::from_slice(&std::fs::read(&pending_file).unwrap()).unwrap();
     assert!(left.get(&request_id).is_none(), "the completed authorization is forgotten");
 
@@ -177,10 +193,9 @@ fn a_state_file_run_resumes_from_code_and_state_and_the_next_run_reuses_the_toke
     let kept: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
     assert_eq!(kept["phase"], "starting", "{kept}");
     let request = &kept["requests"][0];
-    let pending: Value =
-        serde_json::from_slice(&std::fs::read(tokens.with_extension("pending.json")).unwrap()).unwrap();
-    let verifier = pending[request["id"].as_str().unwrap()]["verifier"].as_str().unwrap().to_string();
-    assert!(!kept.to_string().contains(&verifier));
+    let (sealed, raw) = opened_tokens(&tokens);
+    let verifier = sealed.get_pending(request["id"].as_str().unwrap()).unwrap().unwrap().verifier;
+    assert!(!kept.to_string().contains(&verifier) && !raw.contains(&verifier));
 
     // The answer as a file, with the redirect's parameters instead of its URL.
     let agent: ureq::Agent = ureq::Agent::config_builder().max_redirects(0).http_status_as_error(false).build().into();

@@ -9,12 +9,20 @@
 //! writers rotating at once never leave a mixed pair), removal, pending
 //! authorizations kept and forgotten, another connection sees what one
 //! wrote, and no value ever appears in a `Debug` output or an error.
+//!
+//! Sealed (SPEC §20): each store under a `SealedTokenStore` keeps the same
+//! contract, holds no secret byte in its storage, opens under a rotated
+//! ring, refuses a wrong key or an altered value with an error naming the
+//! store (and deletes nothing), and reads a record written before sealing,
+//! sealing it on its next write.
 #![cfg(feature = "mcp")]
 
 use std::sync::Arc;
 
+use nexus_drive::mcp::auth::seal::SEALED_PREFIX;
 use nexus_drive::mcp::auth::{
-    ClientCredentials, FileTokenStore, MemoryTokenStore, PendingAuthorization, TokenAuthMethod, TokenRecord, TokenStore,
+    ClientCredentials, FileTokenStore, KeyRing, MemoryTokenStore, PendingAuthorization, SealedTokenStore,
+    TokenAuthMethod, TokenRecord, TokenStore,
 };
 
 const SECRET: &str = "tok-secret-Zq81";
@@ -47,6 +55,7 @@ fn pending(server: &str) -> PendingAuthorization {
         state: format!("{SECRET}-state"),
         scope: Some("notes".into()),
         iss_required: true,
+        created_at: Some(1_900_000_000),
     }
 }
 
@@ -114,9 +123,77 @@ fn contract(open: &dyn Fn() -> Arc<dyn TokenStore>) {
     assert_eq!(a.get_pending("authorize-docs-1").unwrap().unwrap().server, "docs");
     b.remove_pending("authorize-notes-1").unwrap();
 
+    // Logins begun before a time are swept; newer ones stay.
+    let mut old = pending("old");
+    old.created_at = Some(1_000);
+    a.put_pending("authorize-old-1", &old).unwrap();
+    assert_eq!(b.sweep_pending(1_500_000_000).unwrap(), 1);
+    assert_eq!(a.get_pending("authorize-old-1").unwrap(), None);
+    assert!(a.get_pending("authorize-docs-1").unwrap().is_some(), "begun after the time");
+
     // Nothing secret in Debug output.
     let shown = format!("{a:?} {b:?} {:?} {:?}", a.get("docs", "https://as1").unwrap(), pending("x"));
     assert!(!shown.contains(SECRET) && !shown.contains("docs-token"), "{shown}");
+}
+
+fn sealed(inner: Arc<dyn TokenStore>, seeds: &[u8], name: &str) -> Arc<dyn TokenStore> {
+    let keys = KeyRing::new(seeds.iter().map(|s| [*s; 32])).unwrap();
+    Arc::new(SealedTokenStore::new(inner, keys, name))
+}
+
+/// The sealed checks on the storage `open_raw` opens; `raw_bytes` reads
+/// everything that storage holds (files, or the tables' text).
+fn sealed_contract(open_raw: &dyn Fn() -> Arc<dyn TokenStore>, raw_bytes: &dyn Fn() -> Vec<u8>, name: &str) {
+    contract(&|| sealed(open_raw(), &[1], name));
+    let store = sealed(open_raw(), &[1], name);
+    let secret = record(&format!("{SECRET}-a9"), Some(&format!("{SECRET}-r9")), Some(7));
+    store.put("vault", "https://as1", secret.clone()).unwrap();
+    store.put_pending("authorize-vault-1", &pending("vault")).unwrap();
+    let raw = String::from_utf8_lossy(&raw_bytes()).into_owned();
+    assert!(!raw.contains(SECRET) && !raw.contains("docs-token"), "a secret at rest in {name}");
+    assert!(raw.contains(SEALED_PREFIX) && raw.contains("client-1"), "sealed values, readable ids: {name}");
+    let stored = open_raw().get("vault", "https://as1").unwrap().unwrap();
+    assert!(stored.access_token.starts_with(SEALED_PREFIX) && stored.expires_at == Some(7), "{name}");
+
+    // A restart with a rotated ring (a new key first) reads it; a write seals with the new key,
+    // after which the old key can go.
+    let rotated = sealed(open_raw(), &[2, 1], name);
+    assert_eq!(rotated.get("vault", "https://as1").unwrap(), Some(secret.clone()));
+    assert_eq!(rotated.get_pending("authorize-vault-1").unwrap(), Some(pending("vault")));
+    rotated.put("vault", "https://as1", secret.clone()).unwrap();
+    assert_eq!(sealed(open_raw(), &[2], name).get("vault", "https://as1").unwrap(), Some(secret.clone()));
+
+    // A wrong key: an error naming the store and the key, nothing deleted.
+    let e = sealed(open_raw(), &[3], name).get("vault", "https://as1").unwrap_err().to_string();
+    assert!(e.contains(name) && e.contains("not in the key ring") && !e.contains(SECRET), "{e}");
+    let e = sealed(open_raw(), &[3], name).get_pending("authorize-vault-1").unwrap_err().to_string();
+    assert!(e.contains(name), "{e}");
+    assert!(open_raw().get("vault", "https://as1").unwrap().is_some(), "the record is kept");
+
+    // An altered value, or one moved from another record, does not open.
+    let mut altered = open_raw().get("vault", "https://as1").unwrap().unwrap();
+    altered.access_token.replace_range(altered.access_token.len() - 3.., "AAA");
+    open_raw().put("vault", "https://as1", altered).unwrap();
+    let e = rotated.get("vault", "https://as1").unwrap_err().to_string();
+    assert!(e.contains(name) && e.contains("altered"), "{e}");
+    let moved = open_raw().get("notes", "https://as1").unwrap().unwrap();
+    open_raw().put("vault", "https://as1", moved).unwrap();
+    assert!(rotated.get("vault", "https://as1").is_err(), "a value sealed for another record");
+
+    // A record written before sealing is read as it is and sealed on its next write.
+    let legacy = record(&format!("{SECRET}-old"), Some(&format!("{SECRET}-old-r")), None);
+    open_raw().put("legacy", "https://as1", legacy.clone()).unwrap();
+    open_raw().put_pending("authorize-legacy-1", &pending("legacy")).unwrap();
+    assert_eq!(store.get("legacy", "https://as1").unwrap(), Some(legacy.clone()));
+    assert_eq!(store.get_pending("authorize-legacy-1").unwrap(), Some(pending("legacy")));
+    store.put("legacy", "https://as1", legacy.clone()).unwrap();
+    store.put_pending("authorize-legacy-1", &pending("legacy")).unwrap();
+    let resealed = open_raw().get("legacy", "https://as1").unwrap().unwrap();
+    assert!(resealed.access_token.starts_with(SEALED_PREFIX), "{name}");
+    assert!(resealed.refresh_token.is_some_and(|r| r.starts_with(SEALED_PREFIX)), "{name}");
+    let resealed = open_raw().get_pending("authorize-legacy-1").unwrap().unwrap();
+    assert!(resealed.verifier.starts_with(SEALED_PREFIX) && resealed.state.starts_with(SEALED_PREFIX));
+    assert_eq!(store.get("legacy", "https://as1").unwrap(), Some(legacy));
 }
 
 #[test]
@@ -145,6 +222,22 @@ fn file_store_keeps_the_contract_with_private_files() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn file_store_sealed_holds_no_secret() {
+    let dir = std::env::temp_dir().join(format!("nexus-token-stores-sealed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tokens.json");
+    let shared: Arc<dyn TokenStore> = Arc::new(FileTokenStore::new(&path));
+    let files = || {
+        let mut all = std::fs::read(&path).unwrap_or_default();
+        all.extend(std::fs::read(dir.join("tokens.pending.json")).unwrap_or_default());
+        all
+    };
+    sealed_contract(&|| shared.clone(), &files, &path.display().to_string());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[cfg(feature = "sqlite")]
 mod sqlite {
     use super::*;
@@ -164,6 +257,23 @@ mod sqlite {
         let dir = scratch();
         let path = dir.join("runs.db");
         contract(&|| Arc::new(SqliteStore::open(&path).unwrap()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sqlite_store_sealed_holds_no_secret() {
+        let dir = scratch();
+        let path = dir.join("runs.db");
+        let db = || {
+            let mut all = Vec::new();
+            for suffix in ["", "-wal", "-journal"] {
+                all.extend(std::fs::read(format!("{}{suffix}", path.display())).unwrap_or_default());
+            }
+            all
+        };
+        // The scan runs before any plain record is written (SQLite may keep a
+        // replaced row's bytes in a free page until it is reused).
+        sealed_contract(&|| Arc::new(SqliteStore::open(&path).unwrap()), &db, "sqlite:runs.db");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -211,6 +321,26 @@ mod postgres_store {
     fn postgres_store_keeps_the_contract_across_connections() {
         with_schema("contract", |url, schema| {
             contract(&|| Arc::new(PostgresStore::connect_in_schema(url, schema).unwrap()));
+        });
+    }
+
+    #[test]
+    fn postgres_store_sealed_holds_no_secret() {
+        with_schema("sealed", |url, schema| {
+            let tables = || {
+                let mut raw = postgres::Client::connect(url, postgres::NoTls).unwrap();
+                let mut all = Vec::new();
+                for q in [
+                    format!("SELECT record::text FROM {schema}.mcp_oauth_tokens"),
+                    format!("SELECT pending::text FROM {schema}.mcp_oauth_pending"),
+                ] {
+                    for row in raw.query(q.as_str(), &[]).unwrap() {
+                        all.extend(row.get::<_, String>(0).into_bytes());
+                    }
+                }
+                all
+            };
+            sealed_contract(&|| Arc::new(PostgresStore::connect_in_schema(url, schema).unwrap()), &tables, "postgres");
         });
     }
 

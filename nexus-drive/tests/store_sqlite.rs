@@ -40,6 +40,16 @@ fn lease_expiry() {
 }
 
 #[test]
+fn heartbeat_keeps_the_claim() {
+    with_db("beat", scenarios::heartbeat_keeps_the_claim);
+}
+
+#[test]
+fn a_lost_claim_stops_the_resume() {
+    with_db("lost", scenarios::a_lost_claim_stops_the_resume);
+}
+
+#[test]
 fn answers_before_claim() {
     with_db("ans", scenarios::answers_before_claim);
 }

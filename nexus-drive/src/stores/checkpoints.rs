@@ -33,7 +33,11 @@ type Clock = dyn Fn() -> u64 + Send + Sync;
 ///   the transcript: a worker dying during the model call leaves the
 ///   results saved, and the next claimer sends the request again.
 ///
-/// Each save extends the lease. At the end the run is written back
+/// Each save extends the lease, and so does a heartbeat (a thread renewing
+/// the claim every third of the lease, [`ClaimStore::renew_claim`]) for as
+/// long as the resume runs: a resume that outlives its lease keeps its run
+/// while this process is alive, and a dead process's claim still runs out
+/// one lease after its last renewal. At the end the run is written back
 /// (suspended again), removed (finished; its transcript saved to its
 /// conversation), or released with the error (failed).
 ///
@@ -43,9 +47,9 @@ type Clock = dyn Fn() -> u64 + Send + Sync;
 /// out at that moment still starts (a [`Tap`] cannot stop it), but it sees
 /// [`ToolContext::is_cancelled`](crate::ToolContext::is_cancelled): tools
 /// with side effects should check it first, and use their
-/// [`idempotency_key`](crate::ToolContext::idempotency_key). Choose a lease
-/// longer than a resume takes (model calls included): saves extend it, but
-/// only at tool batches.
+/// [`idempotency_key`](crate::ToolContext::idempotency_key). A renewal
+/// that finds the claim lost ends the resume the same way (a renewal that
+/// merely fails, the store unreachable, is tried again at the next beat).
 ///
 /// Runs are matched by run id, which is also their store key
 /// ([`ClaimStore::insert_run`] stores them so). Runs the client drives
@@ -57,6 +61,9 @@ pub struct Checkpoints<S: ?Sized> {
     clock: Arc<Clock>,
     inner: Option<Arc<dyn Tap>>,
     active: Mutex<HashMap<String, Active>>,
+    /// Held across each claim write (a save or a renewal): a renewal must
+    /// name the version the last save left, or it would look lost.
+    writing: Mutex<()>,
 }
 
 struct Active {
@@ -92,6 +99,7 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
             clock: Arc::new(wall_clock_ms),
             inner: None,
             active: Mutex::new(HashMap::new()),
+            writing: Mutex::new(()),
         }
     }
 
@@ -151,7 +159,13 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
         let Claim { lease, state, answers, .. } = claim;
         self.check_tap(client.config(), &lease)?;
         let token = self.register(&lease, client.config().cancel_token());
-        let result = client.with_cancel(token.0).resume(&state, answers);
+        let stop = CancelToken::new();
+        let result = std::thread::scope(|scope| {
+            scope.spawn(|| self.heartbeat(&lease.run_id, &stop));
+            let result = client.with_cancel(token.0).resume(&state, answers);
+            stop.cancel();
+            result
+        });
         drop(token.1);
         let (lease, lost) = self.unregister(lease);
         self.settle(&lease, lost, result)
@@ -175,7 +189,15 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
         let Claim { lease, state, answers, .. } = claim;
         self.check_tap(client.config(), &lease)?;
         let token = self.register(&lease, client.config().cancel_token());
+        // The heartbeat's writes block: a thread of its own, not the executor.
+        let stop = CancelToken::new();
+        let beat = {
+            let (this, stop, run_id) = (Arc::clone(self), stop.clone(), lease.run_id.clone());
+            std::thread::spawn(move || this.heartbeat(&run_id, &stop))
+        };
         let result = client.with_cancel(token.0).resume(&state, answers).await;
+        stop.cancel();
+        let _ = smol::unblock(move || beat.join()).await;
         drop(token.1);
         let (lease, lost) = self.unregister(lease);
         let this = Arc::clone(self);
@@ -252,8 +274,47 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
         }
     }
 
+    /// Renews the claim on `run_id` every third of the lease until `stop`
+    /// is cancelled; a claim found lost is recorded and the resume cancelled.
+    #[cfg(any(feature = "blocking", feature = "async"))]
+    fn heartbeat(&self, run_id: &str, stop: &CancelToken) {
+        let every = std::time::Duration::from_millis((self.lease_ms / 3).max(1));
+        while !stop.sleep(every) {
+            let _writing = lock(&self.writing);
+            let mut lease = match lock(&self.active).get(run_id) {
+                Some(a) if a.lost.is_none() => a.lease.clone(),
+                _ => return,
+            };
+            let renewed = self.store.renew_claim(&mut lease, self.now(), self.lease_ms);
+            let cancel = {
+                let mut map = lock(&self.active);
+                let Some(a) = map.get_mut(run_id) else {
+                    return;
+                };
+                match renewed {
+                    Ok(()) => {
+                        a.lease = lease;
+                        None
+                    }
+                    Err(e @ (StoreError::Conflict { .. } | StoreError::NotFound(_))) => {
+                        a.lost = Some(e);
+                        Some(a.cancel.clone())
+                    }
+                    // The store did not answer: the lease still holds for
+                    // two more beats; try again then.
+                    Err(_) => None,
+                }
+            };
+            if let Some(c) = cancel {
+                c.cancel();
+                return;
+            }
+        }
+    }
+
     /// Saves the run's state under its claim, if it is one being resumed here.
     fn checkpoint(&self, run: &Run, handing_out_tools: bool) {
+        let _writing = lock(&self.writing);
         let mut lease = {
             let mut map = lock(&self.active);
             let Some(a) = map.get_mut(run.id()) else {

@@ -263,6 +263,14 @@ pub trait ClaimStore: RunStore + ConversationStore {
     /// `now + lease_ms`. `lease` is updated to the new version.
     fn save_progress(&self, lease: &mut Lease, state: &[u8], now: u64, lease_ms: u64) -> Result<(), StoreError>;
 
+    /// Extends the claim to `now + lease_ms` without writing the state (a
+    /// heartbeat: a resume that outlives its lease keeps its run while it is
+    /// alive; a dead worker's claim still runs out). The version is unchanged.
+    /// [`StoreError::Conflict`] when the claim is lost (the record moved on:
+    /// another worker claimed it after the lease ran out, or it was released
+    /// or removed): the worker must stop before its next side effect.
+    fn renew_claim(&self, lease: &mut Lease, now: u64, lease_ms: u64) -> Result<(), StoreError>;
+
     /// Writes the state of a run that suspended again and releases the claim
     /// (its failure count is reset). Returns the new version.
     fn suspend_claimed(&self, lease: &Lease, state: &[u8], now: u64) -> Result<u64, StoreError>;

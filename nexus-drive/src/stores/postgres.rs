@@ -530,6 +530,22 @@ impl ClaimStore for PostgresStore {
         Ok(())
     }
 
+    fn renew_claim(&self, lease: &mut Lease, now: u64, lease_ms: u64) -> Result<(), StoreError> {
+        let until = now.saturating_add(lease_ms);
+        self.tx(|tx| {
+            let n = tx.execute(
+                "UPDATE runs SET claimed_until = $3 WHERE id = $1 AND version = $2 AND claimed_until IS NOT NULL",
+                &[&lease.run_id, &int(lease.version)?, &int(until)?],
+            )?;
+            if n == 0 {
+                return Err(lease_conflict(lease, current_version(tx, &lease.run_id)?));
+            }
+            Ok(())
+        })?;
+        lease.claimed_until = until;
+        Ok(())
+    }
+
     fn suspend_claimed(&self, lease: &Lease, state: &[u8], now: u64) -> Result<u64, StoreError> {
         let d = describe(&lease.run_id, state)?;
         self.tx(|tx| PostgresStore::write_state(tx, lease, state, &d, now, None))

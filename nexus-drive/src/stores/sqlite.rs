@@ -517,6 +517,25 @@ impl ClaimStore for SqliteStore {
         Ok(())
     }
 
+    fn renew_claim(&self, lease: &mut Lease, now: u64, lease_ms: u64) -> Result<(), StoreError> {
+        let until = now.saturating_add(lease_ms);
+        self.write(|tx| {
+            let n = tx
+                .prepare_cached(
+                    "UPDATE runs SET claimed_until = ?3 WHERE id = ?1 AND version = ?2 AND claimed_until IS NOT NULL",
+                )
+                .map_err(db)?
+                .execute(params![lease.run_id, int(lease.version)?, int(until)?])
+                .map_err(db)?;
+            if n == 0 {
+                return Err(lease_conflict(lease, current_version(tx, &lease.run_id)?));
+            }
+            Ok(())
+        })?;
+        lease.claimed_until = until;
+        Ok(())
+    }
+
     fn suspend_claimed(&self, lease: &Lease, state: &[u8], now: u64) -> Result<u64, StoreError> {
         let d = describe(&lease.run_id, state)?;
         self.write(|tx| SqliteStore::write_state(tx, lease, state, &d, now, None))

@@ -198,3 +198,22 @@ pub fn leftovers(dir: &Path) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// The CLI's MCP token file at `tokens`, opened with the key file the CLI
+/// made beside it on first use (SPEC §20), and what the two files hold as
+/// written (for scanning: no secret may be in it).
+pub fn opened_tokens(tokens: &Path) -> (nexus_drive::mcp::auth::SealedTokenStore, String) {
+    use nexus_drive::mcp::auth::{FileTokenStore, KeyRing, SealedTokenStore};
+    let key_file = tokens.with_extension("key");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&key_file).expect("the key file beside the tokens").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{}", key_file.display());
+    }
+    let keys = KeyRing::from_file(&key_file).expect("the key file reads");
+    let store = SealedTokenStore::new(std::sync::Arc::new(FileTokenStore::new(tokens)), keys, "test");
+    let mut raw = std::fs::read_to_string(tokens).unwrap_or_default();
+    raw.push_str(&std::fs::read_to_string(tokens.with_extension("pending.json")).unwrap_or_default());
+    (store, raw)
+}

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Barrier};
 
-use nexus_drive::stores::{AnswerStatus, Checkpoints, RunFilter};
+use nexus_drive::stores::{wall_clock_ms, AnswerStatus, Checkpoints, Lease, RunFilter};
 use nexus_drive::{Answer, ConversationStore, DriveError, Message, RunStatus, RunStore, StoreError};
 use serde_json::json;
 
@@ -205,6 +205,121 @@ pub fn lease_expiry(db: &Db) {
     let c3 = store.claim_run(&s.run_id, T + 2_500, 1_000).unwrap();
     assert_eq!(c3.claims, 3);
     let _ = fs::remove_dir_all(dir);
+}
+
+/// A claim renewed without a state write (SPEC §20.2): the lease moves on,
+/// the version does not; a renewal after the claim was lost or released is
+/// refused. Then a resume whose tool outlives two leases keeps its claim
+/// through the checkpoints' heartbeat: every claim tried meanwhile is refused.
+pub fn heartbeat_keeps_the_claim(db: &Db) {
+    let store = db.open();
+    let fake = fake_with(&[("m-beat", ONE_CALL, "charged slowly")]);
+    let url = base_url(&fake);
+    let dir = temp_dir("beat");
+    let s = suspend(&url, "m-beat", 6, ExecLog::new(&dir, "exec"));
+    store.insert_run(&s, None, 0).unwrap();
+
+    const T: u64 = 1_000_000;
+    let c1 = store.claim_run(&s.run_id, T, 1_000).unwrap();
+    let mut lease = c1.lease.clone();
+    store.renew_claim(&mut lease, T + 900, 1_000).unwrap();
+    assert_eq!((lease.version, lease.claimed_until), (c1.lease.version, T + 1_900));
+    assert_eq!(store.claim_run(&s.run_id, T + 1_500, 1_000), Err(StoreError::Claimed(s.run_id.clone())));
+    let c2 = store.claim_run(&s.run_id, T + 1_900, 1_000).unwrap();
+    let fenced =
+        StoreError::Conflict { id: s.run_id.clone(), expected: Some(c1.lease.version), found: Some(c2.lease.version) };
+    assert_eq!(store.renew_claim(&mut lease, T + 1_901, 1_000), Err(fenced));
+    let released = store.release_claim(&c2.lease, None, T + 2_000).unwrap();
+    let mut after_release = c2.lease.clone();
+    assert!(store.renew_claim(&mut after_release, T + 2_001, 1_000).is_err(), "a released claim is not renewed");
+    let mut stale = Lease { version: released, ..c2.lease.clone() };
+    assert!(store.renew_claim(&mut stale, T + 2_001, 1_000).is_err(), "nor is a run nobody holds");
+
+    // The slow resume: a lease of 300 ms, a tool taking 900 ms, a second
+    // worker trying to claim all along.
+    const LEASE_MS: u64 = 300;
+    let rival = db.open();
+    let run_id = s.run_id.clone();
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (seen_refused, seen_taken) = (refused.clone(), taken.clone());
+    let slow = DynTool::new("charge", "Charges slowly", json!({"type": "object"}), move |_, _| {
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(3 * LEASE_MS);
+        while std::time::Instant::now() < end {
+            match rival.claim_run(&run_id, wall_clock_ms(), LEASE_MS) {
+                Err(StoreError::Claimed(_)) => seen_refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+                _ => seen_taken.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+            };
+            std::thread::sleep(std::time::Duration::from_millis(40));
+        }
+        Ok(ToolOutcome::Done(json!("charged 1")))
+    });
+    let ck = Arc::new(Checkpoints::new(store.clone()).with_lease_ms(LEASE_MS));
+    let worker = client_with_tool(&url, "m-beat", 6, slow, ck.clone());
+    store.record_answer(&s.run_id, &Answer::ok(s.pending[0].id.clone(), None), wall_clock_ms()).unwrap();
+    let claim = ck.claim(&s.run_id).unwrap();
+    let r = ck.resume(&worker, claim).unwrap();
+    assert_eq!((r.status, r.text.as_str()), (RunStatus::Done, "charged slowly"));
+    assert_eq!(taken.load(std::sync::atomic::Ordering::SeqCst), 0, "a rival claimed the run mid-resume");
+    assert!(refused.load(std::sync::atomic::Ordering::SeqCst) >= 15, "the rival kept trying");
+    assert!(store.list_runs(&RunFilter::new(), wall_clock_ms()).unwrap().is_empty(), "finished and removed");
+    let _ = fs::remove_dir_all(dir);
+}
+
+/// A renewal that finds the claim lost stops the resume before its next
+/// side effect: the tool's result is never sent to the model, nothing more
+/// is written, and the resume ends with the store's conflict.
+pub fn a_lost_claim_stops_the_resume(db: &Db) {
+    let store = db.open();
+    let fake = fake_with(&[("m-lost", ONE_CALL, "never said")]);
+    let url = base_url(&fake);
+    let dir = temp_dir("lost");
+    let s = suspend(&url, "m-lost", 7, ExecLog::new(&dir, "exec"));
+    store.insert_run(&s, None, 0).unwrap();
+    store.record_answer(&s.run_id, &Answer::ok(s.pending[0].id.clone(), None), wall_clock_ms()).unwrap();
+    const LEASE_MS: u64 = 300;
+    let rival = db.open();
+    let run_id = s.run_id.clone();
+    // The tool stalls; meanwhile another worker, whose clock runs far ahead,
+    // takes the run as if the lease had run out.
+    let slow = DynTool::new("charge", "Charges slowly", json!({"type": "object"}), move |_, ctx| {
+        let rival_claim = rival.claim_run(&run_id, wall_clock_ms() + 60_000, 60_000);
+        assert!(rival_claim.is_ok(), "{rival_claim:?}");
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(2 * LEASE_MS);
+        while std::time::Instant::now() < end && !ctx.is_cancelled() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Ok(ToolOutcome::Done(json!("charged 1")))
+    });
+    let ck = Arc::new(Checkpoints::new(store.clone()).with_lease_ms(LEASE_MS));
+    let worker = client_with_tool(&url, "m-lost", 7, slow, ck.clone());
+    let sent_before = fake.requests_for("m-lost").len();
+    let claim = ck.claim(&s.run_id).unwrap();
+    let e = ck.resume(&worker, claim).unwrap_err();
+    assert!(matches!(&e, DriveError::Store(StoreError::Conflict { .. })), "{e:?}");
+    assert_eq!(fake.requests_for("m-lost").len(), sent_before, "no model call after the claim was lost");
+    let info = &store.list_runs(&RunFilter::new(), wall_clock_ms()).unwrap()[0];
+    assert!(info.is_claimed(wall_clock_ms()), "the rival holds it, untouched by the lost resume");
+    let _ = fs::remove_dir_all(dir);
+}
+
+/// A client of the fake at `url` with `tool` as its only tool, resuming through `ck`.
+fn client_with_tool(
+    url: &str,
+    model: &str,
+    seed: u64,
+    tool: nexus_drive::DynTool,
+    ck: Arc<dyn nexus_drive::cassette::Tap>,
+) -> nexus_drive::blocking::Client {
+    let config = nexus_drive::ClientConfig::builder(nexus_drive::Style::OpenAi, model)
+        .base_url(url)
+        .api_key(KEY)
+        .seed(seed)
+        .dyn_tool(tool)
+        .tap(ck)
+        .build()
+        .unwrap();
+    nexus_drive::blocking::Client::new(config)
 }
 
 /// A web handler records answers before any worker claims; workers resume

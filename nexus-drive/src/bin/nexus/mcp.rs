@@ -32,8 +32,8 @@ pub fn configs(args: &McpArgs) -> Result<Vec<ServerConfig>, Fail> {
 
 /// Starts the servers and lists their tools. A server that fails is left
 /// out with a warning on stderr; the run goes on with the others.
-pub fn start(configs: &[ServerConfig]) -> McpTools {
-    start_for_run(configs, false).0
+pub fn start(configs: &[ServerConfig]) -> Result<McpTools, Fail> {
+    Ok(start_for_run(configs, false)?.0)
 }
 
 /// [`start`] for a run. When `durable` (the run is kept with `--state` or
@@ -41,8 +41,8 @@ pub fn start(configs: &[ServerConfig]) -> McpTools {
 /// not left out: its authorization request is returned, for the run to
 /// suspend on before its first model call (the server's tools join the run
 /// once `nexus resume` completes it).
-pub fn start_for_run(configs: &[ServerConfig], durable: bool) -> (McpTools, Vec<Request>) {
-    let options = crate::mcp_auth::options(configs, durable); // OAuth for HTTP servers
+pub fn start_for_run(configs: &[ServerConfig], durable: bool) -> Result<(McpTools, Vec<Request>), Fail> {
+    let options = crate::mcp_auth::options(configs, durable)?; // OAuth for HTTP servers
     let mcp = McpTools::start(configs, &options);
     let mut waiting = Vec::new();
     if let Some(auth) = &options.driver.auth {
@@ -67,7 +67,7 @@ pub fn start_for_run(configs: &[ServerConfig], durable: bool) -> (McpTools, Vec<
     for w in mcp.warnings() {
         eprintln!("nexus: {w}");
     }
-    (mcp, waiting)
+    Ok((mcp, waiting))
 }
 
 /// Adds every MCP tool to `tb`.

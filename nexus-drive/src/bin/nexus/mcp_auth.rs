@@ -1,7 +1,9 @@
 //! OAuth for `--mcp` HTTP servers: tokens in a 0600 file
 //! (`$NEXUS_MCP_TOKENS`, else `~/.config/nexus/mcp-tokens.json`), keyed by
-//! server and issuer. Pre-registered clients come from the files' `"oauth"`
-//! blocks.
+//! server and issuer, their secrets sealed (SPEC §20) under the key ring in
+//! `$NEXUS_TOKEN_KEY`, else in the key file `$NEXUS_TOKEN_KEY_FILE`, else in
+//! the file beside the tokens (`mcp-tokens.key`, 0600), made on first use.
+//! Pre-registered clients come from the files' `"oauth"` blocks.
 //!
 //! In-process (no `--state`/`--store`), a person's authorization is taken
 //! here: the URL is printed on stderr and the redirect is awaited on a
@@ -18,7 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nexus_drive::mcp::auth::config::oauth_clients;
-use nexus_drive::mcp::auth::{Authorizer, FileTokenStore, LoopbackBrowser, OAuthClient};
+use nexus_drive::mcp::auth::seal::KEY_ENV;
+use nexus_drive::mcp::auth::{
+    AuthError, Authorizer, FileTokenStore, KeyRing, LoopbackBrowser, OAuthClient, SealedTokenStore, TokenStore,
+    DEFAULT_PENDING_TTL,
+};
 use nexus_drive::mcp::{McpOptions, McpTools, ServerConfig, Transport};
 use nexus_proto::{Answer, Run};
 use serde_json::Value;
@@ -42,14 +48,14 @@ pub fn note_config(path: &str, text: &str) -> Result<(), Fail> {
 /// The options for starting `configs`: an authorizer when any is an HTTP
 /// server — answering in this process on a loopback listener, or, when
 /// `durable`, leaving the person's step to the host (the run suspends).
-pub fn options(configs: &[ServerConfig], durable: bool) -> McpOptions {
+pub fn options(configs: &[ServerConfig], durable: bool) -> Result<McpOptions, Fail> {
     let mut options = McpOptions::default();
     if !configs.iter().any(|c| matches!(c.transport, Transport::Http { .. })) {
-        return options;
+        return Ok(options);
     }
     if durable {
-        options.driver.auth = Some(Arc::new(durable_authorizer()));
-        return options;
+        options.driver.auth = Some(Arc::new(durable_authorizer()?));
+        return Ok(options);
     }
     let port = std::env::var("NEXUS_MCP_REDIRECT_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(0);
     let browser = match LoopbackBrowser::bind(port, Duration::from_secs(300), |request| {
@@ -64,20 +70,47 @@ pub fn options(configs: &[ServerConfig], durable: bool) -> McpOptions {
             eprintln!(
                 "nexus: no loopback port for MCP authorization redirects ({e}); HTTP servers get static headers only"
             );
-            return options;
+            return Ok(options);
         }
     };
-    let auth =
-        with_clients(Authorizer::new(Arc::new(FileTokenStore::new(token_file()))).with_browser(Arc::new(browser)));
+    let auth = with_clients(Authorizer::new(token_store()?).with_browser(Arc::new(browser)));
     options.driver.auth = Some(Arc::new(auth));
-    options
+    Ok(options)
 }
 
 /// An authorizer with no browser: a person's step becomes a request the
 /// host answers (its secrets kept in the token store meanwhile).
-fn durable_authorizer() -> Authorizer {
+fn durable_authorizer() -> Result<Authorizer, Fail> {
     let redirect = std::env::var("NEXUS_MCP_REDIRECT_URI").unwrap_or_else(|_| DEFAULT_REDIRECT_URI.to_string());
-    with_clients(Authorizer::new(Arc::new(FileTokenStore::new(token_file()))).with_redirect_uri(redirect))
+    Ok(with_clients(Authorizer::new(token_store()?).with_redirect_uri(redirect)))
+}
+
+/// The token file, its secrets sealed under the key ring of
+/// `$NEXUS_TOKEN_KEY`, else of the key file (`$NEXUS_TOKEN_KEY_FILE`, else
+/// the tokens' path with `.key`), made with a random key when missing.
+fn token_store() -> Result<Arc<dyn TokenStore>, Fail> {
+    let path = token_file();
+    let label = path.display().to_string();
+    let keys = match std::env::var(KEY_ENV) {
+        Ok(text) if !text.trim().is_empty() => KeyRing::parse(&text)
+            .map_err(|e| Fail::usage(format!("{KEY_ENV} (the key of the token store {label}): {e}")))?,
+        _ => {
+            let key_path = std::env::var_os("NEXUS_TOKEN_KEY_FILE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| path.with_extension("key"));
+            let (keys, made) = KeyRing::load_or_create(&key_path)
+                .map_err(|e| Fail::usage(format!("the key of the token store {label}: {e}")))?;
+            if made {
+                eprintln!(
+                    "nexus: the MCP token store {label} is sealed with a new key in {} (0600): keep the two together; \
+                     without the key the tokens cannot be read (set {KEY_ENV} to supply your own)",
+                    key_path.display()
+                );
+            }
+            keys
+        }
+    };
+    Ok(Arc::new(SealedTokenStore::new(Arc::new(FileTokenStore::new(&path)), keys, label)))
 }
 
 fn with_clients(mut auth: Authorizer) -> Authorizer {
@@ -118,7 +151,7 @@ pub fn settle(configs: &[ServerConfig], state: &[u8], answers: Vec<Answer>) -> R
     if mine.is_empty() {
         return Ok((state.to_vec(), rest));
     }
-    let auth = Arc::new(durable_authorizer());
+    let auth = Arc::new(durable_authorizer()?);
     for answer in &mine {
         let server = run
             .host_requests()
@@ -142,11 +175,22 @@ pub fn settle(configs: &[ServerConfig], state: &[u8], answers: Vec<Answer>) -> R
             run.settle_host(&answer.id, Vec::new()).map_err(|e| Fail::runtime(e.to_string()))?;
             continue;
         }
-        if let Err(e) = auth.complete(answer) {
-            return Err(Fail::runtime(format!(
-                "MCP server {server:?}: {e}; the run is still suspended on {} and nothing was changed",
-                answer.id
-            )));
+        match auth.complete(answer) {
+            Ok(()) => {}
+            // Its secrets are gone: no redirect can complete it any more.
+            Err(e @ AuthError::Expired { .. }) => {
+                return Err(Fail::runtime(format!(
+                    "{e}; the run is still suspended on {id}: answer it with {{\"id\": \"{id}\", \"ok\": false}} \
+                     to go on without the server's tools, or start a new run to log in again",
+                    id = answer.id
+                )))
+            }
+            Err(e) => {
+                return Err(Fail::runtime(format!(
+                    "MCP server {server:?}: {e}; the run is still suspended on {} and nothing was changed",
+                    answer.id
+                )))
+            }
         }
         let mut options = McpOptions::default();
         options.driver.auth = Some(auth.clone());
@@ -160,6 +204,14 @@ pub fn settle(configs: &[ServerConfig], state: &[u8], answers: Vec<Answer>) -> R
             .map_err(|e| Fail::runtime(format!("MCP server {server:?}: {e}")))?;
     }
     Ok((run.snapshot(), rest))
+}
+
+/// When the pending login `id` expires (unix seconds), if the token store
+/// holds it with its start (SPEC §20.3). Its start is not sealed: read
+/// without the key (listing runs neither needs one nor makes one).
+pub fn login_expiry(id: &str) -> Result<Option<u64>, Fail> {
+    let pending = FileTokenStore::new(token_file()).get_pending(id).map_err(|e| Fail::runtime(e.to_string()))?;
+    Ok(pending.and_then(|p| p.created_at).map(|t| t.saturating_add(DEFAULT_PENDING_TTL.as_secs())))
 }
 
 fn token_file() -> PathBuf {

@@ -11,14 +11,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use nexus_drive::blocking::Client;
 use nexus_drive::cassette::Recorder;
 use nexus_drive::mcp::McpTools;
-use nexus_drive::{ClientBuilder, ClientConfig, DriveError, RunResult, RunStatus, StreamItem, Toolbox};
+use nexus_drive::stores::DEFAULT_LEASE_MS;
+use nexus_drive::{CancelToken, ClientBuilder, ClientConfig, DriveError, RunResult, RunStatus, StreamItem, Toolbox};
 use nexus_proto::{
     Answer, Input, InputError, OutputMode, OutputSpec, Run, RunConfig, StreamEvent, Style, Timestamp, ToolDecl,
     ToolKind, Upstream,
 };
 
 use crate::cli::{McpArgs, SkillsArgs, StyleParser, EXIT_CODES};
-use crate::store::{self, Held, Store};
+use crate::store::{self, Heartbeat, Held, Store};
 use crate::{builtins, mcp, out, out_inline, parse_style, read_input, skills, tools, Fail};
 
 /// Where a suspended run's state goes unless `--state` says otherwise.
@@ -152,9 +153,11 @@ pub struct RunArgs {
 /// With --store, the run ID is claimed in STORE first (sqlite:PATH, dir:PATH
 /// or a directory path, as given to nexus run --store): while the claim holds,
 /// no other resume of that suspension can start. A dir: claim holds until its
-/// resume ends. A SQLite claim lasts 5 minutes and is not renewed: once it has
-/// run out, another resume can claim the run and go ahead too, and the first
-/// resume's outcome is then not saved (exit code 5). When the run suspends
+/// resume ends. A SQLite claim lasts --lease seconds (default 300) and is
+/// renewed every third of that while the resume runs; a resume that dies
+/// frees the run once its claim runs out. A resume whose claim is lost all the
+/// same (stalled past its lease) is stopped before its next model call or
+/// tool and saves nothing (exit code 5). When the run suspends
 /// again its new state replaces the old and the claim is released; when it
 /// finishes it is removed from the store. A run another resume holds, or one
 /// no longer waiting there (finished, or never stored), is refused with exit
@@ -204,6 +207,11 @@ pub struct ResumeArgs {
     /// Append the session to this cassette.
     #[arg(long, value_name = "FILE")]
     pub record: Option<String>,
+    /// With a sqlite: --store, how long the claim lasts without renewal, in
+    /// seconds: the resume renews it every third of that while it runs, and a
+    /// resume that dies frees the run once it runs out.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_LEASE_MS / 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lease: u64,
     /// Print the result as one JSON object (as nexus run --json).
     #[arg(long)]
     pub json: bool,
@@ -362,7 +370,7 @@ pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
     let (_mcp, waiting) = match servers.is_empty() {
         true => (None, Vec::new()),
         false => {
-            let (m, waiting) = mcp::start_for_run(&servers, durable);
+            let (m, waiting) = mcp::start_for_run(&servers, durable)?;
             mcp::add_to(&mut toolbox, &m)?;
             (Some(m), waiting)
         }
@@ -472,7 +480,15 @@ fn resume_stored(p: &ResumeArgs, spec: &str, id: &str, root: &Path) -> Result<i3
     check_answers(&peeked, &answers, &label)?;
     api_key(p.api_key_env.as_deref(), run.config().style)?;
 
-    let held = store.claim(id)?;
+    let lease_ms = p.lease.saturating_mul(1000);
+    let held = store.claim(id, lease_ms)?;
+    // Renewed from now on, so a long preparation (MCP servers starting, an
+    // authorization completed) keeps the claim too; a loss cancels the run.
+    let cancel = CancelToken::new();
+    let heartbeat = match store.heartbeat(&held, lease_ms, cancel.clone()) {
+        Ok(h) => h,
+        Err(fail) => return Err(release_after(&store, &held, fail, false)),
+    };
     let answers = with_recorded(answers, &held.recorded);
     // The record may have moved on between the look and the claim (another
     // resume suspended it again), and recorded answers join ours: check again.
@@ -486,14 +502,26 @@ fn resume_stored(p: &ResumeArgs, spec: &str, id: &str, root: &Path) -> Result<i3
     let ((client, record, _mcp), state) = match prepared {
         Ok(ready) => ready,
         // Refused before anything ran: the claim goes back as it was.
-        Err(fail) => return Err(release_after(&store, &held, fail, false)),
+        Err(fail) => {
+            return Err(match heartbeat.and_then(Heartbeat::stop) {
+                Some(lost) => store.claim_lost(&held, &lost),
+                None => release_after(&store, &held, fail, false),
+            })
+        }
     };
+    let client = client.with_cancel(cancel);
     // The stream takes its own copy of the state, so the claim can move into the context.
     let items = client.stream_resume(&state, answers);
     let typed = run.config().output.is_some();
     let keep = Keep::Store { store: Box::new(store), held: Some(held) };
     let ctx = Ctx { json: p.json, stream: p.stream, typed, keep, record };
-    finish(&ctx, items)
+    let outcome = finish(&ctx, items);
+    // A claim lost mid-run: the run was cancelled and the store refused its
+    // outcome; say why, whatever the run ended with.
+    match (heartbeat.and_then(Heartbeat::stop), &ctx.keep) {
+        (Some(lost), Keep::Store { store, held: Some(held) }) => Err(store.claim_lost(held, &lost)),
+        _ => outcome,
+    }
 }
 
 /// The answers to `state`'s host requests (the authorizations a run waits
@@ -548,7 +576,7 @@ fn resume_client(p: &ResumeArgs, run: &Run, state: &[u8], root: &Path) -> Result
         }
         (false, false) => {
             // A resumed run is a kept one: a person's step suspends it again.
-            let (m, _) = mcp::start_for_run(&servers, true);
+            let (m, _) = mcp::start_for_run(&servers, true)?;
             let drift = m.drift(&mcp_decls, &servers);
             if !drift.is_empty() && !p.accept_tool_changes {
                 let list: Vec<String> = drift.iter().map(|d| d.to_string()).collect();

@@ -3,24 +3,26 @@
 //! resume of that suspension can start; and `nexus runs`, which lists what
 //! a store holds.
 //!
-//! * `sqlite:PATH` — a [`SqliteStore`] file. A claim is a lease
-//!   ([`DEFAULT_LEASE_MS`], 5 minutes) taken once and not renewed (the
-//!   store renews a lease only with a progress write, and a resume here that
-//!   fails gives back the state it found). If the resuming process dies, the
-//!   run can be claimed again once the lease runs out. So can the run of a
-//!   resume still going by then: a second resume may claim it and go ahead
-//!   too, and the claim moves the record's version on, so the first
-//!   resume's outcome is refused when it writes it ([`Store::suspend`],
-//!   [`Store::finish`]: exit 5) and only the second one's is kept.
+//! * `sqlite:PATH` — a [`SqliteStore`] file. A claim is a lease (`--lease`,
+//!   default 5 minutes) that a [`Heartbeat`] renews
+//!   every third of the lease while the resume runs (SPEC §20.2), so no
+//!   second resume can claim a run whose resume is alive, however long it
+//!   takes. If the resuming process dies, its claim runs out one lease after
+//!   the last renewal and the run can be claimed again. Should a claim still
+//!   be lost (the process stalled past its lease and another resume took
+//!   the run), the renewal says so and the resume is cancelled before its
+//!   next model call or tool; its outcome is never written (exit 5).
 //! * `dir:PATH`, or a plain directory path — a [`FileRunStore`]: one
 //!   `<id>.run` file per run, each write under a lock. Its claim is held
 //!   until the resume ends.
 
 use std::path::PathBuf;
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use nexus_drive::stores::sqlite::SqliteStore;
-use nexus_drive::stores::{wall_clock_ms, ClaimStore, Lease, RunFilter, DEFAULT_LEASE_MS};
-use nexus_drive::{FileRunStore, RunStore, StoreError, SuspendedRun};
+use nexus_drive::stores::{wall_clock_ms, ClaimStore, Lease, RunFilter};
+use nexus_drive::{CancelToken, FileRunStore, RunStore, StoreError, SuspendedRun};
 use nexus_proto::{Answer, Request, Run};
 use serde_json::{json, Value};
 
@@ -64,7 +66,8 @@ pub fn parse_location(spec: &str) -> Result<Location, Fail> {
 
 enum Backend {
     File(FileRunStore),
-    Sqlite(SqliteStore),
+    /// The store and its file (a heartbeat opens its own connection).
+    Sqlite(SqliteStore, PathBuf),
 }
 
 /// An open store.
@@ -105,6 +108,20 @@ pub struct Listed {
     pub pending: Vec<Request>,
 }
 
+/// A running claim renewal ([`Store::heartbeat`]).
+pub struct Heartbeat {
+    stop: CancelToken,
+    thread: JoinHandle<Option<StoreError>>,
+}
+
+impl Heartbeat {
+    /// Stops renewing; why the claim was lost, if it was.
+    pub fn stop(self) -> Option<StoreError> {
+        self.stop.cancel();
+        self.thread.join().ok().flatten()
+    }
+}
+
 /// The exit-5 refusal for a run that cannot be claimed.
 fn refused(e: StoreError, run_id: &str, spec: &str) -> Fail {
     match e {
@@ -132,7 +149,7 @@ impl Store {
         }
         let fail = |e: StoreError| Fail::runtime(format!("cannot open the store {spec}: {e}"));
         let backend = match &location {
-            Location::Sqlite(p) => Backend::Sqlite(SqliteStore::open(p).map_err(fail)?),
+            Location::Sqlite(p) => Backend::Sqlite(SqliteStore::open(p).map_err(fail)?, p.clone()),
             Location::Dir(p) => Backend::File(FileRunStore::open(p).map_err(fail)?),
         };
         Ok(Store { spec: spec.to_string(), backend })
@@ -142,7 +159,7 @@ impl Store {
     /// error (run ids are drawn at random per run: it means a clash).
     pub fn insert(&self, run: &SuspendedRun) -> Result<(), Fail> {
         let stored = match &self.backend {
-            Backend::Sqlite(s) => s.insert_run(run, None, wall_clock_ms()).map(|_| ()),
+            Backend::Sqlite(s, _) => s.insert_run(run, None, wall_clock_ms()).map(|_| ()),
             Backend::File(s) => s.save(&run.run_id, &run.state, None).map(|_| ()),
         };
         stored.map_err(|e| Fail::runtime(format!("cannot store run {} in {}: {e}", run.run_id, self.spec)))
@@ -151,7 +168,7 @@ impl Store {
     /// The state stored for `run_id`, without claiming it.
     pub fn peek(&self, run_id: &str) -> Result<Vec<u8>, Fail> {
         let record = match &self.backend {
-            Backend::Sqlite(s) => s.load(run_id),
+            Backend::Sqlite(s, _) => s.load(run_id),
             Backend::File(s) => s.load(run_id),
         };
         match record {
@@ -162,10 +179,10 @@ impl Store {
     }
 
     /// Claims `run_id`: while the claim holds, this process alone may resume
-    /// it (a SQLite claim runs out after [`DEFAULT_LEASE_MS`]; see the module docs).
-    pub fn claim(&self, run_id: &str) -> Result<Held, Fail> {
+    /// it (a SQLite claim lasts `lease_ms` unless renewed; see the module docs).
+    pub fn claim(&self, run_id: &str, lease_ms: u64) -> Result<Held, Fail> {
         let held = match &self.backend {
-            Backend::Sqlite(s) => s.claim_run(run_id, wall_clock_ms(), DEFAULT_LEASE_MS).map(|c| Held {
+            Backend::Sqlite(s, _) => s.claim_run(run_id, wall_clock_ms(), lease_ms).map(|c| Held {
                 run_id: run_id.to_string(),
                 state: c.state,
                 recorded: c.answers,
@@ -183,10 +200,51 @@ impl Store {
         held.map_err(|e| refused(e, run_id, &self.spec))
     }
 
+    /// Keeps `held` while a resume runs: renews a SQLite claim every third of
+    /// `lease_ms` on a connection of its own, and cancels `cancel` (the
+    /// resume's) when a renewal finds the claim lost. `None` for a `dir:`
+    /// store, whose claim holds until it is released.
+    pub fn heartbeat(&self, held: &Held, lease_ms: u64, cancel: CancelToken) -> Result<Option<Heartbeat>, Fail> {
+        let Backend::Sqlite(_, path) = &self.backend else {
+            return Ok(None);
+        };
+        let store = SqliteStore::open(path)
+            .map_err(|e| Fail::runtime(format!("cannot open the store {} to renew the claim: {e}", self.spec)))?;
+        let mut lease = held.lease();
+        let stop = CancelToken::new();
+        let stopped = stop.clone();
+        let every = Duration::from_millis((lease_ms / 3).max(1));
+        let thread = std::thread::spawn(move || {
+            while !stopped.sleep(every) {
+                match store.renew_claim(&mut lease, wall_clock_ms(), lease_ms) {
+                    Ok(()) => {}
+                    Err(e @ (StoreError::Conflict { .. } | StoreError::NotFound(_))) => {
+                        cancel.cancel();
+                        return Some(e);
+                    }
+                    // The file was busy or unreadable: the lease still holds
+                    // for two more beats; try again then.
+                    Err(_) => {}
+                }
+            }
+            None
+        });
+        Ok(Some(Heartbeat { stop, thread }))
+    }
+
+    /// The claim was lost while the resume ran: nothing of it was kept.
+    pub fn claim_lost(&self, held: &Held, e: &StoreError) -> Fail {
+        Fail::conflict(format!(
+            "lost the claim on run {} in {} while resuming it ({e}): another resume took it; this resume was \
+             stopped and nothing of it was saved",
+            held.run_id, self.spec
+        ))
+    }
+
     /// The claimed run suspended again: writes its new state and releases the claim.
     pub fn suspend(&self, held: &Held, state: &[u8]) -> Result<(), Fail> {
         let written = match &self.backend {
-            Backend::Sqlite(s) => s.suspend_claimed(&held.lease(), state, wall_clock_ms()).map(|_| ()),
+            Backend::Sqlite(s, _) => s.suspend_claimed(&held.lease(), state, wall_clock_ms()).map(|_| ()),
             Backend::File(s) => s.save(&held.run_id, state, Some(held.version)).map(|_| ()),
         };
         written.map_err(|e| self.lost(held, e))
@@ -195,7 +253,7 @@ impl Store {
     /// The claimed run is over (done or incomplete): removes it.
     pub fn finish(&self, held: &Held) -> Result<(), Fail> {
         let removed = match &self.backend {
-            Backend::Sqlite(s) => s.finish_claimed(&held.lease(), None, wall_clock_ms()),
+            Backend::Sqlite(s, _) => s.finish_claimed(&held.lease(), None, wall_clock_ms()),
             Backend::File(s) => s.delete(&held.run_id, held.version),
         };
         removed.map_err(|e| self.lost(held, e))
@@ -205,7 +263,7 @@ impl Store {
     /// `error` says why this resume failed (SQLite counts and keeps it).
     pub fn release(&self, held: &Held, error: Option<&str>) -> Result<(), Fail> {
         let released = match &self.backend {
-            Backend::Sqlite(s) => s.release_claim(&held.lease(), error, wall_clock_ms()).map(|_| ()),
+            Backend::Sqlite(s, _) => s.release_claim(&held.lease(), error, wall_clock_ms()).map(|_| ()),
             Backend::File(s) => s.save(&held.run_id, &held.state, Some(held.version)).map(|_| ()),
         };
         released.map_err(|e| self.lost(held, e))
@@ -227,7 +285,7 @@ impl Store {
     pub fn list(&self) -> Result<Vec<Listed>, Fail> {
         let fail = |e: StoreError| Fail::runtime(format!("cannot list {}: {e}", self.spec));
         match &self.backend {
-            Backend::Sqlite(s) => {
+            Backend::Sqlite(s, _) => {
                 let now = wall_clock_ms();
                 let infos = s.list_runs(&RunFilter::new(), now).map_err(fail)?;
                 Ok(infos
@@ -258,8 +316,9 @@ impl Store {
 /// List the suspended runs a store holds
 ///
 /// Lists the suspended runs STORE holds: one line per run with its id, whether
-/// a resume holds it, and what it waits for (kind and request id). With --json,
-/// an array of {runId, claimed, version, pending}.
+/// a resume holds it, what it waits for (kind and request id) and when a
+/// pending MCP login expires. With --json, an array of {runId, claimed,
+/// version, pending, logins: [{id, expiresAt, expired}]}.
 #[derive(clap::Args)]
 pub struct RunsArgs {
     /// The store: sqlite:PATH, dir:PATH or a directory path (as given to nexus run --store).
@@ -274,20 +333,45 @@ pub struct RunsArgs {
 pub fn runs_main(args: RunsArgs) -> Result<i32, Fail> {
     let spec = &args.store;
     let runs = Store::open(spec, false)?.list()?;
+    let now = wall_clock_ms() / 1000;
     if args.json {
-        let list: Vec<Value> = runs
-            .iter()
-            .map(|r| json!({"runId": r.run_id, "claimed": r.claimed, "version": r.version, "pending": r.pending}))
-            .collect();
+        let mut list = Vec::with_capacity(runs.len());
+        for r in &runs {
+            let logins: Vec<Value> = logins(r)?
+                .into_iter()
+                .map(|(id, at)| json!({"id": id, "expiresAt": at, "expired": at <= now}))
+                .collect();
+            list.push(json!({
+                "runId": r.run_id, "claimed": r.claimed, "version": r.version, "pending": r.pending, "logins": logins
+            }));
+        }
         out(&Value::Array(list).to_string());
         return Ok(0);
     }
     for r in &runs {
-        let waits: Vec<String> = r.pending.iter().map(|q| format!("{}:{}", q.kind, q.id)).collect();
+        let mut waits: Vec<String> = r.pending.iter().map(|q| format!("{}:{}", q.kind, q.id)).collect();
+        for (_, at) in logins(r)? {
+            waits.push(match at.checked_sub(now).filter(|left| *left > 0) {
+                Some(left) => format!("(login expires in {} min)", left.div_ceil(60)),
+                None => "(login expired)".to_string(),
+            });
+        }
         let state = if r.claimed { "claimed" } else { "waiting" };
         out(&format!("{}\t{state}\t{}", r.run_id, waits.join(" ")));
     }
     Ok(0)
+}
+
+/// The run's pending MCP logins whose start the token store knows, with
+/// when each expires (unix seconds).
+fn logins(r: &Listed) -> Result<Vec<(String, u64)>, Fail> {
+    let mut found = Vec::new();
+    for q in r.pending.iter().filter(|q| q.kind == "authorization") {
+        if let Some(at) = crate::mcp_auth::login_expiry(&q.id)? {
+            found.push((q.id.clone(), at));
+        }
+    }
+    Ok(found)
 }
 
 #[cfg(test)]

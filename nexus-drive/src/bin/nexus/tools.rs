@@ -144,7 +144,7 @@ pub fn main(args: ToolsArgs) -> Result<i32, Fail> {
     let found = crate::skills::load(&args.skills.dirs, args.skills.budget)?;
     let mut tb = toolbox(builtin_tools, relay)?;
     let servers = crate::mcp::configs(&args.mcp)?;
-    let mcp = (!servers.is_empty()).then(|| crate::mcp::start(&servers));
+    let mcp = if servers.is_empty() { None } else { Some(crate::mcp::start(&servers)?) };
     if let Some(m) = &mcp {
         crate::mcp::add_to(&mut tb, m)?;
         if !args.json && found.is_none() {

@@ -48,6 +48,17 @@ pub struct PendingAuthorization {
     pub scope: Option<String>,
     /// RFC 9207: the server said its redirects carry `iss`.
     pub iss_required: bool,
+    /// When the authorization was begun, in unix seconds (none in records
+    /// written before pending logins expired: those never expire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<u64>,
+}
+
+impl PendingAuthorization {
+    /// Whether it is older than `ttl_s` at `now` (unix seconds).
+    pub fn expired(&self, now: u64, ttl_s: u64) -> bool {
+        self.created_at.is_some_and(|t| now.saturating_sub(t) > ttl_s)
+    }
 }
 
 impl std::fmt::Debug for PendingAuthorization {
@@ -189,6 +200,7 @@ mod tests {
             state: "st".into(),
             scope: Some("a b".into()),
             iss_required: false,
+            created_at: None,
         }
     }
 

@@ -35,6 +35,7 @@ pub mod challenge;
 pub mod config;
 pub mod discovery;
 pub mod flow;
+pub mod seal;
 pub mod store;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -50,6 +51,7 @@ pub use browser::{FollowingBrowser, LoopbackBrowser};
 pub use challenge::{parse_bearer, BearerChallenge};
 pub use discovery::{AuthServerMetadata, ResourceMetadata};
 pub use flow::PendingAuthorization;
+pub use seal::{KeyRing, SealError, SealedTokenStore};
 pub use store::{ClientCredentials, FileTokenStore, MemoryTokenStore, TokenAuthMethod, TokenRecord, TokenStore};
 
 /// An authorization failure. Messages never carry a token, a code, a
@@ -89,9 +91,26 @@ pub enum AuthError {
     /// The person declined or the answer did not match a pending authorization.
     #[error("authorization: {0}")]
     Answer(String),
+    /// The authorization was begun longer ago than pending logins last: its
+    /// secrets are gone, and a new login is needed.
+    #[error("the login for the MCP server {server:?} expired (logins are kept {minutes} minutes): start it again")]
+    Expired {
+        /// The server.
+        server: String,
+        /// How long pending logins are kept, in minutes.
+        minutes: u64,
+    },
     /// Local failures (randomness, the token store).
     #[error("authorization: {0}")]
     Flow(String),
+}
+
+/// How long a begun authorization waits for its answer by default.
+pub const DEFAULT_PENDING_TTL: Duration = Duration::from_secs(15 * 60);
+
+/// The wall clock in unix seconds.
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 impl From<store::StoreError> for AuthError {
@@ -162,6 +181,7 @@ pub struct Authorizer {
     redirect_uri: String,
     browser: Option<Arc<dyn Browser>>,
     max_step_ups: u32,
+    pending_ttl_s: u64,
     state: Mutex<Inner>,
     /// Held while the browser takes a person through an authorization.
     browser_turn: Mutex<()>,
@@ -213,6 +233,7 @@ impl Authorizer {
             redirect_uri: "http://127.0.0.1:8976/callback".into(),
             browser: None,
             max_step_ups: DEFAULT_MAX_STEP_UPS,
+            pending_ttl_s: DEFAULT_PENDING_TTL.as_secs(),
             state: Mutex::new(Inner::default()),
             browser_turn: Mutex::new(()),
         }
@@ -223,6 +244,15 @@ impl Authorizer {
     pub fn with_browser(mut self, browser: Arc<dyn Browser>) -> Authorizer {
         self.redirect_uri = browser.redirect_uri();
         self.browser = Some(browser);
+        self
+    }
+
+    /// How long a begun authorization waits for its answer (default
+    /// [`DEFAULT_PENDING_TTL`], 15 minutes, the order of an authorization
+    /// code's lifetime): older pending logins are swept from the store and
+    /// an answer to one is [`AuthError::Expired`].
+    pub fn with_pending_ttl(mut self, ttl: Duration) -> Authorizer {
+        self.pending_ttl_s = ttl.as_secs();
         self
     }
 
@@ -412,6 +442,7 @@ impl Authorizer {
             state: flow::random_secret()?,
             scope: scope.clone(),
             iss_required: meta.authorization_response_iss_parameter_supported == Some(true),
+            created_at: Some(unix_now()),
         };
         let url = flow::authorization_url(&meta.authorization_endpoint, &pending);
         let id = format!("authorize-{server}-{}", &flow::random_secret()?[..12]);
@@ -433,6 +464,7 @@ impl Authorizer {
         if self.browser.is_none() {
             // The host answers, maybe in another process: the secrets wait in
             // the token store, never in the request (nor the run holding it).
+            self.sweep_pending()?;
             self.store.put_pending(&id, &pending)?;
         }
         let mut inner = self.lock();
@@ -467,6 +499,22 @@ impl Authorizer {
         self.lock().requests.get(id).cloned()
     }
 
+    /// Forgets the pending authorization `id`, here and in the store.
+    fn forget_pending(&self, id: &str) -> Result<(), AuthError> {
+        self.store.remove_pending(id)?;
+        let mut inner = self.lock();
+        inner.pending.remove(id);
+        inner.requests.remove(id);
+        inner.open.retain(|_, open| open != id);
+        Ok(())
+    }
+
+    /// Removes the store's pending logins begun more than the TTL ago.
+    fn sweep_pending(&self) -> Result<(), AuthError> {
+        self.store.sweep_pending(unix_now().saturating_sub(self.pending_ttl_s))?;
+        Ok(())
+    }
+
     /// Restores a pending authorization kept by the host (another process).
     pub fn restore_pending(&self, id: impl Into<String>, pending: PendingAuthorization) {
         self.lock().pending.insert(id.into(), pending);
@@ -481,12 +529,13 @@ impl Authorizer {
         let Some(pending) = self.pending(&answer.id) else {
             return Err(AuthError::Answer(format!("no pending authorization has the id {:?}", answer.id)));
         };
+        if pending.expired(unix_now(), self.pending_ttl_s) {
+            self.forget_pending(&answer.id)?;
+            self.sweep_pending()?;
+            return Err(AuthError::Expired { server: pending.server, minutes: self.pending_ttl_s.div_ceil(60) });
+        }
         if !answer.ok {
-            self.store.remove_pending(&answer.id)?;
-            let mut inner = self.lock();
-            inner.pending.remove(&answer.id);
-            inner.requests.remove(&answer.id);
-            inner.open.retain(|_, id| *id != answer.id);
+            self.forget_pending(&answer.id)?;
             let why = answer.reason.clone().unwrap_or_else(|| "declined".into());
             return Err(AuthError::Answer(format!("the authorization for {:?} was not given ({why})", pending.server)));
         }
@@ -811,4 +860,54 @@ fn digest(token: &str) -> String {
 
 fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod pending_expiry_tests {
+    use super::*;
+
+    fn pending(server: &str, created_at: u64) -> PendingAuthorization {
+        PendingAuthorization {
+            server: server.into(),
+            issuer: "https://as".into(),
+            resource: "https://mcp".into(),
+            token_endpoint: "https://as/token".into(),
+            client: ClientCredentials {
+                client_id: "c".into(),
+                client_secret: None,
+                auth_method: TokenAuthMethod::None,
+            },
+            redirect_uri: "http://127.0.0.1:8976/callback".into(),
+            verifier: "v".repeat(43),
+            state: "s-1".into(),
+            scope: None,
+            iss_required: false,
+            created_at: Some(created_at),
+        }
+    }
+
+    fn redirect(id: &str) -> Answer {
+        let mut data = Map::new();
+        data.insert("redirect_url".into(), json!("http://127.0.0.1:8976/callback?code=c&state=wrong"));
+        Answer::ok(id, Some(data))
+    }
+
+    #[test]
+    fn an_expired_login_is_refused_forgotten_and_swept() {
+        let store = Arc::new(MemoryTokenStore::new());
+        let auth = Authorizer::new(store.clone()).with_pending_ttl(Duration::from_secs(60));
+        let now = unix_now();
+        store.put_pending("authorize-old-1", &pending("old", now - 120)).unwrap();
+        store.put_pending("authorize-older-1", &pending("older", now - 600)).unwrap();
+        store.put_pending("authorize-new-1", &pending("new", now)).unwrap();
+        let e = auth.complete(&redirect("authorize-old-1")).unwrap_err();
+        assert_eq!(e, AuthError::Expired { server: "old".into(), minutes: 1 });
+        assert!(e.to_string().contains("start it again"), "{e}");
+        assert_eq!(store.get_pending("authorize-old-1").unwrap(), None, "its secrets are gone");
+        assert_eq!(store.get_pending("authorize-older-1").unwrap(), None, "swept on the same access");
+        // A fresh one is judged on its redirect (here a wrong `state`) and kept.
+        let e = auth.complete(&redirect("authorize-new-1")).unwrap_err();
+        assert!(matches!(e, AuthError::Redirect(_)), "{e:?}");
+        assert!(store.get_pending("authorize-new-1").unwrap().is_some());
+    }
 }

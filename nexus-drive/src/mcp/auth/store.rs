@@ -4,7 +4,9 @@
 //! log line, not an error. [`MemoryTokenStore`] keeps them for one process;
 //! [`FileTokenStore`] keeps them in one file only its owner can read (0600),
 //! for the CLI; the SQLite and PostgreSQL stores (`sql_store`) keep them in
-//! a table beside the run stores'.
+//! a table beside the run stores'. Any of them wrapped in a
+//! [`SealedTokenStore`](super::seal::SealedTokenStore) holds its secrets
+//! sealed (SPEC §20).
 //!
 //! A store also keeps the secrets of each authorization a person has not
 //! finished yet ([`PendingAuthorization`]: the PKCE verifier, `state`, the
@@ -112,6 +114,19 @@ pub trait TokenStore: Send + Sync + fmt::Debug {
     fn get_pending(&self, id: &str) -> Result<Option<PendingAuthorization>, StoreError>;
     /// Forgets it (completed or declined).
     fn remove_pending(&self, id: &str) -> Result<(), StoreError>;
+    /// Forgets every pending authorization begun before `created_before`
+    /// (unix seconds); one whose start is unknown is kept (the database
+    /// stores take the time it was written). Returns how many went. The
+    /// default keeps everything (a store that cannot tell).
+    fn sweep_pending(&self, created_before: u64) -> Result<usize, StoreError> {
+        let _ = created_before;
+        Ok(0)
+    }
+}
+
+/// Whether `p` was begun before `created_before`.
+fn stale(p: &PendingAuthorization, created_before: u64) -> bool {
+    p.created_at.is_some_and(|t| t < created_before)
 }
 
 type Records = BTreeMap<String, BTreeMap<String, TokenRecord>>;
@@ -168,6 +183,12 @@ impl TokenStore for MemoryTokenStore {
     fn remove_pending(&self, id: &str) -> Result<(), StoreError> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
         Ok(())
+    }
+    fn sweep_pending(&self, created_before: u64) -> Result<usize, StoreError> {
+        let mut all = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let before = all.len();
+        all.retain(|_, p| !stale(p, created_before));
+        Ok(before - all.len())
     }
 }
 
@@ -296,6 +317,17 @@ impl TokenStore for FileTokenStore {
             write_private(&self.pending_path(), &all)?;
         }
         Ok(())
+    }
+    fn sweep_pending(&self, created_before: u64) -> Result<usize, StoreError> {
+        let _g = self.guard();
+        let mut all: Pendings = read_json_file(&self.pending_path())?;
+        let before = all.len();
+        all.retain(|_, p| !stale(p, created_before));
+        let swept = before - all.len();
+        if swept > 0 {
+            write_private(&self.pending_path(), &all)?;
+        }
+        Ok(swept)
     }
 }
 

@@ -14,9 +14,9 @@
 //! Every write is one upsert in one transaction: a refresh that rotates the
 //! refresh token replaces access and refresh token together or not at all,
 //! and concurrent workers see one or the other. Errors carry PostgreSQL's
-//! message and code only (never its `DETAIL`, which may quote a row). Tokens
-//! are not encrypted at rest: the database's access control protects them,
-//! as it protects the runs.
+//! message and code only (never its `DETAIL`, which may quote a row).
+//! Wrapped in a [`SealedTokenStore`](crate::mcp::auth::SealedTokenStore),
+//! the secrets in `record` and `pending` are sealed (SPEC §20).
 
 use super::{col, wall_clock_ms, PostgresStore};
 use crate::mcp::auth::store::{StoreError as TokenError, TokenRecord, TokenStore};
@@ -101,11 +101,14 @@ impl TokenStore for PostgresStore {
 
     fn put_pending(&self, id: &str, pending: &PendingAuthorization) -> Result<(), TokenError> {
         let text = to_text(pending)?;
+        // When it was begun, which the sweep goes by (the write's time for one without).
+        let created_ms = pending.created_at.map_or_else(now_ms, |t| column_int(t.saturating_mul(1000)));
         self.tx(|tx| {
             tx.execute(
                 "INSERT INTO mcp_oauth_pending (id, server, pending, created_ms) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (id) DO UPDATE SET server = excluded.server, pending = excluded.pending",
-                &[&id, &pending.server, &text, &now_ms()],
+                 ON CONFLICT (id) DO UPDATE
+                 SET server = excluded.server, pending = excluded.pending, created_ms = excluded.created_ms",
+                &[&id, &pending.server, &text, &created_ms],
             )?;
             Ok(())
         })
@@ -128,5 +131,12 @@ impl TokenStore for PostgresStore {
             Ok(())
         })
         .map_err(err)
+    }
+
+    fn sweep_pending(&self, created_before: u64) -> Result<usize, TokenError> {
+        let before = column_int(created_before.saturating_mul(1000));
+        self.tx(|tx| tx.execute("DELETE FROM mcp_oauth_pending WHERE created_ms < $1", &[&before]))
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+            .map_err(err)
     }
 }

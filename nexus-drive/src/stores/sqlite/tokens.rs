@@ -15,8 +15,9 @@
 //! Every write is one statement in one `IMMEDIATE` transaction: a refresh
 //! that rotates the refresh token replaces access and refresh token together
 //! or not at all. Values are never logged: errors name the table, not the
-//! row. Tokens are not encrypted at rest: the file's permissions protect
-//! them, as they protect the runs (keep the database private to its owner).
+//! row. Wrapped in a [`SealedTokenStore`](crate::mcp::auth::SealedTokenStore),
+//! the secrets in `record` and `pending` are sealed (SPEC §20); the file's
+//! permissions protect the rest, as they protect the runs.
 
 use rusqlite::{params, OptionalExtension};
 
@@ -109,11 +110,14 @@ impl TokenStore for SqliteStore {
 
     fn put_pending(&self, id: &str, pending: &PendingAuthorization) -> Result<(), TokenError> {
         let text = to_text(pending)?;
-        let now = column_int(wall_clock_ms());
+        // When it was begun, which the sweep goes by (the write's time for one without).
+        let now =
+            pending.created_at.map_or_else(|| column_int(wall_clock_ms()), |t| column_int(t.saturating_mul(1000)));
         self.write(|tx| {
             tx.prepare_cached(
                 "INSERT INTO mcp_oauth_pending (id, server, pending, created_ms) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (id) DO UPDATE SET server = excluded.server, pending = excluded.pending",
+                 ON CONFLICT (id) DO UPDATE
+                 SET server = excluded.server, pending = excluded.pending, created_ms = excluded.created_ms",
             )
             .map_err(db)?
             .execute(params![id, pending.server, text, now])
@@ -143,6 +147,17 @@ impl TokenStore for SqliteStore {
                 .execute(params![id])
                 .map_err(db)?;
             Ok(())
+        })
+        .map_err(err)
+    }
+
+    fn sweep_pending(&self, created_before: u64) -> Result<usize, TokenError> {
+        let before = column_int(created_before.saturating_mul(1000));
+        self.write(|tx| {
+            tx.prepare_cached("DELETE FROM mcp_oauth_pending WHERE created_ms < ?1")
+                .map_err(db)?
+                .execute(params![before])
+                .map_err(db)
         })
         .map_err(err)
     }

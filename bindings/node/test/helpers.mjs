@@ -1,0 +1,71 @@
+// Shared by the tests: the project's fake provider (tests/src/bin/fake_provider.rs),
+// started as a child process on a script of turns, and where things are.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createInterface } from 'node:readline';
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+/** The repository root: NEXUS_REPO (CI runs these tests from a scratch project), else this file's checkout. */
+export const repo = process.env.NEXUS_REPO ?? resolve(here, '..', '..', '..');
+
+/** A binary of the main workspace's build (NEXUS_TARGET_DIR, else ./target). */
+export function binary(name) {
+  const dir = process.env.NEXUS_TARGET_DIR ?? join(repo, 'target');
+  const path = join(dir, 'debug', name);
+  if (!existsSync(path)) throw new Error(`${path} is missing: cargo build -p nexus-tests --bin fake-provider -p nexus-drive --bin nexus`);
+  return path;
+}
+
+export const API_KEY = 'test-key';
+export const KEY_ENV = 'NEXUS_NODE_TEST_KEY';
+process.env[KEY_ENV] = API_KEY;
+
+/** A fresh temporary directory. */
+export function scratch() {
+  return mkdtempSync(join(tmpdir(), 'nexus-node-'));
+}
+
+/** The turns of one fake model: `{ turns: [...], expect_final? }` keyed by model name. */
+export async function fakeProvider(models) {
+  const file = join(scratch(), 'scripts.json');
+  writeFileSync(file, JSON.stringify({ api_key: API_KEY, models }));
+  const child = spawn(binary('fake-provider'), ['--scripts', file], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const line = await new Promise((ok, fail) => {
+    const lines = createInterface({ input: child.stdout });
+    lines.once('line', ok);
+    child.once('exit', (code) => fail(new Error(`fake-provider exited with ${code}`)));
+  });
+  const { addr } = JSON.parse(line);
+  return {
+    addr,
+    baseUrl(style) {
+      switch (style) {
+        case 'anthropic':
+          return `http://${addr}`;
+        case 'gemini':
+          return `http://${addr}/v1beta`;
+        default:
+          return `http://${addr}/v1`;
+      }
+    },
+    stop() {
+      child.kill();
+    },
+  };
+}
+
+/** A client option set for `style` against `fake`. */
+export function options(fake, style, model, extra = {}) {
+  return { style, model, baseUrl: fake.baseUrl(style), apiKeyEnv: KEY_ENV, ...extra };
+}
+
+export const STYLES = ['openai', 'anthropic', 'gemini', 'openai-responses'];
+
+/** A turn calling `name` with `args`. */
+export function call(name, args) {
+  return { name, arguments: JSON.stringify(args) };
+}
