@@ -109,6 +109,10 @@ n=$((n + 1))
 mkdir -p "$corpus/mcp"
 : >"$corpus/mcp/empty"
 n=$((n + 1))
+# And the nested-answers target's (it starts from a saved run tree).
+mkdir -p "$corpus/nested_answers"
+: >"$corpus/nested_answers/empty"
+n=$((n + 1))
 
 # Framing edge cases the recordings do not have: CR-only line ends, a BOM,
 # comments, multi-line data, ids, a final event without its blank line.

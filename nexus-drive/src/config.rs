@@ -97,6 +97,10 @@ pub struct ClientConfig {
     pub(crate) skills: Option<Arc<crate::skills::Skills>>,
     /// Keys of upstreams other than the primary, by the upstream they open.
     pub(crate) upstream_keys: Vec<(Upstream, String)>,
+    /// The sub-agents' tools and keys (their specs are in `run.agents`).
+    pub(crate) agents: crate::agent::AgentTools,
+    /// Each agent's key, by name (memory only, given to every run).
+    pub(crate) agent_keys: Vec<(String, String)>,
     /// The circuits of every upstream this client's runs talk to, shared by them.
     pub(crate) breakers: Arc<Mutex<Breakers>>,
 }
@@ -223,6 +227,8 @@ impl ClientBuilder {
                 skills: None,
                 upstream_keys: Vec::new(),
                 breakers: Arc::default(),
+                agents: crate::agent::AgentTools::default(),
+                agent_keys: Vec::new(),
             },
             key: KeySource::Default,
             fallback_keys: Vec::new(),
@@ -464,6 +470,16 @@ impl ClientBuilder {
         self
     }
 
+    /// A sub-agent: a tool of every run whose execution is a child run
+    /// (SPEC §17). Its tool calls are served from its own tools.
+    pub fn agent(mut self, agent: crate::agent::AgentTool) -> Self {
+        if let Some(e) = agent.error() {
+            self.fail(e.into());
+        }
+        self.cfg.agents.0.push(agent);
+        self
+    }
+
     /// Replaces the toolbox.
     pub fn toolbox(mut self, toolbox: Toolbox) -> Self {
         self.cfg.toolbox = toolbox;
@@ -583,6 +599,18 @@ impl ClientBuilder {
             KeySource::Default => std::env::var(cfg.run.style.api_key_env()).ok().filter(|k| !k.is_empty()),
             KeySource::None => None,
         };
+        if !cfg.agents.0.is_empty() {
+            // Specs are made now, so a base URL set after `agent` still reaches the children that share it.
+            let mut run = cfg.run.clone();
+            run.agents.get_or_insert_with(Default::default).agents.clear();
+            for agent in &cfg.agents.0 {
+                let spec = agent.spec(&cfg.run);
+                run = run.with_agent(spec);
+            }
+            run.validate()?;
+            cfg.run = run;
+            cfg.agent_keys = cfg.agents.keys(&|u| cfg.key_for(u));
+        }
         Ok(cfg)
     }
 }

@@ -169,6 +169,9 @@ impl Engine {
         for (k, v) in &cfg.secret_headers {
             run.set_secret_header(k.clone(), v.clone());
         }
+        for (name, key) in &cfg.agent_keys {
+            run.set_agent_api_key(name, key.clone());
+        }
         Engine {
             run,
             cfg,
@@ -572,9 +575,8 @@ impl Engine {
                 }
             }
             let bound = self
-                .cfg
-                .toolbox
-                .get(&name)
+                .toolbox_for(&call_id)
+                .and_then(|t| t.get(&name))
                 .and_then(|e| e.handler.clone().map(|h| (h, e.timeout.or(self.cfg.tool_timeout), e.pace.clone())));
             let Some((handler, timeout, pace)) = bound else {
                 // Declared in the run (maybe by another process) but not bound here.
@@ -599,6 +601,15 @@ impl Engine {
             jobs.push(ToolJob { call_id, input, ctx, handler, timeout, pace });
         }
         jobs
+    }
+
+    /// The tools a call is served from: a sub-agent's call (its id qualified
+    /// by the agent path) from that agent's own.
+    fn toolbox_for(&self, call_id: &str) -> Option<&crate::tool::Toolbox> {
+        match call_id.rsplit_once(nexus_proto::agent::PATH_SEPARATOR) {
+            None => Some(&self.cfg.toolbox),
+            Some((path, _)) => self.cfg.agents.toolbox(&self.run.agent_names(path)?),
+        }
     }
 
     /// A tool finished or suspended. Late replies (after a timeout reply) are ignored.
@@ -693,6 +704,7 @@ impl Engine {
             output,
             output_mode,
             output_strategies,
+            agents: self.run.agent_reports(),
         }
     }
 

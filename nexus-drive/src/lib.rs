@@ -198,6 +198,7 @@
 //! | `builtins` | yes | the [`builtins`] module (compiled in, every tool still off until enabled) |
 //! | `skills` | yes | the [`skills`] module: Agent Skills discovered in folders, loaded on demand (saphyr parses their YAML) |
 //! | `serve` | with `cli` | the [`serve`] gateway: hyper (HTTP/1.1 and h2c) on smol, the async driver's client upstream, TOML configuration |
+//! | `redis` | with `cli` | `serve`'s `[limits] store = "redis://…"`: request and token limits, budgets and open circuits shared by every instance through Redis or Valkey (redis-rs's blocking client on a thread of its own) |
 //! | `cli` | yes | the `nexus` binary (`run`, `resume`, `runs`, `replay`, `demo`, `tools`, `decode`, `serve`); includes `sqlite` for `--store sqlite:PATH` |
 //! | `mcp` | yes | the [`mcp`] module: MCP servers' tools as tools of the loop (stdio, Streamable HTTP) |
 //! | `schemars` | no | `Toolbox::add_derived` and `tool::schema_for`: input schemas derived from argument types |
@@ -216,6 +217,9 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod agent;
+#[cfg(feature = "skills")]
+pub mod agent_files;
 mod cancel;
 pub mod cassette;
 pub mod config;
@@ -244,6 +248,7 @@ pub mod serve;
 #[cfg(feature = "skills")]
 pub mod skills;
 
+pub use agent::AgentTool;
 pub use cancel::CancelToken;
 pub use config::{ClientBuilder, ClientConfig, FailureInfo, RetryDecision};
 pub use error::DriveError;
@@ -261,7 +266,7 @@ pub use tool::{
 /// Typed final output: the spec, the strategy rule ([`output::decide`]) and the schema lowering.
 pub use nexus_proto::output;
 pub use nexus_proto::{
-    Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, OutputError, OutputMode, OutputSpec, Request, RunError,
-    StopReason, Strategy, StrategyRecord, StreamEvent, Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply,
+    AgentReport, Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, OutputError, OutputMode, OutputSpec, Request,
+    RunError, StopReason, Strategy, StrategyRecord, StreamEvent, Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply,
     ToolResult, Upstream, Usage,
 };

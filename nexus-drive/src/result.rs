@@ -1,7 +1,8 @@
 //! What a run gives back.
 
 use nexus_proto::{
-    Message, Request, Run, StopReason, Strategy, StrategyRecord, StreamEvent, Style, ToolCallRecord, Upstream, Usage,
+    AgentReport, Message, Request, Run, StopReason, Strategy, StrategyRecord, StreamEvent, Style, ToolCallRecord,
+    Upstream, Usage,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -72,6 +73,10 @@ pub struct RunResult {
     /// plus one for each native field a provider refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub output_strategies: Vec<StrategyRecord>,
+    /// Each sub-agent of the run (SPEC §17): its path, name, turns, usage
+    /// and status. `usage` and `turns` above are the top run's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<AgentReport>,
 }
 
 /// The upstream that answered one turn.
@@ -205,6 +210,7 @@ mod tests {
             output: None,
             output_mode: None,
             output_strategies: vec![],
+            agents: vec![],
         }
     }
 

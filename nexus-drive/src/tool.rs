@@ -487,6 +487,20 @@ impl Toolbox {
         self.entries.is_empty()
     }
 
+    /// The tools named in `names`, in that order: a sub-agent's share of a
+    /// client's tools. A name not here is [`ToolboxError::Unknown`].
+    pub fn only(&self, names: &[String]) -> Result<Toolbox, ToolboxError> {
+        let mut out = Toolbox::new();
+        for name in names {
+            let name = sanitize_name(name);
+            let entry = self.get(&name).ok_or_else(|| ToolboxError::Unknown(name.clone()))?;
+            if out.get(&name).is_none() {
+                out.entries.push(entry.clone());
+            }
+        }
+        Ok(out)
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<&Entry> {
         self.entries.iter().find(|e| e.decl.name == name)
     }

@@ -464,3 +464,89 @@ fn one_event_loop_thread_by_default_and_as_many_as_threads_asks() {
         out.stderr
     );
 }
+
+/// SHA-256 of `filed-secret`, as a keys file holds it.
+const FILED_SHA256: &str = "2880a3a2ed01b95e5152ec96543cc2f37c5f117776584ad1fce4a7995205af5c";
+
+/// One whole Chat Completions request with `key`; its status.
+fn whole_once(addr: SocketAddr, key: &str) -> u16 {
+    use std::io::Write;
+    let body = json!({"model": "m-text", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    raw.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+#[test]
+fn sighup_reads_the_keys_file_again_and_each_request_logs_its_usage() {
+    let fake = nexus_tests::fake::FakeProvider::start(
+        Scripts::new(KEY).model("m-text", Script::new(vec![Turn::text(TEXT).usage(3, 5)])),
+    );
+    let dir = scratch("serve-keys");
+    let keys = dir.join("keys.toml");
+    let write = |extra: &str| {
+        std::fs::write(&keys, format!("[[keys]]\nname = \"filed\"\nsha256 = \"{FILED_SHA256}\"\n{extra}\n")).unwrap()
+    };
+    write("rpm = 10");
+    let extra = format!("keys_file = \"{}\"\n[[prices]]\nmodel = \"m-*\"\ninput = 1.0\noutput = 2.0\n", keys.display());
+    let gw = Gateway::start(&config(&fake.base_url(Style::Anthropic), &extra));
+    assert_eq!(whole_once(gw.addr, "filed-secret"), 200);
+    write("disabled = true");
+    let _ = std::process::Command::new("kill").arg("-HUP").arg(gw.child.id().to_string()).status();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !gw.stderr.lock().unwrap().contains("keys_reloaded") {
+        assert!(std::time::Instant::now() < until, "no reload: {}", gw.stderr.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(whole_once(gw.addr, "filed-secret"), 401);
+    assert_eq!(whole_once(gw.addr, CLIENT_KEY), 200, "the configuration's key is untouched");
+    let log = gw.stop();
+    assert!(!log.contains("filed-secret") && !log.contains(FILED_SHA256), "{log}");
+    let lines: Vec<Value> =
+        log.lines().filter(|l| l.contains("\"path\"")).map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    assert_eq!(lines.len(), 3, "{log}");
+    let first = &lines[0];
+    assert_eq!((first["key"].as_str(), first["status"].as_u64()), (Some("filed"), Some(200)), "{first}");
+    assert_eq!((first["route"].as_str(), first["upstream"].as_str()), (Some("*"), Some("anth")), "{first}");
+    assert_eq!((first["tokens_in"].as_u64(), first["tokens_out"].as_u64()), (Some(3), Some(5)), "{first}");
+    assert_eq!((first["tokens_cached"].as_u64(), first["tokens_reasoning"].as_u64()), (Some(0), Some(0)));
+    assert!((first["cost_usd"].as_f64().unwrap() - 13e-6).abs() < 1e-12, "{first}");
+    assert!(first["total_ms"].as_f64().is_some());
+    assert_eq!((lines[1]["status"].as_u64(), lines[1]["limited_by"].as_str()), (Some(401), Some("disabled")));
+}
+
+#[path = "../../tests/tests/serve_support/redis.rs"]
+#[allow(dead_code)]
+mod redis_support;
+
+#[test]
+fn three_nexus_serve_processes_sharing_redis_hold_a_keys_rpm() {
+    let Some(redis) = redis_support::RedisServer::start() else { return };
+    let fake = nexus_tests::fake::FakeProvider::start(
+        Scripts::new(KEY).model("m-text", Script::new(vec![Turn::text(TEXT).usage(3, 5)])),
+    );
+    let extra = format!("[limits]\nstore = \"{}\"", redis.url());
+    let mut text = config(&fake.base_url(Style::Anthropic), &extra);
+    text.push_str("rpm = 12\n");
+    let gateways: Vec<Gateway> = (0..3).map(|_| Gateway::start(&text)).collect();
+    let addrs: Vec<SocketAddr> = gateways.iter().map(|g| g.addr).collect();
+    let handles: Vec<_> = (0..6)
+        .map(|t| {
+            let addrs = addrs.clone();
+            std::thread::spawn(move || (0..6).map(|i| whole_once(addrs[(t + i) % 3], CLIENT_KEY)).collect::<Vec<u16>>())
+        })
+        .collect();
+    let statuses: Vec<u16> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!((ok, statuses.len() - ok), (12, 24), "{statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
+    // Each refusal is in its instance's access log, naming the limit.
+    let logs: String = gateways.into_iter().map(Gateway::stop).collect();
+    assert_eq!(logs.lines().filter(|l| l.contains("\"limited_by\":\"rpm\"")).count(), 24, "{logs}");
+}

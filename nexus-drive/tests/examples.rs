@@ -25,7 +25,7 @@ use serde_json::Value;
 const STYLES: [&str; 4] = ["openai", "anthropic", "gemini", "openai-responses"];
 
 /// The examples this file runs (overhead has a harness of its own: BENCHMARKS.md).
-const TESTED: [&str; 9] = [
+const TESTED: [&str; 10] = [
     "quickstart",
     "quickstart_async",
     "approval",
@@ -35,6 +35,7 @@ const TESTED: [&str; 9] = [
     "skills",
     "mcp_tools",
     "typed_output",
+    "subagents",
 ];
 
 fn manifest_dir() -> &'static Path {
@@ -440,5 +441,22 @@ fn tokio_driver_drives_the_machine_by_hand() {
         ] {
             assert_has(&text, line, &what);
         }
+    }
+}
+
+#[test]
+fn subagents_delegate_to_two_children_on_other_wire_formats() {
+    for style in ["openai", "anthropic"] {
+        let what = format!("subagents ({style})");
+        let text = ok(run_example("subagents", style, &[], b""), &what);
+        assert_has(&text, "[researcher's tool] lookup", &what);
+        assert_has(&text, "pnd_", &what);
+        assert_has(&text, "(Book 2 tickets for \"Saturday\"?)", &what);
+        assert_has(&text, "[booker's tool] booked 2 tickets", &what);
+        assert_has(&text, "agent booker answered: Booked 2 tickets for Saturday.", &what);
+        assert_has(&text, "agent researcher answered: Open Tuesday to Sunday, 10:00-18:00.", &what);
+        assert_has(&text, "status: Done, turns: 2", &what);
+        assert_has(&text, "answer: The museum is open", &what);
+        assert_eq!(text.matches("[booker's tool] booked").count(), 1, "{what}: the booking ran once");
     }
 }

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::agent::{AgentSpec, Agents};
 use crate::failover::{FailoverPolicy, Upstream};
 use crate::output::OutputSpec;
 use crate::provider::{Style, RESERVED_PARAMS};
@@ -87,6 +88,10 @@ pub struct RunConfig {
     /// [`OutputSpec`]). `None`: the run ends in text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputSpec>,
+    /// Sub-agents this run may delegate to, each declared as a tool (see
+    /// [`crate::agent`]). Format 3 on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Agents>,
 }
 
 fn is_default_failover(p: &FailoverPolicy) -> bool {
@@ -114,7 +119,14 @@ impl RunConfig {
             fallbacks: Vec::new(),
             failover: FailoverPolicy::default(),
             output: None,
+            agents: None,
         }
+    }
+
+    /// Adds a sub-agent the run may delegate to (declared as a tool of its own).
+    pub fn with_agent(mut self, agent: AgentSpec) -> RunConfig {
+        self.agents.get_or_insert_with(Agents::default).agents.push(agent);
+        self
     }
 
     /// Adds an upstream tried after the primary and the fallbacks before it.
@@ -169,6 +181,9 @@ impl RunConfig {
         }
         if self.max_turns == 0 {
             return Err(InputError::Config("max_turns must be at least 1".into()));
+        }
+        if let Some(agents) = &self.agents {
+            agents.validate()?;
         }
         if let Some((k, _)) = self.headers.iter().find(|(k, _)| crate::http::is_secret_header(k)) {
             return Err(InputError::Config(format!(

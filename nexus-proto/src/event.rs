@@ -110,6 +110,16 @@ pub enum StreamEvent {
         /// The value written so far, open arrays and objects closed.
         value: serde_json::Value,
     },
+    /// An event of a sub-agent's run. `agent` is its path: the delegating
+    /// call ids from the top run down, joined by `/`. Events of the top run
+    /// come unwrapped (path empty); a `Pending` request inside carries its
+    /// qualified id, the one to answer.
+    Agent {
+        /// The agent path.
+        agent: String,
+        /// The child's event (never itself `Agent`).
+        event: Box<StreamEvent>,
+    },
     /// A failed model call will be retried.
     Retrying {
         /// 1-based retry number.
@@ -119,6 +129,24 @@ pub enum StreamEvent {
         /// Why.
         reason: String,
     },
+}
+
+impl StreamEvent {
+    /// The path of the run that emitted it: empty for the top run.
+    pub fn agent_path(&self) -> &str {
+        match self {
+            StreamEvent::Agent { agent, .. } => agent,
+            _ => "",
+        }
+    }
+
+    /// The event itself, out of its `Agent` wrapping.
+    pub fn inner(&self) -> &StreamEvent {
+        match self {
+            StreamEvent::Agent { event, .. } => event,
+            other => other,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use crate::provider::{decode_stream_chunks, CallIds, ModelCall, Style, TurnRespo
 use crate::rng::SplitMix64;
 use crate::sse::{SseDecoder, SseEvent};
 
+mod agents;
 mod failover;
 mod machine;
 mod mcp;
@@ -24,6 +25,7 @@ mod output;
 mod surfaces;
 mod translate;
 
+pub use agents::nested_answers;
 pub use failover::failover;
 pub use machine::{machine, state};
 pub use mcp::mcp;

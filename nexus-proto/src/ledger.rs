@@ -49,6 +49,8 @@ pub(crate) enum CallState {
     InDoubt { request: Request },
     /// Done; the result is final.
     Completed { result: ToolResult },
+    /// A sub-agent call: its child run, in progress (see `agent.rs`).
+    Agent { agent: String, child: crate::agent::ChildRun },
 }
 
 /// How many times one call may suspend: a tool that still asks after this
@@ -181,7 +183,11 @@ impl Batch {
 
     /// Whether every call has left Requested/Started.
     pub(crate) fn settled(&self) -> bool {
-        !self.calls.iter().any(|e| matches!(e.state, CallState::Requested { .. } | CallState::Started { .. }))
+        !self.calls.iter().any(|e| match &e.state {
+            CallState::Requested { .. } | CallState::Started { .. } => true,
+            CallState::Agent { child, .. } => !crate::agent::child_blocked(child),
+            _ => false,
+        })
     }
 
     /// Whether every call is Completed.

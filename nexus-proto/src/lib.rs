@@ -142,6 +142,15 @@
 //! says to transmit. A server's tools become ordinary tools of the loop, and
 //! a server asking the user something becomes a `Pending(Request)` like any
 //! other suspension. See the [`mcp`] module docs for its driving loop.
+//!
+//! ## Sub-agents
+//!
+//! A [`RunConfig`] may list [`AgentSpec`]s: each is a tool whose execution is
+//! a child run (its own upstream in any wire format, prompt, tools and turn
+//! limit) held inside the parent's state. The parent's `poll_output` drives
+//! the whole tree, with ids qualified by the agent path (`call_p1/toolu_c1`);
+//! inputs route by path to the run that owns them. See [`agent`].
+//!
 //! ## Failover
 //!
 //! A [`RunConfig`] may list fallback [`Upstream`]s after its primary, in any
@@ -184,6 +193,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod config;
 pub mod error;
 pub mod event;
@@ -208,6 +218,7 @@ pub mod time;
 pub mod tool;
 pub mod translate;
 
+pub use agent::{AgentReport, AgentSpec, Agents};
 pub use config::{RetryPolicy, RunConfig};
 pub use error::{
     DecodeError, GateError, InputError, ProviderError, RemoteError, RunError, StateError, TransportErrorKind,

@@ -207,10 +207,13 @@ pub(crate) struct RunState {
     /// present when the config has an output spec).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<crate::output::OutputState>,
+    /// Sub-agents: this run's depth and its finished children. Format 3 on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<crate::agent::AgentState>,
 }
 
 /// The response being read; not part of the state (a restored run re-sends).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Inflight {
     exchange: ExchangeId,
     status: Option<u16>,
@@ -227,11 +230,13 @@ struct Inflight {
 
 /// Secrets: in memory only, never serialized.
 #[derive(Default, Clone)]
-struct Secrets {
-    api_key: Option<String>,
-    headers: Vec<(String, String)>,
+pub(crate) struct Secrets {
+    pub(crate) api_key: Option<String>,
+    pub(crate) headers: Vec<(String, String)>,
     /// Keys of the fallback upstreams, by upstream index.
     upstream_keys: Vec<(usize, String)>,
+    /// Keys of agents' upstreams, by agent name (handed down the tree).
+    pub(crate) agent_keys: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for Secrets {
@@ -246,7 +251,7 @@ pub struct Run {
     pub(crate) state: RunState,
     inflight: Option<Inflight>,
     events: VecDeque<StreamEvent>,
-    secrets: Secrets,
+    pub(crate) secrets: Secrets,
     sse_scratch: Vec<SseEvent>,
     delta_scratch: Vec<StreamEvent>,
     /// Until when each upstream's circuit is open, as of the last
@@ -258,6 +263,8 @@ pub struct Run {
     announced_turn: u32,
     /// The typed output's validator and request shapes.
     output: crate::output::OutputRule,
+    /// Routing to the children of sub-agent calls (memory only).
+    pub(crate) agent_live: crate::agent::Live,
 }
 
 impl Run {
@@ -267,7 +274,7 @@ impl Run {
     /// a host that starts many runs over the same tools passes clones of one
     /// `ToolSet`, and they share the declarations and their encodings.
     pub fn new(config: RunConfig, tools: impl Into<ToolSet>, messages: Vec<Message>) -> Result<Run, InputError> {
-        let tools: ToolSet = tools.into();
+        let tools: ToolSet = crate::agent::declare(&config, tools.into());
         config.validate()?;
         crate::output::check_tools(config.output.as_ref(), &tools)?;
         let mut names = std::collections::HashSet::new();
@@ -284,6 +291,7 @@ impl Run {
         let short: String = run_id.chars().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect();
         let history_len = messages.len() - 1;
         let output = config_output_state(&config);
+        let agents = crate::agent::initial_state(&config);
         let mut messages = messages;
         if config.any_upstream_speaks(Style::Gemini) {
             // History Gemini did not write carries no signature it would accept.
@@ -309,6 +317,7 @@ impl Run {
             served: Vec::new(),
             failovers: Vec::new(),
             output,
+            agents,
         }))
     }
 
@@ -324,12 +333,36 @@ impl Run {
             reports: Vec::new(),
             announced_turn: 0,
             output: crate::output::OutputRule::default(),
+            agent_live: crate::agent::Live::default(),
         }
+    }
+
+    /// A copy of the run, memory-only parts included.
+    pub(crate) fn duplicate(&self) -> Run {
+        Run {
+            state: self.state.clone(),
+            inflight: self.inflight.clone(),
+            events: self.events.clone(),
+            secrets: self.secrets.clone(),
+            sse_scratch: Vec::new(),
+            delta_scratch: Vec::new(),
+            open_until: self.open_until.clone(),
+            reports: self.reports.clone(),
+            announced_turn: self.announced_turn,
+            output: self.output.clone(),
+            agent_live: self.agent_live.clone(),
+        }
+    }
+
+    /// The exchange in flight of this run itself (not of its children).
+    pub(crate) fn inflight_exchange(&self) -> Option<ExchangeId> {
+        self.inflight.as_ref().map(|f| f.exchange)
     }
 
     /// Gives the API key. Held in memory only: never in a snapshot.
     pub fn set_api_key(&mut self, key: impl Into<String>) {
         self.secrets.api_key = Some(key.into());
+        self.sync_agent_secrets();
     }
 
     /// Gives the key of upstream `index` (0 is the primary, the same as
@@ -460,6 +493,7 @@ impl Run {
     /// Adds a secret header (held in memory only).
     pub fn set_secret_header(&mut self, name: impl Into<String>, value: impl Into<String>) {
         self.secrets.headers.push((name.into(), value.into()));
+        self.sync_agent_secrets();
     }
 
     /// Points the run's later model calls at another API root: a resumed run
@@ -468,7 +502,9 @@ impl Run {
     /// so the host that resumes a stored run decides it. The new root is kept
     /// in the snapshot from here on; a request already emitted keeps its URL.
     pub fn set_base_url(&mut self, base_url: impl Into<String>) {
-        self.state.config.base_url = base_url.into();
+        let new = base_url.into();
+        let old = std::mem::replace(&mut self.state.config.base_url, new.clone());
+        self.rebase_agents(&old, &new);
     }
 
     /// The run id.
@@ -542,9 +578,16 @@ impl Run {
 
     /// The requests waiting for an answer (they may be answered while other
     /// calls of the turn are still running).
+    ///
+    /// A sub-agent's requests come after this run's own, their ids qualified
+    /// by the agent path (see [`Run::request_owner`]).
     pub fn outstanding(&self) -> Vec<Request> {
         match &self.state.phase {
-            Phase::Tools { batch } => batch.outstanding(),
+            Phase::Tools { batch } => {
+                let mut out = batch.outstanding();
+                out.extend(self.agents_outstanding());
+                out
+            }
             Phase::Starting { requests, .. } => requests.clone(),
             _ => Vec::new(),
         }
@@ -673,13 +716,17 @@ impl Run {
         if matches!(self.state.phase, Phase::Finished { .. }) {
             return Err(InputError::Finished);
         }
+        if let Some((index, inner)) = self.agent_target(&input) {
+            return self.feed_agent(now, index, inner);
+        }
         self.validate(&input)?;
         self.state.last_now = now;
         if let Some(f) = self.inflight.as_mut() {
             f.sent_at.get_or_insert(now);
         }
         if self.state.config.deadline.is_some_and(|d| now >= d) {
-            self.finish(Outcome::Failed { error: RunError::DeadlineExceeded });
+            self.cancel_agents(now);
+            self.finish_failed_deadline();
             return Ok(());
         }
         match input {
@@ -710,6 +757,7 @@ impl Run {
                 self.settle();
             }
             Input::Timeout => {
+                self.agents_timeout(now);
                 if let Phase::Backoff { until, attempt } = self.state.phase {
                     if now >= until {
                         self.state.phase = Phase::Ready { attempt };
@@ -727,10 +775,12 @@ impl Run {
                 }
             }
             Input::Cancel => {
+                self.cancel_agents(now);
                 self.inflight = None;
                 self.finish(Outcome::Failed { error: RunError::Cancelled });
             }
             Input::Abort { error } => {
+                self.cancel_agents(now);
                 self.inflight = None;
                 self.finish(Outcome::Failed { error });
             }
@@ -740,7 +790,7 @@ impl Run {
 
     /// Checks an input against the state without changing anything, so a
     /// refused input leaves the run exactly as it was.
-    fn validate(&self, input: &Input<'_>) -> Result<(), InputError> {
+    pub(crate) fn validate(&self, input: &Input<'_>) -> Result<(), InputError> {
         let exchange = match input {
             Input::ResponseHead { exchange, .. }
             | Input::ResponseBody { exchange, .. }
@@ -792,6 +842,10 @@ impl Run {
         match &mut self.state.phase {
             Phase::Ready { attempt } => {
                 let attempt = *attempt;
+                if !self.may_send() {
+                    // A sub-agent waits for a model call of the tree to end.
+                    return Output::Wait { until: deadline };
+                }
                 if let Some(wait) = self.route() {
                     self.state.phase = Phase::Backoff { until: wait, attempt };
                     return self.poll_output();
@@ -818,11 +872,24 @@ impl Run {
                 if let Some(b) = batch.start_requested() {
                     return Output::RunTools(b);
                 }
+                let until = match self.poll_agents() {
+                    crate::agent::ChildPoll::Output(output) => return output,
+                    crate::agent::ChildPoll::Idle { completed: true, .. } => {
+                        self.settle();
+                        return self.poll_output();
+                    }
+                    crate::agent::ChildPoll::Idle { until, .. } => until,
+                };
+                let Phase::Tools { batch } = &mut self.state.phase else { return self.poll_output() };
                 if batch.settled() && !batch.complete() && !batch.announced {
                     batch.announced = true;
-                    return Output::Suspended(batch.outstanding());
+                    return Output::Suspended(self.outstanding());
                 }
-                Output::Wait { until: deadline }
+                let until = match (deadline, until) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                Output::Wait { until }
             }
             Phase::Starting { requests, announced } => {
                 if !*announced {
@@ -1193,7 +1260,9 @@ impl Run {
                 self.events.push_back(StreamEvent::Pending { request: req });
             }
         }
+        self.start_agents(&mut batch);
         self.state.phase = Phase::Tools { batch };
+        self.sync_agent_secrets();
         self.settle();
     }
 
@@ -1238,13 +1307,20 @@ impl Run {
         self.state.phase = Phase::Finished { outcome };
     }
 
+    pub(crate) fn finish_failed_deadline(&mut self) {
+        self.finish(Outcome::Failed { error: RunError::DeadlineExceeded });
+    }
+
     /// Restores the transient parts after deserializing a state: a request
     /// that was in flight is sent again (nothing of it entered the
     /// transcript), and calls that were running become in doubt.
     pub(crate) fn after_restore(&mut self) {
         match &mut self.state.phase {
             Phase::Awaiting { attempt, .. } => self.state.phase = Phase::Ready { attempt: *attempt },
-            Phase::Tools { batch } => batch.mark_in_doubt(),
+            Phase::Tools { batch } => {
+                batch.mark_in_doubt();
+                crate::agent::after_restore(batch);
+            }
             _ => {}
         }
     }

@@ -19,11 +19,18 @@ use crate::run::{Run, RunState};
 ///   (which upstream answered each turn) and `failovers`; the config may
 ///   hold `fallbacks` and `failover`. A version-1 state is read as a run on
 ///   its primary upstream with nothing served or failed over yet recorded.
-/// - 3: the config may hold `output` (a typed output spec), and the state
-///   then holds `output`: the strategy each upstream used, the validation
-///   retries spent, an output tool's verdict waiting for its turn's other
-///   calls, and the validated value. A version-2 state is read as a run
-///   without typed output.
+/// - 3: two optional parts, each absent in a version-2 state (read as a
+///   run without them):
+///   - typed output: the config may hold `output` (a typed output spec), and the state
+///     then holds `output`: the strategy each upstream used, the validation
+///     retries spent, an output tool's verdict waiting for its turn's other
+///     calls, and the validated value. A version-2 state is read as a run
+///     without typed output.
+///   - sub-agents: the config may hold `agents` (each with its child's
+///     config and tools, and `maxDepth`); a ledger entry of state `agent`
+///     holds the child run's whole state; the state may hold `agents` (the
+///     run's depth and its finished children's reports). A version-2 state is
+///     a run without sub-agents.
 pub const FORMAT_VERSION: u64 = 3;
 
 #[derive(Deserialize)]
@@ -73,7 +80,7 @@ fn migrate(state: &mut RunState, from: u64) {
 }
 
 /// Invariants serde cannot express.
-fn check(state: &RunState) -> Result<(), StateError> {
+pub(crate) fn check(state: &RunState) -> Result<(), StateError> {
     if state.history_len > state.transcript.len() {
         return Err(StateError::Inconsistent("history_len is past the end of the transcript".into()));
     }
@@ -85,5 +92,5 @@ fn check(state: &RunState) -> Result<(), StateError> {
     if state.served.iter().any(|s| s.upstream >= n) || state.failovers.iter().any(|f| f.from >= n || f.to >= n) {
         return Err(StateError::Inconsistent("a served turn or failover names an unknown upstream".into()));
     }
-    Ok(())
+    crate::agent::check_children(state)
 }

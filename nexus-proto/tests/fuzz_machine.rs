@@ -7,7 +7,7 @@
 
 mod common;
 
-use nexus_proto::fuzzing::{failover, machine, state, translate};
+use nexus_proto::fuzzing::{failover, machine, nested_answers, state, translate};
 use nexus_proto::provider::Style;
 use nexus_proto::translate::openai_request_bytes_to;
 use nexus_proto::Run;
@@ -116,5 +116,14 @@ proptest! {
     #[test]
     fn failover_body_on_generated_inputs(data in prop::collection::vec(any::<u8>(), 0..2048)) {
         failover(&data);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn nested_answers_body_on_generated_inputs(data in prop::collection::vec(any::<u8>(), 0..1024)) {
+        nested_answers(&data);
     }
 }

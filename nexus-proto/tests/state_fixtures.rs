@@ -3,6 +3,7 @@
 //! `NEXUS_WRITE_STATE_FIXTURES=1` to (re)write the current version's fixture.
 
 mod sim;
+mod tree;
 
 use nexus_proto::{
     Answer, Message, Outcome, Output, Run, ServedTurn, Style, ToolDecl, ToolReply, ToolResult, Upstream, FORMAT_VERSION,
@@ -117,8 +118,8 @@ fn every_released_state_version_loads_and_finishes() {
         let bytes = std::fs::read(&path).unwrap();
         let run = Run::restore(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let name = path.file_name().unwrap().to_string_lossy().to_string();
-        if name.contains("typed-output") {
-            // A run with a typed output ends differently: its own test below.
+        if name.contains("typed-output") || name.contains("agent-tree") {
+            // A shape of its own, checked by its own test below.
             continue;
         }
         if name.starts_with(&format!("v{FORMAT_VERSION}-")) {
@@ -208,4 +209,70 @@ fn a_version_2_state_reads_as_a_run_without_typed_output() {
     let run = Run::restore(&bytes).unwrap();
     assert!(run.config().output.is_none());
     assert!(run.output_strategies().is_empty() && run.output().is_none());
+}
+
+const TREE_FIXTURE: &str = "v3-agent-tree-suspended-in-a-grandchild.json";
+
+/// OpenAI → Anthropic → Gemini: the grandchild waits for an approval while
+/// a sibling agent of the child has already finished.
+fn suspended_tree() -> tree::Tree {
+    use tree::{agent, call, config, delegate, script, tools, Tree};
+    let researcher = agent("researcher", Style::Anthropic);
+    let researcher =
+        nexus_proto::AgentSpec { config: researcher.config.with_agent(agent("deep", Style::Gemini)), ..researcher };
+    let cfg = config(Style::OpenAi, "").with_agent(researcher).with_agent(agent("quick", Style::OpenAiResponses));
+    let run = Run::new(cfg, tools(), vec![Message::user("go")]).unwrap();
+    let mut t = Tree::new(
+        run,
+        vec![
+            (
+                "",
+                Style::OpenAi,
+                script(
+                    vec![vec![delegate("call_p1", "researcher", "go deep"), delegate("call_p2", "quick", "now")]],
+                    "top done",
+                ),
+            ),
+            (
+                "researcher",
+                Style::Anthropic,
+                script(vec![vec![delegate("toolu_r1", "deep", "ask")]], "researcher done"),
+            ),
+            ("deep", Style::Gemini, script(vec![vec![call("ignored", "approve")]], "deep done")),
+            ("quick", Style::OpenAiResponses, script(vec![vec![call("call_q", "echo")]], "quick done")),
+        ],
+    );
+    let Stop::Suspended(reqs) = t.drive() else { panic!("the tree should suspend") };
+    assert_eq!(reqs.len(), 1);
+    t
+}
+
+#[test]
+fn write_the_agent_tree_fixture_when_asked() {
+    if std::env::var("NEXUS_WRITE_STATE_FIXTURES").is_err() {
+        return;
+    }
+    std::fs::write(dir().join(TREE_FIXTURE), suspended_tree().run.snapshot()).unwrap();
+}
+
+#[test]
+fn the_agent_tree_fixture_is_what_this_build_writes_and_finishes_after_an_answer_by_path() {
+    let stored = std::fs::read(dir().join(TREE_FIXTURE)).unwrap_or_else(|e| panic!("{TREE_FIXTURE}: {e}"));
+    assert_eq!(String::from_utf8(suspended_tree().run.snapshot()).unwrap(), String::from_utf8(stored.clone()).unwrap());
+    let run = Run::restore(&stored).unwrap();
+    assert_eq!(run.snapshot(), stored, "byte-identical round trip");
+    let reqs = run.outstanding();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(run.request_owner(&reqs[0].id).as_deref(), Some("call_p1/toolu_r1"));
+    let mut t = suspended_tree();
+    t.run = run;
+    t.executed.clear();
+    t.answer(&reqs[0].id).unwrap();
+    assert_eq!(t.drive(), Stop::Done(Outcome::Done));
+    assert_eq!(t.run.final_text(), "top done");
+    // Only the answered approval ran; the finished sibling's tool did not run again.
+    assert_eq!(t.executed.len(), 1, "{:?}", t.executed);
+    assert!(t.executed[0].1);
+    let outputs: Vec<String> = t.run.tool_calls().into_iter().map(|c| c.output).collect();
+    assert_eq!(outputs, vec!["researcher done".to_string(), "quick done".to_string()]);
 }

@@ -8,10 +8,9 @@
 //! each dialect's wire contract.
 
 mod serve_support;
-use serve_support::{metric, parse_answer, Answer};
+use serve_support::{call, metric, Answer};
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use nexus_drive::serve::{serve, ServeConfig, Server};
@@ -122,28 +121,6 @@ upstreams = [{{ name = "anth", model = "m-flaky" }}, {{ name = "gem", model = "m
 
 /// A breaker that never opens in these tests (each request fails over afresh).
 const NO_BREAKER: &str = "failures = 1000";
-
-// ---------------------------------------------------------------- a raw HTTP/1.1 client
-
-fn call(addr: SocketAddr, method: &str, path: &str, extra: &[(&str, &str)], body: &[u8]) -> Answer {
-    let mut s = TcpStream::connect(addr).expect("connect to the gateway");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in extra {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes()).unwrap();
-    s.write_all(body).unwrap();
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    parse_answer(&raw)
-        .map(|(a, _)| a)
-        .unwrap_or_else(|| panic!("no whole response in {:?}", String::from_utf8_lossy(&raw)))
-}
 
 // ---------------------------------------------------------------- the four client dialects
 

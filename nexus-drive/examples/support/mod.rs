@@ -98,7 +98,8 @@ fn default_model(style: Style) -> &'static str {
     }
 }
 
-fn fake_style(style: Style) -> nexus_tests::fake::Style {
+/// The fake provider's name for a wire format.
+pub fn fake_style(style: Style) -> nexus_tests::fake::Style {
     match style {
         Style::Anthropic => nexus_tests::fake::Style::Anthropic,
         Style::OpenAi => nexus_tests::fake::Style::OpenAi,

@@ -38,6 +38,7 @@
 //! retries = 0                         # retries at the same upstream before moving on
 //! retry_after_bound = 10              # seconds: a longer Retry-After moves on at once
 //! head_timeout = 30                   # seconds without a response head: move on (default: timeouts.upstream)
+//! rpm = 1000                          # limits on the route, every key together (also tpm, daily_tokens, monthly_tokens)
 //!
 //! [breaker]                           # one circuit per upstream and model, shared by every route
 //! failures = 5                        # failures within `window` that open it
@@ -46,9 +47,30 @@
 //!
 //! [[keys]]
 //! name = "team-a"                     # what logs and metrics show
-//! key_env = "TEAM_A_KEY"
-//! max_concurrent = 8                  # requests in flight at once; more get 429
+//! key_env = "TEAM_A_KEY"              # or sha256 = "…" (hex of the key's SHA-256)
+//! max_concurrent = 8                  # requests in flight at once (this instance); more get 429
+//! rpm = 600                           # requests per minute (all instances)
+//! tpm = 200000                        # input + output tokens per minute
+//! daily_tokens = 5000000              # token budget per UTC day
+//! monthly_tokens = 100000000          # token budget per UTC month
+//! [[keys.models]]                     # the key's own limits on some models
+//! model = "gpt-4*"
+//! rpm = 60
+//!
+//! keys_file = "keys.toml"             # more [[keys]] (sha256 only), read again on SIGHUP
+//!
+//! [[prices]]                          # USD per million tokens, for the cost counter
+//! model = "gpt-4.1*"
+//! input = 2.0
+//! output = 8.0
+//! cached_input = 0.5
 //! ```
+//!
+//! `[limits]` also takes `store = "redis://HOST:PORT/DB"` (counters,
+//! budgets and circuit states shared by every instance), `on_store_failure`
+//! (`"open"`, the default: count locally while the store is unreachable;
+//! `"closed"`: refuse limited requests) and `window` (seconds the per-minute
+//! limits are counted over, 60 by default).
 //!
 //! Unknown keys are errors (a typo must not silently change what the gateway
 //! does); every error names the table and field it is about.
@@ -56,7 +78,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
+
+use super::keys::{keys_from_file, rate_limits, FileKey};
+use super::limits::{LimitStoreConfig, ModelLimits, ModelPrice, RateLimits, StoreFailure};
 
 use nexus_proto::{BreakerPolicy, FailoverPolicy, RetryPolicy, Style};
 use serde::Deserialize;
@@ -130,6 +156,13 @@ pub struct ServeConfig {
     /// upstream and model ([`nexus_proto::Upstream::circuit_key`]), shared by
     /// every route and request of the process.
     pub breaker: BreakerPolicy,
+    /// A file of more client keys (`[[keys]]` with `sha256`), read at start
+    /// and again on [`KeysHandle::reload`](super::KeysHandle::reload).
+    pub keys_file: Option<PathBuf>,
+    /// Where request and token limits are counted, and over what window.
+    pub limit_store: LimitStoreConfig,
+    /// Model prices for the per-key cost counter (first match wins).
+    pub prices: Vec<ModelPrice>,
 }
 
 /// One upstream provider endpoint.
@@ -176,6 +209,8 @@ pub struct RouteConfig {
     pub upstream_model: Option<String>,
     /// When a request moves on to the next upstream (the core's policy).
     pub failover: RouteFailover,
+    /// Limits on every request the route takes, whatever its key.
+    pub limits: RateLimits,
 }
 
 impl RouteConfig {
@@ -187,6 +222,7 @@ impl RouteConfig {
             upstream_models: Vec::new(),
             upstream_model: None,
             failover: RouteFailover::default(),
+            limits: RateLimits::default(),
         }
     }
 }
@@ -215,10 +251,33 @@ impl Default for RouteFailover {
 pub struct ClientKeyConfig {
     /// What logs and metrics show for requests with this key.
     pub name: String,
-    /// The secret the client presents. Never logged.
+    /// The secret the client presents (empty when only its hash is known). Never logged.
     pub key: String,
-    /// Requests in flight at once with this key; more get 429 (`None`: no limit).
+    /// The secret's SHA-256, for keys kept only as a hash.
+    pub key_sha256: Option<[u8; 32]>,
+    /// A disabled key is refused with 401 (and can be enabled again by a reload).
+    pub disabled: bool,
+    /// Requests in flight at once with this key in this process; more get 429 (`None`: no limit).
     pub max_concurrent: Option<usize>,
+    /// Request and token limits and budgets over all the key's models.
+    pub limits: RateLimits,
+    /// Limits of the key on the models a pattern matches, counted apart.
+    pub models: Vec<ModelLimits>,
+}
+
+impl ClientKeyConfig {
+    /// A key named `name` with secret `key` and no limits.
+    pub fn new(name: impl Into<String>, key: impl Into<String>) -> ClientKeyConfig {
+        ClientKeyConfig {
+            name: name.into(),
+            key: key.into(),
+            key_sha256: None,
+            disabled: false,
+            max_concurrent: None,
+            limits: RateLimits::default(),
+            models: Vec::new(),
+        }
+    }
 }
 
 impl fmt::Debug for ClientKeyConfig {
@@ -226,7 +285,10 @@ impl fmt::Debug for ClientKeyConfig {
         f.debug_struct("ClientKeyConfig")
             .field("name", &self.name)
             .field("key", &"<redacted>")
+            .field("disabled", &self.disabled)
             .field("max_concurrent", &self.max_concurrent)
+            .field("limits", &self.limits)
+            .field("models", &self.models)
             .finish()
     }
 }
@@ -263,6 +325,9 @@ impl ServeConfig {
             threads: 1,
             log_requests: false,
             breaker: BreakerPolicy::default(),
+            keys_file: None,
+            limit_store: LimitStoreConfig::default(),
+            prices: Vec::new(),
         }
     }
 
@@ -309,7 +374,7 @@ impl ServeConfig {
         let route = RouteConfig::new("*", vec!["default".into()]);
         let mut keys = self.keys.clone();
         if let Some(token) = &self.client_token {
-            keys.push(ClientKeyConfig { name: "default".into(), key: token.clone(), max_concurrent: None });
+            keys.push(ClientKeyConfig::new("default", token.clone()));
         }
         (vec![upstream], vec![route], keys)
     }
@@ -350,6 +415,18 @@ struct File {
     keys: Vec<FileKey>,
     #[serde(default)]
     breaker: FileBreaker,
+    keys_file: Option<PathBuf>,
+    #[serde(default)]
+    prices: Vec<FilePrice>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePrice {
+    model: String,
+    input: f64,
+    output: f64,
+    cached_input: Option<f64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -368,6 +445,9 @@ struct Limits {
     max_upstream_body_bytes: Option<usize>,
     max_connections: Option<usize>,
     upstream_max_idle: Option<usize>,
+    store: Option<String>,
+    on_store_failure: Option<String>,
+    window: Option<f64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -405,6 +485,10 @@ struct FileRoute {
     retries: Option<u32>,
     retry_after_bound: Option<f64>,
     head_timeout: Option<f64>,
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+    daily_tokens: Option<u64>,
+    monthly_tokens: Option<u64>,
 }
 
 /// A route's upstream: its name, or `{ name, model }`.
@@ -420,14 +504,6 @@ enum FileTarget {
 struct FileTargetModel {
     name: String,
     model: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileKey {
-    name: String,
-    key_env: String,
-    max_concurrent: Option<usize>,
 }
 
 fn secs(field: &str, v: Option<f64>, default: Duration) -> Result<Duration, ConfigError> {
@@ -541,12 +617,14 @@ impl File {
                 head_timeout_ms: r.head_timeout.map(|s| millis(&at, "head_timeout", Some(s), 0)).transpose()?,
             };
             let retry = RetryPolicy { retries: r.retries.unwrap_or(defaults.retry.retries), ..defaults.retry };
+            let limits = rate_limits(&at, r.rpm, r.tpm, r.daily_tokens, r.monthly_tokens)?;
             routes.push(RouteConfig {
                 model: r.model,
                 upstreams: names,
                 upstream_models: models,
                 upstream_model: r.upstream_model,
                 failover: RouteFailover { policy, retry },
+                limits,
             });
         }
         if routes.is_empty() {
@@ -557,26 +635,7 @@ impl File {
             let name = upstreams.first().map(|u| u.name.clone()).unwrap_or_default();
             routes.push(RouteConfig::new("*", vec![name]));
         }
-        let mut keys: Vec<ClientKeyConfig> = Vec::new();
-        for (i, k) in self.keys.into_iter().enumerate() {
-            let at = format!("keys[{i}] ({:?})", k.name);
-            if k.name.is_empty() {
-                return Err(bad(format!("keys[{i}]: name is empty")));
-            }
-            if keys.iter().any(|x| x.name == k.name) {
-                return Err(bad(format!("{at}: the name is used by an earlier key")));
-            }
-            let key = env(&k.key_env).filter(|v| !v.is_empty()).ok_or_else(|| {
-                bad(format!("{at}: key_env names {}, which is not set in the environment", k.key_env))
-            })?;
-            if keys.iter().any(|x| x.key == key) {
-                return Err(bad(format!("{at}: the same secret as an earlier key (each name needs its own)")));
-            }
-            if k.max_concurrent == Some(0) {
-                return Err(bad(format!("{at}: max_concurrent = 0 would refuse every request")));
-            }
-            keys.push(ClientKeyConfig { name: k.name, key, max_concurrent: k.max_concurrent });
-        }
+        let keys = keys_from_file(self.keys, env)?;
         let first = upstreams.first().map(|u| u.style).unwrap_or(Style::OpenAi);
         let mut c = ServeConfig::new(listen, first);
         let l = self.limits;
@@ -615,12 +674,54 @@ impl File {
             window_ms: millis("breaker", "window", b.window, d.window_ms)?,
             cooldown_ms: millis("breaker", "cooldown", b.cooldown, d.cooldown_ms)?,
         };
+        c.limit_store = limit_store(&l.store, &l.on_store_failure, l.window)?;
+        for (i, p) in self.prices.into_iter().enumerate() {
+            let ok = |v: f64| v.is_finite() && v >= 0.0;
+            if p.model.is_empty() || !ok(p.input) || !ok(p.output) || !p.cached_input.is_none_or(ok) {
+                return Err(bad(format!("prices[{i}] ({:?}): a model and prices of 0 or more", p.model)));
+            }
+            c.prices.push(ModelPrice {
+                model: p.model,
+                input: p.input,
+                output: p.output,
+                cached_input: p.cached_input,
+            });
+        }
+        c.keys_file = self.keys_file;
         c.models = self.models;
         c.upstreams = upstreams;
         c.routes = routes;
         c.keys = keys;
         Ok(c)
     }
+}
+
+/// The `[limits]` fields of the shared store.
+fn limit_store(
+    store: &Option<String>,
+    on_failure: &Option<String>,
+    window: Option<f64>,
+) -> Result<LimitStoreConfig, ConfigError> {
+    let d = LimitStoreConfig::default();
+    if let Some(url) = store {
+        let scheme = url.split_once("://").map(|(s, _)| s);
+        if !matches!(scheme, Some("redis" | "rediss" | "redis+unix" | "unix" | "valkey" | "valkeys")) {
+            return Err(bad(format!("limits.store: {url:?} must be a redis:// (or rediss://) URL")));
+        }
+        if cfg!(not(feature = "redis")) {
+            return Err(bad("limits.store: this build has no shared store (the `redis` feature of nexus-drive)"));
+        }
+    }
+    let on_failure = match on_failure.as_deref() {
+        None | Some("open") => StoreFailure::Open,
+        Some("closed") => StoreFailure::Closed,
+        Some(other) => return Err(bad(format!("limits.on_store_failure: {other:?} is not \"open\" or \"closed\""))),
+    };
+    Ok(LimitStoreConfig {
+        url: store.clone(),
+        on_failure,
+        window: Duration::from_millis(millis("limits", "window", window, d.window.as_millis() as u64)?),
+    })
 }
 
 /// Whether `name` matches `pattern` (`*` = any run of characters), and what

@@ -17,7 +17,7 @@
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::BuildHasher;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nexus_proto::error::{ProviderError, RemoteError};
@@ -28,6 +28,7 @@ use nexus_proto::{
 };
 
 use super::gateway::{Ctx, Route, SendFailure, Target, UpstreamRequest, UpstreamResponse, MAX_ERROR_BODY};
+use super::limits::SharedCircuits;
 use super::surface::{ErrorKind, GatewayError};
 
 /// The driver's clock, as the core's breakers take it.
@@ -37,7 +38,7 @@ fn now() -> Timestamp {
 
 /// Every upstream's circuit breaker (the core's [`Breakers`]), and which
 /// configured upstream each circuit belongs to (for `/ready` and `/metrics`).
-pub(crate) struct Circuits(Mutex<CircuitsInner>);
+pub(crate) struct Circuits(Mutex<CircuitsInner>, Option<Arc<SharedCircuits>>);
 
 struct CircuitsInner {
     breakers: Breakers,
@@ -63,12 +64,26 @@ impl Drop for Probe<'_> {
 }
 
 impl Circuits {
-    pub(crate) fn new(policy: BreakerPolicy) -> Circuits {
-        Circuits(Mutex::new(CircuitsInner {
-            breakers: Breakers::new(policy),
-            owners: BTreeMap::new(),
-            probing: BTreeSet::new(),
-        }))
+    /// Breakers of `policy`; with `shared`, a circuit opened by any
+    /// instance is open here too, and this instance's opens are published.
+    pub(crate) fn new(policy: BreakerPolicy, shared: Option<Arc<SharedCircuits>>) -> Circuits {
+        Circuits(
+            Mutex::new(CircuitsInner {
+                breakers: Breakers::new(policy),
+                owners: BTreeMap::new(),
+                probing: BTreeSet::new(),
+            }),
+            shared,
+        )
+    }
+
+    /// The state of `key` here, or open when another instance opened it.
+    fn state(&self, c: &CircuitsInner, key: &str, at: Timestamp) -> CircuitState {
+        let local = c.breakers.state(key, at);
+        match (&local, self.1.as_ref().and_then(|s| s.open_until(key, at.0))) {
+            (CircuitState::Closed, Some(until)) => CircuitState::Open { until: Timestamp(until) },
+            _ => local,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CircuitsInner> {
@@ -79,7 +94,7 @@ impl Circuits {
     /// half-open with no probe in flight.
     fn allows(&self, key: &str) -> bool {
         let c = self.lock();
-        match c.breakers.state(key, now()) {
+        match self.state(&c, key, now()) {
             CircuitState::Closed => true,
             CircuitState::HalfOpen => !c.probing.contains(key),
             CircuitState::Open { .. } => false,
@@ -90,7 +105,7 @@ impl Circuits {
     /// half-open probe is taken; a half-open circuit's call is its probe.
     pub(crate) fn admit(&self, key: &str) -> Option<Probe<'_>> {
         let mut c = self.lock();
-        match c.breakers.state(key, now()) {
+        match self.state(&c, key, now()) {
             CircuitState::Closed => Some(Probe { circuits: self, key: None }),
             CircuitState::HalfOpen if c.probing.insert(key.to_string()) => {
                 Some(Probe { circuits: self, key: Some(key.to_string()) })
@@ -100,7 +115,13 @@ impl Circuits {
     }
 
     fn success(&self, key: &str) {
-        self.lock().breakers.record_success(key, now());
+        let mut c = self.lock();
+        let at = now();
+        let was = c.breakers.state(key, at);
+        c.breakers.record_success(key, at);
+        if let (Some(shared), CircuitState::HalfOpen) = (&self.1, was) {
+            shared.closed(key);
+        }
     }
 
     /// Records a failure the upstream `name` is at fault for.
@@ -109,7 +130,12 @@ impl Circuits {
         if !c.owners.contains_key(key) {
             c.owners.insert(key.to_string(), name.to_string());
         }
-        c.breakers.record_failure(key, now());
+        let at = now();
+        let was_open = matches!(c.breakers.state(key, at), CircuitState::Open { .. });
+        c.breakers.record_failure(key, at);
+        if let (Some(shared), false, CircuitState::Open { until }) = (&self.1, was_open, c.breakers.state(key, at)) {
+            shared.opened(key, name, at.ms_until(until));
+        }
     }
 
     /// The least healthy state among `upstream`'s circuits, and when the
@@ -118,8 +144,15 @@ impl Circuits {
         let c = self.lock();
         let at = now();
         let mut worst = CircuitState::Closed;
-        for (key, _) in c.owners.iter().filter(|(_, owner)| owner.as_str() == upstream) {
-            worst = match (worst, c.breakers.state(key, at)) {
+        let elsewhere = self.1.as_ref().map(|s| s.open_of(upstream, at.0)).unwrap_or_default();
+        let states = c
+            .owners
+            .iter()
+            .filter(|(_, owner)| owner.as_str() == upstream)
+            .map(|(key, _)| self.state(&c, key, at))
+            .chain(elsewhere.into_iter().map(|(_, until)| CircuitState::Open { until: Timestamp(until) }));
+        for state in states {
+            worst = match (worst, state) {
                 (CircuitState::Open { until: a }, CircuitState::Open { until: b }) => {
                     CircuitState::Open { until: a.min(b) }
                 }
@@ -136,7 +169,7 @@ impl Circuits {
         let c = self.lock();
         let at = now();
         keys.iter()
-            .filter_map(|k| match c.breakers.state(k, at) {
+            .filter_map(|k| match self.state(&c, k, at) {
                 CircuitState::Open { until } => Some(at.ms_until(until)),
                 _ => None,
             })
@@ -259,6 +292,7 @@ impl Ctx {
         route: &Route,
         mut build: impl FnMut(&Target) -> Result<(T, UpstreamRequest), TranslateError>,
     ) -> Forwarded<T> {
+        self.record.note_route(&route.pattern);
         let policy = route.failover.policy;
         let retry = route.failover.retry;
         let head_timeout = policy.head_timeout_ms.map(Duration::from_millis);
@@ -432,7 +466,7 @@ mod tests {
 
     #[test]
     fn a_half_open_circuit_lets_one_probe_through_at_a_time() {
-        let circuits = Circuits::new(BreakerPolicy { failures: 1, window_ms: 60_000, cooldown_ms: 1 });
+        let circuits = Circuits::new(BreakerPolicy { failures: 1, window_ms: 60_000, cooldown_ms: 1 }, None);
         assert!(circuits.admit("k").is_some_and(|p| p.key.is_none()), "closed: no probe");
         circuits.failure("k", "up");
         // Wait out the 1 ms cooldown (the breakers read the wall clock).

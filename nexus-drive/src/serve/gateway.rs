@@ -2,15 +2,17 @@
 //! limits, the upstream connection pool; and the per-request [`Ctx`] a
 //! surface works through.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_lite::FutureExt;
 use nexus_proto::{ExchangeId, HttpRequest, Style, TransportErrorKind};
 
-use super::config::{match_model, RouteFailover, ServeConfig};
+use super::config::{match_model, ConfigError, RouteFailover, ServeConfig};
 use super::failover::Circuits;
+use super::keys::KeyRing;
+use super::limits::{Limiter, RateLimits, TokenUsage};
 use super::ops::{Health, Metrics, Record};
 use super::surface::{ErrorKind, GatewayError, Surface};
 use crate::asynk::h1;
@@ -35,25 +37,7 @@ struct RouteRule {
     upstreams: Vec<(Arc<Upstream>, Option<String>)>,
     upstream_model: Option<String>,
     failover: RouteFailover,
-}
-
-/// A client key with its in-flight count.
-pub(crate) struct Key {
-    pub(crate) name: String,
-    secret: String,
-    max_concurrent: Option<usize>,
-    in_flight: AtomicUsize,
-}
-
-/// Holds one of a key's concurrency slots until dropped.
-pub(crate) struct Permit(Arc<Shared>, usize);
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        if let Some(k) = self.0.keys.get(self.1) {
-            k.in_flight.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
+    limits: RateLimits,
 }
 
 /// Everything the server's tasks share.
@@ -61,7 +45,9 @@ pub(crate) struct Shared {
     pub(crate) config: ServeConfig,
     pub(crate) upstreams: Vec<Arc<Upstream>>,
     routes: Vec<RouteRule>,
-    pub(crate) keys: Vec<Key>,
+    pub(crate) keys: KeyRing,
+    /// Request and token limits and budgets, counted here or in the shared store.
+    pub(crate) limiter: Limiter,
     pool: Arc<h1::Pool>,
     pub(crate) metrics: Metrics,
     /// Every upstream's circuit breaker, shared by all requests.
@@ -76,7 +62,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(config: ServeConfig, surfaces: Vec<Arc<dyn Surface>>) -> Shared {
+    pub(crate) fn new(config: ServeConfig, surfaces: Vec<Arc<dyn Surface>>) -> Result<Shared, ConfigError> {
         let (ups, routes, keys) = config.resolved();
         let upstreams: Vec<Arc<Upstream>> = ups
             .into_iter()
@@ -106,66 +92,43 @@ impl Shared {
                 pattern: r.model,
                 upstream_model: r.upstream_model,
                 failover: r.failover,
+                limits: r.limits,
             })
             .collect();
-        let keys = keys
-            .into_iter()
-            .map(|k| Key {
-                name: k.name,
-                secret: k.key,
-                max_concurrent: k.max_concurrent,
-                in_flight: AtomicUsize::new(0),
-            })
-            .collect();
+        let keys = KeyRing::new(keys, config.keys_file.clone())?;
         let epoch = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or_default();
         let breaker = config.breaker;
-        Shared {
+        let limiter = Limiter::new(config.limit_store.clone(), epoch);
+        Ok(Shared {
             pool: Arc::new(h1::Pool::with_max_idle(config.upstream_connect_timeout, config.upstream_max_idle)),
             config,
             upstreams,
             routes,
             keys,
             metrics: Metrics::default(),
-            circuits: Circuits::new(breaker),
+            circuits: Circuits::new(breaker, limiter.shared_circuits()),
+            limiter,
             surfaces,
             stopping: AtomicBool::new(false),
             active: Mutex::new(0),
             idle: Condvar::new(),
             counter: AtomicU64::new(0),
             epoch,
-        }
+        })
     }
 
-    /// The key `presented` is, by index. Every configured secret is compared
-    /// in full, so the time taken does not say how much of one matched.
-    pub(crate) fn find_key(&self, presented: Option<&str>) -> Option<usize> {
-        let presented = presented?.as_bytes();
-        let mut found = None;
-        for (i, k) in self.keys.iter().enumerate() {
-            let secret = k.secret.as_bytes();
-            let mut diff = (secret.len() ^ presented.len()) as u8 | u8::from(secret.len() != presented.len());
-            for (j, b) in secret.iter().enumerate() {
-                diff |= b ^ presented.get(j).copied().unwrap_or(0);
-            }
-            if diff == 0 {
-                found = Some(i);
-            }
-        }
-        found
+    /// The limits of the route `model` takes (the first that matches), with its pattern.
+    pub(crate) fn route_limits(&self, model: &str) -> Option<(&str, &RateLimits)> {
+        let rule = self.routes.iter().find(|r| match_model(&r.pattern, model).is_some())?;
+        (!rule.limits.is_empty()).then_some((rule.pattern.as_str(), &rule.limits))
     }
 
-    /// Takes one of key `i`'s concurrency slots, or says it is full.
-    pub(crate) fn acquire(self: &Arc<Shared>, i: usize) -> Option<Permit> {
-        let key = self.keys.get(i)?;
-        let before = key.in_flight.fetch_add(1, Ordering::AcqRel);
-        let permit = Permit(self.clone(), i);
-        match key.max_concurrent {
-            Some(max) if before >= max => None,
-            _ => Some(permit),
-        }
+    /// Whether any route has limits.
+    pub(crate) fn routes_limited(&self) -> bool {
+        self.routes.iter().any(|r| !r.limits.is_empty())
     }
 }
 
@@ -506,7 +469,12 @@ impl Ctx {
 
     /// Records the tokens an answer reported.
     pub fn note_usage(&self, input: u64, output: u64) {
-        self.record.note_usage(input, output);
+        self.record.note_usage(TokenUsage { input, output, ..TokenUsage::default() });
+    }
+
+    /// Records the tokens an answer reported, cached and reasoning ones included.
+    pub fn note_token_usage(&self, usage: TokenUsage) {
+        self.record.note_usage(usage);
     }
 
     /// A response id unique in this process and across restarts:

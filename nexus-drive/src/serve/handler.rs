@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::failover::Forwarded;
 use super::gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest, MAX_ERROR_BODY};
+use super::limits::TokenUsage;
 use super::surface::{BoxFuture, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
 /// `POST /v1/chat/completions` and `GET /v1/models[/{id}]` in OpenAI shapes.
@@ -68,10 +69,11 @@ impl Surface for ChatCompletions {
 }
 
 /// A gateway error as an OpenAI error object.
-fn openai_error(e: &GatewayError) -> TranslateError {
+pub(super) fn openai_error(e: &GatewayError) -> TranslateError {
     let (kind, code) = match e.kind {
         ErrorKind::Unauthorized => ("authentication_error", "invalid_api_key"),
         ErrorKind::RateLimited => ("requests", "rate_limit_exceeded"),
+        ErrorKind::BudgetExceeded => ("insufficient_quota", "insufficient_quota"),
         ErrorKind::TooLarge => ("invalid_request_error", "request_too_large"),
         ErrorKind::NotFound => ("invalid_request_error", "unknown_url"),
         ErrorKind::MethodNotAllowed => ("invalid_request_error", "method_not_allowed"),
@@ -190,7 +192,12 @@ async fn chat_completion(req: &SurfaceRequest, ctx: &Ctx) -> Reply {
     if style == Style::OpenAi {
         // Only `usage` is read (the rest is skipped, not built): the body goes out as it came.
         if let Ok(OpenAiUsage { usage: Some(u) }) = serde_json::from_slice::<OpenAiUsage>(&bytes) {
-            ctx.note_usage(u.prompt_tokens, u.completion_tokens);
+            ctx.note_token_usage(TokenUsage {
+                input: u.prompt_tokens,
+                output: u.completion_tokens,
+                cached: u.prompt_tokens_details.map_or(0, |d| d.cached_tokens),
+                reasoning: u.completion_tokens_details.map_or(0, |d| d.reasoning_tokens),
+            });
         }
         return Reply::json(status, bytes);
     }
@@ -214,13 +221,29 @@ struct UsageCounts {
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
+    prompt_tokens_details: Option<PromptDetails>,
+    completion_tokens_details: Option<CompletionDetails>,
 }
 
-/// Counts an OpenAI `usage` object's tokens.
-fn note_usage(ctx: &Ctx, v: &Value) {
-    let Some(u) = v.get("usage") else { return };
-    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-    ctx.note_usage(n("prompt_tokens"), n("completion_tokens"));
+#[derive(serde::Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: u64,
+}
+
+#[derive(serde::Deserialize)]
+struct CompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: u64,
+}
+
+/// Counts the tokens of an answer's `usage` (any dialect's shape).
+pub(super) fn note_usage(ctx: &Ctx, v: &Value) {
+    let mut u = Usage::default();
+    u.scan_value(v);
+    if u.seen {
+        ctx.note_token_usage(u.tokens());
+    }
 }
 
 /// An upstream event stream as OpenAI chunks, each sent as soon as it is
@@ -264,7 +287,7 @@ impl Pump {
             // is finished as soon as the client has it.
             let u = std::mem::take(&mut self.usage);
             if u.input + u.output > 0 {
-                self.ctx.note_usage(u.input, u.output);
+                self.ctx.note_token_usage(u.tokens());
             }
         }
         out
@@ -323,10 +346,17 @@ impl Pump {
 /// and whether or not the client asked for a usage chunk. Providers report
 /// running totals (Anthropic's `message_delta`, Gemini's `usageMetadata`),
 /// so the largest value of each wins.
+///
+/// Input counts cached tokens in (Anthropic reports cache reads apart from
+/// `input_tokens`; the others within); output counts reasoning in.
 #[derive(Default)]
 pub(super) struct Usage {
     pub(super) input: u64,
     pub(super) output: u64,
+    pub(super) cached: u64,
+    pub(super) reasoning: u64,
+    /// A usage object was found.
+    pub(super) seen: bool,
 }
 
 impl Usage {
@@ -335,18 +365,50 @@ impl Usage {
         if !contains(data, b"usage") {
             return;
         }
-        let Ok(v) = serde_json::from_slice::<Value>(data) else { return };
+        if let Ok(v) = serde_json::from_slice::<Value>(data) {
+            self.scan_value(&v);
+        }
+    }
+
+    /// An answer's or event's usage, whatever the dialect.
+    pub(super) fn scan_value(&mut self, v: &Value) {
         let n = |v: Option<&Value>, k: &str| v.and_then(|u| u.get(k)).and_then(Value::as_u64).unwrap_or(0);
+        let sub = |v: Option<&Value>, k: &str, f: &str| n(v.and_then(|u| u.get(k)), f);
         // Anthropic: message_start.message.usage and message_delta.usage;
         // Responses: response.completed's response.usage.
         let nested = |k: &str| v.get(k).and_then(|m| m.get("usage"));
         for u in [v.get("usage"), nested("message"), nested("response")] {
-            self.input = self.input.max(n(u, "input_tokens")).max(n(u, "prompt_tokens"));
+            if u.is_none() {
+                continue;
+            }
+            self.seen = true;
+            let cache_read = n(u, "cache_read_input_tokens");
+            self.input = self.input.max(n(u, "input_tokens") + cache_read).max(n(u, "prompt_tokens"));
             self.output = self.output.max(n(u, "output_tokens")).max(n(u, "completion_tokens"));
+            self.cached = self.cached.max(cache_read).max(sub(u, "prompt_tokens_details", "cached_tokens")).max(sub(
+                u,
+                "input_tokens_details",
+                "cached_tokens",
+            ));
+            self.reasoning = self.reasoning.max(sub(u, "completion_tokens_details", "reasoning_tokens")).max(sub(
+                u,
+                "output_tokens_details",
+                "reasoning_tokens",
+            ));
         }
         let g = v.get("usageMetadata");
-        self.input = self.input.max(n(g, "promptTokenCount"));
-        self.output = self.output.max(n(g, "candidatesTokenCount") + n(g, "thoughtsTokenCount"));
+        if g.is_some() {
+            self.seen = true;
+            self.input = self.input.max(n(g, "promptTokenCount"));
+            self.output = self.output.max(n(g, "candidatesTokenCount") + n(g, "thoughtsTokenCount"));
+            self.cached = self.cached.max(n(g, "cachedContentTokenCount"));
+            self.reasoning = self.reasoning.max(n(g, "thoughtsTokenCount"));
+        }
+    }
+
+    /// What was found, as the record keeps it.
+    pub(super) fn tokens(&self) -> TokenUsage {
+        TokenUsage { input: self.input, output: self.output, cached: self.cached, reasoning: self.reasoning }
     }
 
     /// The `data:` lines of a piece of an OpenAI stream.

@@ -40,7 +40,13 @@
 //! [`config`](ServeConfig::from_toml)'s docs): upstreams (style, base URL,
 //! key from an environment variable, extra headers), model routes (client
 //! model name or `*` pattern → upstreams in order + upstream model name),
-//! named client keys with a concurrency limit each.
+//! named client keys (or their SHA-256 in a keys file read again by
+//! [`KeysHandle::reload`]) with limits each: requests in flight, requests
+//! and tokens per minute, daily and monthly token budgets, over all models
+//! or per model pattern. Limits count in the process, or — with
+//! `[limits] store = "redis://…"` (feature `redis`) — in Redis or Valkey,
+//! shared with every other instance along with the circuit breakers' open
+//! circuits (SPEC §14 "Keys and limits").
 //!
 //! A route's upstreams are tried in order: a request the first cannot
 //! answer (overloaded, unreachable, silent, cut before its first byte) is
@@ -48,8 +54,8 @@
 //! [`FailoverPolicy`](nexus_proto::FailoverPolicy) decides; one set of
 //! circuit breakers per process skips upstreams that keep failing. The
 //! `x-nexus-upstream` response header names the upstream that answered. A request without a
-//! valid key gets 401 and one over its key's limit 429 with `Retry-After`,
-//! both in the surface's own error shape. Upstream keys and client keys are
+//! valid key gets 401 and one over its key's limit 429 with `Retry-After`
+//! and the rate-limit headers its SDK reads, both in the surface's own error shape. Upstream keys and client keys are
 //! never logged, never metric labels and never in an error body; the
 //! client's key is not forwarded unless [`ServeConfig::forward_client_key`] says so.
 //!
@@ -90,6 +96,8 @@ mod config;
 mod failover;
 mod gateway;
 mod handler;
+mod keys;
+mod limits;
 mod ops;
 mod server;
 mod surface;
@@ -104,6 +112,8 @@ use std::time::Instant;
 
 pub use config::{ClientKeyConfig, ConfigError, RouteConfig, RouteFailover, ServeConfig, UpstreamConfig};
 pub use gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest, UpstreamResponse};
+pub use keys::KeysHandle;
+pub use limits::{LimitStoreConfig, ModelLimits, ModelPrice, RateLimits, StoreFailure, TokenUsage};
 pub use surface::{BoxFuture, ChunkStream, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
 use gateway::Shared;
@@ -122,6 +132,9 @@ pub enum ServeError {
     /// A server thread could not be started.
     #[error("cannot start the server thread: {0}")]
     Thread(io::Error),
+    /// The keys file could not be read or is wrong.
+    #[error("{0}")]
+    Keys(ConfigError),
 }
 
 /// The surfaces every server has, in the order they are asked to claim a
@@ -178,6 +191,11 @@ impl Server {
     /// A handle that stops it (for a signal handler, or another thread).
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.handle.clone()
+    }
+
+    /// A handle that reads the keys file again (for SIGHUP, or another thread).
+    pub fn keys_handle(&self) -> KeysHandle {
+        KeysHandle(self.handle.shared.clone())
     }
 
     /// Blocks until a shutdown has completed: the listener is closed and every
@@ -259,7 +277,7 @@ pub fn serve_with(config: ServeConfig, surfaces: Vec<Arc<dyn Surface>>) -> Resul
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let shared = Arc::new(Shared::new(config, surfaces));
+    let shared = Arc::new(Shared::new(config, surfaces).map_err(ServeError::Keys)?);
     let ex = Arc::new(smol::Executor::new());
     let (stop, stopped) = smol::channel::bounded::<()>(1);
     let (halt, halted) = smol::channel::bounded::<()>(1);

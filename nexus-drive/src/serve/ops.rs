@@ -19,6 +19,7 @@ use nexus_proto::CircuitState;
 
 use super::failover::state_name;
 use super::gateway::Shared;
+use super::limits::{cost, Reservation, TokenUsage};
 use super::surface::Reply;
 use crate::metrics::{counter, histogram, labels, Histogram, FINE_BUCKETS};
 
@@ -58,9 +59,16 @@ pub(crate) struct Record {
 struct RecordData {
     key: Option<String>,
     model: Option<String>,
+    /// The route pattern the model matched.
+    route: Option<String>,
     upstream: Option<String>,
-    tokens_in: u64,
-    tokens_out: u64,
+    usage: TokenUsage,
+    /// Whether an answer reported usage at all.
+    usage_seen: bool,
+    /// The tokens reserved at admission, settled when the record finishes.
+    reservation: Option<Reservation>,
+    /// The limit that refused the request.
+    refused_by: Option<&'static str>,
     upstream_error: Option<&'static str>,
     failovers: Vec<LogFailover>,
     status: u16,
@@ -103,10 +111,28 @@ impl Record {
         self.data().upstream = Some(name.to_string());
     }
 
-    pub(crate) fn note_usage(&self, input: u64, output: u64) {
+    pub(crate) fn note_usage(&self, u: TokenUsage) {
         let mut d = self.data();
-        d.tokens_in += input;
-        d.tokens_out += output;
+        d.usage.input += u.input;
+        d.usage.output += u.output;
+        d.usage.cached += u.cached;
+        d.usage.reasoning += u.reasoning;
+        d.usage_seen = true;
+    }
+
+    pub(crate) fn note_route(&self, pattern: &str) {
+        self.data().route = Some(pattern.to_string());
+    }
+
+    /// The tokens reserved for the request, settled when it finishes.
+    pub(crate) fn note_reservation(&self, r: Reservation) {
+        self.data().reservation = Some(r);
+    }
+
+    /// The limit (`rpm`, `tpm`, `daily_tokens`, `monthly_tokens`, `concurrency`,
+    /// `disabled`, `store`) that refused the request.
+    pub(crate) fn note_refused(&self, limit: &'static str) {
+        self.data().refused_by = Some(limit);
     }
 
     /// The upstream that served (or whose answer the client got).
@@ -156,9 +182,20 @@ impl Drop for Finish {
         m.in_flight.fetch_sub(1, Ordering::Relaxed);
         let r = &self.record;
         let total = r.started.elapsed();
-        let d = r.data();
+        let mut d = r.data();
         let outcome = if self.completed { "complete" } else { "client_gone" };
-        m.finish(r.surface, &d, total, outcome);
+        if let Some(reservation) = d.reservation.take() {
+            // What the upstream reported; an answer that failed charges
+            // nothing; one cut before its usage arrived keeps its estimate.
+            let used = match (d.usage_seen, (200..300).contains(&d.status)) {
+                (true, _) => Some(d.usage.total()),
+                (false, false) => None,
+                (false, true) => Some(reservation.estimate()),
+            };
+            self.shared.limiter.settle(&reservation, used);
+        }
+        let cost_usd = d.model.as_deref().and_then(|model| cost(&self.shared.config.prices, model, &d.usage));
+        m.finish(r.surface, &d, total, outcome, cost_usd);
         if self.shared.config.log_requests {
             let line = LogLine {
                 ts_ms: std::time::SystemTime::now()
@@ -174,8 +211,13 @@ impl Drop for Finish {
                 upstream: d.upstream.as_deref(),
                 first_byte_ms: d.first_byte.map(|t| t.as_secs_f64() * 1e3),
                 total_ms: total.as_secs_f64() * 1e3,
-                tokens_in: d.tokens_in,
-                tokens_out: d.tokens_out,
+                route: d.route.as_deref(),
+                tokens_in: d.usage.input,
+                tokens_out: d.usage.output,
+                tokens_cached: d.usage.cached,
+                tokens_reasoning: d.usage.reasoning,
+                cost_usd,
+                limited_by: d.refused_by,
                 upstream_error: d.upstream_error,
                 failovers: &d.failovers,
                 outcome,
@@ -202,8 +244,16 @@ struct LogLine<'a> {
     upstream: Option<&'a str>,
     first_byte_ms: Option<f64>,
     total_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    route: Option<&'a str>,
     tokens_in: u64,
     tokens_out: u64,
+    tokens_cached: u64,
+    tokens_reasoning: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limited_by: Option<&'a str>,
     upstream_error: Option<&'a str>,
     #[serde(skip_serializing_if = "<[LogFailover]>::is_empty")]
     failovers: &'a [LogFailover],
@@ -226,6 +276,11 @@ struct Registry {
     upstream_errors: BTreeMap<String, u64>,
     failovers: BTreeMap<String, u64>,
     tokens: BTreeMap<String, u64>,
+    key_requests: BTreeMap<String, u64>,
+    key_tokens: BTreeMap<String, u64>,
+    key_rejections: BTreeMap<String, u64>,
+    /// Dollars per key and model, as text when rendered.
+    key_cost: BTreeMap<String, f64>,
 }
 
 impl Registry {
@@ -255,7 +310,7 @@ impl Metrics {
         *r.failovers.entry(labels(&[("from", from), ("to", to), ("reason", reason)])).or_default() += 1;
     }
 
-    fn finish(&self, surface: &str, d: &RecordData, total: Duration, outcome: &str) {
+    fn finish(&self, surface: &str, d: &RecordData, total: Duration, outcome: &str, cost_usd: Option<f64>) {
         let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let model = r.model_label(d.model.as_deref());
         let upstream = d.upstream.as_deref().unwrap_or("");
@@ -276,17 +331,36 @@ impl Metrics {
                 .observe(t.as_secs_f64());
         }
         r.duration.entry(series).or_insert_with(|| Histogram::with_buckets(FINE_BUCKETS)).observe(total.as_secs_f64());
-        if d.tokens_in + d.tokens_out > 0 {
-            for (dir, n) in [("in", d.tokens_in), ("out", d.tokens_out)] {
+        if d.usage.total() > 0 {
+            for (dir, n) in [("in", d.usage.input), ("out", d.usage.output)] {
                 let k = labels(&[("upstream", upstream), ("model", &model), ("direction", dir)]);
                 *r.tokens.entry(k).or_default() += n;
+            }
+        }
+        // Per key name (bounded: names come from the configuration).
+        if let Some(key) = d.key.as_deref() {
+            *r.key_requests.entry(labels(&[("key", key), ("status", &status)])).or_default() += 1;
+            let u = &d.usage;
+            for (kind, n) in
+                [("input", u.input), ("output", u.output), ("cached", u.cached), ("reasoning", u.reasoning)]
+            {
+                if n > 0 {
+                    *r.key_tokens.entry(labels(&[("key", key), ("kind", kind)])).or_default() += n;
+                }
+            }
+            if let Some(limit) = d.refused_by {
+                *r.key_rejections.entry(labels(&[("key", key), ("limit", limit)])).or_default() += 1;
+            }
+            if let Some(c) = cost_usd {
+                *r.key_cost.entry(labels(&[("key", key), ("model", &model)])).or_default() += c;
             }
         }
     }
 
     /// The Prometheus text exposition; `circuits` is each upstream's
-    /// breaker state (0 closed, 1 half-open, 2 open).
-    pub(crate) fn render(&self, circuits: &BTreeMap<String, u64>) -> String {
+    /// breaker state (0 closed, 1 half-open, 2 open); `store_up` whether the
+    /// shared limit store answers (`None`: there is none).
+    pub(crate) fn render(&self, circuits: &BTreeMap<String, u64>, store_up: Option<bool>) -> String {
         let r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
         counter(
@@ -327,6 +401,38 @@ impl Metrics {
             let _ = writeln!(out, "nexus_gateway_upstream_circuit{{{series}}} {v}");
         }
         counter(&mut out, "nexus_gateway_tokens_total", "Tokens reported by upstreams, by direction.", &r.tokens);
+        counter(
+            &mut out,
+            "nexus_gateway_key_requests_total",
+            "Requests by client key name and status.",
+            &r.key_requests,
+        );
+        counter(
+            &mut out,
+            "nexus_gateway_key_tokens_total",
+            "Tokens by client key name and kind (input, output, cached, reasoning).",
+            &r.key_tokens,
+        );
+        counter(
+            &mut out,
+            "nexus_gateway_key_rejections_total",
+            "Requests refused by a key's limit, by key name and limit (rpm, tpm, daily_tokens, monthly_tokens, concurrency, disabled, store).",
+            &r.key_rejections,
+        );
+        let _ = writeln!(
+            out,
+            "# HELP nexus_gateway_key_cost_usd_total Cost in US dollars from the configured prices, by key name and model.\n# TYPE nexus_gateway_key_cost_usd_total counter"
+        );
+        for (series, v) in &r.key_cost {
+            let _ = writeln!(out, "nexus_gateway_key_cost_usd_total{{{series}}} {v}");
+        }
+        if let Some(up) = store_up {
+            let _ = writeln!(
+                out,
+                "# HELP nexus_gateway_limit_store_up Whether the shared limit store answers (0: limits are counted in this process).\n# TYPE nexus_gateway_limit_store_up gauge\nnexus_gateway_limit_store_up {}",
+                u8::from(up)
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP nexus_gateway_in_flight Requests being answered now.\n# TYPE nexus_gateway_in_flight gauge\nnexus_gateway_in_flight {}",
@@ -364,13 +470,24 @@ pub(crate) fn answer(shared: &Shared, method: &hyper::Method, path: &str) -> Opt
                 state["circuit"] = json!(state_name(circuit));
                 ups.insert(u.name.clone(), state);
             }
-            let body = json!({"status": if ready { "ready" } else { "not_ready" }, "upstreams": ups});
+            let mut body = json!({"status": if ready { "ready" } else { "not_ready" }, "upstreams": ups});
+            if let Some((up, error)) = shared.limiter.store_state() {
+                // Serving on local counters is degraded, not down: readiness stands.
+                if !up && shared.limiter.fails_closed() {
+                    ready = false;
+                }
+                body["limit_store"] = match error {
+                    Some(e) if !up => json!({"status": "unreachable", "error": e, "counting": "local"}),
+                    _ if up => json!({"status": "ok", "counting": "shared"}),
+                    _ => json!({"status": "connecting", "counting": "local"}),
+                };
+            }
             Some(Reply::json(if ready { 200 } else { 503 }, body.to_string()))
         }
         "/metrics" if get => Some(Reply::Whole {
             status: 200,
             headers: vec![("content-type".into(), "text/plain; version=0.0.4; charset=utf-8".into())],
-            body: shared.metrics.render(&circuit_gauges(shared)).into(),
+            body: shared.metrics.render(&circuit_gauges(shared), shared.limiter.store_state().map(|(up, _)| up)).into(),
         }),
         _ => None,
     }

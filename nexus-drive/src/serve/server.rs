@@ -23,7 +23,9 @@ use smol::net::{TcpListener, TcpStream};
 use smol::Executor;
 use smol_hyper::rt::{SmolExecutor, SmolTimer};
 
-use super::gateway::{Ctx, Permit, Shared};
+use super::gateway::{Ctx, Shared};
+use super::keys::{KeyRing, Permit};
+use super::limits::{self, Admission, Limiter, Scope};
 use super::ops::{self, Finish, Record};
 use super::surface::{ChunkStream, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
@@ -445,17 +447,22 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, req: Request<Incoming>) -> Res
         return respond(surface.error(&e), finish, None);
     }
     let mut permit = None;
+    let mut key = None;
     if !shared.keys.is_empty() {
-        let Some(i) = shared.find_key(surface.client_key(&sreq)) else {
+        let Some(k) = shared.keys.find(surface.client_key(&sreq)) else {
             let e = GatewayError::new(ErrorKind::Unauthorized, "Incorrect API key provided.");
             return respond(surface.error(&e), finish, None);
         };
-        if let Some(k) = shared.keys.get(i) {
-            record.note_key(&k.name);
+        record.note_key(&k.name);
+        if k.disabled {
+            record.note_refused("disabled");
+            let e = GatewayError::new(ErrorKind::Unauthorized, format!("The API key `{}` is disabled.", k.name));
+            return respond(surface.error(&e), finish, None);
         }
-        match shared.acquire(i) {
+        match KeyRing::acquire(&k) {
             Some(p) => permit = Some(p),
             None => {
+                record.note_refused("concurrency");
                 let e = GatewayError::new(
                     ErrorKind::RateLimited,
                     "Too many requests in flight for this key; retry when one has finished.",
@@ -464,6 +471,7 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, req: Request<Incoming>) -> Res
                 return respond(surface.error(&e), finish, None);
             }
         }
+        key = Some(k);
     }
     let max = shared.config.max_body_bytes;
     let too_large = || GatewayError::new(ErrorKind::TooLarge, format!("the request body is over the {max}-byte limit"));
@@ -496,9 +504,38 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, req: Request<Incoming>) -> Res
             return respond(surface.error(&e), finish, permit);
         }
     };
+    let mut rate_headers = Vec::new();
+    let limited = key.as_ref().is_some_and(|k| k.is_limited()) || shared.routes_limited();
+    if limited && sreq.method == hyper::Method::POST {
+        let (model, estimate) = limits::estimate(&sreq.path, &sreq.body);
+        let model = model.unwrap_or_default();
+        let mut scopes = match &key {
+            Some(k) => Limiter::key_scopes(&k.name, &k.limits, &k.models, &model),
+            None => Vec::new(),
+        };
+        if let Some((pattern, l)) = shared.route_limits(&model) {
+            scopes.push((Scope::Route(pattern), l));
+        }
+        let checks = shared.limiter.checks(&scopes);
+        match shared.limiter.admit(checks, estimate).await {
+            Admission::Unlimited => {}
+            Admission::Admitted(reservation, info) => {
+                record.note_reservation(reservation);
+                rate_headers = info.for_surface(surface.name());
+            }
+            Admission::Refused { mut error, limit } => {
+                record.note_refused(limit);
+                error.headers.retain(|(name, _)| limits::keep_for_surface(surface.name(), name));
+                return respond(surface.error(&error), finish, permit);
+            }
+        }
+    }
     let forward_key =
         if shared.config.forward_client_key { surface.client_key(&sreq).map(str::to_string) } else { None };
     let ctx = Ctx { shared: shared.clone(), record, forward_key };
-    let reply = surface.handle(sreq, ctx).await;
+    let mut reply = surface.handle(sreq, ctx).await;
+    for (name, value) in rate_headers {
+        reply = reply.with_header(name, value);
+    }
     respond(reply, finish, permit)
 }

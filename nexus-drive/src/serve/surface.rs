@@ -203,8 +203,11 @@ impl Reply {
 pub enum ErrorKind {
     /// No valid client key (401).
     Unauthorized,
-    /// The key's concurrency limit is reached (429, with `Retry-After`).
+    /// A key's concurrency, request or token limit is reached (429, with `Retry-After`).
     RateLimited,
+    /// A key's token budget for the day or month is spent (429; Anthropic's
+    /// surface answers 402 `billing_error`).
+    BudgetExceeded,
     /// The request body is over the limit (413).
     TooLarge,
     /// No such endpoint (404).
@@ -244,7 +247,7 @@ impl GatewayError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> GatewayError {
         let status = match kind {
             ErrorKind::Unauthorized => 401,
-            ErrorKind::RateLimited => 429,
+            ErrorKind::RateLimited | ErrorKind::BudgetExceeded => 429,
             ErrorKind::TooLarge => 413,
             ErrorKind::NotFound | ErrorKind::ModelNotFound => 404,
             ErrorKind::MethodNotAllowed => 405,

@@ -62,7 +62,7 @@ mod catalog;
 mod discover;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
-mod parse;
+pub(crate) mod parse;
 
 pub use catalog::Catalog;
 pub use parse::{MAX_COMPATIBILITY_CHARS, MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS};

@@ -76,17 +76,7 @@ fn strip_fence(text: &str) -> Option<&str> {
 /// Parses and checks the front matter of the skill in folder `folder`
 /// (`None`: every rule but the folder-name one).
 pub(crate) fn front_matter(yaml: &str, folder: Option<&str>) -> Result<FrontMatter, Problem> {
-    let mut parser = Parser::new_from_str(yaml);
-    let mut loader: YamlLoader<'_, Yaml<'_>> = YamlLoader::default();
-    loader.early_parse(false);
-    parser.load(&mut loader, false).map_err(|e| Problem::whole(format!("invalid YAML front matter: {e}")))?;
-    if let Some(e) = loader.error() {
-        return Err(Problem::whole(format!("invalid YAML front matter: {e}")));
-    }
-    let docs = loader.into_documents();
-    let Some(Yaml::Mapping(map)) = docs.into_iter().next() else {
-        return Err(Problem::whole("the front matter is not a YAML mapping of fields"));
-    };
+    let map = mapping(yaml)?;
     let mut fields: BTreeMap<String, &Yaml<'_>> = BTreeMap::new();
     for (k, v) in &map {
         // Keys other than strings cannot be fields of the format; they are
@@ -152,6 +142,53 @@ pub(crate) fn front_matter(yaml: &str, folder: Option<&str>) -> Result<FrontMatt
             .collect(),
     };
     Ok(FrontMatter { name, description, license, compatibility, metadata, allowed_tools })
+}
+
+/// The front matter as one YAML mapping, scalars kept as written.
+fn mapping(yaml: &str) -> Result<saphyr::Mapping<'_>, Problem> {
+    let mut parser = Parser::new_from_str(yaml);
+    let mut loader: YamlLoader<'_, Yaml<'_>> = YamlLoader::default();
+    loader.early_parse(false);
+    parser.load(&mut loader, false).map_err(|e| Problem::whole(format!("invalid YAML front matter: {e}")))?;
+    if let Some(e) = loader.error() {
+        return Err(Problem::whole(format!("invalid YAML front matter: {e}")));
+    }
+    match loader.into_documents().into_iter().next() {
+        Some(Yaml::Mapping(map)) => Ok(map),
+        _ => Err(Problem::whole("the front matter is not a YAML mapping of fields")),
+    }
+}
+
+/// A front matter field as read for other Markdown-with-front-matter
+/// files (agent definitions): a scalar as written, a list of scalars, or
+/// something else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Field {
+    Text(String),
+    List(Vec<String>),
+    Other,
+}
+
+/// The front matter's top-level fields, each as a [`Field`]; null values
+/// are left out (they mean "not given").
+pub(crate) fn fields(yaml: &str) -> Result<BTreeMap<String, Field>, Problem> {
+    let map = mapping(yaml)?;
+    let mut out = BTreeMap::new();
+    for (k, v) in &map {
+        let Some(key) = scalar(k) else { continue };
+        if is_null(v) {
+            continue;
+        }
+        let field = match v {
+            Yaml::Sequence(items) => match items.iter().map(scalar).collect::<Option<Vec<_>>>() {
+                Some(list) => Field::List(list),
+                None => Field::Other,
+            },
+            other => scalar(other).map_or(Field::Other, Field::Text),
+        };
+        out.insert(key, field);
+    }
+    Ok(out)
 }
 
 /// The format's name rules: 1–64 lowercase letters, digits and hyphens, no

@@ -75,10 +75,10 @@ fn machine_tools() -> Vec<ToolDecl> {
 
 /// One scripted model turn: text, calls `(id, name, raw arguments)`, and the
 /// provider's stop string when not the natural one.
-struct FakeTurn {
-    text: Option<&'static str>,
-    calls: Vec<(String, &'static str, &'static str)>,
-    stop: Option<&'static str>,
+pub(super) struct FakeTurn {
+    pub(super) text: Option<&'static str>,
+    pub(super) calls: Vec<(String, &'static str, &'static str)>,
+    pub(super) stop: Option<&'static str>,
 }
 
 struct Driver {
@@ -605,7 +605,7 @@ fn error_body(style: Style) -> Vec<u8> {
 
 /// The wire bytes of a scripted turn, whole or streamed, written from the
 /// providers' documented shapes (not through the codecs under test).
-fn wire(style: Style, turn: &FakeTurn, stream: bool) -> Vec<u8> {
+pub(super) fn wire(style: Style, turn: &FakeTurn, stream: bool) -> Vec<u8> {
     let object = |raw: &str| match serde_json::from_str::<Value>(raw) {
         Ok(v @ Value::Object(_)) => v,
         _ => json!({}),

@@ -99,6 +99,23 @@ pub(crate) struct OutputRule {
     last_partial: Option<Value>,
 }
 
+impl Clone for OutputRule {
+    /// Everything but the compiled validator, which the copy compiles again
+    /// when it first validates.
+    fn clone(&self) -> OutputRule {
+        OutputRule {
+            check: None,
+            format: self.format.clone(),
+            tools: self.tools.clone(),
+            system: self.system.clone(),
+            strategy: self.strategy,
+            watch: self.watch.clone(),
+            partial: self.partial.clone(),
+            last_partial: self.last_partial.clone(),
+        }
+    }
+}
+
 impl std::fmt::Debug for OutputRule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OutputRule").field("strategy", &self.strategy).finish_non_exhaustive()

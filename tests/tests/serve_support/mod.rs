@@ -5,6 +5,12 @@
 // Each suite uses a part of what is here.
 #![allow(dead_code)]
 
+pub mod redis;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
 use nexus_drive::Style as ProtoStyle;
 use nexus_tests::fake::Style;
 use serde_json::{json, Value};
@@ -99,4 +105,25 @@ pub fn parse_answer(raw: &[u8]) -> Option<(Answer, usize)> {
 /// The value of the metric line that starts with `series` (0 when absent).
 pub fn metric(text: &str, series: &str) -> f64 {
     text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
+}
+
+/// One request on its own connection (`Connection: close`), read to the end.
+pub fn call(addr: SocketAddr, method: &str, path: &str, extra: &[(&str, &str)], body: &[u8]) -> Answer {
+    let mut s = TcpStream::connect(addr).expect("connect to the gateway");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in extra {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    parse_answer(&raw)
+        .map(|(a, _)| a)
+        .unwrap_or_else(|| panic!("no whole response in {:?}", String::from_utf8_lossy(&raw)))
 }

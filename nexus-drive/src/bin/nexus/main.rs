@@ -10,6 +10,7 @@
 // a terminal (`[--flag]`, `<id>`, JSON shapes), not for rustdoc's markup.
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
+mod agents;
 mod builtins;
 mod cli;
 mod decode;

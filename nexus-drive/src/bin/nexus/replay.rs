@@ -100,6 +100,7 @@ pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Valu
         output,
         output_mode,
         output_strategies,
+        agents: run.agent_reports(),
     };
     serde_json::to_value(&result).unwrap_or(Value::Null)
 }

@@ -75,6 +75,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub skills: SkillsArgs,
     #[command(flatten)]
+    pub agents: crate::agents::AgentsArgs,
+    #[command(flatten)]
     pub mcp: McpArgs,
     /// Where the state goes when the run suspends (default nexus-state.json);
     /// it never contains the API key.
@@ -376,7 +378,12 @@ pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
         }
     };
 
+    let agents = crate::agents::load(&p.agents.dirs)?;
+    let agent_tools = crate::agents::tools(&agents, style, model, &toolbox);
     let mut b = ClientConfig::builder(style, model).api_key(key.clone()).toolbox(toolbox).stream(p.stream);
+    for agent in agent_tools {
+        b = b.agent(agent);
+    }
     if let Some(found) = found {
         b = b.skills(found.skills);
     }
@@ -563,6 +570,9 @@ fn resume_client(p: &ResumeArgs, run: &Run, state: &[u8], root: &Path) -> Result
     let key = api_key(p.api_key_env.as_deref(), config.style)?;
     let (mcp_decls, others): (Vec<ToolDecl>, Vec<ToolDecl>) =
         run.tools().iter().cloned().partition(|d| d.kind != ToolKind::Relay && d.name.contains("__"));
+    // Sub-agents are tools of the run the machine serves, not the toolbox.
+    let agent_names: Vec<&str> = config.agents.iter().flat_map(|a| a.agents.iter()).map(|a| a.name.as_str()).collect();
+    let others: Vec<ToolDecl> = others.into_iter().filter(|d| !agent_names.contains(&d.name.as_str())).collect();
     let mut toolbox: Toolbox = tools::rebind(&others, root)?;
     let servers = mcp::configs(&p.mcp)?;
     let mcp_tools = match (mcp_decls.is_empty(), servers.is_empty()) {
@@ -603,7 +613,12 @@ fn resume_client(p: &ResumeArgs, run: &Run, state: &[u8], root: &Path) -> Result
             "the saved run uses Agent Skills: give its --skills DIR again (its skills' files are read from there)",
         ));
     }
+    // A sub-agent's tools are bound again from its declarations in the state, like the run's own.
+    let agent_tools = crate::agents::from_state(&config, &|decls| tools::rebind(decls, root))?;
     let mut b = ClientBuilder::from_run_config(config).api_key(key.clone()).toolbox(toolbox);
+    for agent in agent_tools {
+        b = b.agent(agent);
+    }
     if let Some(found) = found {
         b = b.skills(found.skills);
     }
@@ -809,10 +824,16 @@ fn stored_id<'a>(ctx: &'a Ctx, result: &'a RunResult) -> Option<&'a str> {
 
 fn show(ctx: &Ctx, result: &RunResult, streamed_text: bool) {
     let run_id = stored_id(ctx, result);
+    let pending = pending_with_owners(result);
     if ctx.json {
         let mut value = serde_json::to_value(result).unwrap_or_default();
-        if let (Some(id), Some(obj)) = (run_id, value.as_object_mut()) {
-            obj.insert("runId".into(), id.into());
+        if let Some(obj) = value.as_object_mut() {
+            if let Some(id) = run_id {
+                obj.insert("runId".into(), id.into());
+            }
+            if !result.pending.is_empty() {
+                obj.insert("pending".into(), pending.clone());
+            }
         }
         out(&value.to_string());
     }
@@ -834,7 +855,7 @@ fn show(ctx: &Ctx, result: &RunResult, streamed_text: bool) {
                 if let Some(id) = run_id {
                     out(id);
                 }
-                out(&serde_json::to_string_pretty(&result.pending).unwrap_or_default());
+                out(&serde_json::to_string_pretty(&pending).unwrap_or_default());
             }
             match (&ctx.keep, run_id) {
                 (Keep::Store { store, .. }, Some(id)) => eprintln!(
@@ -853,6 +874,21 @@ fn show(ctx: &Ctx, result: &RunResult, streamed_text: bool) {
             }
         }
     }
+}
+
+/// The pending requests, each a sub-agent's naming it: `agent` is the agent
+/// path of the run that asks (the answer id is the request's `id` as is).
+fn pending_with_owners(result: &RunResult) -> serde_json::Value {
+    let run = result.suspended.as_ref().and_then(|s| Run::restore(&s.state).ok());
+    let items = result.pending.iter().map(|r| {
+        let mut v = serde_json::to_value(r).unwrap_or_default();
+        let owner = run.as_ref().and_then(|run| run.request_owner(&r.id)).filter(|o| !o.is_empty());
+        if let (Some(owner), Some(obj)) = (owner, v.as_object_mut()) {
+            obj.insert("agent".into(), owner.into());
+        }
+        v
+    });
+    serde_json::Value::Array(items.collect())
 }
 
 /// Replaces `path` so that a crash leaves either the old or the new file,

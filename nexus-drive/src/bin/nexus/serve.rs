@@ -125,6 +125,20 @@ pub fn main(args: ServeArgs) -> Result<i32, Fail> {
         smol::block_on(futures_lite::StreamExt::next(&mut signals));
         stop.shutdown();
     });
+    // SIGHUP reads the keys file again: keys added, changed, disabled or
+    // removed without a restart; connections and requests in flight stay.
+    let keys = server.keys_handle();
+    if let Ok(mut hups) = async_signal::Signals::new([async_signal::Signal::Hup]) {
+        std::thread::spawn(move || {
+            while smol::block_on(futures_lite::StreamExt::next(&mut hups)).is_some() {
+                let line = match keys.reload() {
+                    Ok(n) => serde_json::json!({"keys_reloaded": n}),
+                    Err(e) => serde_json::json!({"keys_reload_failed": e.to_string()}),
+                };
+                eprintln!("{line}");
+            }
+        });
+    }
     server.wait();
     Ok(0)
 }

@@ -43,6 +43,8 @@ pub struct ToolsArgs {
     #[command(flatten)]
     pub skills: SkillsArgs,
     #[command(flatten)]
+    pub agents: crate::agents::AgentsArgs,
+    #[command(flatten)]
     pub mcp: McpArgs,
     /// Only this wire format's shape.
     #[arg(long, value_parser = StyleParser)]
@@ -162,7 +164,14 @@ pub fn main(args: ToolsArgs) -> Result<i32, Fail> {
             tb.add_dyn(tool).map_err(|e| Fail::usage(e.to_string()))?;
         }
     }
-    let decls = tb.decls();
+    let agents = crate::agents::load(&args.agents.dirs)?;
+    let mut decls = tb.decls();
+    // Each agent is a tool of the run, declared as the run declares it.
+    let model = "model";
+    for a in crate::agents::tools(&agents, args.style.unwrap_or(Style::OpenAi), model, &tb) {
+        let parent = nexus_proto::RunConfig::new(args.style.unwrap_or(Style::OpenAi), model);
+        decls.push(a.spec_decl(&parent));
+    }
     let shown = match args.style {
         Some(s) => wire_tools(s, &decls),
         None => {
@@ -173,10 +182,18 @@ pub fn main(args: ToolsArgs) -> Result<i32, Fail> {
             Value::Object(all)
         }
     };
-    let shown = match &found {
+    let mut shown = match &found {
         Some(found) => listing(found, shown),
         None => shown,
     };
+    if !args.agents.dirs.is_empty() {
+        if found.is_none() {
+            shown = json!({ "tools": shown });
+        }
+        if let Some(obj) = shown.as_object_mut() {
+            obj.insert("agents".into(), crate::agents::listing(&agents));
+        }
+    }
     out(&serde_json::to_string_pretty(&shown).unwrap_or_default());
     // A server left out is a failure to report, after what could be listed.
     Ok(if mcp.is_some_and(|m| !m.errors().is_empty()) { 1 } else { 0 })

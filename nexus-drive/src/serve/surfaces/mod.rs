@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 
 use super::failover::Forwarded;
 use super::gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest, MAX_ERROR_BODY};
-use super::handler::{retry_after_header, Usage};
+use super::handler::{note_usage, openai_error, retry_after_header, Usage};
 use super::surface::{BoxFuture, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
 /// The header naming what a translation left out.
@@ -48,7 +48,12 @@ impl Surface for AnthropicMessages {
     }
 
     fn error(&self, e: &GatewayError) -> Reply {
-        error_reply(Dialect::Anthropic, &gateway_error(e), &e.headers)
+        let mut te = gateway_error(e);
+        if e.kind == ErrorKind::BudgetExceeded {
+            // Anthropic's own answer for spending that is not allowed: 402 billing_error.
+            te.status = 402;
+        }
+        error_reply(Dialect::Anthropic, &te, &e.headers)
     }
 
     fn handle<'a>(&'a self, req: SurfaceRequest, ctx: Ctx) -> BoxFuture<'a, Reply> {
@@ -76,7 +81,19 @@ impl Surface for GeminiGenerate {
     }
 
     fn error(&self, e: &GatewayError) -> Reply {
-        error_reply(Dialect::Gemini, &gateway_error(e), &e.headers)
+        let wait = e.headers.iter().find(|(k, _)| k == "retry-after").map(|(_, v)| v.as_str());
+        match (e.status, wait) {
+            // Google's APIs say when to retry in the body: a google.rpc.RetryInfo detail.
+            (429, Some(seconds)) => {
+                let mut body = Dialect::Gemini.error_json(&gateway_error(e));
+                body["error"]["details"] = json!([{
+                    "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                    "retryDelay": format!("{seconds}s"),
+                }]);
+                with_headers(Reply::json(429, body.to_string()), &e.headers)
+            }
+            _ => error_reply(Dialect::Gemini, &gateway_error(e), &e.headers),
+        }
     }
 
     fn handle<'a>(&'a self, req: SurfaceRequest, ctx: Ctx) -> BoxFuture<'a, Reply> {
@@ -107,7 +124,8 @@ impl Surface for OpenAiResponses {
     }
 
     fn error(&self, e: &GatewayError) -> Reply {
-        error_reply(Dialect::Responses, &gateway_error(e), &e.headers)
+        // The Responses API's errors are OpenAI error objects, with OpenAI's types and codes.
+        error_reply(Dialect::Responses, &openai_error(e), &e.headers)
     }
 
     fn handle<'a>(&'a self, req: SurfaceRequest, ctx: Ctx) -> BoxFuture<'a, Reply> {
@@ -444,6 +462,9 @@ impl Cx<'_> {
             Err(e) => return self.error(&gateway_error(&e), &extra),
         };
         if native {
+            if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+                note_usage(self.ctx, &v);
+            }
             return with_headers(Reply::json(status, bytes), &extra);
         }
         let answer = match self.dialect {
@@ -458,17 +479,6 @@ impl Cx<'_> {
             }
             Err(e) => self.error(&e, &extra),
         }
-    }
-}
-
-/// Counts the tokens an Anthropic or Gemini answer reports.
-fn note_usage(ctx: &Ctx, v: &Value) {
-    if let Some(u) = v.get("usage") {
-        let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-        ctx.note_usage(n("input_tokens"), n("output_tokens"));
-    } else if let Some(u) = v.get("usageMetadata") {
-        let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-        ctx.note_usage(n("promptTokenCount"), n("candidatesTokenCount"));
     }
 }
 
@@ -522,12 +532,12 @@ impl Pump {
         let out = self.step().await;
         if self.done {
             // Counted once, before the last piece leaves, as for a whole answer.
-            let (input, output) = match &self.translator {
-                Some(tr) => tr.usage().unwrap_or_default(),
-                None => (self.scanned.input, self.scanned.output),
-            };
-            if !std::mem::replace(&mut self.counted, true) && input + output > 0 {
-                self.ctx.note_usage(input, output);
+            let mut usage = self.scanned.tokens();
+            if let Some((input, output)) = self.translator.as_ref().and_then(|tr| tr.usage()) {
+                (usage.input, usage.output) = (input, output);
+            }
+            if !std::mem::replace(&mut self.counted, true) && usage.total() > 0 {
+                self.ctx.note_token_usage(usage);
             }
         }
         out
@@ -548,7 +558,11 @@ impl Pump {
                         events.drain(..).for_each(|ev| scanned.scan(ev.data.as_bytes()));
                         return Some(Bytes::copy_from_slice(piece));
                     };
-                    lines.extend(events.drain(..).flat_map(|ev| tr.push(&ev)));
+                    lines.extend(events.drain(..).flat_map(|ev| {
+                        // Cached and reasoning tokens are read from the upstream's own events.
+                        scanned.scan(ev.data.as_bytes());
+                        tr.push(&ev)
+                    }));
                     // After an error event nothing more is read: the upstream is done for.
                     *done = tr.failed();
                 }
@@ -559,7 +573,10 @@ impl Pump {
                         events.drain(..).for_each(|ev| scanned.scan(ev.data.as_bytes()));
                         return None;
                     };
-                    lines.extend(events.drain(..).flat_map(|ev| tr.push(&ev)));
+                    lines.extend(events.drain(..).flat_map(|ev| {
+                        scanned.scan(ev.data.as_bytes());
+                        tr.push(&ev)
+                    }));
                     lines.extend(tr.finish());
                 }
                 Err(e) => {
