@@ -266,7 +266,7 @@ pub use tool::{
 /// Typed final output: the spec, the strategy rule ([`output::decide`]) and the schema lowering.
 pub use nexus_proto::output;
 pub use nexus_proto::{
-    AgentReport, Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, OutputError, OutputMode, OutputSpec, Request,
-    RunError, StopReason, Strategy, StrategyRecord, StreamEvent, Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply,
-    ToolResult, Upstream, Usage,
+    AgentReport, Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, OutputError, OutputMode, OutputSpec,
+    Request, RunError, StopReason, Strategy, StrategyRecord, StreamEvent, Style, Timestamp, ToolCallRecord, ToolDecl,
+    ToolReply, ToolResult, Upstream, Usage,
 };
