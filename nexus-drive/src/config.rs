@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use nexus_proto::http::is_secret_header;
 use nexus_proto::{
-    Answer, BreakerPolicy, Breakers, FailoverPolicy, Request, RetryPolicy, RunConfig, StreamEvent, Style, Timestamp,
-    TransportErrorKind, Upstream,
+    Answer, BreakerPolicy, Breakers, ContextPolicy, FailoverPolicy, Request, RetryPolicy, RunConfig, StreamEvent,
+    Style, Timestamp, TransportErrorKind, Upstream,
 };
 use serde_json::{Map, Value};
 
@@ -355,6 +355,47 @@ impl ClientBuilder {
     pub fn max_tokens(mut self, n: u32) -> Self {
         self.cfg.run.max_tokens = Some(n);
         self
+    }
+
+    /// The context window of the primary upstream in tokens, over the
+    /// built-in table (turns the context budget on).
+    pub fn context_window(mut self, tokens: u64) -> Self {
+        self.context().windows.insert(0, tokens);
+        self
+    }
+
+    /// Compact when the next request's estimate passes this fraction of the
+    /// window (default 0.8; turns the context budget on). The low-water mark
+    /// follows it down when it is lower.
+    pub fn compact_at(mut self, fraction: f64) -> Self {
+        let policy = self.context();
+        policy.compact_at = fraction;
+        policy.low_water = policy.low_water.min(fraction);
+        self
+    }
+
+    /// Cap on a tool result in the requests, in bytes: longer results keep
+    /// their head and tail with a marker (the run keeps them whole). Turns
+    /// the context budget on.
+    pub fn max_tool_result_bytes(mut self, n: usize) -> Self {
+        self.context().max_tool_result_bytes = Some(n);
+        self
+    }
+
+    /// Cap on results of tool `name`, over [`max_tool_result_bytes`](Self::max_tool_result_bytes).
+    pub fn tool_result_cap(mut self, name: impl Into<String>, n: usize) -> Self {
+        self.context().tool_result_caps.insert(name.into(), n);
+        self
+    }
+
+    /// The whole context budget at once (see [`ContextPolicy`]).
+    pub fn context_policy(mut self, policy: ContextPolicy) -> Self {
+        self.cfg.run.context = Some(policy);
+        self
+    }
+
+    fn context(&mut self) -> &mut ContextPolicy {
+        self.cfg.run.context.get_or_insert_with(ContextPolicy::default)
     }
 
     /// Ask for SSE streams (read and fed incrementally).

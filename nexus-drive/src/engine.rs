@@ -705,6 +705,7 @@ impl Engine {
             output_mode,
             output_strategies,
             agents: self.run.agent_reports(),
+            compactions: RunResult::compactions(&self.run),
         }
     }
 

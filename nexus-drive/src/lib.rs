@@ -254,7 +254,7 @@ pub use config::{ClientBuilder, ClientConfig, FailureInfo, RetryDecision};
 pub use error::DriveError;
 pub use hooks::{BeforeTool, HookAbort, Hooks};
 pub use metrics::{Metric, Metrics};
-pub use result::{FailoverReport, RunResult, RunStatus, StreamItem, SuspendedRun, UpstreamTurn};
+pub use result::{CompactionReport, FailoverReport, RunResult, RunStatus, StreamItem, SuspendedRun, UpstreamTurn};
 pub use store::{
     ConversationStore, FileConversationStore, FileRunStore, MemoryConversationStore, MemoryRunStore, RunRecord,
     RunStore, StoreError,
@@ -266,7 +266,7 @@ pub use tool::{
 /// Typed final output: the spec, the strategy rule ([`output::decide`]) and the schema lowering.
 pub use nexus_proto::output;
 pub use nexus_proto::{
-    AgentReport, Answer, BreakerPolicy, Breakers, FailoverPolicy, Message, OutputError, OutputMode, OutputSpec,
-    Request, RunError, StopReason, Strategy, StrategyRecord, StreamEvent, Style, Timestamp, ToolCallRecord, ToolDecl,
-    ToolReply, ToolResult, Upstream, Usage,
+    AgentReport, Answer, BreakerPolicy, Breakers, ClearToolUses, Compaction, ContextPolicy, FailoverPolicy, Message,
+    OutputError, OutputMode, OutputSpec, Request, RunError, StopReason, Strategy, StrategyRecord, StreamEvent, Style,
+    Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream, Usage,
 };

@@ -77,6 +77,26 @@ pub struct RunResult {
     /// and status. `usage` and `turns` above are the top run's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agents: Vec<AgentReport>,
+    /// Every compaction of the context in this run, in order (left out of
+    /// the JSON when there was none). Their usage is in [`usage`](Self::usage).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compactions: Vec<CompactionReport>,
+}
+
+/// One compaction of a run's context, as reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionReport {
+    /// The 1-based turn it came before.
+    pub turn: u32,
+    /// Estimated input tokens of the request that set it off.
+    pub tokens_before: u64,
+    /// Estimated input tokens of the view after it.
+    pub tokens_after: u64,
+    /// Assistant turns the summary replaced.
+    pub turns_replaced: u32,
+    /// The compaction request's own usage.
+    pub usage: Usage,
 }
 
 /// The upstream that answered one turn.
@@ -126,6 +146,20 @@ impl RunResult {
             .map(|f| FailoverReport { turn: f.turn, from: at(f.from), to: at(f.to), reason: f.reason.clone() })
             .collect();
         (upstreams, failovers)
+    }
+
+    /// The compactions of `run` as reported.
+    pub fn compactions(run: &Run) -> Vec<CompactionReport> {
+        run.compactions()
+            .iter()
+            .map(|c| CompactionReport {
+                turn: c.turn,
+                tokens_before: c.tokens_before,
+                tokens_after: c.tokens_after,
+                turns_replaced: c.turns_replaced,
+                usage: c.usage,
+            })
+            .collect()
     }
 
     /// Whether the run waits for answers.
@@ -211,6 +245,7 @@ mod tests {
             output_mode: None,
             output_strategies: vec![],
             agents: vec![],
+            compactions: vec![],
         }
     }
 

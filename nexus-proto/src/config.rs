@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::agent::{AgentSpec, Agents};
+use crate::context::ContextPolicy;
 use crate::failover::{FailoverPolicy, Upstream};
 use crate::output::OutputSpec;
 use crate::provider::{Style, RESERVED_PARAMS};
@@ -92,6 +93,10 @@ pub struct RunConfig {
     /// [`crate::agent`]). Format 3 on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<Agents>,
+    /// The context budget: windows, compaction and tool-result caps (none:
+    /// requests are sent as the transcript stands, with no budget). Format 3 on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ContextPolicy>,
 }
 
 fn is_default_failover(p: &FailoverPolicy) -> bool {
@@ -120,6 +125,7 @@ impl RunConfig {
             failover: FailoverPolicy::default(),
             output: None,
             agents: None,
+            context: None,
         }
     }
 
@@ -184,6 +190,9 @@ impl RunConfig {
         }
         if let Some(agents) = &self.agents {
             agents.validate()?;
+        }
+        if let Some(why) = self.context.as_ref().and_then(|c| c.validate().err()) {
+            return Err(InputError::Config(format!("context: {why}")));
         }
         if let Some((k, _)) = self.headers.iter().find(|(k, _)| crate::http::is_secret_header(k)) {
             return Err(InputError::Config(format!(

@@ -165,6 +165,17 @@ pub enum RunError {
     /// The run has an output spec and ended without a valid value.
     #[error(transparent)]
     Output(crate::output::OutputError),
+    /// The next request cannot be brought under the context window, even
+    /// compacted (one message bigger than the window, say). Nothing was sent.
+    #[error("context exhausted: the next request needs about {estimate} tokens, the limit is {limit}; biggest: {}", biggest.iter().map(|i| format!("{} ({} tokens)", i.what, i.tokens)).collect::<Vec<_>>().join(", "))]
+    ContextExhausted {
+        /// The estimate of the smallest view the run could make.
+        estimate: u64,
+        /// The window minus the reserve.
+        limit: u64,
+        /// The biggest items of that view, biggest first.
+        biggest: Vec<crate::context::ContextItem>,
+    },
 }
 
 /// A serialized state could not be restored. Nothing was changed.

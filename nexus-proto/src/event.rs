@@ -120,6 +120,20 @@ pub enum StreamEvent {
         /// The child's event (never itself `Agent`).
         event: Box<StreamEvent>,
     },
+    /// The run compacted its context before turn `turn`: a summary now
+    /// stands for the oldest turns in the requests (the transcript keeps them).
+    Compaction {
+        /// The 1-based turn it came before.
+        turn: u32,
+        /// Estimated input tokens of the request that set it off.
+        tokens_before: u64,
+        /// Estimated input tokens of the view after it.
+        tokens_after: u64,
+        /// Assistant turns the summary replaced.
+        turns_replaced: u32,
+        /// The compaction request's usage (counted in the run's usage too).
+        usage: Usage,
+    },
     /// A failed model call will be retried.
     Retrying {
         /// 1-based retry number.

@@ -177,6 +177,10 @@
 //!   back *in doubt* instead of being silently re-run or dropped.
 //! - **Durable state**: [`Run::snapshot`] / [`Run::restore`], versioned JSON
 //!   ([`FORMAT_VERSION`]), byte-identical round trips, no secrets.
+//! - **Context budget** (with [`RunConfig::context`]): no request goes out
+//!   over the model's window; the run compacts first, as a recorded summary
+//!   request, and ends with [`RunError::ContextExhausted`] when nothing can
+//!   fit (see [`context`]).
 //! - **No panics on remote bytes**: every malformed response becomes a typed
 //!   error ([`DecodeError`], [`ProviderError`]) and a failed run, never a panic.
 //!
@@ -195,6 +199,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod context;
 pub mod error;
 pub mod event;
 pub mod failover;
@@ -220,6 +225,7 @@ pub mod translate;
 
 pub use agent::{AgentReport, AgentSpec, Agents};
 pub use config::{RetryPolicy, RunConfig};
+pub use context::{ClearToolUses, Compaction, ContextItem, ContextPolicy};
 pub use error::{
     DecodeError, GateError, InputError, ProviderError, RemoteError, RunError, StateError, TransportErrorKind,
 };

@@ -13,11 +13,11 @@ use serde_json::Value;
 use crate::config::RunConfig;
 use crate::error::{DecodeError, InputError, RemoteError, RunError, TransportErrorKind};
 use crate::event::StreamEvent;
-use crate::failover::{params_for, Attempt, Breakers, CircuitState, Decision, FailoverRecord, ServedTurn, Upstream};
+use crate::failover::{Attempt, Breakers, CircuitState, Decision, FailoverRecord, ServedTurn, Upstream};
 use crate::http::{ExchangeId, HttpRequest};
 use crate::ledger::{Batch, CallState, Entry, ToolBatch};
 use crate::message::{Block, Message, Role, Usage};
-use crate::provider::{Assembler, CallIds, ModelCall, StopReason, Style, TurnResponse};
+use crate::provider::{Assembler, CallIds, StopReason, Style, TurnResponse};
 use crate::rng::SplitMix64;
 use crate::sse::{SseDecoder, SseEvent};
 use crate::suspend::{Answer, Request, ToolReply, ToolResult};
@@ -210,6 +210,9 @@ pub(crate) struct RunState {
     /// Sub-agents: this run's depth and its finished children. Format 3 on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<crate::agent::AgentState>,
+    /// The context budget's record (see `context`). Format 3 on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<crate::context::ContextState>,
 }
 
 /// The response being read; not part of the state (a restored run re-sends).
@@ -318,6 +321,7 @@ impl Run {
             failovers: Vec::new(),
             output,
             agents,
+            context: None,
         }))
     }
 
@@ -906,25 +910,14 @@ impl Run {
     fn build_request(&mut self, attempt: u32) -> Result<HttpRequest, RunError> {
         let index = self.state.upstream;
         crate::output::prepare(&mut self.state, &mut self.output, &mut self.events);
-        let (style, base_url, model) = self.current();
-        let cfg = &self.state.config;
-        crate::gate::check(style, &self.state.transcript).map_err(RunError::Gate)?;
-        let no_params = serde_json::Map::new();
+        let style = self.current().0;
         let shape = self.output.shape();
-        let tools = shape.tools.unwrap_or(&self.state.tools);
-        let call = ModelCall {
-            model,
-            system: shape.system.or(cfg.system.as_deref()),
-            messages: &self.state.transcript,
-            tools,
-            max_tokens: cfg.max_tokens,
-            stream: cfg.stream,
-            params: params_for(cfg.style, style, &cfg.params, &no_params),
-            output: shape.format,
-        };
-        let mut body = Vec::with_capacity(1024);
-        style.write_body_with(&call, tools.encoded(style), &mut body);
+        let prepared = crate::context::prepare(&mut self.state, style, index, &shape)?;
+        let (_, base_url, model) = self.current();
+        let cfg = &self.state.config;
+        let streaming = cfg.stream && !prepared.compaction;
         let mut headers = style.base_headers();
+        headers.extend(prepared.headers);
         let key = match index {
             0 => self.secrets.api_key.as_ref(),
             i => self.secrets.upstream_keys.iter().find(|(k, _)| *k == i).map(|(_, v)| v),
@@ -942,14 +935,14 @@ impl Run {
         let request = HttpRequest {
             exchange,
             method: "POST",
-            url: style.endpoint(base_url, model, cfg.stream),
+            url: style.endpoint(base_url, model, streaming),
             headers,
-            body,
-            streaming: cfg.stream,
+            body: prepared.body,
+            streaming,
         };
         self.state.next_exchange += 1;
         let turn = self.state.turns + 1;
-        if attempt == 0 && self.announced_turn != turn {
+        if attempt == 0 && self.announced_turn != turn && !prepared.compaction {
             self.announced_turn = turn;
             self.events.push_back(StreamEvent::TurnStarted { turn });
         }
@@ -1026,6 +1019,13 @@ impl Run {
                 return;
             }
             let (retryable, after) = (err.retryable, err.retry_after_ms);
+            if crate::context::on_too_long(&mut self.state, &err) {
+                // The window is learned: the request is built again, compacted.
+                if let Phase::Awaiting { attempt, .. } = self.state.phase {
+                    self.state.phase = Phase::Ready { attempt };
+                }
+                return;
+            }
             self.inflight = Some(f);
             self.fail_exchange(now, RunError::Provider(err), retryable, after);
             return;
@@ -1043,10 +1043,17 @@ impl Run {
                 res
             }
             None => style.decode_response(&f.body, &mut self.state.call_ids).inspect(|turn| {
-                push_whole_deltas(turn, &mut self.events);
+                if !crate::context::compacting(&self.state) {
+                    push_whole_deltas(turn, &mut self.events);
+                }
             }),
         };
         match result {
+            Ok(turn) if crate::context::compacting(&self.state) => {
+                let event = crate::context::accept_summary(&mut self.state, turn);
+                self.events.push_back(event);
+                self.state.phase = Phase::Ready { attempt: 0 };
+            }
             Ok(turn) => self.accept_turn(turn),
             Err(e) => {
                 self.inflight = Some(f);
@@ -1195,6 +1202,7 @@ impl Run {
             turn.usage.total_tokens = turn.usage.prompt_tokens + turn.usage.completion_tokens;
         }
         self.state.usage.add(turn.usage);
+        crate::context::on_turn(&mut self.state, &turn);
         self.state.turns += 1;
         let turn_no = self.state.turns;
         self.state.served.push(ServedTurn { turn: turn_no, upstream: self.state.upstream });

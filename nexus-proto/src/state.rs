@@ -31,6 +31,10 @@ use crate::run::{Run, RunState};
 ///     holds the child run's whole state; the state may hold `agents` (the
 ///     run's depth and its finished children's reports). A version-2 state is
 ///     a run without sub-agents.
+///   - context budget: the config may hold `context` (the context budget)
+///     and the state `context` (learned windows, the calibration,
+///     compactions and a compaction under way). A version-2 state is read as
+///     a run without a context budget.
 pub const FORMAT_VERSION: u64 = 3;
 
 #[derive(Deserialize)]
@@ -85,6 +89,9 @@ pub(crate) fn check(state: &RunState) -> Result<(), StateError> {
         return Err(StateError::Inconsistent("history_len is past the end of the transcript".into()));
     }
     state.config.validate().map_err(|e| StateError::Inconsistent(e.to_string()))?;
+    if let Some(ctx) = &state.context {
+        crate::context::check_state(ctx, &state.transcript).map_err(StateError::Inconsistent)?;
+    }
     let n = state.config.upstream_count();
     if state.upstream >= n {
         return Err(StateError::Inconsistent(format!("upstream {} is past the {n} configured", state.upstream)));

@@ -794,3 +794,56 @@ fn responses_replays_are_refused_like_the_api() {
     let ok = wrap(s, "m-rich", vec![user(s, "hi"), reasoning, message, call, output], false);
     assert_eq!(call_with(&fake, s, "m-rich", &ok, false, Some(KEY)).status, 200);
 }
+
+#[test]
+fn a_context_limit_refuses_over_long_requests_with_each_providers_text_and_reports_counts() {
+    let limit = 300;
+    let fake = FakeProvider::start(Scripts::new(KEY).model(
+        "m-window",
+        Script::new(vec![Turn::text("fits")]).context_limit(limit).summarize_on("Summarize the conversation"),
+    ));
+    for style in Style::ALL {
+        let small = wrap(style, "m-window", vec![user(style, "hello")], false);
+        let r = call_with(&fake, style, "m-window", &small, false, Some(KEY));
+        assert_eq!(r.status, 200, "{style:?}: {}", r.text());
+        let v = r.json();
+        let input = match style {
+            Style::Anthropic => v["usage"]["input_tokens"].clone(),
+            Style::OpenAi => v["usage"]["prompt_tokens"].clone(),
+            Style::OpenAiResponses => v["usage"]["input_tokens"].clone(),
+            Style::Gemini => v["usageMetadata"]["promptTokenCount"].clone(),
+        };
+        assert_eq!(input, json!(nexus_tests::fake::fake_token_count(&small)), "{style:?}: the count is reported");
+
+        let big = wrap(style, "m-window", vec![user(style, &"word ".repeat(400))], false);
+        let n = nexus_tests::fake::fake_token_count(&big);
+        assert!(n > limit);
+        let r = call_with(&fake, style, "m-window", &big, false, Some(KEY));
+        let (kind, text) = match style {
+            Style::Anthropic => ("invalid_request_error", format!("prompt is too long: {n} tokens > {limit} maximum")),
+            Style::OpenAi => (
+                "context_length_exceeded",
+                format!(
+                    "This model's maximum context length is {limit} tokens. However, your messages resulted in {n} \
+                     tokens. Please reduce the length of the messages."
+                ),
+            ),
+            Style::OpenAiResponses => (
+                "context_length_exceeded",
+                "Your input exceeds the context window of this model. Please adjust your input and try again."
+                    .to_string(),
+            ),
+            Style::Gemini => (
+                "INVALID_ARGUMENT",
+                format!("The input token count ({n}) exceeds the maximum number of tokens allowed ({limit})."),
+            ),
+        };
+        assert_error(style, &r, 400, kind, &text);
+    }
+    // A request whose system prompt asks for a summary gets one, not a scripted turn.
+    let mut anthropic = wrap(Style::Anthropic, "m-window", vec![user(Style::Anthropic, "old turns")], false);
+    anthropic["system"] = json!("Summarize the conversation below.");
+    let r = call_with(&fake, Style::Anthropic, "m-window", &anthropic, false, Some(KEY));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["content"][0]["text"].as_str().unwrap().starts_with("Summary 1:"), "{}", r.text());
+}

@@ -22,7 +22,11 @@ use crate::tool::ToolDecl;
 /// pending), answers with right and wrong ids, timer fires, cancels, stale
 /// exchanges, time going backwards, and snapshot/restore at any point.
 ///
-/// Checks: no panic; `poll_output` always settles; every emitted request is
+/// A third of the runs keep a small context budget, so compactions, capped
+/// results and `ContextExhausted` happen at any point of such a script.
+///
+/// Checks: no panic; `poll_output` always settles; no request of a budgeted
+/// run goes out over its limit; every emitted request is
 /// balanced on the wire (each tool call answered once in the next turn); a
 /// refused input changes nothing; an answer to an outstanding request is
 /// accepted; a run restored from a snapshot taken between inputs behaves
@@ -99,6 +103,8 @@ struct Driver {
     wait_until: Option<Timestamp>,
     next_id: u32,
     finished: bool,
+    /// With a context budget: no request may estimate over this many tokens.
+    limit: Option<u64>,
 }
 
 type Step = arbitrary::Result<()>;
@@ -109,7 +115,7 @@ impl Driver {
         let mut config = RunConfig::new(style, "m");
         config.base_url = "http://127.0.0.1:1".into();
         config.stream = u.arbitrary()?;
-        config.max_turns = u.int_in_range(1..=4)?;
+        config.max_turns = u.int_in_range(1..=6)?;
         config.retry.retries = u.int_in_range(0..=2)?;
         config.retry.base_delay_ms = u.int_in_range(0..=1000)?;
         config.seed = u.arbitrary()?;
@@ -126,6 +132,21 @@ impl Driver {
             let mut spec = crate::output::OutputSpec::new(schema).with_mode(u.arbitrary()?);
             spec.retries = u.int_in_range(0..=2)?;
             config.output = Some(spec);
+        }
+        // A third of the runs keep a small context budget: tool results of
+        // any size force compactions (or ContextExhausted) at any point.
+        let mut limit = None;
+        if u.ratio(1, 3)? {
+            let mut policy = crate::context::ContextPolicy::default();
+            let window = u.int_in_range(600..=4_000)?;
+            policy.windows.insert(0, window);
+            policy.margin_tokens = 20;
+            if u.arbitrary()? {
+                policy.max_tool_result_bytes = Some(u.int_in_range(64..=4_096)?);
+            }
+            config.max_tokens = Some(50);
+            config.context = Some(policy);
+            limit = Some(window - 70);
         }
         let mut run = match Run::new(config, machine_tools(), vec![Message::user("go")]) {
             Ok(run) => run,
@@ -157,6 +178,7 @@ impl Driver {
             wait_until: None,
             next_id: 0,
             finished: false,
+            limit,
         })
     }
 
@@ -165,6 +187,11 @@ impl Driver {
             self.poll();
             if u.is_empty() {
                 break;
+            }
+            if self.limit.is_some() && !self.running.is_empty() && u.ratio(2, 3)? {
+                // Budgeted runs get their tools answered more often, so turns pile up.
+                self.reply(u)?;
+                continue;
             }
             match u.int_in_range(0..=15)? {
                 0..=4 => self.respond(u)?,
@@ -202,6 +229,10 @@ impl Driver {
             match out {
                 Output::Send(req) => {
                     check_request(self.style, &req);
+                    if let Some(limit) = self.limit {
+                        let tokens = (req.body.len() as u64).div_ceil(4);
+                        assert!(tokens <= limit, "a request of ~{tokens} tokens went out over the {limit} limit");
+                    }
                     self.open = Some((req.exchange, req.streaming));
                     self.sent = self.sent.max(req.exchange.0);
                 }
@@ -319,7 +350,10 @@ impl Driver {
             }
             ToolReply::Pending(request)
         } else {
-            ToolReply::Done(ToolResult { output: "r".into(), is_error: u.arbitrary()?, metadata: None })
+            // Under a context budget most results are large: they are what forces compactions.
+            let large = if self.limit.is_some() { !u.ratio(1, 4)? } else { u.ratio(1, 4)? };
+            let size = if large { u.int_in_range(1_000..=20_000)? } else { 1 };
+            ToolReply::Done(ToolResult { output: "r".repeat(size), is_error: u.arbitrary()?, metadata: None })
         };
         let running = self.running.contains(&call_id) && !self.finished;
         let got = self.apply(self.now, Input::ToolReply { call_id: call_id.clone(), reply });

@@ -29,7 +29,7 @@ mod validate;
 pub use extract::{extract_json, Extracted};
 pub use rule::OutputFormat;
 pub(crate) use rule::{
-    check_tools, commit, native_refused, on_answer, on_output_call, prepare, Next, OutputRule, OutputState,
+    check_tools, commit, native_refused, on_answer, on_output_call, prepare, Next, OutputRule, OutputState, Shape,
 };
 pub use validate::SchemaCheck;
 

@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 mod anthropic;
+mod context;
 mod faults;
 mod gemini;
 mod http;

@@ -90,12 +90,36 @@ pub struct Script {
     /// Checks on the request that asks for the last turn (optional).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_final: Option<ExpectFinal>,
+    /// The model's context window: a request whose token count
+    /// ([`fake_token_count`](crate::fake::fake_token_count)) is over it is
+    /// refused with the provider's own "too long" 400, and every answer
+    /// reports its request's count as its input tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_limit: Option<u64>,
+    /// A request whose system prompt contains this text asks for a
+    /// summary: it is answered with one instead of a scripted turn, and the
+    /// turn of every request is found from the last tool call id in it (a
+    /// compacted transcript holds fewer assistant turns than were made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summarize_on: Option<String>,
 }
 
 impl Script {
     /// A script of these turns.
     pub fn new(turns: Vec<Turn>) -> Script {
-        Script { turns, expect_final: None }
+        Script { turns, expect_final: None, context_limit: None, summarize_on: None }
+    }
+
+    /// Refuses requests over `tokens` (see [`Script::context_limit`]).
+    pub fn context_limit(mut self, tokens: u64) -> Script {
+        self.context_limit = Some(tokens);
+        self
+    }
+
+    /// Answers summary requests (see [`Script::summarize_on`]).
+    pub fn summarize_on(mut self, marker: impl Into<String>) -> Script {
+        self.summarize_on = Some(marker.into());
+        self
     }
 
     /// Adds checks on the request for the last turn.

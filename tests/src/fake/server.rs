@@ -13,9 +13,9 @@ use serde_json::Value;
 use super::faults::{self, Framing};
 use super::http::{write_full, Conn, ReadError, Request};
 use super::reply::{self, Reply};
-use super::script::{ExpectFinal, Scripts};
+use super::script::{ExpectFinal, Scripts, Turn, TurnUsage};
 use super::wire::{stable_id, Ctx, Parsed, Reject};
-use super::{anthropic, gemini, openai, output, responses, RecordedRequest, Style};
+use super::{anthropic, context, gemini, openai, output, responses, RecordedRequest, Style};
 
 /// Connections served at once; more are closed on arrival. High enough for
 /// a gateway relaying a thousand concurrent streams.
@@ -332,7 +332,20 @@ fn plan(
         }
     }
     output::check(style, &body, &parsed.model)?;
-    let turn_index = parsed.assistant_turns;
+    let counted = super::fake_token_count(&body);
+    if let Some(limit) = script.context_limit.filter(|l| counted > *l) {
+        return Err(context::too_long(style, counted, limit));
+    }
+    let summarizing = script.summarize_on.as_ref().filter(|m| context::system_text(style, &body).contains(m.as_str()));
+    if summarizing.is_some() {
+        return Ok(summary(shared, style, &parsed, counted, gemini_route.as_ref().map(|(_, f)| *f)));
+    }
+    let turn_index = match (&script.summarize_on, context::last_call_id(style, &body)) {
+        (Some(_), Some(id)) => {
+            context::turn_after_call(script, &parsed.model, style, &id).unwrap_or(parsed.assistant_turns)
+        }
+        _ => parsed.assistant_turns,
+    };
     record.turn = Some(turn_index);
     let Some(turn) = script.turns.get(turn_index) else {
         return Err(style_error(
@@ -370,8 +383,38 @@ fn plan(
         _ if parsed.stream => Framing::Sse,
         _ => Framing::Whole,
     };
+    let counted_turn;
+    let turn = match script.context_limit {
+        // A model with a window reports what it counted.
+        Some(_) => {
+            counted_turn = Turn { usage: TurnUsage { input: counted, output: turn.usage.output }, ..turn.clone() };
+            &counted_turn
+        }
+        None => turn,
+    };
     let ctx = Ctx { model: &parsed.model, turn_index, turn, huge: None, include_usage: parsed.include_usage };
     Ok(faults::answer(style, &ctx, framing, faults::select(&turn.faults, attempt)))
+}
+
+/// Answers a request for a summary: a text turn naming how many summaries
+/// the model wrote, reporting the request's count as its input tokens.
+fn summary(shared: &Shared, style: Style, parsed: &Parsed, counted: u64, gemini: Option<Framing>) -> Reply {
+    let n = {
+        let mut attempts = lock(&shared.attempts);
+        let k = attempts.entry((format!("{}#summaries", parsed.model), 0)).or_insert(0);
+        *k += 1;
+        *k
+    };
+    let text = format!("Summary {n}: the files read so far and what they hold; the task goes on.");
+    let turn = Turn { usage: TurnUsage { input: counted, output: 20 }, ..Turn::text(text) };
+    let framing = match gemini {
+        Some(f) => f,
+        None if parsed.stream => Framing::Sse,
+        None => Framing::Whole,
+    };
+    let turn_index = 100_000 + n as usize;
+    let ctx = Ctx { model: &parsed.model, turn_index, turn: &turn, huge: None, include_usage: parsed.include_usage };
+    faults::answer(style, &ctx, framing, None)
 }
 
 fn check_final(expect: &ExpectFinal, parsed: &Parsed) -> Result<(), String> {

@@ -195,6 +195,22 @@ mod tests {
             let err = parse(bad).err().unwrap_or_else(|| panic!("{bad:?} parses"));
             assert_eq!(err.exit_code(), 2, "{bad:?}");
         }
+        for bad in [
+            &["run", "--compact-at", "0", "hi"][..],
+            &["run", "--compact-at=1.5", "hi"],
+            &["run", "--compact-at", "x", "hi"],
+        ] {
+            assert_eq!(parse(bad).err().map(|e| e.exit_code()), Some(2), "{bad:?}");
+        }
+        assert_eq!(parse(&["run", "--max-tool-result-bytes", "10", "hi"]).err().map(|e| e.exit_code()), Some(2));
+        let Ok(Cli { command: Command::Run(r) }) = parse(&["run", "hi"]) else { panic!("run parses") };
+        assert_eq!((r.compact_at, r.context_window, r.max_tool_result_bytes), (0.8, None, None));
+        let Ok(Cli { command: Command::Run(r) }) =
+            parse(&["run", "--context-window", "9000", "--compact-at=0.6", "--max-tool-result-bytes", "4096", "hi"])
+        else {
+            panic!("run parses")
+        };
+        assert_eq!((r.compact_at, r.context_window, r.max_tool_result_bytes), (0.6, Some(9000), Some(4096)));
         let err = parse(&["run", "--jsn", "hi"]).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("--json"), "a near flag is suggested: {err}");
         let err = parse(&["run", "--style", "anthropik", "hi"]).err().map(|e| e.to_string()).unwrap_or_default();

@@ -101,6 +101,7 @@ pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Valu
         output_mode,
         output_strategies,
         agents: run.agent_reports(),
+        compactions: RunResult::compactions(run),
     };
     serde_json::to_value(&result).unwrap_or(Value::Null)
 }

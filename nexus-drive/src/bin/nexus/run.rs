@@ -58,6 +58,18 @@ pub struct RunArgs {
     /// Print text as it arrives (with --json: every event as a JSON line).
     #[arg(long)]
     pub stream: bool,
+    /// The model's context window in tokens (default: the built-in table of
+    /// current models; a provider's "too long" refusal teaches it too).
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub context_window: Option<u64>,
+    /// Compact the context (summarize the oldest turns with a model request)
+    /// when the next request's estimate passes this fraction of the window.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.8, value_parser = fraction)]
+    pub compact_at: f64,
+    /// Cap on a tool result in the requests, in bytes: a longer one keeps its
+    /// head and tail with a marker (the run keeps it whole).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(64..))]
+    pub max_tool_result_bytes: Option<u64>,
     /// A JSON array of {name, description, input_schema}: tools the model may
     /// call that run elsewhere; their calls suspend the run with one
     /// `tool_call` request per turn.
@@ -94,10 +106,11 @@ pub struct RunArgs {
     /// Print the result as one JSON object: status, text, toolCalls, turns,
     /// usage, model, limit (when incomplete), pending (when pending),
     /// upstreams ([{turn, style, baseUrl, model}]: which upstream answered
-    /// each turn), failovers ([{turn, from, to, reason}]), runId (with --store);
-    /// with --output-schema also output (the validated value), outputMode
-    /// (the strategy in force at the end) and outputStrategies ([{upstream,
-    /// strategy, turn, reason}]).
+    /// each turn), failovers ([{turn, from, to, reason}]), compactions
+    /// ([{turn, tokensBefore, tokensAfter, turnsReplaced, usage}], when the
+    /// context was compacted), runId (with --store); with --output-schema
+    /// also output (the validated value), outputMode (the strategy in force
+    /// at the end) and outputStrategies ([{upstream, strategy, turn, reason}]).
     #[arg(long)]
     pub json: bool,
     /// The run must end in a JSON value that validates against the JSON
@@ -407,6 +420,15 @@ pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
     if let Some(n) = p.max_turns {
         b = b.max_turns(n);
     }
+    // The context budget is always on in the CLI: a long tool loop compacts
+    // instead of dying at the window.
+    b = b.compact_at(p.compact_at);
+    if let Some(tokens) = p.context_window {
+        b = b.context_window(tokens);
+    }
+    if let Some(n) = p.max_tool_result_bytes {
+        b = b.max_tool_result_bytes(usize::try_from(n).unwrap_or(usize::MAX));
+    }
     let typed = p.output_schema.is_some();
     if let Some(path) = &p.output_schema {
         b = b.output(output_spec(path, p.output_mode.as_deref())?);
@@ -431,6 +453,14 @@ pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
         false => client.stream_awaiting(prompt, waiting),
     };
     finish(&ctx, items)
+}
+
+/// A fraction in (0, 1], for --compact-at.
+fn fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!("{s:?} is not a fraction in (0, 1]")),
+    }
 }
 
 /// Runs `nexus resume`.

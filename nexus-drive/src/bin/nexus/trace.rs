@@ -130,6 +130,9 @@ impl Observer for Trace {
             StreamEvent::Pending { request } => {
                 self.line(&format!("  ⏸ {} request {}: {}", request.kind, request.id, short(&request.prompt, 300)));
             }
+            StreamEvent::Compaction { turn, tokens_before, tokens_after, turns_replaced, .. } => self.line(&format!(
+                "  [compacted before turn {turn}: ~{tokens_before} → ~{tokens_after} tokens, {turns_replaced} turns summarized]"
+            )),
             StreamEvent::Retrying { attempt, delay_ms, reason } => {
                 self.line(&format!("  ↻ retry {attempt} after {delay_ms} ms: {}", short(reason, 200)));
             }
