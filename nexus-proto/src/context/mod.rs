@@ -283,10 +283,12 @@ fn encode(
     upstream: usize,
     system: Option<&str>,
     messages: &[Message],
-    compaction: bool,
     extra: &Map<String, Value>,
     shape: Option<&crate::output::Shape<'_>>,
 ) -> Vec<u8> {
+    // A compaction request has no output shape: the run's own requests
+    // always pass theirs (§16).
+    let compaction = shape.is_none();
     let cfg = &state.config;
     let (_, _, model) = cfg.upstream_parts(upstream).unwrap_or((cfg.style, &cfg.base_url, &cfg.model));
     let no_params = Map::new();
@@ -300,9 +302,6 @@ fn encode(
         merged = m;
         &merged
     };
-    // The typed output's shape (its tool, system prompt or native field,
-    // §16) applies to the run's own requests, never to a compaction's.
-    let shape = shape.filter(|_| !compaction);
     let tool_set = shape.and_then(|s| s.tools).unwrap_or(&state.tools);
     let call = ModelCall {
         model,
@@ -333,7 +332,7 @@ pub(crate) fn prepare(
     let Some(policy) = state.config.context.clone() else {
         crate::gate::check(style, &state.transcript).map_err(RunError::Gate)?;
         let body =
-            encode(state, style, upstream, state.config.system.as_deref(), &state.transcript, false, &Map::new(), Some(shape));
+            encode(state, style, upstream, state.config.system.as_deref(), &state.transcript, &Map::new(), Some(shape));
         return Ok(Prepared { body, compaction: false, headers: Vec::new() });
     };
     let model = state.config.upstream_parts(upstream).map(|p| p.2.to_string()).unwrap_or_default();
@@ -349,7 +348,7 @@ pub(crate) fn prepare(
         let system = state.config.system.as_deref();
         let view = view::build(&state.transcript, current_cut(state), Some(&policy));
         crate::gate::check(style, &view).map_err(RunError::Gate)?;
-        let body = encode(state, style, upstream, system, &view, false, &extra, Some(shape));
+        let body = encode(state, style, upstream, system, &view, &extra, Some(shape));
         let est = estimate(state.context.as_ref(), upstream, body.len() as u64);
         let Some(budget) = budget else {
             state.context.get_or_insert_with(Default::default).sent = Some((upstream, body.len() as u64, est));
@@ -425,7 +424,7 @@ fn compaction_body(
     let previous = state.context.as_ref().and_then(|c| c.compactions.last()).map(|c| c.summary.as_str());
     let part = state.transcript.get(job.from..job.upto).unwrap_or_default();
     let text = view::render(previous, part, policy, room);
-    encode(state, style, upstream, Some(instruction), &[Message::user(text)], true, &Map::new(), None)
+    encode(state, style, upstream, Some(instruction), &[Message::user(text)], &Map::new(), None)
 }
 
 fn exhausted(
