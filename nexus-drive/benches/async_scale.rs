@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_lite::FutureExt;
-use nexus_drive::asynk::AsyncClient;
+use nexus_drive::asynchronous::AsyncClient;
 use nexus_drive::{
     Answer, AsyncTool, ClientConfig, DriveError, Request, RunResult, RunStatus, Style, ToolContext, ToolError,
     ToolOutcome,

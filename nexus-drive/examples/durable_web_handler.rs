@@ -30,11 +30,11 @@ use std::path::Path;
 use std::process::{Command, ExitCode};
 
 use nexus_drive::blocking::Client;
+use nexus_drive::proto::InputError;
 use nexus_drive::{
     Answer, ClientConfig, DriveError, FileRunStore, Request, RunResult, RunStore, StoreError, Tool, ToolContext,
     ToolError, ToolOutcome,
 };
-use nexus_proto::{InputError, Run};
 use nexus_tests::fake::{ExpectFinal, Script, Turn};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -138,16 +138,10 @@ fn post_answer(store: &dyn RunStore, run_id: &str, body: &str) -> Response {
         Ok(a) => a,
         Err(e) => return Response(400, json!({"error": format!("not an answer: {e}")})),
     };
-    // Offline only: the stored run calls the URL it was started with, so
-    // this process's scripted provider has to listen there. (A real
-    // provider's URL is the same in every process.)
-    let stored_url = store
-        .load(run_id)
-        .ok()
-        .flatten()
-        .and_then(|record| Run::restore(&record.state).ok())
-        .map(|run| run.config().base_url.clone());
-    let provider = support::Provider::pick_at(script(), stored_url.as_deref());
+    // The resumed run goes to this process's client's base URL (a client
+    // that sets one sends the runs it resumes there), so a scripted
+    // provider of this process's own serves it offline.
+    let provider = support::Provider::pick(script());
     let result = client(&provider).and_then(|c| c.resume_stored(store, run_id, vec![answer]));
     match result {
         Ok(result) if result.is_pending() => {

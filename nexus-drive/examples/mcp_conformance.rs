@@ -14,8 +14,8 @@
 use std::time::Duration;
 
 use nexus_drive::mcp::{CallOutcome, DriverOptions, ServerConfig, ServerHandle};
-use nexus_proto::mcp::{CallRequest, Era, McpTool, Resume, MODERN_VERSION};
-use nexus_proto::{Answer, Request};
+use nexus_drive::proto::mcp::{CallRequest, Era, McpTool, Resume, MODERN_VERSION};
+use nexus_drive::proto::{Answer, Request};
 use serde_json::{json, Map, Value};
 
 /// Questions one call may ask before the client gives up.

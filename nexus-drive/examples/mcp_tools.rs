@@ -21,8 +21,8 @@ use std::io::{BufRead, Write};
 
 use nexus_drive::blocking::Client;
 use nexus_drive::mcp::{McpOptions, McpTools, ServerConfig};
+use nexus_drive::proto::mcp::jsonrpc::{decode, error_response, response, Message};
 use nexus_drive::StreamEvent;
-use nexus_proto::mcp::jsonrpc::{decode, error_response, response, Message};
 use nexus_tests::fake::{Script, Turn};
 use serde_json::{json, Value};
 

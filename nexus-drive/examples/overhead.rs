@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nexus_drive::asynk::AsyncClient;
+use nexus_drive::asynchronous::AsyncClient;
 use nexus_drive::blocking::Client;
 use nexus_drive::{
     AsyncTool, ClientConfig, DriveError, RunResult, RunStatus, Style, Tool, ToolContext, ToolError, ToolOutcome,

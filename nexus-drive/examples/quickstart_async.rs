@@ -14,7 +14,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use nexus_drive::asynk::AsyncClient;
+use nexus_drive::asynchronous::AsyncClient;
 use nexus_drive::{AsyncTool, DriveError, ToolContext, ToolError, ToolOutcome};
 use nexus_tests::fake::{ExpectFinal, Script, Turn};
 use serde::{Deserialize, Serialize};

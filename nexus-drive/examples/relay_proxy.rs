@@ -16,8 +16,8 @@
 mod support;
 
 use nexus_drive::blocking::Client;
+use nexus_drive::proto::suspend::{RelayCall, KIND_TOOL_CALL};
 use nexus_drive::{Answer, DriveError, Request, RunResult};
-use nexus_proto::suspend::{RelayCall, KIND_TOOL_CALL};
 use nexus_tests::fake::{ExpectFinal, Script, Turn};
 use serde_json::{json, Map, Value};
 

@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +26,7 @@ use crate::hooks::Hooks;
 use crate::metrics::Metric;
 use crate::store::ConversationStore;
 use crate::tool::{AsyncTool, DynTool, Tool, Toolbox};
+use crate::ApprovalPolicy;
 
 /// A failed model exchange, as the host's classifier sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,14 +192,20 @@ enum KeySource {
     None,
 }
 
-/// Builds a [`ClientConfig`]. Errors (a bad tool, a missing key variable) are
-/// reported by [`build`](Self::build).
-pub struct ClientBuilder {
+/// Builds a client: [`Client::builder`](crate::Client::builder) and
+/// [`AsyncClient::builder`](crate::AsyncClient::builder) build the client
+/// itself, [`ClientConfig::builder`] a config to share between clients.
+/// Errors (a bad tool, a missing key variable) are reported by
+/// [`build`](Self::build), whatever order the settings came in.
+pub struct ClientBuilder<Built = ClientConfig> {
     cfg: ClientConfig,
     key: KeySource,
     fallback_keys: Vec<(Upstream, KeySource)>,
     breaker: BreakerPolicy,
+    approvals: Vec<(String, ApprovalPolicy)>,
     error: Option<DriveError>,
+    /// What [`build`](Self::build) makes of the config.
+    target: PhantomData<fn() -> Built>,
 }
 
 impl ClientBuilder {
@@ -233,10 +241,20 @@ impl ClientBuilder {
             key: KeySource::Default,
             fallback_keys: Vec::new(),
             breaker: BreakerPolicy::default(),
+            approvals: Vec::new(),
             error: None,
+            target: PhantomData,
         }
     }
 
+    /// The same settings, building a `U` (a client) instead.
+    pub(crate) fn building<U: From<ClientConfig>>(self) -> ClientBuilder<U> {
+        let ClientBuilder { cfg, key, fallback_keys, breaker, approvals, error, target: _ } = self;
+        ClientBuilder { cfg, key, fallback_keys, breaker, approvals, error, target: PhantomData }
+    }
+}
+
+impl<Built: From<ClientConfig>> ClientBuilder<Built> {
     /// The run must end in a value that validates against `spec`'s schema
     /// (see [`OutputSpec`](nexus_proto::OutputSpec)); it is
     /// [`RunResult::output`](crate::RunResult::output) then.
@@ -521,9 +539,23 @@ impl ClientBuilder {
         self
     }
 
-    /// Replaces the toolbox.
+    /// Adds every tool of `toolbox` (with their timeouts and approval
+    /// policies) to those given so far.
     pub fn toolbox(mut self, toolbox: Toolbox) -> Self {
-        self.cfg.toolbox = toolbox;
+        if let Err(e) = self.cfg.toolbox.extend(toolbox) {
+            self.fail(e.into());
+        }
+        self
+    }
+
+    /// Asks a person before the calls of tool `name` that `policy` applies
+    /// to run: `true` (every call) or [`ApprovalPolicy::when`] a predicate on
+    /// the arguments. Any executed tool, whenever it is added: built-ins,
+    /// MCP servers' (`server__tool`), typed, dynamic. The call suspends on
+    /// an `approval` request ([`wait_for`](Self::wait_for) answers it
+    /// in-process; without it the run ends pending, durable like any other).
+    pub fn needs_approval(mut self, name: impl Into<String>, policy: impl Into<ApprovalPolicy>) -> Self {
+        self.approvals.push((name.into(), policy.into()));
         self
     }
 
@@ -601,12 +633,18 @@ impl ClientBuilder {
         self
     }
 
-    /// Checks and builds the config.
-    pub fn build(self) -> Result<ClientConfig, DriveError> {
-        let ClientBuilder { mut cfg, key, fallback_keys, breaker, error } = self;
+    /// Checks the settings and builds the client (or, from
+    /// [`ClientConfig::builder`], the config).
+    pub fn build(self) -> Result<Built, DriveError> {
+        self.build_config().map(Built::from)
+    }
+
+    fn build_config(self) -> Result<ClientConfig, DriveError> {
+        let ClientBuilder { mut cfg, key, fallback_keys, breaker, approvals, error, target: _ } = self;
         if let Some(e) = error {
             return Err(e);
         }
+
         #[cfg(feature = "skills")]
         if let Some(skills) = cfg.skills.clone().filter(|s| !s.is_empty()) {
             let bound = |name: &str| cfg.toolbox.get(name).is_some_and(|e| e.handler.is_some());
@@ -617,6 +655,10 @@ impl ClientBuilder {
                 Some(prompt) if !prompt.trim().is_empty() => format!("{prompt}\n\n{catalog}"),
                 _ => catalog,
             });
+        }
+        // After the skills' tool is added: any tool may need approval.
+        for (name, policy) in approvals {
+            cfg.toolbox.needs_approval(&name, policy)?;
         }
         for (upstream, source) in fallback_keys {
             let key = match source {

@@ -19,6 +19,7 @@ use nexus_proto::{
 };
 use serde_json::Value;
 
+use crate::approval::{approval_request, is_approval_request};
 use crate::cancel::CancelToken;
 use crate::config::{ClientConfig, FailureInfo, RetryDecision};
 use crate::error::DriveError;
@@ -150,6 +151,17 @@ impl Engine {
         let mut engine = Engine::with_run(cfg, cancel, run);
         for a in answers {
             engine.feed(Input::Answer(a))?;
+        }
+        // An approved call this client cannot run would reach the model as
+        // `Unknown tool` and end the run: the approval would be lost. Refuse
+        // before anything runs, so the stored run stays as it was.
+        let unbound = engine
+            .run
+            .calls_to_run()
+            .into_iter()
+            .find(|call| engine.cfg.toolbox.get(&call.name).is_none_or(|e| e.handler.is_none()));
+        if let Some(call) = unbound {
+            return Err(DriveError::MissingTool { tool: call.name.clone(), call_id: call.id.clone() });
         }
         Ok(engine)
     }
@@ -584,6 +596,18 @@ impl Engine {
                 self.record_reply(&call_id, &name, started, None, reply, false);
                 continue;
             };
+            let (answer, request) = if request.as_ref().is_some_and(is_approval_request) {
+                // Approved: the tool runs as if it had never been asked.
+                (None, None)
+            } else {
+                let approval = self.cfg.toolbox.get(&name).map(|e| &e.approval);
+                if answer.is_none() && approval.is_some_and(|p| p.applies_to(&input)) {
+                    let reply = ToolReply::Pending(approval_request(&name, &input, &arguments));
+                    self.record_reply(&call_id, &name, started, None, reply, false);
+                    continue;
+                }
+                (answer, request)
+            };
             let seen = self.cfg.hooks.after_tool.is_some().then(|| (input.clone(), idempotency_key.clone()));
             let read_roots = grants.get_or_insert_with(|| self.read_roots()).clone();
             self.tools.push(Running { call_id: call_id.clone(), name: name.clone(), started, seen });
@@ -759,7 +783,7 @@ pub(crate) fn settle_stored(
             None => store.delete(run_id, claimed.version)?,
         },
         // Refused before anything ran: the run is as it was.
-        Err(DriveError::Input(_)) | Err(DriveError::State(_)) => {
+        Err(DriveError::Input(_)) | Err(DriveError::State(_)) | Err(DriveError::MissingTool { .. }) => {
             store.save(run_id, &claimed.state, Some(claimed.version))?;
         }
         Err(_) => store.delete(run_id, claimed.version)?,

@@ -31,6 +31,17 @@ pub enum DriveError {
     /// A hook aborted the run.
     #[error("aborted by hook: {0}")]
     Hook(String),
+    /// A resumed run would run a call (an approved suspension, an in-doubt
+    /// call asked to re-run) of a tool this client does not have. Nothing
+    /// ran and nothing changed: a stored run is written back as it was.
+    /// Resume it with a client that registers the tool, or decline the call.
+    #[error("the run would run tool {tool:?} (call {call_id}), which this client does not have; nothing was changed")]
+    MissingTool {
+        /// The tool's name, as declared in the run.
+        tool: String,
+        /// The provider's call id.
+        call_id: String,
+    },
     /// A conversation or run store failed (or refused a stale write).
     #[error(transparent)]
     Store(#[from] StoreError),

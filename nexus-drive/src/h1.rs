@@ -2,7 +2,7 @@
 //! ureq) for the protocol, rustls for TLS, a small keep-alive pool keyed by
 //! scheme, host and port. This module is the part without I/O: the request
 //! written into one buffer, the response head and body decoded from bytes
-//! read. `asynk::h1` moves the bytes over smol sockets, `blocking::h1` over
+//! read. `asynchronous::h1` moves the bytes over smol sockets, `blocking::h1` over
 //! std ones; both run the same steps, so both drivers have one HTTP/1.1
 //! semantics.
 //!

@@ -1,6 +1,16 @@
 //! Stores: conversations by id (for `ask`), and suspended runs with
 //! compare-and-swap versions so two workers can never both resume one run.
 //!
+//! **Which to use.** A host keeps suspended runs in a [`RunStore`]: the
+//! drivers' `resume_stored` claims, resumes and writes back (or removes) a
+//! run, and [`RunStore::outstanding`] lists what a stored run waits for.
+//! Every store implements it: [`MemoryRunStore`], [`FileRunStore`], and, on
+//! databases, [`SqliteStore`](crate::SqliteStore) (feature `sqlite`) and
+//! [`PostgresStore`](crate::PostgresStore) (feature `postgres`). The
+//! database stores also implement [`ClaimStore`](crate::stores::ClaimStore),
+//! which is for pools of workers only: leases, answers recorded before a
+//! claim, progress saves and listing (see [`stores`](crate::stores)).
+//!
 //! The traits are small on purpose: a SQL backend is a table
 //! `(id, state, version, claimed)` and three statements, e.g.
 //! `UPDATE runs SET state = ?, version = version + 1, claimed = 0 WHERE id = ? AND version = ?`
@@ -14,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use nexus_proto::Message;
+use nexus_proto::{Message, Request};
 use thiserror::Error;
 
 /// A store operation failed or was refused.
@@ -97,6 +107,23 @@ pub trait RunStore: Send + Sync {
     fn claim(&self, id: &str) -> Result<RunRecord, StoreError>;
     /// Removes the record if its version is `expected`.
     fn delete(&self, id: &str, expected: u64) -> Result<(), StoreError>;
+
+    /// What the stored run `id` waits for: its outstanding requests, in call
+    /// order (in-doubt calls included, as the next resume will see them), to
+    /// show a person or answer. [`StoreError::NotFound`] when there is no such run.
+    fn outstanding(&self, id: &str) -> Result<Vec<Request>, StoreError> {
+        self.load(id)?.ok_or_else(|| StoreError::NotFound(id.to_string()))?.outstanding(id)
+    }
+}
+
+impl RunRecord {
+    /// The outstanding requests of the run in this record (see
+    /// [`RunStore::outstanding`]); `id` names it in an error.
+    pub fn outstanding(&self, id: &str) -> Result<Vec<Request>, StoreError> {
+        nexus_proto::Run::restore(&self.state)
+            .map(|run| run.outstanding())
+            .map_err(|e| StoreError::Corrupt { id: id.to_string(), message: e.to_string() })
+    }
 }
 
 fn check_version(id: &str, current: Option<&RunRecord>, expected: Option<u64>) -> Result<(), StoreError> {

@@ -26,6 +26,7 @@ use serde::Serialize;
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::approval::ApprovalPolicy;
 use crate::cancel::CancelToken;
 
 /// Names of the built-in tools. A relay tool may not take one of them, even
@@ -193,10 +194,19 @@ pub trait Tool: Send + Sync + 'static {
     /// What the tool does, for the model.
     fn description(&self) -> String;
 
-    /// JSON Schema of the arguments; `None` means an empty object schema (or,
-    /// with the `schemars` feature and `Toolbox::add_derived`, the derived one).
+    /// JSON Schema of the arguments. `None` is allowed only for arguments
+    /// without fields (an empty object schema is declared); for any other,
+    /// registration is refused with [`ToolboxError::MissingSchema`]. `#[tool]`
+    /// (feature `macros`) and [`Toolbox::add_derived`] (feature `schemars`)
+    /// derive it from the argument type.
     fn input_schema(&self) -> Option<Value> {
         None
+    }
+
+    /// Whether a call needs a person's approval before it runs (see
+    /// [`ApprovalPolicy`]); a client may also set it by name.
+    fn needs_approval(&self) -> ApprovalPolicy {
+        ApprovalPolicy::Never
     }
 
     /// Runs the tool.
@@ -219,6 +229,11 @@ pub trait AsyncTool: Send + Sync + 'static {
     /// JSON Schema of the arguments (see [`Tool::input_schema`]).
     fn input_schema(&self) -> Option<Value> {
         None
+    }
+
+    /// Whether a call needs a person's approval before it runs (see [`Tool::needs_approval`]).
+    fn needs_approval(&self) -> ApprovalPolicy {
+        ApprovalPolicy::Never
     }
 
     /// Runs the tool.
@@ -247,6 +262,7 @@ pub struct DynTool {
     decl: ToolDecl,
     handler: Handler,
     timeout: Option<Duration>,
+    approval: ApprovalPolicy,
 }
 
 impl fmt::Debug for DynTool {
@@ -265,6 +281,7 @@ impl DynTool {
             decl: ToolDecl::new(name, description, input_schema),
             handler: Handler::Blocking(Arc::new(move |args, ctx| into_reply(f(args, ctx)))),
             timeout: None,
+            approval: ApprovalPolicy::Never,
         }
     }
 
@@ -281,12 +298,19 @@ impl DynTool {
                 Box::pin(async move { into_reply(fut.await) })
             })),
             timeout: None,
+            approval: ApprovalPolicy::Never,
         }
     }
 
     /// Gives up on a call after `timeout` (the call gets an error result).
     pub fn timeout(mut self, timeout: Duration) -> DynTool {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Asks a person before the calls `policy` applies to (see [`ApprovalPolicy`]).
+    pub fn needs_approval(mut self, policy: impl Into<ApprovalPolicy>) -> DynTool {
+        self.approval = policy.into();
         self
     }
 
@@ -319,6 +343,23 @@ pub enum ToolboxError {
     /// A setting names a tool that is not registered.
     #[error("no tool named {0:?}")]
     Unknown(String),
+    /// A typed tool whose arguments have fields gave no input schema: the
+    /// model would be told it takes none.
+    #[error(
+        "tool {name:?} takes arguments ({}) but gives no input schema; return one from input_schema, or derive it \
+         (#[tool] with feature macros, Toolbox::add_derived with feature schemars)",
+        .fields.join(", ")
+    )]
+    MissingSchema {
+        /// The tool.
+        name: String,
+        /// Its arguments' fields.
+        fields: Vec<String>,
+    },
+    /// An approval policy was set on a declaration-only (relay) tool, whose
+    /// calls already go to the caller.
+    #[error("tool {0:?} is a relay tool: its calls already go to the caller, nothing runs here to approve")]
+    RelayApproval(String),
 }
 
 #[derive(Clone)]
@@ -326,6 +367,8 @@ pub(crate) struct Entry {
     pub(crate) decl: ToolDecl,
     pub(crate) handler: Option<Handler>,
     pub(crate) timeout: Option<Duration>,
+    /// Which calls wait for a person's approval before they run.
+    pub(crate) approval: ApprovalPolicy,
     /// How quickly its calls have finished, shared by every clone of the toolbox.
     pub(crate) pace: Arc<Pace>,
 }
@@ -391,11 +434,13 @@ impl Toolbox {
         Toolbox::default()
     }
 
-    /// Adds a typed blocking tool.
+    /// Adds a typed blocking tool. A tool without an input schema whose
+    /// arguments have fields is refused ([`ToolboxError::MissingSchema`]).
     pub fn add<T: Tool>(&mut self, tool: T) -> Result<&mut Toolbox, ToolboxError> {
-        let schema = tool.input_schema().unwrap_or(Value::Null);
+        let schema = given_schema::<T::Args>(T::NAME, tool.input_schema())?;
         let decl = ToolDecl::new(T::NAME, tool.description(), schema);
-        self.insert(decl, Some(erase_blocking(tool)), None)
+        let approval = tool.needs_approval();
+        self.insert(decl, Some(erase_blocking(tool)), None)?.approve_last(approval)
     }
 
     /// Adds a typed blocking tool whose schema is derived from its argument
@@ -407,14 +452,16 @@ impl Toolbox {
     {
         let schema = tool.input_schema().unwrap_or_else(schema_for::<T::Args>);
         let decl = ToolDecl::new(T::NAME, tool.description(), schema);
-        self.insert(decl, Some(erase_blocking(tool)), None)
+        let approval = tool.needs_approval();
+        self.insert(decl, Some(erase_blocking(tool)), None)?.approve_last(approval)
     }
 
-    /// Adds a typed async tool.
+    /// Adds a typed async tool (refused without a schema as [`add`](Self::add) is).
     pub fn add_async<T: AsyncTool>(&mut self, tool: T) -> Result<&mut Toolbox, ToolboxError> {
-        let schema = tool.input_schema().unwrap_or(Value::Null);
+        let schema = given_schema::<T::Args>(T::NAME, tool.input_schema())?;
         let decl = ToolDecl::new(T::NAME, tool.description(), schema);
-        self.insert(decl, Some(erase_async(tool)), None)
+        let approval = tool.needs_approval();
+        self.insert(decl, Some(erase_async(tool)), None)?.approve_last(approval)
     }
 
     /// Adds a typed async tool with a derived schema (see [`Toolbox::add_derived`]).
@@ -425,12 +472,22 @@ impl Toolbox {
     {
         let schema = tool.input_schema().unwrap_or_else(schema_for::<T::Args>);
         let decl = ToolDecl::new(T::NAME, tool.description(), schema);
-        self.insert(decl, Some(erase_async(tool)), None)
+        let approval = tool.needs_approval();
+        self.insert(decl, Some(erase_async(tool)), None)?.approve_last(approval)
     }
 
     /// Adds a dynamic tool.
     pub fn add_dyn(&mut self, tool: DynTool) -> Result<&mut Toolbox, ToolboxError> {
-        self.insert(tool.decl, Some(tool.handler), tool.timeout)
+        self.insert(tool.decl, Some(tool.handler), tool.timeout)?.approve_last(tool.approval)
+    }
+
+    /// Adds every tool of `other`, with its settings, after this one's.
+    pub fn extend(&mut self, other: Toolbox) -> Result<&mut Toolbox, ToolboxError> {
+        for entry in other.entries {
+            let Entry { decl, handler, timeout, approval, .. } = entry;
+            self.insert(decl, handler, timeout)?.approve_last(approval)?;
+        }
+        Ok(self)
     }
 
     /// Adds a declaration-only (relay) tool: the model's calls to it surface
@@ -457,6 +514,34 @@ impl Toolbox {
         let name = sanitize_name(name);
         let entry = self.entries.iter_mut().find(|e| e.decl.name == name).ok_or(ToolboxError::Unknown(name))?;
         entry.timeout = Some(timeout);
+        Ok(self)
+    }
+
+    /// Asks a person before the calls of `name` that `policy` applies to
+    /// run (any executed tool: typed, dynamic, built-in, an MCP server's).
+    pub fn needs_approval(
+        &mut self,
+        name: &str,
+        policy: impl Into<ApprovalPolicy>,
+    ) -> Result<&mut Toolbox, ToolboxError> {
+        let name = sanitize_name(name);
+        let entry = self.entries.iter_mut().find(|e| e.decl.name == name).ok_or(ToolboxError::Unknown(name))?;
+        if entry.handler.is_none() {
+            return Err(ToolboxError::RelayApproval(entry.decl.name.clone()));
+        }
+        entry.approval = policy.into();
+        Ok(self)
+    }
+
+    /// The approval policy of `name`, when it is registered.
+    pub fn approval(&self, name: &str) -> Option<&ApprovalPolicy> {
+        self.get(&sanitize_name(name)).map(|e| &e.approval)
+    }
+
+    fn approve_last(&mut self, approval: ApprovalPolicy) -> Result<&mut Toolbox, ToolboxError> {
+        if let Some(entry) = self.entries.last_mut().filter(|_| !approval.is_never()) {
+            entry.approval = approval;
+        }
         Ok(self)
     }
 
@@ -520,9 +605,22 @@ impl Toolbox {
         if self.get(&decl.name).is_some() {
             return Err(ToolboxError::Duplicate(decl.name));
         }
-        self.entries.push(Entry { decl, handler, timeout, pace: Arc::default() });
+        self.entries.push(Entry { decl, handler, timeout, approval: ApprovalPolicy::Never, pace: Arc::default() });
         self.shared = std::sync::OnceLock::new();
         Ok(self)
+    }
+}
+
+/// The schema a typed tool gave, or, when it gave none, the empty object
+/// schema for arguments without fields; arguments with fields are refused.
+fn given_schema<A: DeserializeOwned>(name: &str, schema: Option<Value>) -> Result<Value, ToolboxError> {
+    match (schema, crate::arg_fields::struct_fields::<A>()) {
+        (Some(schema), _) => Ok(schema),
+        (None, Some(fields)) if !fields.is_empty() => Err(ToolboxError::MissingSchema {
+            name: sanitize_name(name),
+            fields: fields.iter().map(|f| f.to_string()).collect(),
+        }),
+        (None, _) => Ok(Value::Null),
     }
 }
 
@@ -584,12 +682,15 @@ fn into_reply<T: Serialize>(r: Result<ToolOutcome<T>, ToolError>) -> ToolReply {
     }
 }
 
-/// A string as-is, anything else as compact JSON text.
+/// A string as-is, anything else as compact JSON text in the order the
+/// output serializes its fields: written straight to text, not through a
+/// `Value` (whose map sorts keys), so a struct reaches the model as declared.
 fn render<T: Serialize>(v: &T) -> Result<String, serde_json::Error> {
-    match serde_json::to_value(v)? {
-        Value::String(s) => Ok(s),
-        other => Ok(other.to_string()),
+    let text = serde_json::to_string(v)?;
+    if text.starts_with('"') {
+        return serde_json::from_str(&text);
     }
+    Ok(text)
 }
 
 /// One call handed to a driver to execute.
@@ -694,9 +795,50 @@ mod tests {
         fn description(&self) -> String {
             "adds".into()
         }
+        fn input_schema(&self) -> Option<Value> {
+            Some(json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}))
+        }
         fn call(&self, args: AddArgs, _ctx: &ToolContext) -> Result<ToolOutcome<i64>, ToolError> {
             Ok((args.a + args.b).into())
         }
+    }
+
+    #[test]
+    fn a_typed_tool_with_arguments_and_no_schema_is_refused() {
+        struct Schemaless;
+        impl Tool for Schemaless {
+            const NAME: &'static str = "add";
+            type Args = AddArgs;
+            type Output = i64;
+            fn description(&self) -> String {
+                "adds".into()
+            }
+            fn call(&self, args: AddArgs, _ctx: &ToolContext) -> Result<ToolOutcome<i64>, ToolError> {
+                Ok((args.a + args.b).into())
+            }
+        }
+        let mut tb = Toolbox::new();
+        let err = tb.add(Schemaless).map(|_| ()).expect_err("refused");
+        assert_eq!(err, ToolboxError::MissingSchema { name: "add".into(), fields: vec!["a".into(), "b".into()] });
+        assert!(err.to_string().contains("takes arguments (a, b) but gives no input schema"), "{err}");
+        assert!(tb.is_empty(), "nothing registered");
+        // Arguments without fields declare the empty object schema, as before.
+        #[derive(Deserialize)]
+        struct NoArgs {}
+        struct Ping;
+        impl Tool for Ping {
+            const NAME: &'static str = "ping";
+            type Args = NoArgs;
+            type Output = &'static str;
+            fn description(&self) -> String {
+                "pings".into()
+            }
+            fn call(&self, _: NoArgs, _ctx: &ToolContext) -> Result<ToolOutcome<&'static str>, ToolError> {
+                Ok("pong".into())
+            }
+        }
+        tb.add(Ping).unwrap();
+        assert_eq!(tb.decls()[0].input_schema, json!({"type": "object", "properties": {}}));
     }
 
     fn run(tb: &Toolbox, name: &str, input: Value) -> ToolReply {
@@ -720,6 +862,20 @@ mod tests {
         let ToolReply::Done(r) = run(&tb, "add", json!({"a": "x"})) else { panic!("not done") };
         assert!(r.is_error);
         assert!(r.output.starts_with("invalid arguments for add:"), "{}", r.output);
+    }
+
+    #[test]
+    fn struct_outputs_keep_their_field_order() {
+        #[derive(Serialize)]
+        struct Refund {
+            status: &'static str,
+            amount: u32,
+            currency: &'static str,
+        }
+        let text = render(&Refund { status: "queued", amount: 40, currency: "EUR" }).unwrap();
+        assert_eq!(text, r#"{"status":"queued","amount":40,"currency":"EUR"}"#);
+        assert_eq!(render(&"plain \"text\"").unwrap(), "plain \"text\"");
+        assert_eq!(render(&json!({"z": 1, "a": 2})).unwrap(), r#"{"a":2,"z":1}"#, "a Value keeps its own order");
     }
 
     #[test]

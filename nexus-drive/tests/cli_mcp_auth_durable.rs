@@ -256,3 +256,116 @@ fn a_declined_authorization_lets_the_run_go_on_without_the_servers_tools() {
     assert!(pending.get(&id).is_none(), "the declined authorization's secrets are forgotten");
     assert!(!tokens.exists());
 }
+
+#[test]
+fn an_expired_login_is_started_again_and_the_run_resumes_after_it() {
+    let Some(py) = mcp_support::python() else { return };
+    let server = mcp_support::http_server(&py, "oauth.py", &[], &[]);
+    let url = &server.url;
+    let dir = scratch("mcp-oauth-expired");
+    let cfg = write_json(&dir, "mcp.json", &json!({"mcpServers": {"notes": {"type": "http", "url": url}}}));
+    let tokens = scratch("mcp-oauth-expired-secrets").join("tokens.json");
+    let store = format!("dir:{}", dir.join("runs").display());
+    let f = fake(scripts());
+    let agent: ureq::Agent = ureq::Agent::config_builder().max_redirects(0).http_status_as_error(false).build().into();
+    let approve = |auth_url: &str| -> String {
+        let resp = agent.get(auth_url).call().unwrap();
+        resp.headers().get("location").unwrap().to_str().unwrap().to_string()
+    };
+    // Logins last one second here (NEXUS_MCP_LOGIN_TTL); a value that is no duration is a usage error.
+    let nexus_with = |style: Option<&str>, ttl: &str| {
+        let mut c = nexus(&dir, style);
+        c.env("NEXUS_MCP_TOKENS", &tokens).env("NEXUS_MCP_LOGIN_TTL", ttl);
+        c
+    };
+    let mut cmd = run_cmd(&dir, &f, "openai", MODEL, &["--mcp", &cfg, "--store", &store, "--json", "who?"]);
+    cmd.env("NEXUS_MCP_TOKENS", &tokens).env("NEXUS_MCP_LOGIN_TTL", "soon");
+    let bad = run(cmd).expect(2);
+    assert!(bad.stderr.contains("NEXUS_MCP_LOGIN_TTL"), "{}", bad.stderr);
+    let mut cmd = run_cmd(&dir, &f, "openai", MODEL, &["--mcp", &cfg, "--store", &store, "--json", "who?"]);
+    cmd.env("NEXUS_MCP_TOKENS", &tokens).env("NEXUS_MCP_LOGIN_TTL", "1s");
+    let first = run(cmd).expect(3).json();
+    let run_id = first["runId"].as_str().unwrap().to_string();
+    let old_id = first["pending"][0]["id"].as_str().unwrap().to_string();
+    let old_redirect = approve(first["pending"][0]["url"].as_str().unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let listed = run(nexus_with(None, "1s").args(["runs", "--store", &store])).expect(0);
+    assert!(listed.stdout.contains("(login expired)"), "{}", listed.stdout);
+
+    // The answer comes too late: exit 1, the run still suspended, and the way on said.
+    let resume = |extra: &[&str], ttl: &str| {
+        let mut c = nexus_with(Some("openai"), ttl);
+        c.args(["resume", "--store", &store, "--run", &run_id, "--mcp", &cfg, "--json"]).args(extra);
+        run(c)
+    };
+    let late = resume(&["--answer", &format!("{old_id}={old_redirect}")], "1s").expect(1);
+    assert!(late.stderr.contains("expired") && late.stderr.contains("--login-again"), "{}", late.stderr);
+    assert!(late.stderr.contains("still suspended"), "{}", late.stderr);
+    let runs = run(nexus_with(None, "1s").args(["runs", "--store", &store, "--json"])).expect(0).json();
+    assert_eq!(runs[0]["pending"][0]["id"], old_id.as_str(), "the run waits as it did: {runs}");
+
+    // The login started again: a new request and URL, the run still suspended (exit 3).
+    let again = resume(&["--login-again"], "15m").expect(3);
+    assert!(again.stderr.contains("started again"), "{}", again.stderr);
+    let pending = again.json()["pending"].clone();
+    assert_eq!(pending.as_array().map(Vec::len), Some(1), "{pending}");
+    let new_id = pending[0]["id"].as_str().unwrap().to_string();
+    assert_ne!(new_id, old_id);
+    assert_eq!(pending[0]["kind"], "authorization");
+    let runs = run(nexus_with(None, "15m").args(["runs", "--store", &store, "--json"])).expect(0).json();
+    assert_eq!(runs[0]["pending"][0]["id"], new_id.as_str(), "{runs}");
+    assert_eq!(runs[0]["logins"][0]["expired"], false, "{runs}");
+    assert!(f.requests().is_empty(), "no model call yet");
+
+    // The old redirect answers nothing any more; the new one completes the login and the run.
+    resume(&["--answer", &format!("{old_id}={old_redirect}")], "15m").expect(1);
+    let redirect = approve(pending[0]["url"].as_str().unwrap());
+    let done = resume(&["--answer", &format!("{new_id}={redirect}")], "15m").expect(0).json();
+    assert_eq!(done["status"], "done", "{done}");
+    let calls = done["toolCalls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{done}");
+    assert!(calls[0]["output"].as_str().unwrap().contains("an authorized client"), "{done}");
+    assert_eq!(f.requests().len(), 2);
+}
+
+#[test]
+fn a_state_file_run_gets_a_new_login_and_keeps_its_root() {
+    let Some(py) = mcp_support::python() else { return };
+    let server = mcp_support::http_server(&py, "oauth.py", &[], &[]);
+    let dir = scratch("mcp-oauth-again-file");
+    let cfg = write_json(&dir, "mcp.json", &json!({"mcpServers": {"notes": {"type": "http", "url": &server.url}}}));
+    let tokens = scratch("mcp-oauth-again-file-secrets").join("tokens.json");
+    let state = dir.join("state.json");
+    let state_arg = state.to_string_lossy().into_owned();
+    let f = fake(scripts());
+    let mut cmd = run_cmd(&dir, &f, "openai", MODEL, &["--mcp", &cfg, "--state", &state_arg, "--json", "who?"]);
+    cmd.env("NEXUS_MCP_TOKENS", &tokens);
+    let old_id = run(cmd).expect(3).json()["pending"][0]["id"].as_str().unwrap().to_string();
+    let resume = |extra: &[&str]| {
+        let mut c = nexus(&dir, Some("openai"));
+        c.args(["resume", "--state", &state_arg, "--json"]).args(extra).env("NEXUS_MCP_TOKENS", &tokens);
+        run(c)
+    };
+    // Without the servers there is nobody to ask: a usage error, the file untouched.
+    let before = std::fs::read(&state).unwrap();
+    let no_mcp = resume(&["--login-again"]).expect(2);
+    assert!(no_mcp.stderr.contains("--mcp"), "{}", no_mcp.stderr);
+    assert_eq!(std::fs::read(&state).unwrap(), before);
+
+    let again = resume(&["--mcp", &cfg, "--login-again"]).expect(3).json();
+    let request = &again["pending"][0];
+    let new_id = request["id"].as_str().unwrap().to_string();
+    assert_ne!(new_id, old_id);
+    let kept = std::fs::read(&state).unwrap();
+    let waiting = nexus_proto::Run::restore(&kept).unwrap().host_requests().to_vec();
+    assert_eq!(waiting.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [new_id.as_str()]);
+    let root = nexus_drive::workdir::read(&kept).unwrap().map(|w| w.root);
+    assert_eq!(root, Some(dir.canonicalize().unwrap()), "the root stays with the run");
+
+    let agent: ureq::Agent = ureq::Agent::config_builder().max_redirects(0).http_status_as_error(false).build().into();
+    let resp = agent.get(request["url"].as_str().unwrap()).call().unwrap();
+    let redirect = resp.headers().get("location").unwrap().to_str().unwrap().to_string();
+    let done = resume(&["--mcp", &cfg, "--answer", &format!("{new_id}={redirect}")]).expect(0).json();
+    assert_eq!(done["toolCalls"].as_array().map(Vec::len), Some(1), "{done}");
+    assert!(!state.exists());
+}

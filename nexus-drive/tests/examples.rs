@@ -25,7 +25,7 @@ use serde_json::Value;
 const STYLES: [&str; 4] = ["openai", "anthropic", "gemini", "openai-responses"];
 
 /// The examples this file runs (overhead has a harness of its own: BENCHMARKS.md).
-const TESTED: [&str; 10] = [
+const TESTED: [&str; 11] = [
     "quickstart",
     "quickstart_async",
     "approval",
@@ -35,6 +35,7 @@ const TESTED: [&str; 10] = [
     "skills",
     "mcp_tools",
     "typed_output",
+    "support_agent",
     "subagents",
 ];
 
@@ -189,7 +190,7 @@ fn check_quickstart(text: &str, what: &str) {
     for line in [
         "  [tool] get_weather(Paris) -> 18°C, sunny",
         "  [tool] add(2, 2) -> 4",
-        r#"call get_weather {"city":"Paris"} -> ok: {"celsius":18,"city":"Paris","sky":"sunny"}"#,
+        r#"call get_weather {"city":"Paris"} -> ok: {"city":"Paris","celsius":18,"sky":"sunny"}"#,
         r#"call add {"a":2,"b":2} -> ok: 4"#,
         "status: Done, turns: 2,",
         "answer: It is 18°C and sunny in Paris, and 2 + 2 = 4.",
@@ -261,6 +262,52 @@ fn approval_declined_never_runs_the_tool() {
         // SPEC §4: a declined request becomes the error result `declined: <prompt>`.
         assert_has(&text, "result of transfer (error): declined: Send $40 to Sam?", &what);
         assert_has(&text, "status: Done, turns: 2", &what);
+    }
+}
+
+/// The newcomer's program: #[tool] functions, the refund's approval asked
+/// before it runs (in-process, and stored in SQLite then answered by a
+/// second process), struct outputs in field order, the text streamed.
+#[test]
+fn support_agent_approves_declines_and_resumes_in_a_second_process() {
+    let refund_args = ["\"order_id\"", "\"amount_cents\"", "\"reason\""];
+    let order = r#"result of order_status (ok): {"order_id":"A-1001","status":"delivered","total_cents":4000,"currency":"EUR"}"#;
+    let refunded = r#"result of refund (ok): {"order_id":"A-1001","refunded_cents":4000,"reference":"R-A-1001"}"#;
+    let answer = "I have looked into order A-1001; the refund's outcome is above.";
+    for style in STYLES {
+        let what = format!("support_agent ask y ({style})");
+        let text = ok(run_example("support_agent", style, &["ask"], b"y\n"), &what);
+        for line in [order, "approved", "  [refund] 4000 cents on A-1001 (arrived damaged)", refunded, answer] {
+            assert_has(&text, line, &what);
+        }
+        assert_has(&text, "status: Done, turns: 3", &what);
+        // The approval names the call as the model made it, arguments in its order.
+        let asked = text.lines().find(|l| l.starts_with("approval needed: Allow refund to run with {")).expect("asked");
+        let at: Vec<usize> = refund_args.iter().map(|k| asked.find(k).expect("argument shown")).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{what}: {asked}");
+
+        let what = format!("support_agent ask declined ({style})");
+        let text = ok(run_example("support_agent", style, &["ask"], b"n not after 30 days\n"), &what);
+        assert!(!text.contains("[refund]"), "{what}: a declined refund ran");
+        assert_has(&text, "result of refund (error): declined: Allow refund to run with", &what);
+        assert_has(&text, "? — reason: not after 30 days", &what);
+
+        let what = format!("support_agent stored ({style})");
+        let dir = std::env::temp_dir().join(format!("nexus-support-agent-test-{}-{style}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let db = dir.join("runs.db");
+        let text = ok(run_example("support_agent", style, &["stored", db.to_str().expect("UTF-8"), "y"], b""), &what);
+        let _ = std::fs::remove_dir_all(&dir);
+        let (first, second) = text.split_once("[second process]").unwrap_or_else(|| panic!("{what}: {text}"));
+        assert_has(first, order, &what);
+        assert_has(first, "status: Pending, turns: 2", &what);
+        assert!(!first.contains("[refund]"), "{what}: refunded before the approval");
+        assert_has(second, "waits for approval: Allow refund to run with", &what);
+        for line in ["  [refund] 4000 cents on A-1001 (arrived damaged)", refunded, answer, "status: Done, turns: 3"] {
+            assert_has(second, line, &what);
+        }
+        assert_has(second, "[second process] still stored: false", &what);
     }
 }
 

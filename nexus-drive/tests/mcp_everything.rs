@@ -9,7 +9,7 @@ mod mcp_support;
 use std::time::{Duration, Instant};
 
 use mcp_support::{everything, node, HttpServer};
-use nexus_drive::asynk::AsyncClient;
+use nexus_drive::asynchronous::AsyncClient;
 use nexus_drive::mcp::{McpOptions, McpTools, ServerConfig};
 use nexus_drive::{blocking::Client, Answer, ClientConfig, Request, RunResult, Style};
 use nexus_tests::fake::{FakeProvider, Script, Scripts, Turn};

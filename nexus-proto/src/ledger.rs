@@ -214,6 +214,11 @@ impl Batch {
         out
     }
 
+    /// The calls waiting to be handed to the driver, in call order.
+    pub(crate) fn requested_calls(&self) -> Vec<&ToolCall> {
+        self.calls.iter().filter(|e| matches!(e.state, CallState::Requested { .. })).map(|e| &e.call).collect()
+    }
+
     fn relay_request(&self) -> Request {
         let relay: Vec<&Entry> = self.calls.iter().filter(|e| matches!(e.state, CallState::Relay)).collect();
         let calls: Vec<Value> = relay
@@ -359,13 +364,17 @@ impl Batch {
     }
 }
 
+/// The error result of an `ok: false` answer. The three standard reasons pick
+/// the word; any other non-empty reason is what a person wrote, and the most
+/// useful thing the model can read about why it may not go on, so it follows
+/// the prompt verbatim.
 fn declined(answer: &Answer, prompt: &str) -> ToolResult {
-    let word = match answer.reason.as_deref() {
-        Some("expired") => "expired",
-        Some("cancelled") => "cancelled",
-        _ => "declined",
-    };
-    ToolResult::error(format!("{word}: {prompt}"))
+    match answer.reason.as_deref().map(str::trim) {
+        Some("expired") => ToolResult::error(format!("expired: {prompt}")),
+        Some("cancelled") => ToolResult::error(format!("cancelled: {prompt}")),
+        None | Some("") | Some("declined") => ToolResult::error(format!("declined: {prompt}")),
+        Some(reason) => ToolResult::error(format!("declined: {prompt} — reason: {reason}")),
+    }
 }
 
 /// `{output, isError}` from an answer's data (relay results, in-doubt results).

@@ -16,7 +16,7 @@ use crate::event::StreamEvent;
 use crate::failover::{Attempt, Breakers, CircuitState, Decision, FailoverRecord, ServedTurn, Upstream};
 use crate::http::{ExchangeId, HttpRequest};
 use crate::ledger::{Batch, CallState, Entry, ToolBatch};
-use crate::message::{Block, Message, Role, Usage};
+use crate::message::{Block, Message, Role, ToolCall, Usage};
 use crate::provider::{Assembler, CallIds, StopReason, Style, TurnResponse};
 use crate::rng::SplitMix64;
 use crate::sse::{SseDecoder, SseEvent};
@@ -593,6 +593,16 @@ impl Run {
                 out
             }
             Phase::Starting { requests, .. } => requests.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The calls this run will hand to the driver next (answered suspensions
+    /// and in-doubt calls the host asked to re-run, before the driver polls
+    /// them): a host checks it can run each before it goes on.
+    pub fn calls_to_run(&self) -> Vec<&ToolCall> {
+        match &self.state.phase {
+            Phase::Tools { batch } => batch.requested_calls(),
             _ => Vec::new(),
         }
     }

@@ -51,7 +51,8 @@ pub struct Answer {
     /// Kind-specific data (relay: `{"results":[{id,output,isError}]}` or `{"output","isError"}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Map<String, Value>>,
-    /// Advisory, when `ok` is false: `declined` | `cancelled` | `expired`.
+    /// When `ok` is false: `declined` | `cancelled` | `expired`, or a
+    /// person's own words, which the model reads after the prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -62,7 +63,8 @@ impl Answer {
         Answer { id: id.into(), ok: true, data, reason: None }
     }
 
-    /// `ok: false` with a reason.
+    /// `ok: false` with a reason: `declined`, `cancelled`, `expired`, or
+    /// free text the model reads (`declined: <prompt> — reason: <text>`).
     pub fn declined(id: impl Into<String>, reason: impl Into<String>) -> Answer {
         Answer { id: id.into(), ok: false, data: None, reason: Some(reason.into()) }
     }

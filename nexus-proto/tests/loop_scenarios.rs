@@ -209,10 +209,11 @@ fn two_suspensions_surface_at_once_and_completed_results_are_kept() {
         let Stop::Suspended(rest) = sim.drive(&mut tool) else { panic!() };
         assert_eq!(rest, vec![reqs[0].clone()]);
         sim.reload();
-        sim.answer(Answer::declined(reqs[0].id.clone(), "declined")).unwrap();
+        // A reason a person wrote reaches the model after the prompt (SPEC §4 rule 4).
+        sim.answer(Answer::declined(reqs[0].id.clone(), "not from this account")).unwrap();
         assert_eq!(sim.drive(&mut tool), Stop::Done(Outcome::Done));
         let res = results_of(&sim);
-        assert_eq!(res[0], ("login".into(), "declined: log in first".into(), true));
+        assert_eq!(res[0], ("login".into(), "declined: log in first — reason: not from this account".into(), true));
         assert!(res[1].1.starts_with("add:"));
         assert!(res[2].1.starts_with("logged in"));
         // `add` ran exactly once, across two restores

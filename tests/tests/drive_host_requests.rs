@@ -18,7 +18,7 @@ fn awaiting(d: Drv, cfg: nexus_drive::ClientConfig, prompt: &str, requests: Vec<
         Drv::Blocking => nexus_drive::blocking::Client::new(cfg).stream_awaiting(prompt, requests).collect(),
         Drv::Async => smol::block_on(async {
             use smol::stream::StreamExt;
-            nexus_drive::asynk::AsyncClient::new(cfg).stream_awaiting(prompt, requests).collect::<Vec<_>>().await
+            nexus_drive::asynchronous::AsyncClient::new(cfg).stream_awaiting(prompt, requests).collect::<Vec<_>>().await
         }),
     };
     match items.into_iter().last() {

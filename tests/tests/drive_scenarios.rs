@@ -705,6 +705,9 @@ fn tool_failures_become_error_results(d: Drv) {
         fn description(&self) -> String {
             "adds".into()
         }
+        fn input_schema(&self) -> Option<Value> {
+            Some(json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}))
+        }
         fn call(&self, args: AddArgs, _ctx: &ToolContext) -> Result<ToolOutcome<i64>, ToolError> {
             Ok((args.a + args.b).into())
         }
@@ -872,6 +875,9 @@ fn async_tools_run_in_both_drivers(d: Drv) {
         fn description(&self) -> String {
             "adds, after a while".into()
         }
+        fn input_schema(&self) -> Option<Value> {
+            Some(json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}))
+        }
         async fn call(&self, args: Pair, ctx: ToolContext) -> Result<ToolOutcome<i64>, ToolError> {
             smol::Timer::after(Duration::from_millis(10)).await;
             assert!(ctx.idempotency_key().ends_with(ctx.call_id()));
@@ -915,4 +921,27 @@ fn async_tools_run_in_both_drivers(d: Drv) {
             r.tool_calls[2]
         );
     }
+}
+
+/// `blocking::Client::with_config`: a run with other tools on the same
+/// client's pool goes out over the connection the first run left open.
+#[test]
+fn a_client_with_another_config_shares_the_connection_pool() {
+    let fake = FakeProvider::start(
+        Scripts::new(KEY)
+            .model("m-shared", script(vec![Turn::default().call("echo", r#"{"word":"hi"}"#), Turn::text("shared")])),
+    );
+    let base = nexus_drive::blocking::Client::new(builder(&fake, Style::OpenAi, "m-shared", false).build().unwrap());
+    let echo = DynTool::new("echo", "echoes", json!({"type": "object"}), |args, _ctx| {
+        Ok(ToolOutcome::Done(args["word"].clone()))
+    });
+    let with_tool = base.with_config(builder(&fake, Style::OpenAi, "m-shared", false).dyn_tool(echo).build().unwrap());
+    assert!(base.config().toolbox().is_empty());
+    let r = with_tool.run("go").unwrap();
+    assert_eq!((r.text.as_str(), r.tool_calls[0].output.as_str()), ("shared", "hi"));
+    let again = base.with_config(base.config().clone()).run("go").unwrap();
+    assert!(again.tool_calls[0].is_error, "the base config has no echo tool: {:?}", again.tool_calls);
+    let conns: Vec<u64> = fake.requests_for("m-shared").iter().map(|r| r.connection).collect();
+    assert_eq!(conns.len(), 4);
+    assert!(conns.iter().all(|c| *c == conns[0]), "one connection for both clients: {conns:?}");
 }

@@ -728,8 +728,10 @@ fn the_binary_serves_a_scripts_file() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("scripts.json");
     std::fs::write(&file, serde_json::to_string(&scripts()).expect("json")).expect("write scripts");
+    let log = dir.join("requests.jsonl");
     let mut child = Command::new(env!("CARGO_BIN_EXE_fake-provider"))
         .args(["--scripts", file.to_str().expect("utf-8 path"), "--api-key", "bin-key", "--exit-after", "60"])
+        .args(["--requests", log.to_str().expect("utf-8 path")])
         .stdout(Stdio::piped())
         .spawn()
         .expect("start fake-provider");
@@ -741,12 +743,28 @@ fn the_binary_serves_a_scripts_file() {
     let mut c = Client::connect(addr);
     let b = body(Style::OpenAi, "m-three", 2, false).to_string();
     let r = c.request("POST", "/v1/chat/completions", &[("Authorization", "Bearer bin-key")], b.as_bytes());
+    // The log is appended to every few milliseconds: wait for the line.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let logged = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.ends_with('\n') || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
     let killed = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
     killed.expect("kill fake-provider");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["choices"][0]["message"]["content"], "third");
+    let line: Value = serde_json::from_str(logged.trim_end()).expect("one JSON line per request");
+    assert_eq!(
+        (line["method"].as_str(), line["target"].as_str(), line["body"].as_str()),
+        (Some("POST"), Some("/v1/chat/completions"), Some(b.as_str())),
+        "{logged}"
+    );
+    assert_eq!(line["connection"], 0);
 }
 
 /// OpenAI Responses refuses, with its own texts (the reasoning one is in the

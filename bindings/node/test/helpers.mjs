@@ -16,7 +16,7 @@ export const repo = process.env.NEXUS_REPO ?? resolve(here, '..', '..', '..');
 export function binary(name) {
   const dir = process.env.NEXUS_TARGET_DIR ?? join(repo, 'target');
   const path = join(dir, 'debug', name);
-  if (!existsSync(path)) throw new Error(`${path} is missing: cargo build -p nexus-tests --bin fake-provider -p nexus-drive --bin nexus`);
+  if (!existsSync(path)) throw new Error(`${path} is missing: cargo build -p nexus-tests --bin fake-provider -p nexus-drive --features cli --bin nexus`);
   return path;
 }
 

@@ -1,7 +1,12 @@
 //! How the examples pick their provider.
 //!
-//! Every example runs in two modes:
+//! Every example runs in three modes:
 //!
+//! * **any OpenAI-compatible server**, when `NEXUS_BASE_URL` is set: its base
+//!   URL, which ends in `/v1` (`https://api.openai.com/v1`,
+//!   `http://localhost:11434/v1` for Ollama, `http://localhost:8000/v1` for
+//!   vLLM), with `NEXUS_MODEL` (required) and `NEXUS_API_KEY` (none sent
+//!   when unset). `NEXUS_STYLE` picks another wire format for the server.
 //! * **online**, when the API key variable of a provider is set
 //!   (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY` or `GEMINI_API_KEY`; with several,
 //!   `NEXUS_STYLE=anthropic|openai|gemini` chooses): the example talks to the
@@ -12,7 +17,11 @@
 //!   the model's part from the script the example gives. Nothing leaves the
 //!   machine, so the examples run in CI and their output can be checked.
 //!
-//! The drivers cannot tell the two apart: only the base URL and the key differ.
+//! The drivers cannot tell the modes apart: only the base URL and the key
+//! differ. A run resumed from a stored state goes where the resuming client
+//! sends it: to the client's base URL when the client sets one and speaks
+//! the run's wire format (as every client here does), else to the base URL
+//! stored in the run (`ClientBuilder::base_url`).
 
 // Each example uses the part it needs.
 #![allow(dead_code)]
@@ -29,44 +38,48 @@ pub struct Provider {
     pub style: Style,
     /// The model id.
     pub model: String,
+    /// A server named by `NEXUS_BASE_URL`: its base URL and key.
+    server: Option<(String, Option<String>)>,
     /// The scripted provider, in offline mode (kept alive as long as this value).
     fake: Option<FakeProvider>,
 }
 
 impl Provider {
-    /// The real provider when its key is set, else a scripted one playing `script`.
+    /// The server `NEXUS_BASE_URL` names, else the real provider whose key
+    /// is set, else a scripted one playing `script`.
     pub fn pick(script: Script) -> Provider {
-        Provider::pick_at(script, None)
-    }
-
-    /// Like [`pick`](Self::pick); offline, the scripted provider listens on the
-    /// port of `url` when it names one. A run restored in a new process calls
-    /// the base URL stored in its state, which offline is the loopback address
-    /// of a scripted provider that ended with the process that stored it.
-    pub fn pick_at(script: Script, url: Option<&str>) -> Provider {
         let forced = std::env::var("NEXUS_STYLE").ok().and_then(|s| Style::parse(&s));
         let offline = std::env::var_os("NEXUS_OFFLINE").is_some_and(|v| !v.is_empty() && v != "0");
-        let has_key = |s: Style| std::env::var(s.api_key_env()).is_ok_and(|k| !k.is_empty());
+        let set = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
+        if let (Some(base_url), false) = (set("NEXUS_BASE_URL"), offline) {
+            let style = forced.unwrap_or(Style::OpenAi);
+            let model = set("NEXUS_MODEL").expect("NEXUS_BASE_URL needs NEXUS_MODEL: the model the server serves");
+            if matches!(style, Style::OpenAi | Style::OpenAiResponses)
+                && !base_url.trim_end_matches('/').ends_with("/v1")
+            {
+                eprintln!(
+                    "# note: an OpenAI-compatible base URL usually ends in /v1 (requests go to BASE/chat/completions)"
+                );
+            }
+            eprintln!("# server: {} {model} at {base_url}", style.name());
+            return Provider { style, model, server: Some((base_url, set("NEXUS_API_KEY"))), fake: None };
+        }
+        let has_key = |s: Style| set(s.api_key_env()).is_some();
         let online = match forced {
             Some(style) => Some(style).filter(|s| has_key(*s)),
             None => [Style::Anthropic, Style::OpenAi, Style::Gemini].into_iter().find(|s| has_key(*s)),
         };
         match online.filter(|_| !offline) {
             Some(style) => {
-                let model = std::env::var("NEXUS_MODEL").unwrap_or_else(|_| default_model(style).to_string());
+                let model = set("NEXUS_MODEL").unwrap_or_else(|| default_model(style).to_string());
                 eprintln!("# online: {} {model}", style.name());
-                Provider { style, model, fake: None }
+                Provider { style, model, server: None, fake: None }
             }
             None => {
                 let style = forced.unwrap_or(Style::OpenAi);
-                let scripts = Scripts::default().model(SCRIPTED_MODEL, script);
-                let fake = match url.and_then(loopback_port) {
-                    Some(port) => FakeProvider::start_on(scripts, port)
-                        .unwrap_or_else(|e| panic!("cannot listen on port {port}: {e}")),
-                    None => FakeProvider::start(scripts),
-                };
+                let fake = FakeProvider::start(Scripts::default().model(SCRIPTED_MODEL, script));
                 eprintln!("# offline: a scripted {} provider at {}", style.name(), fake.addr());
-                Provider { style, model: SCRIPTED_MODEL.to_string(), fake: Some(fake) }
+                Provider { style, model: SCRIPTED_MODEL.to_string(), server: None, fake: Some(fake) }
             }
         }
     }
@@ -76,14 +89,20 @@ impl Provider {
         self.fake.is_some()
     }
 
-    /// A client builder for this provider. Online, the key is read from the
-    /// style's variable by the builder itself; offline, the base URL and the
-    /// key point at the scripted provider.
+    /// A config builder for this provider (see [`configure`](Self::configure)).
     pub fn builder(&self) -> ClientBuilder {
-        let builder = ClientConfig::builder(self.style, &self.model);
-        match &self.fake {
-            Some(fake) => builder.base_url(fake.base_url(fake_style(self.style))).api_key(fake.api_key()),
-            None => builder,
+        self.configure(ClientConfig::builder(self.style, &self.model))
+    }
+
+    /// Points `builder` at this provider. Online, the key is read from the
+    /// style's variable by the builder itself; for a named server and
+    /// offline, the base URL and the key are set here.
+    pub fn configure<B: From<ClientConfig>>(&self, builder: ClientBuilder<B>) -> ClientBuilder<B> {
+        match (&self.server, &self.fake) {
+            (Some((url, Some(key))), _) => builder.base_url(url).api_key(key),
+            (Some((url, None)), _) => builder.base_url(url).no_api_key(),
+            (None, Some(fake)) => builder.base_url(fake.base_url(fake_style(self.style))).api_key(fake.api_key()),
+            (None, None) => builder,
         }
     }
 }
@@ -106,11 +125,4 @@ pub fn fake_style(style: Style) -> nexus_tests::fake::Style {
         Style::Gemini => nexus_tests::fake::Style::Gemini,
         Style::OpenAiResponses => nexus_tests::fake::Style::OpenAiResponses,
     }
-}
-
-/// The port of an `http://127.0.0.1:PORT/…` URL.
-fn loopback_port(url: &str) -> Option<u16> {
-    let rest = url.strip_prefix("http://127.0.0.1:")?;
-    let end = rest.find('/').unwrap_or(rest.len());
-    rest.get(..end)?.parse().ok()
 }

@@ -11,12 +11,13 @@ mod workers;
 use std::sync::Arc;
 use std::time::Instant;
 
-use nexus_proto::{Answer, ExchangeId, InputError, Message, Request, TransportErrorKind};
+use nexus_proto::{Answer, ExchangeId, InputError, Message, Request, Style, TransportErrorKind};
 
 use crate::cancel::CancelToken;
-use crate::config::ClientConfig;
+use crate::config::{ClientBuilder, ClientConfig};
 use crate::engine::{self, Engine, Step};
 use crate::error::DriveError;
+use crate::input::{self, Claimed, RunInput};
 use crate::result::{RunResult, StreamItem};
 use crate::store::RunStore;
 use crate::tool::ToolJob;
@@ -40,6 +41,12 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
+    /// A builder for a client of `style` and `model`:
+    /// `Client::builder(Style::OpenAi, "gpt-4o-mini").tool(add).build()?`.
+    pub fn builder(style: Style, model: impl Into<String>) -> ClientBuilder<Client> {
+        ClientConfig::builder(style, model).building()
+    }
+
     /// A client for `config`, with its own keep-alive connection pool.
     pub fn new(config: ClientConfig) -> Client {
         let pool = Arc::new(h1::Pool::new(config.connect_timeout));
@@ -52,14 +59,30 @@ impl Client {
         Client { cfg: self.cfg.clone(), pool: self.pool.clone(), workers: self.workers.clone(), cancel: token }
     }
 
+    /// A client for `config` on this client's connection pool and tool
+    /// threads: for hosts that vary a run's tools or callbacks per call
+    /// (as a language binding does) without a new connection, and a new
+    /// TLS handshake, per run. The pool keeps this client's connect timeout.
+    pub fn with_config(&self, config: ClientConfig) -> Client {
+        let cancel = config.cancel.clone();
+        Client { cfg: Arc::new(config), pool: self.pool.clone(), workers: self.workers.clone(), cancel }
+    }
+
     /// The config.
     pub fn config(&self) -> &ClientConfig {
         &self.cfg
     }
 
-    /// Runs a new conversation from one prompt.
-    pub fn run(&self, prompt: impl Into<String>) -> Result<RunResult, DriveError> {
-        self.run_messages(vec![Message::user(prompt)])
+    /// Runs to its end (done, pending or incomplete) from a prompt, or from
+    /// any other [`RunInput`]: a transcript, a suspended state with answers,
+    /// a stored run with answers.
+    pub fn run(&self, input: impl Into<RunInput>) -> Result<RunResult, DriveError> {
+        let (engine, claimed) = input::open(&self.cfg, &self.cancel, input.into());
+        let result = engine.and_then(|e| self.drain(e));
+        match claimed {
+            Some(c) => c.settle(result),
+            None => result,
+        }
     }
 
     /// Runs `prompt` after `history`.
@@ -123,9 +146,13 @@ impl Client {
         Ok(result)
     }
 
-    /// Runs a prompt, yielding events as they happen and the result last.
-    pub fn stream(&self, prompt: impl Into<String>) -> RunStream<'_> {
-        self.stream_messages(vec![Message::user(prompt)])
+    /// [`run`](Self::run), yielding the run's events as they happen and its
+    /// result last: a fresh run and a resumed or stored one alike.
+    pub fn stream(&self, input: impl Into<RunInput>) -> RunStream<'_> {
+        let (engine, claimed) = input::open(&self.cfg, &self.cancel, input.into());
+        let mut stream = RunStream::new(self, engine);
+        stream.claimed = claimed;
+        stream
     }
 
     /// [`stream`](Self::stream) over `messages`.
@@ -170,17 +197,25 @@ impl Client {
     }
 }
 
+impl From<ClientConfig> for Client {
+    fn from(config: ClientConfig) -> Client {
+        Client::new(config)
+    }
+}
+
 /// The events of a run, then its result. Ends after the result or an error.
 pub struct RunStream<'c> {
     driver: Option<Driver<'c>>,
     error: Option<DriveError>,
+    /// The stored run this one resumes, settled on the last item.
+    claimed: Option<Claimed>,
 }
 
 impl<'c> RunStream<'c> {
     fn new(client: &'c Client, engine: Result<Engine, DriveError>) -> RunStream<'c> {
         match engine {
-            Ok(e) => RunStream { driver: Some(Driver::new(client, e)), error: None },
-            Err(e) => RunStream { driver: None, error: Some(e) },
+            Ok(e) => RunStream { driver: Some(Driver::new(client, e)), error: None, claimed: None },
+            Err(e) => RunStream { driver: None, error: Some(e), claimed: None },
         }
     }
 }
@@ -190,13 +225,13 @@ impl Iterator for RunStream<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         if let Some(e) = self.error.take() {
-            return Some(Err(e));
+            return Some(Claimed::settle_item(&mut self.claimed, Err(e)));
         }
         let item = self.driver.as_mut()?.next();
         if item.is_none() {
             self.driver = None;
         }
-        item
+        item.map(|item| Claimed::settle_item(&mut self.claimed, item))
     }
 }
 

@@ -15,7 +15,7 @@ use super::keys::KeyRing;
 use super::limits::{Limiter, RateLimits, TokenUsage};
 use super::ops::{Health, Metrics, Record};
 use super::surface::{ErrorKind, GatewayError, Surface};
-use crate::asynk::h1;
+use crate::asynchronous::h1;
 
 /// Upstream error bodies (and the small answers read whole besides the
 /// model's: model lists, token counts) are capped here: they are messages.

@@ -180,7 +180,7 @@ impl<S: ClaimStore + ?Sized + 'static> Checkpoints<S> {
     #[cfg(feature = "async")]
     pub async fn resume_async(
         self: &Arc<Self>,
-        client: &crate::asynk::AsyncClient,
+        client: &crate::asynchronous::AsyncClient,
         claim: Claim,
     ) -> Result<RunResult, DriveError>
     where

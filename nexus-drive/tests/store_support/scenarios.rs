@@ -514,7 +514,7 @@ pub fn async_resume_and_a_client_without_checkpoints(db: &Db) {
     assert_eq!((info.version, info.failures, info.answered.len()), (version + 1, 0, 1));
 
     let cfg = config(&url, "m-async", 0, log.clone(), Some(ck.clone()), false);
-    let async_client = nexus_drive::asynk::AsyncClient::new(cfg);
+    let async_client = nexus_drive::asynchronous::AsyncClient::new(cfg);
     let claim = ck.claim_ready().unwrap().unwrap();
     let r = smol::block_on(ck.resume_async(&async_client, claim)).unwrap();
     assert_eq!((r.status, r.text.as_str()), (RunStatus::Done, "async done"));

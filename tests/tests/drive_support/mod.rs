@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use nexus_drive::asynk::AsyncClient;
+use nexus_drive::asynchronous::AsyncClient;
 use nexus_drive::blocking::Client;
 use nexus_drive::{
-    Answer, CancelToken, ClientBuilder, ClientConfig, DriveError, DynTool, Message, Request, RunResult, RunStore,
-    StreamEvent, StreamItem, ToolContext, ToolError, ToolOutcome,
+    Answer, CancelToken, ClientBuilder, ClientConfig, DriveError, DynTool, Message, Request, RunInput, RunResult,
+    RunStore, StreamEvent, StreamItem, ToolContext, ToolError, ToolOutcome,
 };
 use nexus_tests::fake::{ExpectFinal, FakeProvider, Script, Style, Turn};
 use serde_json::{json, Map, Value};
@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 pub const KEY: &str = "sk-drive-test-key";
 
 /// Runs each listed case, a function taking a [`Drv`], once per driver:
-/// `blocking::CASE` and `asynk::CASE`. Every case must hold for both.
+/// `blocking::CASE` and `asynk::CASE` (the async driver). Every case must hold for both.
 macro_rules! both_drivers {
     ($($name:ident),* $(,)?) => {
         mod blocking {
@@ -96,12 +96,12 @@ impl Cl {
     }
 
     /// Every event of a streamed run, then how it ended (nothing may follow the end).
-    pub fn stream(&self, prompt: &str) -> (Vec<StreamEvent>, Result<RunResult, DriveError>) {
+    pub fn stream(&self, input: impl Into<RunInput>) -> (Vec<StreamEvent>, Result<RunResult, DriveError>) {
         let items: Vec<Result<StreamItem, DriveError>> = match self {
-            Cl::B(c) => c.stream(prompt).collect(),
+            Cl::B(c) => c.stream(input).collect(),
             Cl::A(c) => smol::block_on(async {
                 use smol::stream::StreamExt;
-                c.stream(prompt).collect::<Vec<_>>().await
+                c.stream(input).collect::<Vec<_>>().await
             }),
         };
         let mut events = Vec::new();

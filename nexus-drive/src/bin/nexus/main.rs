@@ -15,6 +15,7 @@ mod builtins;
 mod cli;
 mod decode;
 mod demo;
+mod login_again;
 mod mcp;
 mod mcp_auth;
 mod replay;

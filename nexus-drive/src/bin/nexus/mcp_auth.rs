@@ -26,7 +26,7 @@ use nexus_drive::mcp::auth::{
     DEFAULT_PENDING_TTL,
 };
 use nexus_drive::mcp::{McpOptions, McpTools, ServerConfig, Transport};
-use nexus_proto::{Answer, Run};
+use nexus_proto::{Answer, Request, Run};
 use serde_json::Value;
 
 use crate::Fail;
@@ -73,7 +73,8 @@ pub fn options(configs: &[ServerConfig], durable: bool) -> Result<McpOptions, Fa
             return Ok(options);
         }
     };
-    let auth = with_clients(Authorizer::new(token_store()?).with_browser(Arc::new(browser)));
+    let auth =
+        with_clients(Authorizer::new(token_store()?).with_browser(Arc::new(browser))).with_pending_ttl(login_ttl()?);
     options.driver.auth = Some(Arc::new(auth));
     Ok(options)
 }
@@ -82,7 +83,39 @@ pub fn options(configs: &[ServerConfig], durable: bool) -> Result<McpOptions, Fa
 /// host answers (its secrets kept in the token store meanwhile).
 fn durable_authorizer() -> Result<Authorizer, Fail> {
     let redirect = std::env::var("NEXUS_MCP_REDIRECT_URI").unwrap_or_else(|_| DEFAULT_REDIRECT_URI.to_string());
-    Ok(with_clients(Authorizer::new(token_store()?).with_redirect_uri(redirect)))
+    Ok(with_clients(Authorizer::new(token_store()?).with_redirect_uri(redirect)).with_pending_ttl(login_ttl()?))
+}
+
+/// The variable that sets how long a begun MCP login waits for its answer.
+pub const LOGIN_TTL_ENV: &str = "NEXUS_MCP_LOGIN_TTL";
+
+/// How long a begun login is kept (SPEC §20.3): `$NEXUS_MCP_LOGIN_TTL` as
+/// seconds, or a number with `s`, `m` or `h`; else 15 minutes.
+pub fn login_ttl() -> Result<Duration, Fail> {
+    match std::env::var(LOGIN_TTL_ENV) {
+        Ok(text) if !text.trim().is_empty() => parse_ttl(&text).ok_or_else(|| {
+            Fail::usage(format!(
+                "{LOGIN_TTL_ENV}={text:?}: not a duration (seconds, or a number with s, m or h, at least 1s)"
+            ))
+        }),
+        _ => Ok(DEFAULT_PENDING_TTL),
+    }
+}
+
+fn parse_ttl(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let scale = match unit.trim() {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return None,
+    };
+    let secs = number.parse::<u64>().ok()?.checked_mul(scale)?;
+    (secs > 0).then(|| Duration::from_secs(secs))
 }
 
 /// The token file, its secrets sealed under the key ring of
@@ -180,8 +213,9 @@ pub fn settle(configs: &[ServerConfig], state: &[u8], answers: Vec<Answer>) -> R
             // Its secrets are gone: no redirect can complete it any more.
             Err(e @ AuthError::Expired { .. }) => {
                 return Err(Fail::runtime(format!(
-                    "{e}; the run is still suspended on {id}: answer it with {{\"id\": \"{id}\", \"ok\": false}} \
-                     to go on without the server's tools, or start a new run to log in again",
+                    "{e}; the run is still suspended on {id}: start the login again with nexus resume (the same \
+                     --state or --store and --run, and --mcp) --login-again, which prints a new URL to open; or \
+                     answer it with {{\"id\": \"{id}\", \"ok\": false}} to go on without the server's tools",
                     id = answer.id
                 )))
             }
@@ -206,12 +240,72 @@ pub fn settle(configs: &[ServerConfig], state: &[u8], answers: Vec<Answer>) -> R
     Ok((run.snapshot(), rest))
 }
 
+/// Begins again every MCP login the run in `state` waits for (SPEC §20.3):
+/// each server is asked anew, a fresh login (new URL, new PKCE verifier and
+/// `state`, kept in the token store) takes the place of the old request, and
+/// a server that lists its tools without one now (a token another run
+/// stored) is settled at once. Returns the new state and the requests the run
+/// now waits for. Nothing is written on an error.
+pub fn restart(configs: &[ServerConfig], state: &[u8]) -> Result<(Vec<u8>, Vec<Request>), Fail> {
+    let mut run = Run::restore(state).map_err(|e| Fail::runtime(format!("the saved run: {e}")))?;
+    let waiting = run.host_requests().to_vec();
+    if !waiting.iter().any(|r| r.kind == "authorization") {
+        return Err(Fail::usage("the run waits for no MCP login: there is none to start again"));
+    }
+    let auth = Arc::new(durable_authorizer()?);
+    // Every host request is settled, then the run waits again on the new
+    // logins and on the others as they were (`await_host` starts afresh).
+    let mut again = Vec::new();
+    let mut settled = Vec::new();
+    for r in &waiting {
+        if r.kind != "authorization" {
+            again.push(r.clone());
+            settled.push((r.id.clone(), Vec::new()));
+            continue;
+        }
+        let server = r.data.as_ref().and_then(|d| d.get("server")).and_then(Value::as_str).unwrap_or_default();
+        let Some(cfg) = configs.iter().find(|c| c.name == server) else {
+            return Err(Fail::usage(format!(
+                "the run waits for the login of MCP server {server:?}: give its --mcp FILE again"
+            )));
+        };
+        let mut options = McpOptions::default();
+        options.driver.auth = Some(auth.clone());
+        let listed = McpTools::start(std::slice::from_ref(cfg), &options);
+        if listed.server(server).is_some() {
+            eprintln!("nexus: MCP server {server:?} needs no login any more (a token is stored); its tools are added");
+            settled.push((r.id.clone(), listed.decls()));
+        } else if let Some(request) = auth.open_request(server) {
+            eprintln!(
+                "nexus: the login to MCP server {server:?} was started again: open this URL in a browser:\n\n  {}\n",
+                request.url.as_deref().unwrap_or_default()
+            );
+            again.push(request);
+            settled.push((r.id.clone(), Vec::new()));
+        } else {
+            let why: Vec<String> = listed.errors().iter().map(|e| e.to_string()).collect();
+            return Err(Fail::runtime(format!(
+                "MCP server {server:?}: no login could be started ({}); the run is still suspended as it was",
+                why.join("; ")
+            )));
+        }
+    }
+    for (id, decls) in settled {
+        run.settle_host(&id, decls).map_err(|e| Fail::runtime(format!("the saved run: {e}")))?;
+    }
+    if !again.is_empty() {
+        run.await_host(again.clone()).map_err(|e| Fail::runtime(format!("the saved run: {e}")))?;
+    }
+    Ok((run.snapshot(), again))
+}
+
 /// When the pending login `id` expires (unix seconds), if the token store
 /// holds it with its start (SPEC §20.3). Its start is not sealed: read
 /// without the key (listing runs neither needs one nor makes one).
 pub fn login_expiry(id: &str) -> Result<Option<u64>, Fail> {
     let pending = FileTokenStore::new(token_file()).get_pending(id).map_err(|e| Fail::runtime(e.to_string()))?;
-    Ok(pending.and_then(|p| p.created_at).map(|t| t.saturating_add(DEFAULT_PENDING_TTL.as_secs())))
+    let ttl = login_ttl()?.as_secs();
+    Ok(pending.and_then(|p| p.created_at).map(|t| t.saturating_add(ttl)))
 }
 
 fn token_file() -> PathBuf {
@@ -231,4 +325,20 @@ fn token_file() -> PathBuf {
         }
     }
     dir.join("mcp-tokens.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn login_lifetimes() {
+        assert_eq!(parse_ttl("90"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_ttl(" 30s "), Some(Duration::from_secs(30)));
+        assert_eq!(parse_ttl("15m"), Some(Duration::from_secs(900)));
+        assert_eq!(parse_ttl("2h"), Some(Duration::from_secs(7200)));
+        for bad in ["0", "0m", "m", "-5", "1.5m", "10d", "1 fortnight", "99999999999999999999h"] {
+            assert_eq!(parse_ttl(bad), None, "{bad}");
+        }
+    }
 }

@@ -12,7 +12,10 @@ use nexus_drive::blocking::Client;
 use nexus_drive::cassette::Recorder;
 use nexus_drive::mcp::McpTools;
 use nexus_drive::stores::DEFAULT_LEASE_MS;
-use nexus_drive::{CancelToken, ClientBuilder, ClientConfig, DriveError, RunResult, RunStatus, StreamItem, Toolbox};
+use nexus_drive::workdir::{self, Workdir};
+use nexus_drive::{
+    CancelToken, ClientBuilder, ClientConfig, DriveError, RunResult, RunStatus, StreamItem, SuspendedRun, Toolbox,
+};
 use nexus_proto::{
     Answer, Input, InputError, OutputMode, OutputSpec, Run, RunConfig, StreamEvent, Style, Timestamp, ToolDecl,
     ToolKind, Upstream,
@@ -84,6 +87,12 @@ pub struct RunArgs {
     /// current directory).
     #[arg(long, value_name = "DIR")]
     pub root: Option<String>,
+    /// Tools whose every call waits for a person's approval before it runs
+    /// (a comma list: built-ins such as bash, MCP tools as {server}__{tool};
+    /// repeatable). The run suspends on an `approval` request; answer it
+    /// with nexus resume (`"ok": false` with a `reason` the model reads).
+    #[arg(long, value_name = "TOOLS", value_delimiter = ',')]
+    pub approve: Vec<String>,
     #[command(flatten)]
     pub skills: SkillsArgs,
     #[command(flatten)]
@@ -146,7 +155,10 @@ pub struct RunArgs {
 /// data.results: [{id, output, isError}]. An `authorization` request (an MCP
 /// server's OAuth login) is answered with --answer ID=REDIRECT_URL: the URL the
 /// browser was sent back to (or its query, code=…&state=…); a wrong state is
-/// refused and the run stays as it was.
+/// refused and the run stays as it was. A login waits $NEXUS_MCP_LOGIN_TTL
+/// (seconds, or 30s, 15m, 1h; default 15m); after that, --login-again starts
+/// it anew: a new URL is printed and the run stays suspended on the new
+/// request.
 ///
 /// Answers for only some requests leave the run pending on the rest (the state
 /// file is replaced atomically); an answer whose id matches no outstanding
@@ -155,8 +167,10 @@ pub struct RunArgs {
 /// keys of the run's fallback upstreams (kept in the state without their keys):
 /// --fallback style=S,base-url=URL[,model=M],api-key-env=VAR names the variable
 /// for one of them (the style's usual variable otherwise). With --record, the
-/// session is appended to that cassette. Give the run's --root again: the
-/// built-in path tools are confined to it (default: the current directory).
+/// session is appended to that cassette. The run's root (the --root it ran
+/// with, or the directory it started in) is kept with it and its built-in
+/// path tools stay confined there, wherever the resume runs from; a --root
+/// that names another directory is refused unless --move-root is given too.
 /// A run that uses MCP tools needs the same --mcp files again; an MCP tool that
 /// changed (description or input schema) or vanished since the run began is
 /// reported and the resume refused, unless --accept-tool-changes is given.
@@ -184,7 +198,8 @@ pub struct RunArgs {
     after_help = EXIT_CODES,
     override_usage = "\
 nexus resume --state FILE --answer ANSWERS.json [OPTIONS]
-       nexus resume --store STORE --run ID --answer ANSWERS.json [OPTIONS]"
+       nexus resume --store STORE --run ID --answer ANSWERS.json [OPTIONS]
+       nexus resume (--state FILE | --store STORE --run ID) --mcp FILE --login-again"
 )]
 pub struct ResumeArgs {
     /// The state file the run suspended into.
@@ -198,18 +213,33 @@ pub struct ResumeArgs {
     pub run: Option<String>,
     /// The answers: a JSON file (`-` reads standard input), or ID=REDIRECT_URL
     /// for an authorization request.
-    #[arg(long, value_name = "ANSWERS.json", required = true)]
-    pub answer: String,
+    #[arg(long, value_name = "ANSWERS.json", required_unless_present = "login_again")]
+    pub answer: Option<String>,
+    /// Start again the MCP logins the run waits for (one that expired, SPEC
+    /// §20.3): each server is asked for a new login, whose URL is printed;
+    /// the run stays suspended (exit 3) on the new requests, answered as
+    /// before with --answer ID=REDIRECT_URL. Needs the run's --mcp files.
+    #[arg(long, conflicts_with = "answer")]
+    pub login_again: bool,
     /// The variable holding the API key (default: the run's style's usual one).
     #[arg(long, value_name = "VAR")]
     pub api_key_env: Option<String>,
-    /// The run's --root again: the built-in path tools are confined to it
-    /// (default: the current directory).
+    /// The directory the built-in path tools are confined to (default: the
+    /// one stored with the run; for a run stored without one, the current
+    /// directory). Another directory than the stored one needs --move-root.
     #[arg(long, value_name = "DIR")]
     pub root: Option<String>,
+    /// Confine the run's tools to --root DIR from now on although the run
+    /// was kept with another root (it moved, or its files did).
+    #[arg(long, requires = "root")]
+    pub move_root: bool,
     /// The run's --skills directories again (repeatable).
     #[arg(long = "skills", value_name = "DIR")]
     pub skills: Vec<String>,
+    /// The run's --approve tools again: their later calls wait for approval
+    /// too (a call already approved runs without it).
+    #[arg(long, value_name = "TOOLS", value_delimiter = ',')]
+    pub approve: Vec<String>,
     #[command(flatten)]
     pub mcp: McpArgs,
     /// Go on although an MCP tool changed or vanished since the run began.
@@ -341,6 +371,9 @@ enum Keep {
 }
 
 struct Ctx {
+    /// The root the built-in path tools are confined to: kept with the run
+    /// when it suspends (the state's envelope, [`workdir`]).
+    root: PathBuf,
     json: bool,
     stream: bool,
     /// The run has an output spec: its answer is the value, not the text.
@@ -394,6 +427,9 @@ pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
     let agents = crate::agents::load(&p.agents.dirs)?;
     let agent_tools = crate::agents::tools(&agents, style, model, &toolbox);
     let mut b = ClientConfig::builder(style, model).api_key(key.clone()).toolbox(toolbox).stream(p.stream);
+    for name in p.approve.iter().filter(|n| !n.trim().is_empty()) {
+        b = b.needs_approval(name.trim(), true);
+    }
     for agent in agent_tools {
         b = b.agent(agent);
     }
@@ -445,7 +481,7 @@ pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
         b = b.tap(r.clone());
     }
     let client = Client::new(b.build().map_err(drive_fail)?);
-    let ctx = Ctx { json: p.json, stream: p.stream, typed, keep, record };
+    let ctx = Ctx { root, json: p.json, stream: p.stream, typed, keep, record };
     // The run itself waits for the authorizations (SPEC §13, durable runs):
     // suspended before its first model call, kept like any suspended run.
     let items = match waiting.is_empty() {
@@ -479,28 +515,73 @@ pub fn resume_main(p: ResumeArgs) -> Result<i32, Fail> {
         (None, Some(spec), Some(id)) => Some((spec, id)),
         (Some(_), None, None) => None,
     };
-    let root = builtins::root(p.root.as_deref())?;
+    if p.login_again {
+        return crate::login_again::login_again(&p, from_store);
+    }
     match from_store {
-        Some((spec, id)) => resume_stored(&p, spec, id, &root),
-        None => resume_file(&p, p.state.as_deref().unwrap_or(DEFAULT_STATE), &root),
+        Some((spec, id)) => resume_stored(&p, spec, id),
+        None => resume_file(&p, p.state.as_deref().unwrap_or(DEFAULT_STATE)),
     }
 }
 
+/// The root a resumed run's built-in path tools are confined to: the one
+/// kept with the run unless `--root` names it again; `--root` elsewhere only
+/// with `--move-root`. A run kept without one (written before roots were
+/// kept) takes `--root` or the current directory, as it always did.
+pub fn resume_root(p: &ResumeArgs, state: &[u8], source: &str) -> Result<PathBuf, Fail> {
+    let stored = workdir::read(state).map_err(|e| Fail::runtime(format!("{source}: {e}")))?;
+    let Some(stored) = stored else {
+        return builtins::root(p.root.as_deref());
+    };
+    let kept = stored.root.display();
+    let Some(dir) = p.root.as_deref() else {
+        if !stored.root.is_dir() {
+            return Err(Fail::usage(format!(
+                "{source}: the run's root {kept} (kept with it when it suspended) no longer exists; \
+                 give --root DIR --move-root to confine its tools to another directory"
+            )));
+        }
+        return Ok(stored.root);
+    };
+    let given = builtins::root(Some(dir))?;
+    // Compared as the file system resolves them, so a symlink to the same place matches.
+    if stored.root.canonicalize().ok().as_deref() == Some(given.as_path()) {
+        return Ok(given);
+    }
+    if !p.move_root {
+        return Err(Fail::usage(format!(
+            "{source}: --root {dir} is not the run's root {kept} (kept with it when it suspended); \
+             leave --root out to go on in {kept}, or add --move-root to confine its tools to {} from now on",
+            given.display()
+        )));
+    }
+    eprintln!("nexus: the run's root moves from {kept} to {}", given.display());
+    Ok(given)
+}
+
+/// The machine's snapshot in a kept state, without its envelope: what the
+/// resume feeds, records and compares.
+pub fn machine_state(state: &[u8], source: &str) -> Result<Vec<u8>, Fail> {
+    workdir::strip(state).map_err(|e| Fail::runtime(format!("{source}: {e}")))
+}
+
 /// `nexus resume --state FILE`.
-fn resume_file(p: &ResumeArgs, state_path: &str, root: &Path) -> Result<i32, Fail> {
+fn resume_file(p: &ResumeArgs, state_path: &str) -> Result<i32, Fail> {
     let state = fs::read(state_path).map_err(|e| Fail::runtime(format!("cannot read state file {state_path}: {e}")))?;
     Run::restore(&state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
-    let (host, answers) = split_host(&state, load_answers(&p.answer)?);
+    let root = resume_root(p, &state, &format!("state file {state_path}"))?;
+    let state = machine_state(&state, state_path)?;
+    let (host, answers) = split_host(&state, load_answers(p.answer.as_deref().unwrap_or("-"))?);
     check_answers(&state, &answers, state_path)?;
     // Authorizations the run waits for are completed first; the file is
     // replaced only when the run suspends again (or removed when it ends).
     let state = settle_host(p, &state, host)?;
     let run = Run::restore(&state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
     let keep = Keep::File { path: PathBuf::from(state_path), resumed: true };
-    let (client, record, _mcp) = resume_client(p, &run, &state, root)?;
+    let (client, record, _mcp) = resume_client(p, &run, &state, &root)?;
     // The output spec is the run's, kept in its state.
     let typed = run.config().output.is_some();
-    let ctx = Ctx { json: p.json, stream: p.stream, typed, keep, record };
+    let ctx = Ctx { root, json: p.json, stream: p.stream, typed, keep, record };
     let items = client.stream_resume(&state, answers);
     finish(&ctx, items)
 }
@@ -508,14 +589,15 @@ fn resume_file(p: &ResumeArgs, state_path: &str, root: &Path) -> Result<i32, Fai
 /// `nexus resume --store STORE --run ID`: everything that can be refused is
 /// checked on a look at the stored run before it is claimed, so a mistake
 /// leaves the store untouched; once claimed, any failure gives it back.
-fn resume_stored(p: &ResumeArgs, spec: &str, id: &str, root: &Path) -> Result<i32, Fail> {
+fn resume_stored(p: &ResumeArgs, spec: &str, id: &str) -> Result<i32, Fail> {
     let store = Store::open(spec, false)?;
     let label = format!("run {id} in {spec}");
     let peeked = store.peek(id)?;
     let run = Run::restore(&peeked).map_err(|e| Fail::runtime(format!("{label}: {e}")))?;
-    let (host, answers) = split_host(&peeked, load_answers(&p.answer)?);
+    let (host, answers) = split_host(&peeked, load_answers(p.answer.as_deref().unwrap_or("-"))?);
     check_answers(&peeked, &answers, &label)?;
     api_key(p.api_key_env.as_deref(), run.config().style)?;
+    let root = resume_root(p, &peeked, &label)?;
 
     let lease_ms = p.lease.saturating_mul(1000);
     let held = store.claim(id, lease_ms)?;
@@ -530,11 +612,12 @@ fn resume_stored(p: &ResumeArgs, spec: &str, id: &str, root: &Path) -> Result<i3
     // The record may have moved on between the look and the claim (another
     // resume suspended it again), and recorded answers join ours: check again.
     // Authorizations the run waits for are completed under the claim.
-    let prepared = Run::restore(&held.state).map_err(|e| Fail::runtime(format!("{label}: {e}"))).and_then(|_| {
-        check_answers(&held.state, &answers, &label)?;
-        let state = settle_host(p, &held.state, host)?;
+    let prepared = machine_state(&held.state, &label).and_then(|claimed| {
+        Run::restore(&claimed).map_err(|e| Fail::runtime(format!("{label}: {e}")))?;
+        check_answers(&claimed, &answers, &label)?;
+        let state = settle_host(p, &claimed, host)?;
         let run = Run::restore(&state).map_err(|e| Fail::runtime(format!("{label}: {e}")))?;
-        resume_client(p, &run, &state, root).map(|ready| (ready, state))
+        resume_client(p, &run, &state, &root).map(|ready| (ready, state))
     });
     let ((client, record, _mcp), state) = match prepared {
         Ok(ready) => ready,
@@ -551,7 +634,7 @@ fn resume_stored(p: &ResumeArgs, spec: &str, id: &str, root: &Path) -> Result<i3
     let items = client.stream_resume(&state, answers);
     let typed = run.config().output.is_some();
     let keep = Keep::Store { store: Box::new(store), held: Some(held) };
-    let ctx = Ctx { json: p.json, stream: p.stream, typed, keep, record };
+    let ctx = Ctx { root, json: p.json, stream: p.stream, typed, keep, record };
     let outcome = finish(&ctx, items);
     // A claim lost mid-run: the run was cancelled and the store refused its
     // outcome; say why, whatever the run ended with.
@@ -646,6 +729,9 @@ fn resume_client(p: &ResumeArgs, run: &Run, state: &[u8], root: &Path) -> Result
     // A sub-agent's tools are bound again from its declarations in the state, like the run's own.
     let agent_tools = crate::agents::from_state(&config, &|decls| tools::rebind(decls, root))?;
     let mut b = ClientBuilder::from_run_config(config).api_key(key.clone()).toolbox(toolbox);
+    for name in p.approve.iter().filter(|n| !n.trim().is_empty()) {
+        b = b.needs_approval(name.trim(), true);
+    }
     for agent in agent_tools {
         b = b.agent(agent);
     }
@@ -812,7 +898,7 @@ fn give_back(ctx: &Ctx, fail: Fail) -> Fail {
 /// reports; a release that fails too is added to its message. `failed`:
 /// the resume ran and failed, and the store keeps `fail`'s message (SQLite
 /// counts it); otherwise it was refused before anything ran.
-fn release_after(store: &Store, held: &Held, fail: Fail, failed: bool) -> Fail {
+pub fn release_after(store: &Store, held: &Held, fail: Fail, failed: bool) -> Fail {
     let released = store.release(held, failed.then_some(fail.message.as_str()));
     match released {
         Ok(()) => fail,
@@ -824,11 +910,14 @@ fn save_state(ctx: &Ctx, result: &RunResult) -> Result<(), Fail> {
     let Some(s) = &result.suspended else {
         return Err(give_back(ctx, Fail::runtime("the run is pending but the driver gave no state to save")));
     };
+    // The root goes with the run (the state's envelope, not the machine's state).
+    let state = workdir::attach(&s.state, &Workdir::new(&ctx.root))
+        .map_err(|e| give_back(ctx, Fail::runtime(format!("cannot keep the run's root with it: {e}"))))?;
     match &ctx.keep {
-        Keep::File { path, .. } => write_atomic(path, &s.state)
+        Keep::File { path, .. } => write_atomic(path, &state)
             .map_err(|e| Fail::runtime(format!("cannot write state file {}: {e}", path.display())))?,
-        Keep::Store { store, held: None } => store.insert(s)?,
-        Keep::Store { store, held: Some(held) } => store.suspend(held, &s.state)?,
+        Keep::Store { store, held: None } => store.insert(&SuspendedRun { state, ..s.clone() })?,
+        Keep::Store { store, held: Some(held) } => store.suspend(held, &state)?,
     }
     if let Some(r) = &ctx.record {
         r.pending(&s.pending);
@@ -924,7 +1013,7 @@ fn pending_with_owners(result: &RunResult) -> serde_json::Value {
 /// Replaces `path` so that a crash leaves either the old or the new file,
 /// never a torn one: a temporary file in the same directory, synced, then
 /// renamed over it, then the directory synced.
-fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),

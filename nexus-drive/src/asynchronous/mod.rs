@@ -13,12 +13,13 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures_lite::{FutureExt, Stream};
-use nexus_proto::{Answer, ExchangeId, HttpRequest, InputError, Message, Request, Timestamp, ToolReply};
+use nexus_proto::{Answer, ExchangeId, HttpRequest, InputError, Message, Request, Style, Timestamp, ToolReply};
 
 use crate::cancel::CancelToken;
-use crate::config::{ClientConfig, WaitFor};
+use crate::config::{ClientBuilder, ClientConfig, WaitFor};
 use crate::engine::{self, Engine, Step};
 use crate::error::DriveError;
+use crate::input::{self, Claimed, RunInput};
 use crate::result::{RunResult, StreamItem};
 use crate::store::RunStore;
 
@@ -39,6 +40,12 @@ impl std::fmt::Debug for AsyncClient {
 }
 
 impl AsyncClient {
+    /// A builder for a client of `style` and `model`:
+    /// `AsyncClient::builder(Style::Anthropic, "claude-haiku-4-5").async_tool(lookup).build()?`.
+    pub fn builder(style: Style, model: impl Into<String>) -> ClientBuilder<AsyncClient> {
+        ClientConfig::builder(style, model).building()
+    }
+
     /// A client for `config`, with its own keep-alive connection pool.
     pub fn new(config: ClientConfig) -> AsyncClient {
         let pool = Arc::new(h1::Pool::new(config.connect_timeout));
@@ -56,9 +63,18 @@ impl AsyncClient {
         &self.cfg
     }
 
-    /// Runs a new conversation from one prompt.
-    pub async fn run(&self, prompt: impl Into<String>) -> Result<RunResult, DriveError> {
-        self.run_messages(vec![Message::user(prompt)]).await
+    /// Runs to its end from a prompt or any other [`RunInput`] (see
+    /// [`blocking::Client::run`](crate::blocking::Client::run)).
+    pub async fn run(&self, input: impl Into<RunInput>) -> Result<RunResult, DriveError> {
+        let (engine, claimed) = input::open(&self.cfg, &self.cancel, input.into());
+        let result = match engine {
+            Ok(e) => self.drain(e).await,
+            Err(e) => Err(e),
+        };
+        match claimed {
+            Some(c) => c.settle(result),
+            None => result,
+        }
     }
 
     /// Runs `prompt` after `history`.
@@ -120,12 +136,15 @@ impl AsyncClient {
         Ok(result)
     }
 
-    /// Runs a prompt, yielding events as they happen and the result last.
+    /// [`run`](Self::run), yielding the run's events as they happen and its
+    /// result last: a fresh run and a resumed or stored one alike.
     pub fn stream(
         &self,
-        prompt: impl Into<String>,
+        input: impl Into<RunInput>,
     ) -> impl Stream<Item = Result<StreamItem, DriveError>> + Send + 'static {
-        self.stream_messages(vec![Message::user(prompt)])
+        let (engine, claimed) = input::open(&self.cfg, &self.cancel, input.into());
+        let mut claimed = claimed;
+        futures_lite::StreamExt::map(self.stream_of(engine), move |item| Claimed::settle_item(&mut claimed, item))
     }
 
     /// [`stream`](Self::stream) over `messages`.
@@ -191,6 +210,12 @@ impl AsyncClient {
                 None => return Err(DriveError::Input(InputError::Finished)),
             }
         }
+    }
+}
+
+impl From<ClientConfig> for AsyncClient {
+    fn from(config: ClientConfig) -> AsyncClient {
+        AsyncClient::new(config)
     }
 }
 
