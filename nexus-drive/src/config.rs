@@ -255,6 +255,21 @@ impl ClientBuilder {
 }
 
 impl<Built: From<ClientConfig>> ClientBuilder<Built> {
+    /// The run must end in a value that validates against `spec`'s schema
+    /// (see [`OutputSpec`](nexus_proto::OutputSpec)); it is
+    /// [`RunResult::output`](crate::RunResult::output) then.
+    pub fn output(mut self, spec: nexus_proto::OutputSpec) -> Self {
+        self.cfg.run.output = Some(spec);
+        self
+    }
+
+    /// [`output`](Self::output) with the schema derived from `T`; read the
+    /// value back with [`RunResult::output_as`](crate::RunResult::output_as).
+    #[cfg(feature = "schemars")]
+    pub fn output_type<T: schemars::JsonSchema>(self, mode: nexus_proto::OutputMode) -> Self {
+        self.output(nexus_proto::OutputSpec::new(crate::tool::schema_for::<T>()).with_mode(mode))
+    }
+
     /// An upstream tried, in the order given, after the primary when a call
     /// fails for the upstream's fault (see [`FailoverPolicy`]). Its key is the
     /// primary's when it speaks the primary's style, else the style's

@@ -41,7 +41,8 @@ pub(crate) enum Step {
     /// Make progress on what is in flight (`busy`), or sleep; at `until`, call `on_timeout`.
     Wait { until: Option<Timestamp>, busy: bool },
     /// The run is over (or pending without an in-process answerer).
-    Finished(Result<RunResult, DriveError>),
+    /// Boxed: a result is far larger than the other steps.
+    Finished(Box<Result<RunResult, DriveError>>),
 }
 
 struct Exchange {
@@ -258,7 +259,7 @@ impl Engine {
     pub(crate) fn step(&mut self) -> Step {
         loop {
             if self.finished {
-                return Step::Finished(Err(DriveError::Input(InputError::Finished)));
+                return Step::Finished(Box::new(Err(DriveError::Input(InputError::Finished))));
             }
             if let Some(ev) = self.queued.pop_front() {
                 return Step::Event(ev);
@@ -343,7 +344,7 @@ impl Engine {
                 }
                 Output::Done(outcome) => {
                     self.finished = true;
-                    return Step::Finished(self.finish(outcome));
+                    return Step::Finished(Box::new(self.finish(outcome)));
                 }
             }
         }
@@ -365,7 +366,7 @@ impl Engine {
         result.pending = suspended.pending.clone();
         result.suspended = Some(suspended);
         self.run_metric("pending", &result, None);
-        Some(Step::Finished(Ok(result)))
+        Some(Step::Finished(Box::new(Ok(result))))
     }
 
     /// Ends the run with `err` (a hook or the classifier decided).
@@ -703,6 +704,7 @@ impl Engine {
     /// moves into the result instead of being copied.
     fn result(&mut self, status: RunStatus, limit: Option<String>, last: bool) -> RunResult {
         let (upstreams, failovers) = RunResult::routing(&self.run);
+        let (output, output_mode, output_strategies) = RunResult::typed_output(&self.run);
         let text = self.run.final_text();
         let tool_calls = self.run.tool_calls();
         let messages = match last {
@@ -723,6 +725,9 @@ impl Engine {
             suspended: None,
             upstreams,
             failovers,
+            output,
+            output_mode,
+            output_strategies,
             agents: self.run.agent_reports(),
             compactions: RunResult::compactions(&self.run),
         }

@@ -341,6 +341,9 @@ pub use tool::{
     AsyncTool, DynTool, Tool, ToolContext, ToolError, ToolOutcome, Toolbox, ToolboxError, RESERVED_BUILTINS,
 };
 
+/// Typed final output: the spec, the strategy rule ([`output::decide`]) and the schema lowering.
+pub use nexus_proto::output;
+
 /// `#[tool]`: a tool from a plain `fn` or `async fn` (feature `macros`).
 ///
 /// The model calls it by the function's name and reads its doc comment;
@@ -390,6 +393,6 @@ pub mod __private {
 
 pub use nexus_proto::{
     AgentReport, Answer, BreakerPolicy, Breakers, ClearToolUses, Compaction, ContextPolicy, FailoverPolicy, Message,
-    Request, RunError, StopReason, StreamEvent, Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult,
-    Upstream, Usage,
+    OutputError, OutputMode, OutputSpec, Request, RunError, StopReason, Strategy, StrategyRecord, StreamEvent, Style,
+    Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream, Usage,
 };

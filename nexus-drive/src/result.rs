@@ -1,9 +1,12 @@
 //! What a run gives back.
 
 use nexus_proto::{
-    AgentReport, Message, Request, Run, StopReason, StreamEvent, Style, ToolCallRecord, Upstream, Usage,
+    AgentReport, Message, Request, Run, StopReason, Strategy, StrategyRecord, StreamEvent, Style, ToolCallRecord,
+    Upstream, Usage,
 };
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// How a run that did not fail ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -58,6 +61,18 @@ pub struct RunResult {
     /// Every move to another upstream in this run, in order.
     #[serde(default)]
     pub failovers: Vec<FailoverReport>,
+    /// The validated final value, when the run has an output spec
+    /// (`RunConfig::output`) and ended done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// The output strategy in force when the run ended (`native`, `tool`,
+    /// `prompted`), when the run has an output spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_mode: Option<Strategy>,
+    /// Every output strategy decision of the run: one per upstream used,
+    /// plus one for each native field a provider refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_strategies: Vec<StrategyRecord>,
     /// Each sub-agent of the run (SPEC §17): its path, name, turns, usage
     /// and status. `usage` and `turns` above are the top run's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -151,6 +166,20 @@ impl RunResult {
     pub fn is_pending(&self) -> bool {
         self.status == RunStatus::Pending
     }
+
+    /// The typed output of `run` as reported: `(output, output_mode, output_strategies)`.
+    pub fn typed_output(run: &Run) -> (Option<Value>, Option<Strategy>, Vec<StrategyRecord>) {
+        let strategies = run.output_strategies().to_vec();
+        let mode = strategies.iter().rev().find(|r| r.upstream == run.upstream_index()).map(|r| r.strategy);
+        (run.output().cloned(), mode, strategies)
+    }
+
+    /// The validated output as a `T` (for a run whose spec was made from
+    /// `T`, see [`ClientBuilder::output_type`](crate::ClientBuilder::output_type)).
+    /// `None` when the run has no output (no spec, or not done).
+    pub fn output_as<T: DeserializeOwned>(&self) -> Option<Result<T, serde_json::Error>> {
+        self.output.as_ref().map(|v| T::deserialize(v))
+    }
 }
 
 /// A suspended run: the machine's snapshot (no secrets in it) and what it waits for.
@@ -212,6 +241,9 @@ mod tests {
             suspended: None,
             upstreams: vec![],
             failovers: vec![],
+            output: None,
+            output_mode: None,
+            output_strategies: vec![],
             agents: vec![],
             compactions: vec![],
         }

@@ -25,7 +25,7 @@ use serde_json::Value;
 const STYLES: [&str; 4] = ["openai", "anthropic", "gemini", "openai-responses"];
 
 /// The examples this file runs (overhead has a harness of its own: BENCHMARKS.md).
-const TESTED: [&str; 10] = [
+const TESTED: [&str; 11] = [
     "quickstart",
     "quickstart_async",
     "approval",
@@ -34,6 +34,7 @@ const TESTED: [&str; 10] = [
     "streaming",
     "skills",
     "mcp_tools",
+    "typed_output",
     "support_agent",
     "subagents",
 ];
@@ -213,6 +214,21 @@ fn quickstart() {
             // Derived from the Args types: integers carry their format.
             assert_has(&text, r#""format":"int64""#, &what);
         }
+    }
+}
+
+#[test]
+fn typed_output_ends_in_the_validated_value_in_every_style() {
+    for style in STYLES {
+        let what = format!("typed_output {style}");
+        let text = ok(run_example("typed_output", style, &[], b""), &what);
+        // Gemini models before 3 cannot take a schema with tools: the output tool.
+        let strategy = if style == "gemini" { "tool" } else { "native" };
+        assert_has(&text, &format!("strategy for this upstream: {strategy} (model table)"), &what);
+        assert_has(&text, &format!("upstream 0 used {strategy} from turn 1"), &what);
+        assert_has(&text, "[tool] get_weather(Paris)", &what);
+        assert_has(&text, "turns: 3", &what);
+        assert_has(&text, "typed: Paris at 18.5 °C: take an umbrella", &what);
     }
 }
 

@@ -93,6 +93,7 @@ fn main() {
                 max_tokens: Some(1024),
                 stream: true,
                 params: &params,
+                output: None,
             };
             let want = serde_json::to_vec(&style.encode_body(&call)).unwrap();
             assert_eq!(style.body_bytes(&call), want, "the two paths differ");

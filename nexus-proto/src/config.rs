@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use crate::agent::{AgentSpec, Agents};
 use crate::context::ContextPolicy;
 use crate::failover::{FailoverPolicy, Upstream};
+use crate::output::OutputSpec;
 use crate::provider::{Style, RESERVED_PARAMS};
 use crate::time::Timestamp;
 use crate::InputError;
@@ -84,6 +85,10 @@ pub struct RunConfig {
     /// When a failed call moves on to the next upstream.
     #[serde(default, skip_serializing_if = "is_default_failover")]
     pub failover: FailoverPolicy,
+    /// The typed final output the run must end in (format 3 on; see
+    /// [`OutputSpec`]). `None`: the run ends in text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputSpec>,
     /// Sub-agents this run may delegate to, each declared as a tool (see
     /// [`crate::agent`]). Format 3 on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,6 +123,7 @@ impl RunConfig {
             run_id: None,
             fallbacks: Vec::new(),
             failover: FailoverPolicy::default(),
+            output: None,
             agents: None,
             context: None,
         }
@@ -192,6 +198,9 @@ impl RunConfig {
             return Err(InputError::Config(format!(
                 "header {k:?} is a secret: give it with Run::set_secret_header so it never enters the state"
             )));
+        }
+        if let Some(spec) = &self.output {
+            spec.check().map_err(InputError::Config)?;
         }
         Ok(())
     }

@@ -162,6 +162,9 @@ pub enum RunError {
     /// The whole-run deadline passed.
     #[error("run deadline exceeded")]
     DeadlineExceeded,
+    /// The run has an output spec and ended without a valid value.
+    #[error(transparent)]
+    Output(crate::output::OutputError),
     /// The next request cannot be brought under the context window, even
     /// compacted (one message bigger than the window, say). Nothing was sent.
     #[error("context exhausted: the next request needs about {estimate} tokens, the limit is {limit}; biggest: {}", biggest.iter().map(|i| format!("{} ({} tokens)", i.what, i.tokens)).collect::<Vec<_>>().join(", "))]

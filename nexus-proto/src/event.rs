@@ -94,6 +94,22 @@ pub enum StreamEvent {
         /// Why: the failure, or `circuit open`.
         reason: String,
     },
+    /// The output strategy of an upstream was decided (its first model call
+    /// with an output spec) or changed (the provider refused the native field).
+    OutputStrategy {
+        /// The upstream (0 the primary).
+        upstream: usize,
+        /// The strategy from now on.
+        strategy: crate::output::Strategy,
+        /// Why.
+        reason: String,
+    },
+    /// The output as streamed so far: partial, never validated (the final
+    /// value is [`Run::output`](crate::Run::output) once the run is done).
+    OutputPartial {
+        /// The value written so far, open arrays and objects closed.
+        value: serde_json::Value,
+    },
     /// An event of a sub-agent's run. `agent` is its path: the delegating
     /// call ids from the top run down, joined by `/`. Events of the top run
     /// come unwrapped (path empty); a `Pending` request inside carries its

@@ -21,6 +21,7 @@ mod agents;
 mod failover;
 mod machine;
 mod mcp;
+mod output;
 mod surfaces;
 mod translate;
 
@@ -28,6 +29,7 @@ pub use agents::nested_answers;
 pub use failover::failover;
 pub use machine::{machine, state};
 pub use mcp::mcp;
+pub use output::output;
 pub use surfaces::{
     anthropic_lines, anthropic_request, anthropic_stream, built_events, check_anthropic, check_gemini, check_responses,
     gemini_lines, gemini_request, gemini_stream, responses_lines, responses_request, responses_stream,
@@ -239,6 +241,7 @@ fn check_turn(turn: &TurnResponse) {
                 max_tokens: None,
                 stream,
                 params: &params,
+                output: None,
             };
             let body: Value = style.encode_body(&call);
             let bytes =

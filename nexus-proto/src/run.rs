@@ -203,6 +203,10 @@ pub(crate) struct RunState {
     /// Every move to another upstream. Format 2 on.
     #[serde(default)]
     pub failovers: Vec<FailoverRecord>,
+    /// The typed output's strategies, retries and value (format 3 on;
+    /// present when the config has an output spec).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<crate::output::OutputState>,
     /// Sub-agents: this run's depth and its finished children. Format 3 on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<crate::agent::AgentState>,
@@ -260,6 +264,8 @@ pub struct Run {
     reports: Vec<(usize, bool, Timestamp)>,
     /// The turn a `TurnStarted` was last emitted for (not again after a failover).
     announced_turn: u32,
+    /// The typed output's validator and request shapes.
+    output: crate::output::OutputRule,
     /// Routing to the children of sub-agent calls (memory only).
     pub(crate) agent_live: crate::agent::Live,
 }
@@ -273,6 +279,7 @@ impl Run {
     pub fn new(config: RunConfig, tools: impl Into<ToolSet>, messages: Vec<Message>) -> Result<Run, InputError> {
         let tools: ToolSet = crate::agent::declare(&config, tools.into());
         config.validate()?;
+        crate::output::check_tools(config.output.as_ref(), &tools)?;
         let mut names = std::collections::HashSet::new();
         for t in tools.iter() {
             if !names.insert(t.name.as_str()) {
@@ -286,6 +293,7 @@ impl Run {
         let run_id = config.run_id.clone().unwrap_or_else(|| format!("run_{:016x}", rng.next_u64()));
         let short: String = run_id.chars().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect();
         let history_len = messages.len() - 1;
+        let output = config_output_state(&config);
         let agents = crate::agent::initial_state(&config);
         let mut messages = messages;
         if config.any_upstream_speaks(Style::Gemini) {
@@ -311,6 +319,7 @@ impl Run {
             upstream: 0,
             served: Vec::new(),
             failovers: Vec::new(),
+            output,
             agents,
             context: None,
         }))
@@ -327,6 +336,7 @@ impl Run {
             open_until: Vec::new(),
             reports: Vec::new(),
             announced_turn: 0,
+            output: crate::output::OutputRule::default(),
             agent_live: crate::agent::Live::default(),
         }
     }
@@ -343,6 +353,7 @@ impl Run {
             open_until: self.open_until.clone(),
             reports: self.reports.clone(),
             announced_turn: self.announced_turn,
+            output: self.output.clone(),
             agent_live: self.agent_live.clone(),
         }
     }
@@ -668,6 +679,17 @@ impl Run {
         Ok(())
     }
 
+    /// The validated final value, once a run with an output spec is done.
+    pub fn output(&self) -> Option<&Value> {
+        self.state.output.as_ref()?.value.as_ref()
+    }
+
+    /// The output strategy each upstream used, in the order decided (a
+    /// failover or a refused native field adds a record).
+    pub fn output_strategies(&self) -> &[crate::output::StrategyRecord] {
+        self.state.output.as_ref().map_or(&[], |o| &o.strategies)
+    }
+
     /// The text of the last assistant turn of this run.
     pub fn final_text(&self) -> String {
         self.this_run().iter().rev().find(|m| m.role == Role::Assistant).map(Message::text).unwrap_or_default()
@@ -897,8 +919,10 @@ impl Run {
     /// Builds, checks and records the next model request.
     fn build_request(&mut self, attempt: u32) -> Result<HttpRequest, RunError> {
         let index = self.state.upstream;
+        crate::output::prepare(&mut self.state, &mut self.output, &mut self.events);
         let style = self.current().0;
-        let prepared = crate::context::prepare(&mut self.state, style, index)?;
+        let shape = self.output.shape();
+        let prepared = crate::context::prepare(&mut self.state, style, index, &shape)?;
         let (_, base_url, model) = self.current();
         let cfg = &self.state.config;
         let streaming = cfg.stream && !prepared.compaction;
@@ -975,7 +999,8 @@ impl Run {
                 }
                 decoder.feed(chunk, &mut self.sse_scratch);
                 let res = assemble(assembler, &mut self.state.call_ids, &mut self.sse_scratch, &mut self.delta_scratch);
-                self.events.extend(self.delta_scratch.drain(..));
+                let partial = self.output.observe(&self.delta_scratch);
+                self.events.extend(self.delta_scratch.drain(..).chain(partial));
                 if let Err(e) = res {
                     self.fail_remote(now, e);
                 }
@@ -999,6 +1024,10 @@ impl Run {
         let status = f.status.unwrap_or(0);
         if !(200..300).contains(&status) {
             let err = style.decode_error(Some(status), f.retry_after.as_deref(), &f.body);
+            if crate::output::native_refused(&mut self.state, &err, &mut self.events) {
+                self.state.phase = Phase::Ready { attempt: 0 };
+                return;
+            }
             let (retryable, after) = (err.retryable, err.retry_after_ms);
             if crate::context::on_too_long(&mut self.state, &err) {
                 // The window is learned: the request is built again, compacted.
@@ -1194,7 +1223,8 @@ impl Run {
         self.events.push_back(StreamEvent::Usage { usage: turn.usage });
         self.events.push_back(StreamEvent::TurnFinished { turn: turn_no, stop: turn.stop.reason });
         let calls: Vec<_> = turn.tool_calls().cloned().collect();
-        if !turn.content.is_empty() {
+        let answered = !turn.content.is_empty();
+        if answered {
             let mut message = Message { role: Role::Assistant, content: turn.content };
             if self.current().0 != Style::Gemini && self.state.config.any_upstream_speaks(Style::Gemini) {
                 // Sent to a Gemini fallback later, this turn needs a signature.
@@ -1210,7 +1240,10 @@ impl Run {
                     self.state.phase = Phase::Ready { attempt: 0 };
                     return;
                 }
-                _ => Outcome::Done,
+                _ => match crate::output::on_answer(&mut self.state, &mut self.output, &turn.stop, answered) {
+                    crate::output::Next::Finish(outcome) => outcome,
+                    crate::output::Next::Retry => return self.next_turn_or_limit(),
+                },
             };
             self.finish(outcome);
             return;
@@ -1218,21 +1251,25 @@ impl Run {
         let run_id = self.state.run_id.clone();
         let mut batch = Batch { turn: turn_no, calls: Vec::new(), relay_request: None, announced: false };
         for call in calls {
+            let output = crate::output::on_output_call(&mut self.state, &mut self.output, &call, &turn.stop);
             let decl = self.state.tools.iter().find(|t| t.name == call.name);
-            let state = match decl {
-                None => CallState::Completed { result: ToolResult::error(format!("Unknown tool: {}", call.name)) },
-                Some(_) if !arguments_valid(&call.arguments) => CallState::Completed {
+            let state = match (decl, output) {
+                (_, Some(result)) => CallState::Completed { result },
+                (None, None) => {
+                    CallState::Completed { result: ToolResult::error(format!("Unknown tool: {}", call.name)) }
+                }
+                (Some(_), None) if !arguments_valid(&call.arguments) => CallState::Completed {
                     result: ToolResult::error(format!(
                         "invalid arguments for {}: not a complete JSON value (stop reason {:?}); the tool was not run",
                         call.name,
                         turn.stop.raw.as_deref().unwrap_or("none")
                     )),
                 },
-                Some(d) if d.kind == ToolKind::Relay => {
+                (Some(d), None) if d.kind == ToolKind::Relay => {
                     batch.relay_request.get_or_insert_with(|| format!("relay_{}", call.id));
                     CallState::Relay
                 }
-                Some(_) => CallState::requested(),
+                (Some(_), None) => CallState::requested(),
             };
             batch.calls.push(Entry { idempotency_key: format!("{run_id}/{turn_no}/{}", call.id), call, state });
         }
@@ -1269,6 +1306,15 @@ impl Run {
             content.push(Block::ToolResult(block));
         }
         self.state.transcript.push(Message { role: Role::User, content });
+        if let Some(outcome) = crate::output::commit(&mut self.state) {
+            return self.finish(outcome);
+        }
+        self.next_turn_or_limit();
+    }
+
+    /// The next model call, unless the turn limit is reached.
+    fn next_turn_or_limit(&mut self) {
+        self.state.phase = Phase::Ready { attempt: 0 };
         if self.state.turns >= self.state.config.max_turns {
             self.finish(Outcome::Incomplete { limit: "maxTurns".into() });
         }
@@ -1353,4 +1399,9 @@ fn push_whole_deltas(turn: &TurnResponse, events: &mut VecDeque<StreamEvent>) {
             _ => {}
         }
     }
+}
+
+/// A new run's output state: present exactly when the config asks for output.
+fn config_output_state(config: &RunConfig) -> Option<crate::output::OutputState> {
+    config.output.as_ref().map(|_| crate::output::OutputState::default())
 }

@@ -249,20 +249,28 @@ fn strict(schema: &Value, depth: u32) -> Option<Value> {
 /// An optional property in strict mode: required, but null allowed.
 fn nullable(schema: Value) -> Value {
     match schema {
-        Value::Object(mut s) => match s.get("type").cloned() {
-            Some(Value::String(t)) if t != "null" => {
-                s.insert("type".into(), json!([t, "null"]));
-                Value::Object(s)
-            }
-            Some(Value::Array(mut ts)) => {
-                if !ts.iter().any(|t| t == "null") {
-                    ts.push(Value::from("null"));
+        Value::Object(mut s) => {
+            // An enum lists every value it takes: null must join it.
+            if let Some(Value::Array(values)) = s.get_mut("enum") {
+                if !values.iter().any(Value::is_null) {
+                    values.push(Value::Null);
                 }
-                s.insert("type".into(), Value::Array(ts));
-                Value::Object(s)
             }
-            _ => json!({"anyOf": [Value::Object(s), {"type": "null"}]}),
-        },
+            match s.get("type").cloned() {
+                Some(Value::String(t)) if t != "null" => {
+                    s.insert("type".into(), json!([t, "null"]));
+                    Value::Object(s)
+                }
+                Some(Value::Array(mut ts)) => {
+                    if !ts.iter().any(|t| t == "null") {
+                        ts.push(Value::from("null"));
+                    }
+                    s.insert("type".into(), Value::Array(ts));
+                    Value::Object(s)
+                }
+                _ => json!({"anyOf": [Value::Object(s), {"type": "null"}]}),
+            }
+        }
         other => other,
     }
 }

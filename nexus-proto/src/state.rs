@@ -19,15 +19,22 @@ use crate::run::{Run, RunState};
 ///   (which upstream answered each turn) and `failovers`; the config may
 ///   hold `fallbacks` and `failover`. A version-1 state is read as a run on
 ///   its primary upstream with nothing served or failed over yet recorded.
-/// - 3: sub-agents: the config may hold `agents` (each with its child's
-///   config and tools, and `maxDepth`); a ledger entry of state `agent`
-///   holds the child run's whole state; the state may hold `agents` (the
-///   run's depth and its finished children's reports). A version-2 state is
-///   a run without sub-agents.
-/// - 3: the config may hold `context` (the context budget) and the state
-///   `context` (learned windows, the calibration, compactions and a
-///   compaction under way). A version-2 state is read as a run without a
-///   context budget.
+/// - 3: two optional parts, each absent in a version-2 state (read as a
+///   run without them):
+///   - typed output: the config may hold `output` (a typed output spec), and the state
+///     then holds `output`: the strategy each upstream used, the validation
+///     retries spent, an output tool's verdict waiting for its turn's other
+///     calls, and the validated value. A version-2 state is read as a run
+///     without typed output.
+///   - sub-agents: the config may hold `agents` (each with its child's
+///     config and tools, and `maxDepth`); a ledger entry of state `agent`
+///     holds the child run's whole state; the state may hold `agents` (the
+///     run's depth and its finished children's reports). A version-2 state is
+///     a run without sub-agents.
+///   - context budget: the config may hold `context` (the context budget)
+///     and the state `context` (learned windows, the calibration,
+///     compactions and a compaction under way). A version-2 state is read as
+///     a run without a context budget.
 pub const FORMAT_VERSION: u64 = 3;
 
 #[derive(Deserialize)]

@@ -31,6 +31,7 @@ fn call(model: &str, messages: &[Message], tools: &[ToolDecl], stream: bool) -> 
         max_tokens: None,
         stream,
         params: &Map::new(),
+        output: None,
     })
 }
 
@@ -214,6 +215,7 @@ fn optional_keys_appear_only_when_set() {
         max_tokens: Some(100),
         stream: true,
         params: &params,
+        output: None,
     });
     assert_eq!(full["system"], "Be brief.");
     assert_eq!(full["max_tokens"], 100);
@@ -873,6 +875,7 @@ fn encoded_requests_pass_the_sdk_oracle() {
                 max_tokens: Some(512),
                 stream: false,
                 params: &Map::new(),
+                output: None,
             }),
         ),
     ];

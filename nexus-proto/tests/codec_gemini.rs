@@ -124,7 +124,16 @@ fn encode(
     stream: bool,
 ) -> Value {
     let params = Map::new();
-    let call = ModelCall { model: "gemini-2.5-flash", system, messages, tools, max_tokens, stream, params: &params };
+    let call = ModelCall {
+        model: "gemini-2.5-flash",
+        system,
+        messages,
+        tools,
+        max_tokens,
+        stream,
+        params: &params,
+        output: None,
+    };
     Style::Gemini.encode_body(&call)
 }
 
@@ -200,6 +209,7 @@ fn caller_params_merge_but_cannot_replace_the_conversation() {
         max_tokens: None,
         stream: false,
         params: &params,
+        output: None,
     };
     let body = Style::Gemini.encode_body(&call);
     assert_eq!(body["contents"][0]["parts"][0]["text"], "hi");

@@ -29,7 +29,7 @@ fn call<'a>(
     max_tokens: Option<u32>,
     params: &'a Map<String, Value>,
 ) -> ModelCall<'a> {
-    ModelCall { model: "gpt-4o", system, messages, tools, max_tokens, stream, params }
+    ModelCall { model: "gpt-4o", system, messages, tools, max_tokens, stream, params, output: None }
 }
 
 fn tool_call(id: &str, name: &str, arguments: &str) -> Block {

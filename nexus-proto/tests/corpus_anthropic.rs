@@ -234,7 +234,7 @@ fn encode(
     params: &Map<String, Value>,
     model: &str,
 ) -> Value {
-    STYLE.encode_body(&ModelCall { model, system, messages, tools, max_tokens: None, stream, params })
+    STYLE.encode_body(&ModelCall { model, system, messages, tools, max_tokens: None, stream, params, output: None })
 }
 
 /// Every whole body decodes to blocks that encode back to its own `content`

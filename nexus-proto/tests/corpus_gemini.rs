@@ -289,6 +289,7 @@ fn encoder_reproduces_every_recorded_request() {
             max_tokens: None,
             stream: path.to_string_lossy().contains("stream"),
             params: &r.params,
+            output: None,
         };
         let ours = Style::Gemini.encode_body(&call);
         assert_eq!(normalize(ours.clone()), normalize(recorded.clone()), "{}", path.display());

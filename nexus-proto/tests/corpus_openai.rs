@@ -208,6 +208,7 @@ fn encoder_reproduces_the_recorded_requests() {
             max_tokens: None,
             stream,
             params: &params,
+            output: None,
         };
         let body = STYLE.encode_body(&call);
         let got = body["messages"].as_array().unwrap();
@@ -318,7 +319,7 @@ fn oracle_call<'a>(
     max_tokens: Option<u32>,
     params: &'a Map<String, Value>,
 ) -> ModelCall<'a> {
-    ModelCall { model: "gpt-4o", system, messages, tools, max_tokens, stream, params }
+    ModelCall { model: "gpt-4o", system, messages, tools, max_tokens, stream, params, output: None }
 }
 
 fn tool_call(id: &str, name: &str, arguments: &str) -> Block {

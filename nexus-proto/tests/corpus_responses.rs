@@ -298,6 +298,7 @@ fn a_decoded_turn_is_echoed_as_the_recorded_follow_up_sent_it() {
             max_tokens: None,
             stream: false,
             params: &params,
+            output: None,
         };
         let body = STYLE.encode_body(&call);
         assert_eq!(body["store"], false);
@@ -426,7 +427,7 @@ fn oracle_bodies() -> Vec<(String, Vec<u8>)> {
                 stream,
                 max,
                 params: &'static Map<String, Value>| {
-        ModelCall { model: "gpt-5", system, messages, tools, max_tokens: max, stream, params }
+        ModelCall { model: "gpt-5", system, messages, tools, max_tokens: max, stream, params, output: None }
     };
     let leak = |v: Vec<Message>| -> &'static [Message] { Box::leak(v.into_boxed_slice()) };
     let tools: &'static [ToolDecl] = Box::leak(Box::new(tools));
@@ -532,6 +533,7 @@ fn the_gate_keeps_reasoning_with_its_following_item() {
         max_tokens: None,
         stream: false,
         params: &params,
+        output: None,
     };
     let body = STYLE.encode_body(&call);
     assert!(body["input"].as_array().unwrap().iter().all(|i| i["type"] != "reasoning"), "{body}");

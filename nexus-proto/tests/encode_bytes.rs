@@ -4,6 +4,7 @@
 //! properties below generate transcripts full of the cases each encoder treats
 //! specially and compare the two byte for byte.
 
+use nexus_proto::output::OutputFormat;
 use nexus_proto::provider::ModelCall;
 use nexus_proto::tool::ToolKind;
 use nexus_proto::{Block, ImageSource, Message, Role, Style, ToolCall, ToolDecl, ToolResultBlock};
@@ -12,7 +13,7 @@ use proptest::option;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
-const STYLES: [Style; 3] = [Style::Anthropic, Style::OpenAi, Style::Gemini];
+const STYLES: [Style; 4] = [Style::Anthropic, Style::OpenAi, Style::Gemini, Style::OpenAiResponses];
 
 /// Text that needs escaping: quotes, backslashes, control characters, NUL,
 /// DEL, U+2028, non-ASCII and astral characters.
@@ -184,6 +185,9 @@ fn params() -> impl Strategy<Value = Map<String, Value>> {
         Just("max_completion_tokens"),
         Just("stream_options"),
         Just("generationConfig"),
+        Just("response_format"),
+        Just("text"),
+        Just("output_config"),
         Just("messages"),
         Just("tools"),
         Just("stream"),
@@ -217,6 +221,7 @@ struct Case {
     max_tokens: Option<u32>,
     stream: bool,
     params: Map<String, Value>,
+    output: Option<OutputFormat>,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -228,8 +233,9 @@ fn case() -> impl Strategy<Value = Case> {
         option::of(any::<u32>()),
         any::<bool>(),
         params(),
+        option::of((text(), option::of(text()), json_object())),
     )
-        .prop_map(|(model, system, messages, tools, max_tokens, stream, params)| Case {
+        .prop_map(|(model, system, messages, tools, max_tokens, stream, params, output)| Case {
             model,
             system,
             messages,
@@ -237,6 +243,7 @@ fn case() -> impl Strategy<Value = Case> {
             max_tokens,
             stream,
             params,
+            output: output.map(|(name, description, schema)| OutputFormat { name, description, schema }),
         })
 }
 
@@ -250,6 +257,7 @@ impl Case {
             max_tokens: self.max_tokens,
             stream: self.stream,
             params: &self.params,
+            output: self.output.as_ref(),
         }
     }
 }
@@ -389,6 +397,11 @@ fn write_body_equals_the_serialized_value_body_for_a_full_conversation() {
             max_tokens,
             stream,
             params,
+            output: max_tokens.map(|_| OutputFormat {
+                name: "final_result".into(),
+                description: system.map(str::to_string),
+                schema: json!({"type": "object", "properties": {"a": {"type": ["string", "null"]}}, "required": ["a"]}),
+            }),
         });
     }
 }

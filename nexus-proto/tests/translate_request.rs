@@ -186,6 +186,26 @@ fn anthropic_sampling_format_and_identity_settings() {
     }
 }
 
+/// A client's schema reaches Anthropic and Gemini lowered as a run's native
+/// output is (SPEC §16); one Anthropic cannot carry is a 400, never sent.
+#[test]
+fn structured_output_is_lowered_per_target_and_refused_where_it_cannot_be_honoured() {
+    let mut req = anthropic_settings_request();
+    req["response_format"]["json_schema"]["schema"] = json!({"type": "object", "properties": {
+        "n": {"type": "integer", "minimum": 1}, "k": {"const": "x"}}, "required": ["n"]});
+    let b = body(&translate(Style::Anthropic, &req));
+    let schema = &b["output_config"]["format"]["schema"];
+    assert_eq!(schema["additionalProperties"], false, "closed for Anthropic");
+    assert_eq!(schema["properties"]["n"], json!({"type": "integer", "description": "{minimum: 1}"}));
+    let mut for_gemini = req.clone();
+    for_gemini.as_object_mut().unwrap().remove("user");
+    let b = body(&translate(Style::Gemini, &for_gemini));
+    assert_eq!(b["generationConfig"]["responseJsonSchema"]["properties"]["k"], json!({"enum": ["x"]}));
+    req["response_format"]["json_schema"]["schema"] = json!({"type": "object", "properties": {"tags": {"type": "object", "additionalProperties": {"type": "string"}}}});
+    let e = refused(Style::Anthropic, &req);
+    assert!(e.message.contains("response_format") && e.message.contains("open to extra properties"), "{}", e.message);
+}
+
 fn strict_request() -> Value {
     let mut tool = weather_tool();
     tool["function"]["strict"] = json!(true);

@@ -204,6 +204,7 @@ fn recorded_requests_read_and_encode_back_to_their_items() {
             max_tokens: req.max_tokens,
             stream: req.stream,
             params: &params,
+            output: None,
         };
         let body = STYLE.encode_body(&call);
         let got = body["input"].as_array().unwrap();

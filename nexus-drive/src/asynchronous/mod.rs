@@ -290,7 +290,7 @@ impl Driver {
                         return self.finish(Err(e));
                     }
                 }
-                Step::Finished(result) => return self.finish(result.map(StreamItem::Done)),
+                Step::Finished(result) => return self.finish((*result).map(StreamItem::Done)),
             }
         }
     }

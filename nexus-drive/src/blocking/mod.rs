@@ -337,7 +337,7 @@ impl<'c> Driver<'c> {
                         return self.finish(Err(e));
                     }
                 }
-                Step::Finished(result) => return self.finish(result.map(StreamItem::Done)),
+                Step::Finished(result) => return self.finish((*result).map(StreamItem::Done)),
             }
         }
     }

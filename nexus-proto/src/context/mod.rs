@@ -283,9 +283,12 @@ fn encode(
     upstream: usize,
     system: Option<&str>,
     messages: &[Message],
-    compaction: bool,
     extra: &Map<String, Value>,
+    shape: Option<&crate::output::Shape<'_>>,
 ) -> Vec<u8> {
+    // A compaction request has no output shape: the run's own requests
+    // always pass theirs (§16).
+    let compaction = shape.is_none();
     let cfg = &state.config;
     let (_, _, model) = cfg.upstream_parts(upstream).unwrap_or((cfg.style, &cfg.base_url, &cfg.model));
     let no_params = Map::new();
@@ -299,17 +302,19 @@ fn encode(
         merged = m;
         &merged
     };
+    let tool_set = shape.and_then(|s| s.tools).unwrap_or(&state.tools);
     let call = ModelCall {
         model,
-        system,
+        system: shape.and_then(|s| s.system).or(system),
         messages,
-        tools: if compaction { &[] } else { &state.tools },
+        tools: if compaction { &[] } else { tool_set },
         max_tokens: cfg.max_tokens,
         stream: cfg.stream && !compaction,
         params,
+        output: shape.and_then(|s| s.format),
     };
     let mut body = Vec::with_capacity(1024);
-    let tools = if compaction { None } else { state.tools.encoded(style) };
+    let tools = if compaction { None } else { tool_set.encoded(style) };
     style.write_body_with(&call, tools, &mut body);
     body
 }
@@ -318,11 +323,16 @@ fn encode(
 /// no context policy; otherwise the model view, after compacting first when
 /// the estimate is over the trigger (then the body is the compaction
 /// request). `Err` when nothing can bring the view under the limit.
-pub(crate) fn prepare(state: &mut RunState, style: Style, upstream: usize) -> Result<Prepared, RunError> {
+pub(crate) fn prepare(
+    state: &mut RunState,
+    style: Style,
+    upstream: usize,
+    shape: &crate::output::Shape<'_>,
+) -> Result<Prepared, RunError> {
     let Some(policy) = state.config.context.clone() else {
         crate::gate::check(style, &state.transcript).map_err(RunError::Gate)?;
         let body =
-            encode(state, style, upstream, state.config.system.as_deref(), &state.transcript, false, &Map::new());
+            encode(state, style, upstream, state.config.system.as_deref(), &state.transcript, &Map::new(), Some(shape));
         return Ok(Prepared { body, compaction: false, headers: Vec::new() });
     };
     let model = state.config.upstream_parts(upstream).map(|p| p.2.to_string()).unwrap_or_default();
@@ -338,7 +348,7 @@ pub(crate) fn prepare(state: &mut RunState, style: Style, upstream: usize) -> Re
         let system = state.config.system.as_deref();
         let view = view::build(&state.transcript, current_cut(state), Some(&policy));
         crate::gate::check(style, &view).map_err(RunError::Gate)?;
-        let body = encode(state, style, upstream, system, &view, false, &extra);
+        let body = encode(state, style, upstream, system, &view, &extra, Some(shape));
         let est = estimate(state.context.as_ref(), upstream, body.len() as u64);
         let Some(budget) = budget else {
             state.context.get_or_insert_with(Default::default).sent = Some((upstream, body.len() as u64, est));
@@ -414,7 +424,7 @@ fn compaction_body(
     let previous = state.context.as_ref().and_then(|c| c.compactions.last()).map(|c| c.summary.as_str());
     let part = state.transcript.get(job.from..job.upto).unwrap_or_default();
     let text = view::render(previous, part, policy, room);
-    encode(state, style, upstream, Some(instruction), &[Message::user(text)], true, &Map::new())
+    encode(state, style, upstream, Some(instruction), &[Message::user(text)], &Map::new(), None)
 }
 
 fn exhausted(

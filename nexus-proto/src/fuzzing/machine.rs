@@ -65,7 +65,7 @@ pub fn state(data: &[u8]) {
     }
 }
 
-const MACHINE_TOOLS: [&str; 4] = ["exec", "ask", "relay", "nope"];
+const MACHINE_TOOLS: [&str; 5] = ["exec", "ask", "relay", "nope", "final_result"];
 const MACHINE_ARGS: [&str; 7] = ["{}", "{\"a\":1}", "", "{\"a\":", "[1,2]", "{\"x\":1.5e-7,\"s\":\"ü\"}", "null"];
 
 fn machine_tools() -> Vec<ToolDecl> {
@@ -124,6 +124,14 @@ impl Driver {
         }
         if u.ratio(1, 8)? {
             config.max_body_bytes = u.int_in_range(0..=512)?;
+        }
+        if u.ratio(1, 3)? {
+            // Typed output in any mode: the model may call `final_result`
+            // (beside other calls, with good or bad arguments) or answer text.
+            let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]});
+            let mut spec = crate::output::OutputSpec::new(schema).with_mode(u.arbitrary()?);
+            spec.retries = u.int_in_range(0..=2)?;
+            config.output = Some(spec);
         }
         // A third of the runs keep a small context budget: tool results of
         // any size force compactions (or ContextExhausted) at any point.

@@ -209,6 +209,7 @@ mod tests {
             max_tokens: Some(10),
             stream: true,
             params: &params,
+            output: None,
         };
         let keys = [
             part_keys(anthropic::body_fields(&call)),
@@ -272,6 +273,7 @@ mod tests {
                         max_tokens: Some(64),
                         stream,
                         params,
+                        output: None,
                     };
                     let plain = style.body_bytes(&call);
                     let mut cached = Vec::new();

@@ -17,6 +17,7 @@ mod body;
 pub mod gemini;
 pub mod openai;
 mod partial_json;
+pub(crate) use partial_json::parse_partial as parse_partial_json;
 pub mod responses;
 mod wire;
 
@@ -257,6 +258,11 @@ pub struct ModelCall<'a> {
     pub stream: bool,
     /// Extra body keys from the caller.
     pub params: &'a Map<String, Value>,
+    /// The output schema in the provider's own field (OpenAI Chat
+    /// `response_format`, Responses `text.format`, Anthropic
+    /// `output_config.format`, Gemini `generationConfig.responseJsonSchema`);
+    /// `None` for no such field.
+    pub output: Option<&'a crate::output::OutputFormat>,
 }
 
 /// Why the model stopped, mapped from every provider's vocabulary.

@@ -170,6 +170,7 @@ pub(super) fn encode_neutral(style: Style, n: &Neutral) -> Result<TranslatedRequ
         max_tokens: settings.max_tokens,
         stream: settings.stream,
         params: &params,
+        output: None,
     };
     let mut body = style.encode_body(&call);
     let Value::Object(out) = &mut body else {
@@ -426,7 +427,18 @@ fn anthropic_settings(
             ))
         }
         Some(Format::JsonSchema(schema)) => {
-            output_config.insert("format".into(), json!({ "type": "json_schema", "schema": schema }));
+            // Lowered as a run's native output is (SPEC §16): a schema
+            // Anthropic cannot carry is refused here, not sent to come back
+            // as unvalidated text.
+            let lowered = crate::output::lower::for_style(T, schema).ok_or_else(|| {
+                TranslateError::unsupported(
+                    "response_format",
+                    T,
+                    "the schema has an object open to extra properties or refers to its root, \
+                     which Anthropic's structured outputs refuse",
+                )
+            })?;
+            output_config.insert("format".into(), json!({ "type": "json_schema", "schema": lowered }));
         }
     }
     if let Some(effort) = &s.effort {
@@ -507,7 +519,9 @@ fn gemini_settings(
         }
         Some(Format::JsonSchema(schema)) => {
             config.insert("responseMimeType".into(), json!("application/json"));
-            config.insert("responseJsonSchema".into(), schema.clone());
+            // Only the keywords Gemini documents (it would ignore the rest).
+            let lowered = crate::output::lower::for_style(Style::Gemini, schema).unwrap_or_else(|| schema.clone());
+            config.insert("responseJsonSchema".into(), lowered);
         }
     }
     if let Some(effort) = &s.effort {

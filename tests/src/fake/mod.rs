@@ -38,6 +38,7 @@ mod faults;
 mod gemini;
 mod http;
 mod openai;
+mod output;
 mod reply;
 mod responses;
 pub mod script;

@@ -15,7 +15,7 @@ use super::http::{write_full, Conn, ReadError, Request};
 use super::reply::{self, Reply};
 use super::script::{ExpectFinal, Scripts, Turn, TurnUsage};
 use super::wire::{stable_id, Ctx, Parsed, Reject};
-use super::{anthropic, context, gemini, openai, responses, RecordedRequest, Style};
+use super::{anthropic, context, gemini, openai, output, responses, RecordedRequest, Style};
 
 /// Connections served at once; more are closed on arrival. High enough for
 /// a gateway relaying a thousand concurrent streams.
@@ -331,6 +331,7 @@ fn plan(
             gemini::check_signatures(&body, &parsed.model)?;
         }
     }
+    output::check(style, &body, &parsed.model)?;
     let counted = super::fake_token_count(&body);
     if let Some(limit) = script.context_limit.filter(|l| counted > *l) {
         return Err(context::too_long(style, counted, limit));

@@ -35,6 +35,8 @@ pub struct Cli {
 }
 
 /// The commands, in the order the help lists them.
+// Parsed once per process: boxing the big `run` arguments would save nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Command {
     Demo(demo::DemoArgs),

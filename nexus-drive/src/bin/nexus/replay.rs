@@ -82,6 +82,7 @@ pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Valu
         }
     };
     let (upstreams, failovers) = RunResult::routing(run);
+    let (output, output_mode, output_strategies) = RunResult::typed_output(run);
     let result = RunResult {
         status,
         text: run.final_text(),
@@ -96,6 +97,9 @@ pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Valu
         suspended: None,
         upstreams,
         failovers,
+        output,
+        output_mode,
+        output_strategies,
         agents: run.agent_reports(),
         compactions: RunResult::compactions(run),
     };

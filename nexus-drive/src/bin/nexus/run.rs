@@ -17,7 +17,8 @@ use nexus_drive::{
     CancelToken, ClientBuilder, ClientConfig, DriveError, RunResult, RunStatus, StreamItem, SuspendedRun, Toolbox,
 };
 use nexus_proto::{
-    Answer, Input, InputError, Run, RunConfig, StreamEvent, Style, Timestamp, ToolDecl, ToolKind, Upstream,
+    Answer, Input, InputError, OutputMode, OutputSpec, Run, RunConfig, StreamEvent, Style, Timestamp, ToolDecl,
+    ToolKind, Upstream,
 };
 
 use crate::cli::{McpArgs, SkillsArgs, StyleParser, EXIT_CODES};
@@ -116,9 +117,22 @@ pub struct RunArgs {
     /// upstreams ([{turn, style, baseUrl, model}]: which upstream answered
     /// each turn), failovers ([{turn, from, to, reason}]), compactions
     /// ([{turn, tokensBefore, tokensAfter, turnsReplaced, usage}], when the
-    /// context was compacted), runId (with --store).
+    /// context was compacted), runId (with --store); with --output-schema
+    /// also output (the validated value), outputMode (the strategy in force
+    /// at the end) and outputStrategies ([{upstream, strategy, turn, reason}]).
     #[arg(long)]
     pub json: bool,
+    /// The run must end in a JSON value that validates against the JSON
+    /// Schema in FILE (its root an object); printed as pretty JSON (as
+    /// `output` with --json). An answer that fails validation goes back to
+    /// the model, twice at most. An invalid schema is a usage error.
+    #[arg(long, value_name = "FILE")]
+    pub output_schema: Option<String>,
+    /// How the schema reaches the model: auto (per upstream, from the model
+    /// table), native (the provider's own field), tool (an output tool),
+    /// prompted (the schema in the system prompt).
+    #[arg(long, value_name = "MODE", requires = "output_schema", value_parser = ["auto", "native", "tool", "prompted"])]
+    pub output_mode: Option<String>,
     /// An upstream (style=S,base-url=URL[,model=M][,api-key-env=VAR]) tried,
     /// in the order given, after the primary when a model call fails for the
     /// upstream's fault (connect errors, resets, 5xx, 429/529 after its
@@ -301,6 +315,18 @@ fn fallback(spec: &str) -> Result<(Upstream, Option<String>), Fail> {
     Ok((Upstream { style, base_url, model }, key))
 }
 
+/// `--output-schema FILE [--output-mode MODE]`: the spec, checked here so a
+/// bad schema is a usage error before any model call.
+fn output_spec(path: &str, mode: Option<&str>) -> Result<OutputSpec, Fail> {
+    let bad = |why: String| Fail::usage(format!("--output-schema {path}: {why}"));
+    let bytes = fs::read(path).map_err(|e| bad(e.to_string()))?;
+    let schema: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let mode = mode.and_then(OutputMode::parse).unwrap_or_default();
+    let spec = OutputSpec::new(schema).with_mode(mode);
+    spec.check().map_err(bad)?;
+    Ok(spec)
+}
+
 /// How a client's error ends the command.
 fn drive_fail(e: DriveError) -> Fail {
     match e {
@@ -350,6 +376,8 @@ struct Ctx {
     root: PathBuf,
     json: bool,
     stream: bool,
+    /// The run has an output spec: its answer is the value, not the text.
+    typed: bool,
     keep: Keep,
     record: Option<Arc<Recorder>>,
 }
@@ -437,6 +465,10 @@ pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
     if let Some(n) = p.max_tool_result_bytes {
         b = b.max_tool_result_bytes(usize::try_from(n).unwrap_or(usize::MAX));
     }
+    let typed = p.output_schema.is_some();
+    if let Some(path) = &p.output_schema {
+        b = b.output(output_spec(path, p.output_mode.as_deref())?);
+    }
     // Opened once everything else is known to be right (a mistake must not
     // leave an empty store behind), and before the run (a store that cannot
     // be opened must not cost a model call whose outcome could not be kept).
@@ -449,7 +481,7 @@ pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
         b = b.tap(r.clone());
     }
     let client = Client::new(b.build().map_err(drive_fail)?);
-    let ctx = Ctx { root, json: p.json, stream: p.stream, keep, record };
+    let ctx = Ctx { root, json: p.json, stream: p.stream, typed, keep, record };
     // The run itself waits for the authorizations (SPEC §13, durable runs):
     // suspended before its first model call, kept like any suspended run.
     let items = match waiting.is_empty() {
@@ -547,7 +579,9 @@ fn resume_file(p: &ResumeArgs, state_path: &str) -> Result<i32, Fail> {
     let run = Run::restore(&state).map_err(|e| Fail::runtime(format!("state file {state_path}: {e}")))?;
     let keep = Keep::File { path: PathBuf::from(state_path), resumed: true };
     let (client, record, _mcp) = resume_client(p, &run, &state, &root)?;
-    let ctx = Ctx { root, json: p.json, stream: p.stream, keep, record };
+    // The output spec is the run's, kept in its state.
+    let typed = run.config().output.is_some();
+    let ctx = Ctx { root, json: p.json, stream: p.stream, typed, keep, record };
     let items = client.stream_resume(&state, answers);
     finish(&ctx, items)
 }
@@ -598,8 +632,9 @@ fn resume_stored(p: &ResumeArgs, spec: &str, id: &str) -> Result<i32, Fail> {
     let client = client.with_cancel(cancel);
     // The stream takes its own copy of the state, so the claim can move into the context.
     let items = client.stream_resume(&state, answers);
+    let typed = run.config().output.is_some();
     let keep = Keep::Store { store: Box::new(store), held: Some(held) };
-    let ctx = Ctx { root, json: p.json, stream: p.stream, keep, record };
+    let ctx = Ctx { root, json: p.json, stream: p.stream, typed, keep, record };
     let outcome = finish(&ctx, items);
     // A claim lost mid-run: the run was cancelled and the store refused its
     // outcome; say why, whatever the run ended with.
@@ -798,7 +833,8 @@ fn finish(ctx: &Ctx, items: impl Iterator<Item = Result<StreamItem, DriveError>>
                     if !ctx.json {
                         eprintln!("nexus: skill {name} loaded");
                     }
-                } else if ctx.stream {
+                } else if ctx.stream && !ctx.typed {
+                    // A typed run's answer is its value, printed at the end.
                     if let StreamEvent::TextDelta { text } = &ev {
                         out_inline(text);
                         streamed_text = true;
@@ -922,11 +958,11 @@ fn show(ctx: &Ctx, result: &RunResult, streamed_text: bool) {
     }
     match result.status {
         _ if ctx.json && result.status != RunStatus::Pending => {}
-        RunStatus::Done => {
-            if !streamed_text {
-                out(&result.text);
-            }
-        }
+        RunStatus::Done => match &result.output {
+            Some(value) => out(&serde_json::to_string_pretty(value).unwrap_or_default()),
+            None if !streamed_text => out(&result.text),
+            None => {}
+        },
         RunStatus::Incomplete => {
             if !streamed_text && !result.text.is_empty() {
                 out(&result.text);

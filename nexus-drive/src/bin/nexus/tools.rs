@@ -128,6 +128,7 @@ pub fn wire_tools(style: Style, decls: &[ToolDecl]) -> Value {
         max_tokens: None,
         stream: false,
         params: &params,
+        output: None,
     };
     style.encode_body(&call).get("tools").cloned().unwrap_or_else(|| Value::Array(Vec::new()))
 }

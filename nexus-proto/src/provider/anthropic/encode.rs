@@ -39,6 +39,9 @@ pub fn encode_body(call: &ModelCall<'_>) -> Value {
     if call.stream {
         body.insert("stream".into(), Value::Bool(true));
     }
+    if let Some(o) = call.output {
+        body.insert("output_config".into(), crate::output::wire::anthropic_output_config(o));
+    }
     Value::Object(body)
 }
 

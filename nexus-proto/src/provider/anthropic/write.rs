@@ -31,6 +31,9 @@ pub(crate) fn fields<'a>(call: &ModelCall<'a>) -> Fields<'a, Part<'a>> {
     if call.stream {
         f.push(("stream", Field::True));
     }
+    if let Some(o) = call.output {
+        f.push(("output_config", Field::Owned(crate::output::wire::anthropic_output_config(o))));
+    }
     f
 }
 

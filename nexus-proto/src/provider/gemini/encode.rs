@@ -26,10 +26,26 @@ pub fn encode_body(call: &ModelCall<'_>) -> Value {
     if !call.tools.is_empty() {
         body.insert("tools".into(), gemini_tools(call.tools));
     }
-    if let Some(max) = call.max_tokens {
-        body.insert("generationConfig".into(), json!({ "maxOutputTokens": max }));
+    if let Some(config) = generation_config(call) {
+        body.insert("generationConfig".into(), config);
     }
     Value::Object(body)
+}
+
+/// `generationConfig`: the output cap and the native output schema, when
+/// either is set.
+pub(super) fn generation_config(call: &ModelCall<'_>) -> Option<Value> {
+    if call.max_tokens.is_none() && call.output.is_none() {
+        return None;
+    }
+    let mut config = Map::new();
+    if let Some(max) = call.max_tokens {
+        config.insert("maxOutputTokens".into(), Value::from(max));
+    }
+    if let Some(o) = call.output {
+        crate::output::wire::gemini_generation_config(o, &mut config);
+    }
+    Some(Value::Object(config))
 }
 
 /// What the encoder needs to know about the transcript's tool calls when it

@@ -26,8 +26,8 @@ pub(crate) fn fields<'a>(call: &ModelCall<'a>) -> Fields<'a, Part<'a>> {
     if !call.tools.is_empty() {
         f.push(("tools", Field::Part(Part::Tools(call.tools))));
     }
-    if let Some(max) = call.max_tokens {
-        f.push(("generationConfig", Field::Owned(serde_json::json!({ "maxOutputTokens": max }))));
+    if let Some(config) = super::encode::generation_config(call) {
+        f.push(("generationConfig", Field::Owned(config)));
     }
     f
 }

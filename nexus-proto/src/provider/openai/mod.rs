@@ -58,6 +58,9 @@ pub fn encode_body(call: &ModelCall<'_>) -> Value {
         // successor works for every current model.
         body.insert("max_completion_tokens".into(), Value::from(max));
     }
+    if let Some(o) = call.output {
+        body.insert("response_format".into(), crate::output::wire::chat_response_format(o));
+    }
     Value::Object(body)
 }
 

@@ -29,6 +29,9 @@ pub(crate) fn fields<'a>(call: &ModelCall<'a>) -> Fields<'a, Part<'a>> {
     if let Some(max) = call.max_tokens {
         f.push(("max_completion_tokens", Field::U32(max)));
     }
+    if let Some(o) = call.output {
+        f.push(("response_format", Field::Owned(crate::output::wire::chat_response_format(o))));
+    }
     f
 }
 

@@ -101,6 +101,9 @@ pub fn encode_body(call: &ModelCall<'_>) -> Value {
     if let Some(max) = call.max_tokens {
         body.insert("max_output_tokens".into(), Value::from(max));
     }
+    if let Some(o) = call.output {
+        body.insert("text".into(), crate::output::wire::responses_text(o));
+    }
     Value::Object(body)
 }
 

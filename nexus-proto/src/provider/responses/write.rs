@@ -36,6 +36,9 @@ pub(crate) fn fields<'a>(call: &ModelCall<'a>) -> Fields<'a, Part<'a>> {
     if let Some(max) = call.max_tokens {
         f.push(("max_output_tokens", Field::U32(max)));
     }
+    if let Some(o) = call.output {
+        f.push(("text", Field::Owned(crate::output::wire::responses_text(o))));
+    }
     f
 }
 

@@ -1,0 +1,322 @@
+//! Typed final output: a run that ends in a value validating against a JSON
+//! Schema, on every upstream.
+//!
+//! The rule is the machine's, not the driver's. For each upstream a run
+//! uses, a pure function ([`decide`]) picks the strategy — the provider's
+//! own schema field ([`Strategy::Native`]), a synthetic output tool offered
+//! beside the user's tools ([`Strategy::Tool`]), or the schema in the system
+//! prompt with the JSON taken from the final text ([`Strategy::Prompted`]) —
+//! and the choice is recorded in the run state ([`StrategyRecord`]). A
+//! resumed or replayed run therefore keeps its strategy; a failover decides
+//! afresh for the new upstream and records that; a provider that refuses
+//! the native field with a 400 moves that upstream to tool mode for the rest
+//! of the run, recorded too.
+//!
+//! The final value is validated locally against the schema as written (the
+//! wire may carry a lowered copy, see [`lower`]); a value that fails goes
+//! back to the model as an ordinary next turn under the spec's retry budget.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::provider::Style;
+
+pub(crate) mod extract;
+pub mod lower;
+mod rule;
+mod validate;
+
+pub use extract::{extract_json, Extracted};
+pub use rule::OutputFormat;
+pub(crate) use rule::{
+    check_tools, commit, native_refused, on_answer, on_output_call, prepare, Next, OutputRule, OutputState, Shape,
+};
+pub use validate::SchemaCheck;
+
+/// The default name of the output (and of the output tool).
+pub const DEFAULT_OUTPUT_NAME: &str = "final_result";
+/// Default validation retries before a run fails with [`OutputError::Invalid`].
+pub const DEFAULT_OUTPUT_RETRIES: u32 = 2;
+
+/// What the run's final answer must be.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputSpec {
+    /// The name sent with the schema (OpenAI's `json_schema.name`) and the
+    /// output tool's name in tool mode: `[a-zA-Z0-9_-]`, at most 64 bytes.
+    pub name: String,
+    /// A JSON Schema (draft 2020-12) whose root is an object.
+    pub schema: Value,
+    /// What the output is, for the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// How the schema reaches the model.
+    #[serde(default)]
+    pub mode: OutputMode,
+    /// Answers that fail validation the model may replace before the run
+    /// fails (each is one more model call).
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+    /// Rules that override the built-in model table for [`OutputMode::Auto`],
+    /// first match wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ModelRule>,
+}
+
+fn default_retries() -> u32 {
+    DEFAULT_OUTPUT_RETRIES
+}
+
+impl OutputSpec {
+    /// A spec named [`DEFAULT_OUTPUT_NAME`], mode auto, two retries.
+    pub fn new(schema: Value) -> OutputSpec {
+        OutputSpec {
+            name: DEFAULT_OUTPUT_NAME.to_string(),
+            schema,
+            description: None,
+            mode: OutputMode::Auto,
+            retries: DEFAULT_OUTPUT_RETRIES,
+            models: Vec::new(),
+        }
+    }
+
+    /// Sets the name.
+    pub fn named(mut self, name: impl Into<String>) -> OutputSpec {
+        self.name = name.into();
+        self
+    }
+
+    /// Sets the mode.
+    pub fn with_mode(mut self, mode: OutputMode) -> OutputSpec {
+        self.mode = mode;
+        self
+    }
+
+    /// Checks the spec: a usable name and a schema that compiles, with an
+    /// object at its root (every provider's tool and strict schemas need one).
+    pub fn check(&self) -> Result<(), String> {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 64
+            && self.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !name_ok {
+            return Err(format!("output name {:?} must be 1 to 64 of [a-zA-Z0-9_-]", self.name));
+        }
+        if self.schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err("the output schema's root must be {\"type\": \"object\", ...}".into());
+        }
+        SchemaCheck::compile(&self.schema).map(|_| ())
+    }
+}
+
+/// How the output schema reaches the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "fuzzing", derive(arbitrary::Arbitrary))]
+pub enum OutputMode {
+    /// Per upstream, from the model table ([`decide`]).
+    #[default]
+    Auto,
+    /// Always the provider's own field (a 400 to it still falls back to tool mode).
+    Native,
+    /// Always the output tool.
+    Tool,
+    /// Always the schema in the system prompt.
+    Prompted,
+}
+
+impl OutputMode {
+    /// Parses `auto` | `native` | `tool` | `prompted`.
+    pub fn parse(s: &str) -> Option<OutputMode> {
+        match s {
+            "auto" => Some(OutputMode::Auto),
+            "native" => Some(OutputMode::Native),
+            "tool" => Some(OutputMode::Tool),
+            "prompted" => Some(OutputMode::Prompted),
+            _ => None,
+        }
+    }
+}
+
+/// How one upstream is asked for the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// The provider's own schema field: Chat `response_format`, Responses
+    /// `text.format`, Anthropic `output_config.format`, Gemini
+    /// `generationConfig.responseJsonSchema`.
+    Native,
+    /// A synthetic tool taking the output as its arguments.
+    Tool,
+    /// The schema in the system prompt; the JSON is read from the final text.
+    Prompted,
+}
+
+impl Strategy {
+    /// `native` | `tool` | `prompted`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Native => "native",
+            Strategy::Tool => "tool",
+            Strategy::Prompted => "prompted",
+        }
+    }
+}
+
+/// An entry of the model table: models of `style` (any style when `None`)
+/// whose id starts with `prefix` use `strategy` in [`OutputMode::Auto`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelRule {
+    /// The wire format the rule is for (any when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub style: Option<Style>,
+    /// A model id prefix (`""` matches every model).
+    pub prefix: String,
+    /// The strategy those models use.
+    pub strategy: Strategy,
+}
+
+/// Which strategy an upstream used, from which turn on, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StrategyRecord {
+    /// The upstream (0 the primary).
+    pub upstream: usize,
+    /// The strategy.
+    pub strategy: Strategy,
+    /// The 1-based turn it was first used for.
+    pub turn: u32,
+    /// Why: `mode`, `model table`, `override`, or the provider's refusal.
+    pub reason: String,
+}
+
+/// Built-in model table for [`OutputMode::Auto`]: models that take a schema
+/// together with tools use it natively; those that refuse the pair (Gemini
+/// before 3) or have no schema field (older Claude and GPT models) use the
+/// output tool. First match wins; the style's fallback is after the table.
+const MODEL_TABLE: &[(Style, &str, Strategy)] = &[
+    (Style::Gemini, "gemini-3", Strategy::Native),
+    (Style::Gemini, "gemini-", Strategy::Tool),
+    (Style::Anthropic, "claude-3", Strategy::Tool),
+    (Style::Anthropic, "claude-opus-4-0", Strategy::Tool),
+    (Style::Anthropic, "claude-opus-4-1", Strategy::Tool),
+    (Style::Anthropic, "claude-sonnet-4-0", Strategy::Tool),
+    (Style::Anthropic, "claude-opus-4-2", Strategy::Tool),
+    (Style::Anthropic, "claude-sonnet-4-2", Strategy::Tool),
+    (Style::OpenAi, "gpt-3.5", Strategy::Tool),
+    (Style::OpenAi, "gpt-4-", Strategy::Tool),
+    (Style::OpenAiResponses, "gpt-3.5", Strategy::Tool),
+    (Style::OpenAiResponses, "gpt-4-", Strategy::Tool),
+];
+
+/// The strategy for one upstream, and why. Pure: the same spec, style and
+/// model always give the same answer.
+///
+/// A fixed mode is used as given. In auto mode the spec's own rules come
+/// first, then the built-in table; past both, OpenAI (Chat and Responses)
+/// and Anthropic are native, Gemini is tool mode (only Gemini 3 takes a
+/// response schema together with function tools). Native needs a schema
+/// the provider's subset can carry without accepting less: one OpenAI strict
+/// mode or Anthropic cannot take (a free-form object) goes by tool instead.
+pub fn decide(spec: &OutputSpec, style: Style, model: &str) -> (Strategy, &'static str) {
+    let fixed = match spec.mode {
+        OutputMode::Native => Some(Strategy::Native),
+        OutputMode::Tool => Some(Strategy::Tool),
+        OutputMode::Prompted => Some(Strategy::Prompted),
+        OutputMode::Auto => None,
+    };
+    if let Some(s) = fixed {
+        return (s, "mode");
+    }
+    let overridden =
+        spec.models.iter().find(|r| r.style.is_none_or(|s| s == style) && model.starts_with(r.prefix.as_str()));
+    if let Some(rule) = overridden {
+        return (rule.strategy, "override");
+    }
+    let listed = MODEL_TABLE.iter().find(|(s, prefix, _)| *s == style && model.starts_with(prefix));
+    let strategy = match listed {
+        Some((_, _, strategy)) => *strategy,
+        None if style == Style::Gemini => Strategy::Tool,
+        None => Strategy::Native,
+    };
+    if strategy == Strategy::Native && lower::for_style(style, &spec.schema).is_none() {
+        return (Strategy::Tool, "schema outside the native subset");
+    }
+    (strategy, "model table")
+}
+
+/// Why a run with an output spec did not end in a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum OutputError {
+    /// Every answer failed validation and the retries are spent.
+    #[error("the output did not validate after {attempts} attempts: {}", errors.join("; "))]
+    Invalid {
+        /// Answers given (the first plus the retries).
+        attempts: u32,
+        /// The last answer's raw text (or output tool arguments).
+        raw: String,
+        /// The last answer's validation errors.
+        errors: Vec<String>,
+    },
+    /// The model refused (a `refusal` part, `stop_reason: refusal`, a safety block).
+    #[error("the model refused to give the output: {message}")]
+    Refused {
+        /// The refusal text, or the provider's stop reason.
+        message: String,
+    },
+    /// The output token cap cut the answer off before its JSON was complete.
+    #[error("the output was cut off at the token limit ({} bytes written)", raw.len())]
+    Truncated {
+        /// What the model wrote before the cut.
+        raw: String,
+    },
+}
+
+/// The native field's value for each style, as its API defines it. Each
+/// provider's encoder and body writer put it in the body (and so merge a
+/// caller's params into it the same way).
+pub(crate) mod wire {
+    use serde_json::{Map, Value};
+
+    use super::OutputFormat;
+
+    /// OpenAI Chat `response_format`:
+    /// `{type: "json_schema", json_schema: {name, description?, schema, strict: true}}`.
+    pub(crate) fn chat_response_format(o: &OutputFormat) -> Value {
+        let mut js = Map::new();
+        js.insert("name".into(), Value::from(o.name.as_str()));
+        if let Some(d) = &o.description {
+            js.insert("description".into(), Value::from(d.as_str()));
+        }
+        js.insert("schema".into(), o.schema.clone());
+        js.insert("strict".into(), Value::Bool(true));
+        serde_json::json!({ "type": "json_schema", "json_schema": js })
+    }
+
+    /// OpenAI Responses `text`: `{format: {type: "json_schema", name, description?, schema, strict: true}}`.
+    pub(crate) fn responses_text(o: &OutputFormat) -> Value {
+        let mut f = Map::new();
+        f.insert("type".into(), Value::from("json_schema"));
+        f.insert("name".into(), Value::from(o.name.as_str()));
+        if let Some(d) = &o.description {
+            f.insert("description".into(), Value::from(d.as_str()));
+        }
+        f.insert("schema".into(), o.schema.clone());
+        f.insert("strict".into(), Value::Bool(true));
+        serde_json::json!({ "format": f })
+    }
+
+    /// Anthropic `output_config`: `{format: {type: "json_schema", schema}}`.
+    pub(crate) fn anthropic_output_config(o: &OutputFormat) -> Value {
+        serde_json::json!({ "format": { "type": "json_schema", "schema": o.schema } })
+    }
+
+    /// Gemini `generationConfig` keys: `responseMimeType: "application/json"`
+    /// and `responseJsonSchema`, added to `config`.
+    pub(crate) fn gemini_generation_config(o: &OutputFormat, config: &mut Map<String, Value>) {
+        config.insert("responseMimeType".into(), Value::from("application/json"));
+        config.insert("responseJsonSchema".into(), o.schema.clone());
+    }
+}
