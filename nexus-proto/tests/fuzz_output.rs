@@ -17,7 +17,16 @@ const SEEDS: &[&str] = &[
     "no json at all",
     r#"{"type":"object","properties":{"a":{"type":"string"}},"required":[]}{"a":null}"#,
     r##"{"anyOf":[{"$ref":"#"}],"properties":{"a":{"$ref":"#/$defs/x"}}}{"a":[null,{"b":null}]}"##,
+    // A string value holding fences: found bare, never expected back from inside a fence.
+    "\"```x````\"",
 ];
+
+/// Found by the fuzzer: a JSON string holding backtick fences, around bytes
+/// that are not UTF-8.
+#[test]
+fn a_value_holding_fences_and_invalid_utf8() {
+    output(b"\"\xbf```\xbf````\"");
+}
 
 #[test]
 fn seeds_and_their_prefixes() {

@@ -19,7 +19,11 @@ pub fn output(data: &[u8]) {
         // What was found is a complete value: written out again, it is found again.
         let again = v.to_string();
         assert_eq!(extract_json(&again), Extracted::Value(v.clone()), "bare {again}");
-        assert_eq!(extract_json(&format!("```json\n{again}\n```")), Extracted::Value(v.clone()), "fenced {again}");
+        // A value whose text holds a fence of its own cannot be fenced
+        // unambiguously (Markdown closes the block at its first ```).
+        if !again.contains("```") {
+            assert_eq!(extract_json(&format!("```json\n{again}\n```")), Extracted::Value(v.clone()), "fenced {again}");
+        }
     }
     // Output tool arguments are exactly serde's reading of the text.
     if let Ok(v) = serde_json::from_str::<Value>(text.trim()) {
