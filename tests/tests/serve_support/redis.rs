@@ -27,15 +27,21 @@ fn binary() -> Option<PathBuf> {
 }
 
 impl RedisServer {
-    /// Starts one, or says why not (the caller skips its test).
+    /// Starts one, or says why not (the caller skips its test); under
+    /// `CI=true` a missing binary fails the test instead.
     pub fn start() -> Option<RedisServer> {
         let Some(bin) = binary() else {
-            println!("skipped: no redis-server (install the redis-server package or set NEXUS_REDIS_SERVER)");
+            let why = "no redis-server (install the redis-server package or set NEXUS_REDIS_SERVER)";
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI: {why}; run `eval \"$(bash .ci/redis-deps.sh)\"`"
+            );
+            println!("skipped: {why}");
             return None;
         };
-        let port = TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free loopback port").port();
         let dir = std::env::temp_dir().join(format!("nexus-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).ok()?;
+        std::fs::create_dir_all(&dir).expect("the redis-server directory");
         let mut r = RedisServer { bin, port, dir, child: None };
         r.restart();
         Some(r)
