@@ -130,4 +130,9 @@ fn a_killed_resume_frees_the_run_after_its_lease() {
     let runs = listed(&dir);
     assert_eq!(runs[0]["runId"], run_id.as_str());
     assert_eq!(runs[0]["pending"][0]["kind"], "question", "the run waits as it did: nothing was saved");
+    // And another resume takes it: it gets as far as running the tool.
+    std::fs::remove_file(dir.join("started")).unwrap_or_else(|e| panic!("{e}"));
+    let mut second = resume_in_background(&dir, &run_id, &answers);
+    second.kill().unwrap_or_else(|e| panic!("{e}"));
+    let _ = second.wait();
 }
