@@ -86,24 +86,9 @@ fn events_of_a_child_carry_its_path_and_the_top_runs_none() {
     let reqs = suspended(t.drive());
     t.answer(&reqs[0].id).unwrap();
     done(t.drive());
-    let child_text: String = t
-        .events
-        .iter()
-        .filter(|e| e.agent_path() == "call_p1")
-        .filter_map(|e| match e.inner() {
-            StreamEvent::TextDelta { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let child_text = sim::shown_text(t.events.iter().filter(|e| e.agent_path() == "call_p1").map(|e| e.inner()));
     assert_eq!(child_text, "child says ok");
-    let top_text: String = t
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            StreamEvent::TextDelta { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let top_text = sim::shown_text(&t.events);
     assert_eq!(top_text, "parent done");
     // The delegating call's result event carries the child's answer.
     assert!(t.events.iter().any(|e| matches!(e, StreamEvent::ToolResult { call_id, result, .. }

@@ -509,14 +509,7 @@ fn a_failure_after_text_reached_the_host_ends_the_run_without_failing_over() {
         let b = if a == Style::OpenAi { Style::Anthropic } else { Style::OpenAi };
         let mut m = Multi::new(config(&[a, b], true), call_then_text()).fail(0, 0, &[Failure::CutAfterText]);
         let outcome = m.finish();
-        let shown: String = m
-            .events
-            .iter()
-            .filter_map(|e| match e {
-                StreamEvent::TextDelta { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect();
+        let shown = sim::shown_text(&m.events);
         assert!(!shown.is_empty(), "{a:?}: the host saw text");
         let Outcome::Failed { error: RunError::Transport { kind: TransportErrorKind::Io, .. } } = outcome else {
             panic!("{a:?}: {outcome:?}")

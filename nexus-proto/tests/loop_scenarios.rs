@@ -505,16 +505,7 @@ fn streamed_and_whole_runs_end_with_the_same_transcript() {
         b.chunk = 1;
         assert_eq!(a.drive(&mut tool), b.drive(&mut tool));
         assert_eq!(a.run.transcript(), b.run.transcript(), "{style:?}");
-        let text = |sim: &Sim| -> String {
-            sim.events
-                .iter()
-                .filter_map(|e| match e {
-                    nexus_proto::StreamEvent::TextDelta { text } => Some(text.clone()),
-                    _ => None,
-                })
-                .collect()
-        };
-        assert_eq!(text(&a), text(&b));
+        assert_eq!(sim::shown_text(&a.events), sim::shown_text(&b.events));
         let _ = Block::text("");
     }
 }

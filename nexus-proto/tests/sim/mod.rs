@@ -10,6 +10,17 @@ use nexus_proto::{
 };
 use serde_json::{json, Value};
 
+/// The text the host was shown: every `TextDelta` of `events`, joined.
+pub fn shown_text<'a>(events: impl IntoIterator<Item = &'a StreamEvent>) -> String {
+    events
+        .into_iter()
+        .filter_map(|e| match e {
+            StreamEvent::TextDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// One scripted model turn.
 #[derive(Clone, Debug, Default)]
 pub struct Turn {
