@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use drive_support::*;
-use nexus_drive::{AgentTool, Answer, DynTool, Request, RunStatus, StreamEvent, ToolOutcome};
+use nexus_drive::{AgentTool, Answer, DynTool, OutputMode, OutputSpec, Request, RunStatus, StreamEvent, ToolOutcome};
 use nexus_tests::fake::{FakeProvider, Scripts, Style, Turn};
 use serde_json::{json, Value};
 
@@ -19,6 +19,7 @@ both_drivers!(
     a_child_suspension_is_pending_at_the_top_and_a_fresh_client_resumes_it,
     two_children_in_one_turn_answered_in_process_both_finish,
     a_grandchild_is_served_from_its_own_tools,
+    a_child_with_a_typed_output_answers_with_its_value,
 );
 
 /// `approve`: asks first; counts the executions that completed.
@@ -171,4 +172,40 @@ fn a_grandchild_is_served_from_its_own_tools(d: Drv) {
     let body = fake.requests_for("m-deep").last().and_then(|q| q.json.clone()).unwrap_or(Value::Null);
     assert!(body.to_string().contains("42 (for "), "the grandchild's tool result reached its model: {body}");
     assert!(fake.failures().is_empty(), "{:?}", fake.failures());
+}
+
+/// A child whose config asks for a typed output (native): its invalid
+/// first answer is retried inside the child, and the delegating call's
+/// result is the validated value.
+fn a_child_with_a_typed_output_answers_with_its_value(d: Drv) {
+    let fake = FakeProvider::start(
+        Scripts::new(KEY)
+            .model(
+                "m-parent",
+                script(vec![Turn::default().call("judge", r#"{"prompt": "is it fine?"}"#), Turn::text("judged")]),
+            )
+            .model(
+                "claude-sonnet-4-5",
+                script(vec![Turn::text(r#"{"verdict":"maybe"}"#), Turn::text(r#"{"verdict":"yes"}"#)]),
+            ),
+    );
+    let mut config = nexus_proto::RunConfig::new(proto_style(Style::Anthropic), "claude-sonnet-4-5");
+    let schema = json!({
+        "type": "object",
+        "properties": {"verdict": {"type": "string", "enum": ["yes", "no"]}},
+        "required": ["verdict"],
+    });
+    config.output = Some(OutputSpec::new(schema).with_mode(OutputMode::Native));
+    let judge =
+        AgentTool::from_config("judge", "judges", config).base_url(fake.base_url(Style::Anthropic)).api_key(KEY);
+    let r = d.client(builder(&fake, Style::OpenAi, "m-parent", false).agent(judge).build().unwrap()).run("judge it");
+    let r = r.unwrap_or_else(|e| panic!("{d:?}: {e}"));
+    assert_eq!((r.status, r.text.as_str()), (RunStatus::Done, "judged"), "{r:?}");
+    let output: Value = serde_json::from_str(&outputs(&r)[0]).unwrap_or_else(|e| panic!("{d:?}: {e}: {r:?}"));
+    assert_eq!(output, json!({"verdict": "yes"}), "{d:?}: the child's validated value, after its retry");
+    assert_eq!(r.agents[0].turns, 2, "{d:?}");
+    let child = fake.requests_for("claude-sonnet-4-5");
+    assert_eq!(child.len(), 2, "{d:?}");
+    assert!(child.iter().all(|q| q.json.as_ref().is_some_and(|b| b["output_config"]["format"]["schema"].is_object())));
+    assert!(fake.failures().is_empty(), "{d:?}: {:?}", fake.failures());
 }
