@@ -11,7 +11,8 @@ use nexus_tests::fake::{Script, Scripts, Turn};
 use serde_json::{json, Value};
 
 const MODEL: &str = "m-approve";
-const COMMAND: &str = r#"{"command":"echo made > made.txt"}"#;
+/// Appends: a second run of the call would leave two lines.
+const COMMAND: &str = r#"{"command":"echo made >> made.txt"}"#;
 
 fn scripts() -> Scripts {
     Scripts::new(KEY).model(MODEL, Script::new(vec![Turn::default().call("bash", COMMAND), Turn::text("over")]))
@@ -45,7 +46,7 @@ fn an_approved_call_runs_once_and_a_declined_one_never_with_its_reason() {
         let request = suspend(&dir, &provider, style);
         let done = resume(&dir, style, json!({"id": request["id"], "ok": true}));
         assert_eq!(done["status"], "done", "{style}: {done}");
-        assert_eq!(std::fs::read_to_string(dir.join("made.txt")).unwrap_or_default(), "made\n", "{style}");
+        assert_eq!(std::fs::read_to_string(dir.join("made.txt")).unwrap_or_default(), "made\n", "{style}: ran once");
         assert_eq!(done["toolCalls"][0]["isError"], false, "{style}: {done}");
 
         let dir = scratch("approve-no");
