@@ -730,7 +730,12 @@ fn rebase_specs(agents: &mut Agents, old: &str, new: &str) {
 fn finish_child(call_id: &str, name: &str, child: &Run, outcome: &Outcome) -> (ToolResult, Vec<AgentReport>) {
     let turns = child.turns();
     let result = match outcome {
-        Outcome::Done => ToolResult::ok(child.final_text()),
+        // A typed child answers with its validated value, whatever carried
+        // it (tool arguments, fenced or bare text): its text alone may be
+        // empty (tool mode) or hold more than the value (prompted mode).
+        Outcome::Done => {
+            ToolResult::ok(child.output().map_or_else(|| child.final_text(), serde_json::Value::to_string))
+        }
         Outcome::Incomplete { limit } => {
             let text = child.final_text();
             let partial = if text.is_empty() { String::new() } else { format!("; its last text: {text}") };

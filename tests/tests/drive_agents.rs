@@ -20,6 +20,7 @@ both_drivers!(
     two_children_in_one_turn_answered_in_process_both_finish,
     a_grandchild_is_served_from_its_own_tools,
     a_child_with_a_typed_output_answers_with_its_value,
+    a_child_with_a_typed_output_in_tool_mode_answers_with_its_value,
 );
 
 /// `approve`: asks first; counts the executions that completed.
@@ -178,16 +179,31 @@ fn a_grandchild_is_served_from_its_own_tools(d: Drv) {
 /// first answer is retried inside the child, and the delegating call's
 /// result is the validated value.
 fn a_child_with_a_typed_output_answers_with_its_value(d: Drv) {
+    typed_child(d, OutputMode::Native, vec![Turn::text(r#"{"verdict":"maybe"}"#), Turn::text(r#"{"verdict":"yes"}"#)]);
+}
+
+/// The same in tool mode: the value arrives as the output tool's
+/// arguments, and the child's last text is empty; the parent still gets
+/// the validated value.
+fn a_child_with_a_typed_output_in_tool_mode_answers_with_its_value(d: Drv) {
+    typed_child(
+        d,
+        OutputMode::Tool,
+        vec![
+            Turn::default().call("final_result", r#"{"verdict":"maybe"}"#),
+            Turn::default().call("final_result", r#"{"verdict":"yes"}"#),
+        ],
+    );
+}
+
+fn typed_child(d: Drv, mode: OutputMode, child_turns: Vec<Turn>) {
     let fake = FakeProvider::start(
         Scripts::new(KEY)
             .model(
                 "m-parent",
                 script(vec![Turn::default().call("judge", r#"{"prompt": "is it fine?"}"#), Turn::text("judged")]),
             )
-            .model(
-                "claude-sonnet-4-5",
-                script(vec![Turn::text(r#"{"verdict":"maybe"}"#), Turn::text(r#"{"verdict":"yes"}"#)]),
-            ),
+            .model("claude-sonnet-4-5", script(child_turns)),
     );
     let mut config = nexus_proto::RunConfig::new(proto_style(Style::Anthropic), "claude-sonnet-4-5");
     let schema = json!({
@@ -195,7 +211,7 @@ fn a_child_with_a_typed_output_answers_with_its_value(d: Drv) {
         "properties": {"verdict": {"type": "string", "enum": ["yes", "no"]}},
         "required": ["verdict"],
     });
-    config.output = Some(OutputSpec::new(schema).with_mode(OutputMode::Native));
+    config.output = Some(OutputSpec::new(schema).with_mode(mode));
     let judge =
         AgentTool::from_config("judge", "judges", config).base_url(fake.base_url(Style::Anthropic)).api_key(KEY);
     let r = d.client(builder(&fake, Style::OpenAi, "m-parent", false).agent(judge).build().unwrap()).run("judge it");
@@ -206,6 +222,10 @@ fn a_child_with_a_typed_output_answers_with_its_value(d: Drv) {
     assert_eq!(r.agents[0].turns, 2, "{d:?}");
     let child = fake.requests_for("claude-sonnet-4-5");
     assert_eq!(child.len(), 2, "{d:?}");
-    assert!(child.iter().all(|q| q.json.as_ref().is_some_and(|b| b["output_config"]["format"]["schema"].is_object())));
+    let carried = |b: &Value| match mode {
+        OutputMode::Tool => b["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["name"] == "final_result")),
+        _ => b["output_config"]["format"]["schema"].is_object(),
+    };
+    assert!(child.iter().all(|q| q.json.as_ref().is_some_and(carried)), "{d:?}: {mode:?} on every child request");
     assert!(fake.failures().is_empty(), "{d:?}: {:?}", fake.failures());
 }
