@@ -284,6 +284,8 @@ mod error;
 mod h1;
 pub mod hooks;
 mod input;
+#[cfg(feature = "machine-json")]
+pub mod machine_json;
 pub mod metrics;
 mod result;
 pub mod store;

@@ -15,6 +15,7 @@ use napi_derive::napi;
 use nexus_drive::blocking::Client as Driver;
 use nexus_drive::builtins::Builtins;
 use nexus_drive::cassette::Recorder;
+use nexus_drive::machine_json;
 use nexus_drive::mcp::{parse_servers, McpOptions, McpTools};
 use nexus_drive::skills::Skills;
 use nexus_drive::{
@@ -513,14 +514,7 @@ fn js_tool(spec: &ToolSpec, host: Arc<Host>, cancel: CancelToken) -> DynTool {
             "type": "tool",
             "tool": name,
             "args": args,
-            "ctx": {
-                "callId": ctx.call_id(),
-                "name": ctx.name(),
-                "turn": ctx.turn(),
-                "idempotencyKey": ctx.idempotency_key(),
-                "answer": ctx.answer(),
-                "request": ctx.request(),
-            },
+            "ctx": machine_json::tool_context(ctx),
         });
         let reply = host
             .ask(asked, &|| cancel.is_cancelled() || ctx.is_cancelled())

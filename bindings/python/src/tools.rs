@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use nexus_drive::{DynTool, ToolContext, ToolError, ToolOutcome};
+use nexus_drive::{DynTool, ToolError, ToolOutcome};
 use nexus_proto::{Answer, Request, ToolReply};
 use pyo3::prelude::*;
 use serde::Deserialize;
@@ -40,7 +40,7 @@ fn empty_object() -> Value {
 pub fn python_tool(spec: ToolSpec, invoke: Py<PyAny>) -> DynTool {
     let timeout = spec.timeout_ms.map(Duration::from_millis);
     let tool = DynTool::new(&spec.name, spec.description, spec.input_schema, move |args, ctx| {
-        let context = context_json(ctx);
+        let context = nexus_drive::machine_json::tool_context(ctx).to_string();
         let reply = Python::attach(|py| -> PyResult<String> {
             invoke.call1(py, (args.to_string(), context))?.extract::<String>(py)
         });
@@ -57,19 +57,6 @@ pub fn python_tool(spec: ToolSpec, invoke: Py<PyAny>) -> DynTool {
         Some(d) => tool.timeout(d),
         None => tool,
     }
-}
-
-/// What the facade's tool wrapper is told about the call.
-fn context_json(ctx: &ToolContext) -> String {
-    json!({
-        "callId": ctx.call_id(),
-        "name": ctx.name(),
-        "turn": ctx.turn(),
-        "idempotencyKey": ctx.idempotency_key(),
-        "answer": ctx.answer(),
-        "request": ctx.request(),
-    })
-    .to_string()
 }
 
 /// `wait_for(request_json) -> answer_json`, with the GIL held. An answerer

@@ -88,7 +88,9 @@ def test_a_suspended_machine_snapshots_and_restores(fake_provider):
     reply = {"status": "done", "value": {"output": "Ada", "isError": False}}
     again.handle_input(driver.now_ms(), {"type": "tool_reply", "call_id": tools["calls"][0]["callId"], "reply": reply})
     assert driver.drive(again) == {"status": "done"}
-    assert again.summary()["text"] == "Hello, Ada."
+    summary = again.summary()
+    assert summary["text"] == "Hello, Ada."
+    assert summary["status"] == again.status == "done"
 
 
 def test_bad_inputs_raise_state_errors_and_change_nothing():

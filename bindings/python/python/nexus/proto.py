@@ -99,6 +99,7 @@ class Run:
         return self._run.status()
 
     def summary(self) -> Dict[str, Any]:
-        """``runId``, ``text``, ``toolCalls``, ``turns``, ``usage``, ``pending``."""
+        """``runId``, ``status``, ``text``, ``turns``, ``usage``, ``toolCalls``,
+        ``pending``, ``outcome``."""
         summary: Dict[str, Any] = json.loads(self._run.summary())
         return summary
