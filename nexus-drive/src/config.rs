@@ -248,6 +248,7 @@ impl ClientBuilder {
     }
 
     /// The same settings, building a `U` (a client) instead.
+    #[cfg(any(feature = "blocking", feature = "async"))]
     pub(crate) fn building<U: From<ClientConfig>>(self) -> ClientBuilder<U> {
         let ClientBuilder { cfg, key, fallback_keys, breaker, approvals, error, target: _ } = self;
         ClientBuilder { cfg, key, fallback_keys, breaker, approvals, error, target: PhantomData }

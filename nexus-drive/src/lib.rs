@@ -283,6 +283,7 @@ mod error;
 #[cfg(any(feature = "blocking", feature = "async"))]
 mod h1;
 pub mod hooks;
+#[cfg(any(feature = "blocking", feature = "async"))]
 mod input;
 #[cfg(feature = "machine-json")]
 pub mod machine_json;
@@ -328,6 +329,7 @@ pub use cancel::CancelToken;
 pub use config::{ClientBuilder, ClientConfig, FailureInfo, RetryDecision};
 pub use error::DriveError;
 pub use hooks::{BeforeTool, HookAbort, Hooks};
+#[cfg(any(feature = "blocking", feature = "async"))]
 pub use input::RunInput;
 pub use metrics::{Metric, Metrics};
 pub use result::{CompactionReport, FailoverReport, RunResult, RunStatus, StreamItem, SuspendedRun, UpstreamTurn};

@@ -440,7 +440,7 @@ impl Toolbox {
         let schema = given_schema::<T::Args>(T::NAME, tool.input_schema())?;
         let decl = ToolDecl::new(T::NAME, tool.description(), schema);
         let approval = tool.needs_approval();
-        self.insert(decl, Some(erase_blocking(tool)), None)?.approve_last(approval)
+        self.insert(decl, Some(erase_blocking(tool)), None, approval)
     }
 
     /// Adds a typed blocking tool whose schema is derived from its argument
@@ -453,7 +453,7 @@ impl Toolbox {
         let schema = tool.input_schema().unwrap_or_else(schema_for::<T::Args>);
         let decl = ToolDecl::new(T::NAME, tool.description(), schema);
         let approval = tool.needs_approval();
-        self.insert(decl, Some(erase_blocking(tool)), None)?.approve_last(approval)
+        self.insert(decl, Some(erase_blocking(tool)), None, approval)
     }
 
     /// Adds a typed async tool (refused without a schema as [`add`](Self::add) is).
@@ -461,7 +461,7 @@ impl Toolbox {
         let schema = given_schema::<T::Args>(T::NAME, tool.input_schema())?;
         let decl = ToolDecl::new(T::NAME, tool.description(), schema);
         let approval = tool.needs_approval();
-        self.insert(decl, Some(erase_async(tool)), None)?.approve_last(approval)
+        self.insert(decl, Some(erase_async(tool)), None, approval)
     }
 
     /// Adds a typed async tool with a derived schema (see [`Toolbox::add_derived`]).
@@ -473,19 +473,19 @@ impl Toolbox {
         let schema = tool.input_schema().unwrap_or_else(schema_for::<T::Args>);
         let decl = ToolDecl::new(T::NAME, tool.description(), schema);
         let approval = tool.needs_approval();
-        self.insert(decl, Some(erase_async(tool)), None)?.approve_last(approval)
+        self.insert(decl, Some(erase_async(tool)), None, approval)
     }
 
     /// Adds a dynamic tool.
     pub fn add_dyn(&mut self, tool: DynTool) -> Result<&mut Toolbox, ToolboxError> {
-        self.insert(tool.decl, Some(tool.handler), tool.timeout)?.approve_last(tool.approval)
+        self.insert(tool.decl, Some(tool.handler), tool.timeout, tool.approval)
     }
 
     /// Adds every tool of `other`, with its settings, after this one's.
     pub fn extend(&mut self, other: Toolbox) -> Result<&mut Toolbox, ToolboxError> {
         for entry in other.entries {
             let Entry { decl, handler, timeout, approval, .. } = entry;
-            self.insert(decl, handler, timeout)?.approve_last(approval)?;
+            self.insert(decl, handler, timeout, approval)?;
         }
         Ok(self)
     }
@@ -506,7 +506,7 @@ impl Toolbox {
         if decl.kind != ToolKind::Relay {
             return Err(ToolboxError::NoHandler(decl.name));
         }
-        self.insert(decl, None, None)
+        self.insert(decl, None, None, ApprovalPolicy::Never)
     }
 
     /// Gives up on calls to `name` after `timeout` (error result).
@@ -536,13 +536,6 @@ impl Toolbox {
     /// The approval policy of `name`, when it is registered.
     pub fn approval(&self, name: &str) -> Option<&ApprovalPolicy> {
         self.get(&sanitize_name(name)).map(|e| &e.approval)
-    }
-
-    fn approve_last(&mut self, approval: ApprovalPolicy) -> Result<&mut Toolbox, ToolboxError> {
-        if let Some(entry) = self.entries.last_mut().filter(|_| !approval.is_never()) {
-            entry.approval = approval;
-        }
-        Ok(self)
     }
 
     /// The declarations, in registration order.
@@ -595,6 +588,7 @@ impl Toolbox {
         decl: ToolDecl,
         handler: Option<Handler>,
         timeout: Option<Duration>,
+        approval: ApprovalPolicy,
     ) -> Result<&mut Toolbox, ToolboxError> {
         if decl.name.is_empty() {
             return Err(ToolboxError::EmptyName);
@@ -605,7 +599,7 @@ impl Toolbox {
         if self.get(&decl.name).is_some() {
             return Err(ToolboxError::Duplicate(decl.name));
         }
-        self.entries.push(Entry { decl, handler, timeout, approval: ApprovalPolicy::Never, pace: Arc::default() });
+        self.entries.push(Entry { decl, handler, timeout, approval, pace: Arc::default() });
         self.shared = std::sync::OnceLock::new();
         Ok(self)
     }

@@ -69,10 +69,7 @@ pub fn read(state: &[u8]) -> Result<Option<Workdir>, WorkdirError> {
 /// there is replaced (the state is then written again without it first).
 pub fn attach(state: &[u8], workdir: &Workdir) -> Result<Vec<u8>, WorkdirError> {
     let root = workdir.root.to_str().ok_or_else(|| WorkdirError::NotUtf8(workdir.root.clone()))?;
-    let bare = match read(state)? {
-        None => state.to_vec(),
-        Some(_) => strip(state)?,
-    };
+    let bare = strip(state)?;
     let end = bare.iter().rposition(|b| !b.is_ascii_whitespace());
     let (Some(end), Some(b'{')) = (end, bare.iter().find(|b| !b.is_ascii_whitespace())) else {
         return Err(WorkdirError::NotAnObject("no object".into()));

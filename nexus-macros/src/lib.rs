@@ -154,38 +154,24 @@ fn expand(options: Options, item: ItemFn) -> syn::Result<Tokens> {
     function_sig.ident = syn::Ident::new("function", Span::call_site());
     let unused_ctx = if args.iter().any(|a| a.context.is_some()) { quote!() } else { quote!(let _ = &ctx;) };
 
-    let (trait_name, call) = if is_async {
-        (
-            quote!(#krate::AsyncTool),
-            quote! {
-                async fn call(
-                    &self,
-                    args: #args_ty,
-                    ctx: #krate::ToolContext,
-                ) -> ::core::result::Result<#krate::ToolOutcome<#output_ty>, #krate::ToolError> {
-                    #unused_ctx
-                    let #args_ty { #(#field_names),* } = args;
-                    let returned = #fn_name::function(#(#call_args),*).await;
-                    #into_outcome
-                }
-            },
-        )
+    // The two traits' `call` differ only in these: the trait, `async`, the
+    // context by value or by reference, and awaiting the function.
+    let (trait_name, asyncness, ctx_ty, awaited) = if is_async {
+        (quote!(#krate::AsyncTool), quote!(async), quote!(#krate::ToolContext), quote!(.await))
     } else {
-        (
-            quote!(#krate::Tool),
-            quote! {
-                fn call(
-                    &self,
-                    args: #args_ty,
-                    ctx: &#krate::ToolContext,
-                ) -> ::core::result::Result<#krate::ToolOutcome<#output_ty>, #krate::ToolError> {
-                    #unused_ctx
-                    let #args_ty { #(#field_names),* } = args;
-                    let returned = #fn_name::function(#(#call_args),*);
-                    #into_outcome
-                }
-            },
-        )
+        (quote!(#krate::Tool), quote!(), quote!(&#krate::ToolContext), quote!())
+    };
+    let call = quote! {
+        #asyncness fn call(
+            &self,
+            args: #args_ty,
+            ctx: #ctx_ty,
+        ) -> ::core::result::Result<#krate::ToolOutcome<#output_ty>, #krate::ToolError> {
+            #unused_ctx
+            let #args_ty { #(#field_names),* } = args;
+            let returned = #fn_name::function(#(#call_args),*)#awaited;
+            #into_outcome
+        }
     };
 
     Ok(quote! {
