@@ -586,10 +586,12 @@ impl Engine {
                     }
                 }
             }
-            let bound = self
-                .toolbox_for(&call_id)
-                .and_then(|t| t.get(&name))
-                .and_then(|e| e.handler.clone().map(|h| (h, e.timeout.or(self.cfg.tool_timeout), e.pace.clone())));
+            // One entry gives the handler and the approval policy: a
+            // sub-agent's call is served, and asked about, by its own tools.
+            let entry = self.toolbox_for(&call_id).and_then(|t| t.get(&name));
+            let asks = entry.is_some_and(|e| e.approval.applies_to(&input));
+            let bound =
+                entry.and_then(|e| e.handler.clone().map(|h| (h, e.timeout.or(self.cfg.tool_timeout), e.pace.clone())));
             let Some((handler, timeout, pace)) = bound else {
                 // Declared in the run (maybe by another process) but not bound here.
                 let reply = ToolReply::Done(ToolResult::error(format!("Unknown tool: {name}")));
@@ -600,8 +602,7 @@ impl Engine {
                 // Approved: the tool runs as if it had never been asked.
                 (None, None)
             } else {
-                let approval = self.cfg.toolbox.get(&name).map(|e| &e.approval);
-                if answer.is_none() && approval.is_some_and(|p| p.applies_to(&input)) {
+                if answer.is_none() && asks {
                     let reply = ToolReply::Pending(approval_request(&name, &input, &arguments));
                     self.record_reply(&call_id, &name, started, None, reply, false);
                     continue;

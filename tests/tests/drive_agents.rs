@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use drive_support::*;
-use nexus_drive::{AgentTool, Answer, DynTool, OutputMode, OutputSpec, Request, RunStatus, StreamEvent, ToolOutcome};
+use nexus_drive::{
+    AgentTool, Answer, ApprovalPolicy, DynTool, OutputMode, OutputSpec, Request, RunStatus, StreamEvent, ToolOutcome,
+};
 use nexus_tests::fake::{FakeProvider, Scripts, Style, Turn};
 use serde_json::{json, Value};
 
@@ -21,6 +23,7 @@ both_drivers!(
     a_grandchild_is_served_from_its_own_tools,
     a_child_with_a_typed_output_answers_with_its_value,
     a_child_with_a_typed_output_in_tool_mode_answers_with_its_value,
+    a_childs_own_tool_asks_for_approval_before_it_runs,
 );
 
 /// `approve`: asks first; counts the executions that completed.
@@ -173,6 +176,43 @@ fn a_grandchild_is_served_from_its_own_tools(d: Drv) {
     let body = fake.requests_for("m-deep").last().and_then(|q| q.json.clone()).unwrap_or(Value::Null);
     assert!(body.to_string().contains("42 (for "), "the grandchild's tool result reached its model: {body}");
     assert!(fake.failures().is_empty(), "{:?}", fake.failures());
+}
+
+/// A tool of the child's own (the parent has none of that name) that needs
+/// approval: its call suspends on a standard `approval` request before it
+/// runs, runs once on approve, and the parent finishes.
+fn a_childs_own_tool_asks_for_approval_before_it_runs(d: Drv) {
+    let fake = FakeProvider::start(
+        Scripts::new(KEY)
+            .model(
+                "m-parent",
+                script(vec![Turn::default().call("clerk", r#"{"prompt": "file it"}"#), Turn::text("filed")]),
+            )
+            .model("m-clerk", script(vec![Turn::default().call("file", "{}"), Turn::text("clerk filed it")])),
+    );
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let file = DynTool::new("file", "files the paper", json!({"type": "object"}), move |_, _| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Ok(ToolOutcome::Done(Value::String("filed".into())))
+    })
+    .needs_approval(ApprovalPolicy::Always);
+    let clerk = AgentTool::new("clerk", "files things", proto_style(Style::Anthropic), "m-clerk")
+        .base_url(fake.base_url(Style::Anthropic))
+        .api_key(KEY)
+        .dyn_tool(file);
+    let client = d.client(builder(&fake, Style::OpenAi, "m-parent", false).agent(clerk).build().unwrap());
+    let r = client.run("delegate").unwrap_or_else(|e| panic!("{d:?}: {e}"));
+    assert_eq!(r.status, RunStatus::Pending, "{d:?}: the child's tool asks first: {r:?}");
+    assert_eq!(r.pending.len(), 1, "{d:?}: {:?}", r.pending);
+    assert_eq!(r.pending[0].kind, "approval", "{d:?}");
+    assert!(r.pending[0].id.contains('/'), "{d:?}: owned by the child: {}", r.pending[0].id);
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "{d:?}: nothing ran before the approval");
+    let state = r.suspended.expect("a pending result carries its state").state;
+    let r = client.resume(&state, vec![Answer::ok(&r.pending[0].id, None)]).unwrap();
+    assert_eq!((r.status, r.text.as_str()), (RunStatus::Done, "filed"), "{d:?}: {r:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "{d:?}: ran once, after the approval");
+    assert!(fake.failures().is_empty(), "{d:?}: {:?}", fake.failures());
 }
 
 /// A child whose config asks for a typed output (native): its invalid
