@@ -161,7 +161,7 @@ impl Serialize for ChildRun {
 
 impl<'de> Deserialize<'de> for ChildRun {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ChildRun, D::Error> {
-        Ok(ChildRun(Box::new(Run::from_state(RunState::deserialize(d)?))))
+        Ok(ChildRun(Box::new(Run::from_state(RunState::deserialize(d)?, None))))
     }
 }
 

@@ -278,7 +278,7 @@ impl Run {
     /// `ToolSet`, and they share the declarations and their encodings.
     pub fn new(config: RunConfig, tools: impl Into<ToolSet>, messages: Vec<Message>) -> Result<Run, InputError> {
         let tools: ToolSet = crate::agent::declare(&config, tools.into());
-        config.validate()?;
+        let check = config.validated()?;
         crate::output::check_tools(config.output.as_ref(), &tools)?;
         let mut names = std::collections::HashSet::new();
         for t in tools.iter() {
@@ -302,7 +302,7 @@ impl Run {
                 crate::provider::gemini::stamp_placeholder(m);
             }
         }
-        Ok(Run::from_state(RunState {
+        let state = RunState {
             format_version: crate::state::FORMAT_VERSION,
             call_ids: CallIds::new(format!("call_{short}_")),
             run_id,
@@ -322,10 +322,13 @@ impl Run {
             output,
             agents,
             context: None,
-        }))
+        };
+        Ok(Run::from_state(state, check))
     }
 
-    pub(crate) fn from_state(state: RunState) -> Run {
+    /// A run over `state`, with the output validator compiled when its
+    /// config was validated (`None`: compiled when first needed).
+    pub(crate) fn from_state(state: RunState, output_check: Option<crate::output::SchemaCheck>) -> Run {
         Run {
             state,
             inflight: None,
@@ -336,7 +339,7 @@ impl Run {
             open_until: Vec::new(),
             reports: Vec::new(),
             announced_turn: 0,
-            output: crate::output::OutputRule::default(),
+            output: crate::output::OutputRule::with_check(output_check),
             agent_live: crate::agent::Live::default(),
         }
     }

@@ -83,7 +83,7 @@ enum Watch {
 
 /// The rule's transient side: the compiled validator and what each request
 /// is shaped with, made from the state when needed (never serialized).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct OutputRule {
     check: Option<SchemaCheck>,
     /// The native field, lowered for a style.
@@ -97,23 +97,6 @@ pub(crate) struct OutputRule {
     watch: Watch,
     partial: String,
     last_partial: Option<Value>,
-}
-
-impl Clone for OutputRule {
-    /// Everything but the compiled validator, which the copy compiles again
-    /// when it first validates.
-    fn clone(&self) -> OutputRule {
-        OutputRule {
-            check: None,
-            format: self.format.clone(),
-            tools: self.tools.clone(),
-            system: self.system.clone(),
-            strategy: self.strategy,
-            watch: self.watch.clone(),
-            partial: self.partial.clone(),
-            last_partial: self.last_partial.clone(),
-        }
-    }
 }
 
 impl std::fmt::Debug for OutputRule {
@@ -140,8 +123,14 @@ impl OutputRule {
         }
     }
 
+    /// A rule holding the validator compiled when the run's config was validated.
+    pub(crate) fn with_check(check: Option<SchemaCheck>) -> OutputRule {
+        OutputRule { check, ..OutputRule::default() }
+    }
+
     fn check(&mut self, spec: &OutputSpec) -> &SchemaCheck {
-        // The spec was checked when the run was made or restored.
+        // The spec was checked when the run was made or restored; compiled
+        // here only for a child run read back from its parent's ledger.
         self.check.get_or_insert_with(|| {
             SchemaCheck::compile(&spec.schema)
                 .unwrap_or_else(|_| SchemaCheck::compile(&Value::Bool(true)).expect("true"))
