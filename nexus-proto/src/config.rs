@@ -164,6 +164,12 @@ impl RunConfig {
         }
     }
 
+    /// [`upstream_parts`](Self::upstream_parts) of an upstream the run may
+    /// be on (its index is always in range; past it, the primary's).
+    pub(crate) fn parts_of(&self, i: usize) -> (Style, &str, &str) {
+        self.upstream_parts(i).unwrap_or((self.style, &self.base_url, &self.model))
+    }
+
     /// Whether any upstream (the primary or a fallback) speaks `style`.
     pub(crate) fn any_upstream_speaks(&self, style: Style) -> bool {
         self.style == style || self.fallbacks.iter().any(|u| u.style == style)

@@ -413,8 +413,7 @@ impl Run {
 
     /// The current upstream's style, base URL and model, borrowed.
     fn current(&self) -> (Style, &str, &str) {
-        let c = &self.state.config;
-        c.upstream_parts(self.state.upstream).unwrap_or((c.style, &c.base_url, &c.model))
+        self.state.config.parts_of(self.state.upstream)
     }
 
     /// Which upstream answered each turn of this run.
@@ -923,10 +922,8 @@ impl Run {
     fn build_request(&mut self, attempt: u32) -> Result<HttpRequest, RunError> {
         let index = self.state.upstream;
         crate::output::prepare(&mut self.state, &mut self.output, &mut self.events);
-        let style = self.current().0;
-        let shape = self.output.shape();
-        let prepared = crate::context::prepare(&mut self.state, style, index, &shape)?;
-        let (_, base_url, model) = self.current();
+        let prepared = crate::context::prepare(&mut self.state, &self.output.shape())?;
+        let (style, base_url, model) = self.current();
         let cfg = &self.state.config;
         let streaming = cfg.stream && !prepared.compaction;
         let mut headers = style.base_headers();

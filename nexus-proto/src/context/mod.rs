@@ -290,7 +290,7 @@ fn encode(
     // always pass theirs (§16).
     let compaction = shape.is_none();
     let cfg = &state.config;
-    let (_, _, model) = cfg.upstream_parts(upstream).unwrap_or((cfg.style, &cfg.base_url, &cfg.model));
+    let (_, _, model) = cfg.parts_of(upstream);
     let no_params = Map::new();
     let base = params_for(cfg.style, style, &cfg.params, &no_params);
     let merged;
@@ -323,19 +323,16 @@ fn encode(
 /// no context policy; otherwise the model view, after compacting first when
 /// the estimate is over the trigger (then the body is the compaction
 /// request). `Err` when nothing can bring the view under the limit.
-pub(crate) fn prepare(
-    state: &mut RunState,
-    style: Style,
-    upstream: usize,
-    shape: &crate::output::Shape<'_>,
-) -> Result<Prepared, RunError> {
+pub(crate) fn prepare(state: &mut RunState, shape: &crate::output::Shape<'_>) -> Result<Prepared, RunError> {
+    let upstream = state.upstream;
+    let style = state.config.parts_of(upstream).0;
     let Some(policy) = state.config.context.clone() else {
         crate::gate::check(style, &state.transcript).map_err(RunError::Gate)?;
         let body =
             encode(state, style, upstream, state.config.system.as_deref(), &state.transcript, &Map::new(), Some(shape));
         return Ok(Prepared { body, compaction: false, headers: Vec::new() });
     };
-    let model = state.config.upstream_parts(upstream).map(|p| p.2.to_string()).unwrap_or_default();
+    let model = state.config.parts_of(upstream).2.to_string();
     let (extra, headers) = native_options(&policy, style);
     loop {
         let budget = budget(state, &policy, upstream, &model);

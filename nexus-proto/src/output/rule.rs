@@ -184,10 +184,7 @@ pub(crate) fn prepare(
     rule.last_partial = None;
     let (Some(spec), Some(out)) = (state.config.output.as_ref(), state.output.as_mut()) else { return };
     let upstream = state.upstream;
-    let (style, model) = match state.config.upstream_parts(upstream) {
-        Some((style, _, model)) => (style, model),
-        None => (state.config.style, state.config.model.as_str()),
-    };
+    let (style, _, model) = state.config.parts_of(upstream);
     let strategy = match out.strategy_of(upstream) {
         Some(s) => s,
         None => {
@@ -275,7 +272,7 @@ pub(crate) fn on_answer(state: &mut RunState, rule: &mut OutputRule, stop: &Stop
         return fail(OutputError::Refused { message });
     }
     let strategy = out.strategy_of(state.upstream).unwrap_or(Strategy::Native);
-    let style = state.config.upstream_parts(state.upstream).map_or(state.config.style, |p| p.0);
+    let style = state.config.parts_of(state.upstream).0;
     let errors = if strategy == Strategy::Tool {
         vec![format!("no call of the `{}` tool: plain text is not the final answer here", spec.name)]
     } else {
