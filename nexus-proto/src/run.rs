@@ -588,15 +588,9 @@ impl Run {
     /// A sub-agent's requests come after this run's own, their ids qualified
     /// by the agent path (see [`Run::request_owner`]).
     pub fn outstanding(&self) -> Vec<Request> {
-        match &self.state.phase {
-            Phase::Tools { batch } => {
-                let mut out = batch.outstanding();
-                out.extend(self.agents_outstanding());
-                out
-            }
-            Phase::Starting { requests, .. } => requests.clone(),
-            _ => Vec::new(),
-        }
+        let mut out = self.own_outstanding();
+        out.extend(self.agents_outstanding());
+        out
     }
 
     /// The calls this run will hand to the driver next (answered suspensions
@@ -726,16 +720,11 @@ impl Run {
 
     /// Feeds one input. On `Err` nothing changed.
     pub fn handle_input(&mut self, now: Timestamp, input: Input<'_>) -> Result<(), InputError> {
-        if now < self.state.last_now {
-            return Err(InputError::TimeWentBackwards { now: now.0, last: self.state.last_now.0 });
-        }
-        if matches!(self.state.phase, Phase::Finished { .. }) {
-            return Err(InputError::Finished);
-        }
+        self.check(now, &input)?;
         if let Some((index, inner)) = self.agent_target(&input) {
-            return self.feed_agent(now, index, inner);
+            self.feed_agent(now, index, inner);
+            return Ok(());
         }
-        self.validate(&input)?;
         self.state.last_now = now;
         if let Some(f) = self.inflight.as_mut() {
             f.sent_at.get_or_insert(now);
