@@ -347,20 +347,19 @@ pub(crate) fn prepare(state: &mut RunState, shape: &crate::output::Shape<'_>) ->
         crate::gate::check(style, &view).map_err(RunError::Gate)?;
         let body = encode(state, style, upstream, system, &view, &extra, Some(shape));
         let est = estimate(state.context.as_ref(), upstream, body.len() as u64);
-        let Some(budget) = budget else {
-            state.context.get_or_insert_with(Default::default).sent = Some((upstream, body.len() as u64, est));
-            return Ok(Prepared { body, compaction: false, headers });
+        // Over the trigger: a compaction, if a cut is left; none and over
+        // the limit, nothing can be sent.
+        let planned = match &budget {
+            Some(budget) if est > budget.trigger => {
+                let overhead = (body.len() as u64).saturating_sub(view.iter().map(|m| view::weight(m, &policy)).sum());
+                let planned = plan(state, &policy, upstream, budget, est, overhead);
+                if planned.is_none() && est > budget.limit {
+                    return Err(exhausted(state, &policy, upstream, &view, est, budget.limit));
+                }
+                planned
+            }
+            _ => None,
         };
-        if est <= budget.trigger {
-            state.context.get_or_insert_with(Default::default).sent = Some((upstream, body.len() as u64, est));
-            return Ok(Prepared { body, compaction: false, headers });
-        }
-        let weights: Vec<u64> = view.iter().map(|m| view::weight(m, &policy)).collect();
-        let overhead = (body.len() as u64).saturating_sub(weights.iter().sum());
-        let planned = plan(state, &policy, upstream, &budget, est, overhead);
-        if planned.is_none() && est > budget.limit {
-            return Err(exhausted(state, &policy, upstream, &view, est, budget.limit));
-        }
         drop(view);
         let ctx = state.context.get_or_insert_with(Default::default);
         match planned {
@@ -429,7 +428,7 @@ fn exhausted(
     policy: &ContextPolicy,
     upstream: usize,
     view: &[Message],
-    estimate: u64,
+    est: u64,
     limit: u64,
 ) -> RunError {
     let offset = current_cut(state).map(|(_, upto)| upto);
@@ -449,16 +448,12 @@ fn exhausted(
                 (_, None, Role::Assistant) => "assistant turn".to_string(),
                 (_, None, Role::User) => "user text".to_string(),
             };
-            ContextItem { index, what, tokens: estimate_tokens(ctx, upstream, view::weight(m, policy)) }
+            ContextItem { index, what, tokens: estimate(ctx, upstream, view::weight(m, policy)) }
         })
         .collect();
     items.sort_by(|a, b| b.tokens.cmp(&a.tokens).then(a.index.cmp(&b.index)));
     items.truncate(3);
-    RunError::ContextExhausted { estimate, limit, biggest: items }
-}
-
-fn estimate_tokens(ctx: Option<&ContextState>, upstream: usize, bytes: u64) -> u64 {
-    estimate(ctx, upstream, bytes)
+    RunError::ContextExhausted { estimate: est, limit, biggest: items }
 }
 
 /// Body keys and headers of the provider-native options for `style`.
