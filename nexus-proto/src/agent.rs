@@ -631,12 +631,6 @@ impl Run {
     /// Feeds an input to the child it is for; only that child advances.
     /// [`Run::check`]ed first, so a refusal changed nothing anywhere in the tree.
     pub(crate) fn feed_agent(&mut self, now: Timestamp, index: usize, input: Input<'_>) {
-        self.state.last_now = now;
-        if self.state.config.deadline.is_some_and(|d| now >= d) {
-            self.cancel_agents(now);
-            self.finish_failed_deadline();
-            return;
-        }
         let answer = matches!(input, Input::Answer(_));
         if let Some(child) = self.child_at(index) {
             // Checked by the caller: the child takes it.

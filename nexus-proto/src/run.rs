@@ -721,17 +721,18 @@ impl Run {
     /// Feeds one input. On `Err` nothing changed.
     pub fn handle_input(&mut self, now: Timestamp, input: Input<'_>) -> Result<(), InputError> {
         self.check(now, &input)?;
-        if let Some((index, inner)) = self.agent_target(&input) {
-            self.feed_agent(now, index, inner);
-            return Ok(());
-        }
+        let target = self.agent_target(&input);
         self.state.last_now = now;
-        if let Some(f) = self.inflight.as_mut() {
+        if let (None, Some(f)) = (&target, self.inflight.as_mut()) {
             f.sent_at.get_or_insert(now);
         }
         if self.state.config.deadline.is_some_and(|d| now >= d) {
             self.cancel_agents(now);
-            self.finish_failed_deadline();
+            self.finish(Outcome::Failed { error: RunError::DeadlineExceeded });
+            return Ok(());
+        }
+        if let Some((index, inner)) = target {
+            self.feed_agent(now, index, inner);
             return Ok(());
         }
         match input {
@@ -1312,10 +1313,6 @@ impl Run {
     fn finish(&mut self, outcome: Outcome) {
         self.inflight = None;
         self.state.phase = Phase::Finished { outcome };
-    }
-
-    pub(crate) fn finish_failed_deadline(&mut self) {
-        self.finish(Outcome::Failed { error: RunError::DeadlineExceeded });
     }
 
     /// Restores the transient parts after deserializing a state: a request
