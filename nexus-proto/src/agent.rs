@@ -161,7 +161,7 @@ impl Serialize for ChildRun {
 
 impl<'de> Deserialize<'de> for ChildRun {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ChildRun, D::Error> {
-        Ok(ChildRun(Box::new(Run::from_state(RunState::deserialize(d)?))))
+        Ok(ChildRun(Box::new(Run::from_state(RunState::deserialize(d)?, None))))
     }
 }
 
@@ -629,26 +629,16 @@ impl Run {
     }
 
     /// Feeds an input to the child it is for; only that child advances.
-    /// Checked first, so on `Err` nothing changed anywhere in the tree.
-    pub(crate) fn feed_agent(&mut self, now: Timestamp, index: usize, input: Input<'_>) -> Result<(), InputError> {
-        if let Some(child) = self.children_at(index) {
-            child.check(now, &input).map_err(|e| self.qualify_error(index, &input, e))?;
-        }
-        self.state.last_now = now;
-        if self.state.config.deadline.is_some_and(|d| now >= d) {
-            self.cancel_agents(now);
-            self.finish_failed_deadline();
-            return Ok(());
-        }
+    /// [`Run::check`]ed first, so a refusal changed nothing anywhere in the tree.
+    pub(crate) fn feed_agent(&mut self, now: Timestamp, index: usize, input: Input<'_>) {
         let answer = matches!(input, Input::Answer(_));
         if let Some(child) = self.child_at(index) {
-            // Checked above: the child takes it.
+            // Checked by the caller: the child takes it.
             let _ = child.handle_input(now, input);
         }
         if let (true, Phase::Tools { batch }) = (answer, &mut self.state.phase) {
             batch.announced = false;
         }
-        Ok(())
     }
 
     /// A timer may have fired: every child looks at its own.
@@ -678,7 +668,7 @@ impl Run {
         out
     }
 
-    fn own_outstanding(&self) -> Vec<Request> {
+    pub(crate) fn own_outstanding(&self) -> Vec<Request> {
         match &self.state.phase {
             Phase::Tools { batch } => batch.outstanding(),
             Phase::Starting { requests, .. } => requests.clone(),

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use crate::agent::{AgentSpec, Agents};
 use crate::context::ContextPolicy;
 use crate::failover::{FailoverPolicy, Upstream};
-use crate::output::OutputSpec;
+use crate::output::{OutputSpec, SchemaCheck};
 use crate::provider::{Style, RESERVED_PARAMS};
 use crate::time::Timestamp;
 use crate::InputError;
@@ -164,6 +164,12 @@ impl RunConfig {
         }
     }
 
+    /// [`upstream_parts`](Self::upstream_parts) of an upstream the run may
+    /// be on (its index is always in range; past it, the primary's).
+    pub(crate) fn parts_of(&self, i: usize) -> (Style, &str, &str) {
+        self.upstream_parts(i).unwrap_or((self.style, &self.base_url, &self.model))
+    }
+
     /// Whether any upstream (the primary or a fallback) speaks `style`.
     pub(crate) fn any_upstream_speaks(&self, style: Style) -> bool {
         self.style == style || self.fallbacks.iter().any(|u| u.style == style)
@@ -176,6 +182,12 @@ impl RunConfig {
 
     /// Refuses configs the machine cannot honour.
     pub fn validate(&self) -> Result<(), InputError> {
+        self.validated().map(|_| ())
+    }
+
+    /// [`validate`](Self::validate), keeping the output schema it compiled
+    /// (a run validates with it rather than compiling it again).
+    pub(crate) fn validated(&self) -> Result<Option<SchemaCheck>, InputError> {
         if let Some(k) = self.params.keys().find(|k| RESERVED_PARAMS.contains(&k.as_str())) {
             return Err(InputError::Config(format!("param {k:?} is owned by the conversation and cannot be set")));
         }
@@ -199,9 +211,6 @@ impl RunConfig {
                 "header {k:?} is a secret: give it with Run::set_secret_header so it never enters the state"
             )));
         }
-        if let Some(spec) = &self.output {
-            spec.check().map_err(InputError::Config)?;
-        }
-        Ok(())
+        self.output.as_ref().map(OutputSpec::compile).transpose().map_err(InputError::Config)
     }
 }

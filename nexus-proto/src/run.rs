@@ -278,7 +278,7 @@ impl Run {
     /// `ToolSet`, and they share the declarations and their encodings.
     pub fn new(config: RunConfig, tools: impl Into<ToolSet>, messages: Vec<Message>) -> Result<Run, InputError> {
         let tools: ToolSet = crate::agent::declare(&config, tools.into());
-        config.validate()?;
+        let check = config.validated()?;
         crate::output::check_tools(config.output.as_ref(), &tools)?;
         let mut names = std::collections::HashSet::new();
         for t in tools.iter() {
@@ -302,7 +302,7 @@ impl Run {
                 crate::provider::gemini::stamp_placeholder(m);
             }
         }
-        Ok(Run::from_state(RunState {
+        let state = RunState {
             format_version: crate::state::FORMAT_VERSION,
             call_ids: CallIds::new(format!("call_{short}_")),
             run_id,
@@ -322,10 +322,13 @@ impl Run {
             output,
             agents,
             context: None,
-        }))
+        };
+        Ok(Run::from_state(state, check))
     }
 
-    pub(crate) fn from_state(state: RunState) -> Run {
+    /// A run over `state`, with the output validator compiled when its
+    /// config was validated (`None`: compiled when first needed).
+    pub(crate) fn from_state(state: RunState, output_check: Option<crate::output::SchemaCheck>) -> Run {
         Run {
             state,
             inflight: None,
@@ -336,7 +339,7 @@ impl Run {
             open_until: Vec::new(),
             reports: Vec::new(),
             announced_turn: 0,
-            output: crate::output::OutputRule::default(),
+            output: crate::output::OutputRule::with_check(output_check),
             agent_live: crate::agent::Live::default(),
         }
     }
@@ -410,8 +413,7 @@ impl Run {
 
     /// The current upstream's style, base URL and model, borrowed.
     fn current(&self) -> (Style, &str, &str) {
-        let c = &self.state.config;
-        c.upstream_parts(self.state.upstream).unwrap_or((c.style, &c.base_url, &c.model))
+        self.state.config.parts_of(self.state.upstream)
     }
 
     /// Which upstream answered each turn of this run.
@@ -586,15 +588,9 @@ impl Run {
     /// A sub-agent's requests come after this run's own, their ids qualified
     /// by the agent path (see [`Run::request_owner`]).
     pub fn outstanding(&self) -> Vec<Request> {
-        match &self.state.phase {
-            Phase::Tools { batch } => {
-                let mut out = batch.outstanding();
-                out.extend(self.agents_outstanding());
-                out
-            }
-            Phase::Starting { requests, .. } => requests.clone(),
-            _ => Vec::new(),
-        }
+        let mut out = self.own_outstanding();
+        out.extend(self.agents_outstanding());
+        out
     }
 
     /// The calls this run will hand to the driver next (answered suspensions
@@ -724,23 +720,19 @@ impl Run {
 
     /// Feeds one input. On `Err` nothing changed.
     pub fn handle_input(&mut self, now: Timestamp, input: Input<'_>) -> Result<(), InputError> {
-        if now < self.state.last_now {
-            return Err(InputError::TimeWentBackwards { now: now.0, last: self.state.last_now.0 });
-        }
-        if matches!(self.state.phase, Phase::Finished { .. }) {
-            return Err(InputError::Finished);
-        }
-        if let Some((index, inner)) = self.agent_target(&input) {
-            return self.feed_agent(now, index, inner);
-        }
-        self.validate(&input)?;
+        self.check(now, &input)?;
+        let target = self.agent_target(&input);
         self.state.last_now = now;
-        if let Some(f) = self.inflight.as_mut() {
+        if let (None, Some(f)) = (&target, self.inflight.as_mut()) {
             f.sent_at.get_or_insert(now);
         }
         if self.state.config.deadline.is_some_and(|d| now >= d) {
             self.cancel_agents(now);
-            self.finish_failed_deadline();
+            self.finish(Outcome::Failed { error: RunError::DeadlineExceeded });
+            return Ok(());
+        }
+        if let Some((index, inner)) = target {
+            self.feed_agent(now, index, inner);
             return Ok(());
         }
         match input {
@@ -920,10 +912,8 @@ impl Run {
     fn build_request(&mut self, attempt: u32) -> Result<HttpRequest, RunError> {
         let index = self.state.upstream;
         crate::output::prepare(&mut self.state, &mut self.output, &mut self.events);
-        let style = self.current().0;
-        let shape = self.output.shape();
-        let prepared = crate::context::prepare(&mut self.state, style, index, &shape)?;
-        let (_, base_url, model) = self.current();
+        let prepared = crate::context::prepare(&mut self.state, &self.output.shape())?;
+        let (style, base_url, model) = self.current();
         let cfg = &self.state.config;
         let streaming = cfg.stream && !prepared.compaction;
         let mut headers = style.base_headers();
@@ -1323,10 +1313,6 @@ impl Run {
     fn finish(&mut self, outcome: Outcome) {
         self.inflight = None;
         self.state.phase = Phase::Finished { outcome };
-    }
-
-    pub(crate) fn finish_failed_deadline(&mut self) {
-        self.finish(Outcome::Failed { error: RunError::DeadlineExceeded });
     }
 
     /// Restores the transient parts after deserializing a state: a request

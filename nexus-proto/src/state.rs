@@ -63,8 +63,8 @@ impl Run {
         }
         let mut state: RunState = serde_json::from_slice(bytes).map_err(|e| StateError::Corrupt(e.to_string()))?;
         migrate(&mut state, version);
-        check(&state)?;
-        let mut run = Run::from_state(state);
+        let output_check = check(&state)?;
+        let mut run = Run::from_state(state, output_check);
         run.after_restore();
         Ok(run)
     }
@@ -83,12 +83,12 @@ fn migrate(state: &mut RunState, from: u64) {
     state.format_version = FORMAT_VERSION;
 }
 
-/// Invariants serde cannot express.
-pub(crate) fn check(state: &RunState) -> Result<(), StateError> {
+/// Invariants serde cannot express; the output schema compiled on the way.
+pub(crate) fn check(state: &RunState) -> Result<Option<crate::output::SchemaCheck>, StateError> {
     if state.history_len > state.transcript.len() {
         return Err(StateError::Inconsistent("history_len is past the end of the transcript".into()));
     }
-    state.config.validate().map_err(|e| StateError::Inconsistent(e.to_string()))?;
+    let output_check = state.config.validated().map_err(|e| StateError::Inconsistent(e.to_string()))?;
     if let Some(ctx) = &state.context {
         crate::context::check_state(ctx, &state.transcript).map_err(StateError::Inconsistent)?;
     }
@@ -99,5 +99,6 @@ pub(crate) fn check(state: &RunState) -> Result<(), StateError> {
     if state.served.iter().any(|s| s.upstream >= n) || state.failovers.iter().any(|f| f.from >= n || f.to >= n) {
         return Err(StateError::Inconsistent("a served turn or failover names an unknown upstream".into()));
     }
-    crate::agent::check_children(state)
+    crate::agent::check_children(state)?;
+    Ok(output_check)
 }

@@ -386,3 +386,27 @@ fn keys_reach_children_in_memory_and_never_the_state() {
     let near: Vec<_> = auth.iter().filter(|(u, _)| !u.contains("/far")).collect();
     assert!(near.len() >= 3 && near.iter().all(|(_, k)| k == "Bearer sk-parent-secret"), "{auth:?}");
 }
+
+#[test]
+fn an_answer_for_a_child_past_the_deadline_fails_the_run_and_stops_the_child() {
+    let mut cfg = config(Style::OpenAi, "").with_agent(agent("researcher", Style::Anthropic));
+    cfg.deadline = Some(Timestamp(5_000));
+    let run = Run::new(cfg, tools(), vec![Message::user("go")]).unwrap();
+    let mut t = Tree::new(
+        run,
+        vec![
+            ("", Style::OpenAi, script(vec![vec![delegate("call_p1", "researcher", "check it")]], "parent done")),
+            ("researcher", Style::Anthropic, script(vec![vec![call("toolu_c1", "approve")]], "child says ok")),
+        ],
+    );
+    let reqs = suspended(t.drive());
+    assert_eq!(reqs[0].id, "call_p1/pnd_toolu_c1");
+    let ran = t.executed.len();
+    t.now = Timestamp(5_000);
+    t.answer(&reqs[0].id).unwrap();
+    assert_eq!(t.run.status(), Status::Failed);
+    assert_eq!(t.run.outcome(), Some(&Outcome::Failed { error: nexus_proto::RunError::DeadlineExceeded }));
+    assert!(t.run.outstanding().is_empty(), "the child was stopped with its parent");
+    assert!(matches!(t.run.poll_output(), Output::Done(_)));
+    assert_eq!(t.executed.len(), ran, "the answered tool did not run");
+}

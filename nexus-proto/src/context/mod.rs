@@ -290,7 +290,7 @@ fn encode(
     // always pass theirs (§16).
     let compaction = shape.is_none();
     let cfg = &state.config;
-    let (_, _, model) = cfg.upstream_parts(upstream).unwrap_or((cfg.style, &cfg.base_url, &cfg.model));
+    let (_, _, model) = cfg.parts_of(upstream);
     let no_params = Map::new();
     let base = params_for(cfg.style, style, &cfg.params, &no_params);
     let merged;
@@ -323,19 +323,16 @@ fn encode(
 /// no context policy; otherwise the model view, after compacting first when
 /// the estimate is over the trigger (then the body is the compaction
 /// request). `Err` when nothing can bring the view under the limit.
-pub(crate) fn prepare(
-    state: &mut RunState,
-    style: Style,
-    upstream: usize,
-    shape: &crate::output::Shape<'_>,
-) -> Result<Prepared, RunError> {
+pub(crate) fn prepare(state: &mut RunState, shape: &crate::output::Shape<'_>) -> Result<Prepared, RunError> {
+    let upstream = state.upstream;
+    let style = state.config.parts_of(upstream).0;
     let Some(policy) = state.config.context.clone() else {
         crate::gate::check(style, &state.transcript).map_err(RunError::Gate)?;
         let body =
             encode(state, style, upstream, state.config.system.as_deref(), &state.transcript, &Map::new(), Some(shape));
         return Ok(Prepared { body, compaction: false, headers: Vec::new() });
     };
-    let model = state.config.upstream_parts(upstream).map(|p| p.2.to_string()).unwrap_or_default();
+    let model = state.config.parts_of(upstream).2.to_string();
     let (extra, headers) = native_options(&policy, style);
     loop {
         let budget = budget(state, &policy, upstream, &model);
@@ -350,20 +347,19 @@ pub(crate) fn prepare(
         crate::gate::check(style, &view).map_err(RunError::Gate)?;
         let body = encode(state, style, upstream, system, &view, &extra, Some(shape));
         let est = estimate(state.context.as_ref(), upstream, body.len() as u64);
-        let Some(budget) = budget else {
-            state.context.get_or_insert_with(Default::default).sent = Some((upstream, body.len() as u64, est));
-            return Ok(Prepared { body, compaction: false, headers });
+        // Over the trigger: a compaction, if a cut is left; none and over
+        // the limit, nothing can be sent.
+        let planned = match &budget {
+            Some(budget) if est > budget.trigger => {
+                let overhead = (body.len() as u64).saturating_sub(view.iter().map(|m| view::weight(m, &policy)).sum());
+                let planned = plan(state, &policy, upstream, budget, est, overhead);
+                if planned.is_none() && est > budget.limit {
+                    return Err(exhausted(state, &policy, upstream, &view, est, budget.limit));
+                }
+                planned
+            }
+            _ => None,
         };
-        if est <= budget.trigger {
-            state.context.get_or_insert_with(Default::default).sent = Some((upstream, body.len() as u64, est));
-            return Ok(Prepared { body, compaction: false, headers });
-        }
-        let weights: Vec<u64> = view.iter().map(|m| view::weight(m, &policy)).collect();
-        let overhead = (body.len() as u64).saturating_sub(weights.iter().sum());
-        let planned = plan(state, &policy, upstream, &budget, est, overhead);
-        if planned.is_none() && est > budget.limit {
-            return Err(exhausted(state, &policy, upstream, &view, est, budget.limit));
-        }
         drop(view);
         let ctx = state.context.get_or_insert_with(Default::default);
         match planned {
@@ -432,7 +428,7 @@ fn exhausted(
     policy: &ContextPolicy,
     upstream: usize,
     view: &[Message],
-    estimate: u64,
+    est: u64,
     limit: u64,
 ) -> RunError {
     let offset = current_cut(state).map(|(_, upto)| upto);
@@ -452,16 +448,12 @@ fn exhausted(
                 (_, None, Role::Assistant) => "assistant turn".to_string(),
                 (_, None, Role::User) => "user text".to_string(),
             };
-            ContextItem { index, what, tokens: estimate_tokens(ctx, upstream, view::weight(m, policy)) }
+            ContextItem { index, what, tokens: estimate(ctx, upstream, view::weight(m, policy)) }
         })
         .collect();
     items.sort_by(|a, b| b.tokens.cmp(&a.tokens).then(a.index.cmp(&b.index)));
     items.truncate(3);
-    RunError::ContextExhausted { estimate, limit, biggest: items }
-}
-
-fn estimate_tokens(ctx: Option<&ContextState>, upstream: usize, bytes: u64) -> u64 {
-    estimate(ctx, upstream, bytes)
+    RunError::ContextExhausted { estimate: est, limit, biggest: items }
 }
 
 /// Body keys and headers of the provider-native options for `style`.

@@ -95,6 +95,12 @@ impl OutputSpec {
     /// Checks the spec: a usable name and a schema that compiles, with an
     /// object at its root (every provider's tool and strict schemas need one).
     pub fn check(&self) -> Result<(), String> {
+        self.compile().map(|_| ())
+    }
+
+    /// [`check`](Self::check), keeping the compiled schema: a run validates
+    /// with it, so it is compiled once.
+    pub(crate) fn compile(&self) -> Result<SchemaCheck, String> {
         let name_ok = !self.name.is_empty()
             && self.name.len() <= 64
             && self.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
@@ -104,7 +110,7 @@ impl OutputSpec {
         if self.schema.get("type").and_then(Value::as_str) != Some("object") {
             return Err("the output schema's root must be {\"type\": \"object\", ...}".into());
         }
-        SchemaCheck::compile(&self.schema).map(|_| ())
+        SchemaCheck::compile(&self.schema)
     }
 }
 

@@ -83,7 +83,7 @@ enum Watch {
 
 /// The rule's transient side: the compiled validator and what each request
 /// is shaped with, made from the state when needed (never serialized).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct OutputRule {
     check: Option<SchemaCheck>,
     /// The native field, lowered for a style.
@@ -97,23 +97,6 @@ pub(crate) struct OutputRule {
     watch: Watch,
     partial: String,
     last_partial: Option<Value>,
-}
-
-impl Clone for OutputRule {
-    /// Everything but the compiled validator, which the copy compiles again
-    /// when it first validates.
-    fn clone(&self) -> OutputRule {
-        OutputRule {
-            check: None,
-            format: self.format.clone(),
-            tools: self.tools.clone(),
-            system: self.system.clone(),
-            strategy: self.strategy,
-            watch: self.watch.clone(),
-            partial: self.partial.clone(),
-            last_partial: self.last_partial.clone(),
-        }
-    }
 }
 
 impl std::fmt::Debug for OutputRule {
@@ -140,8 +123,14 @@ impl OutputRule {
         }
     }
 
+    /// A rule holding the validator compiled when the run's config was validated.
+    pub(crate) fn with_check(check: Option<SchemaCheck>) -> OutputRule {
+        OutputRule { check, ..OutputRule::default() }
+    }
+
     fn check(&mut self, spec: &OutputSpec) -> &SchemaCheck {
-        // The spec was checked when the run was made or restored.
+        // The spec was checked when the run was made or restored; compiled
+        // here only for a child run read back from its parent's ledger.
         self.check.get_or_insert_with(|| {
             SchemaCheck::compile(&spec.schema)
                 .unwrap_or_else(|_| SchemaCheck::compile(&Value::Bool(true)).expect("true"))
@@ -195,10 +184,7 @@ pub(crate) fn prepare(
     rule.last_partial = None;
     let (Some(spec), Some(out)) = (state.config.output.as_ref(), state.output.as_mut()) else { return };
     let upstream = state.upstream;
-    let (style, model) = match state.config.upstream_parts(upstream) {
-        Some((style, _, model)) => (style, model),
-        None => (state.config.style, state.config.model.as_str()),
-    };
+    let (style, _, model) = state.config.parts_of(upstream);
     let strategy = match out.strategy_of(upstream) {
         Some(s) => s,
         None => {
@@ -286,7 +272,7 @@ pub(crate) fn on_answer(state: &mut RunState, rule: &mut OutputRule, stop: &Stop
         return fail(OutputError::Refused { message });
     }
     let strategy = out.strategy_of(state.upstream).unwrap_or(Strategy::Native);
-    let style = state.config.upstream_parts(state.upstream).map_or(state.config.style, |p| p.0);
+    let style = state.config.parts_of(state.upstream).0;
     let errors = if strategy == Strategy::Tool {
         vec![format!("no call of the `{}` tool: plain text is not the final answer here", spec.name)]
     } else {

@@ -5,8 +5,8 @@
 
 use serde_json::Value;
 
-/// A compiled output schema.
-#[derive(Debug)]
+/// A compiled output schema (a clone shares the compiled form).
+#[derive(Debug, Clone)]
 pub struct SchemaCheck {
     #[cfg(feature = "json-schema")]
     validator: jsonschema::Validator,
