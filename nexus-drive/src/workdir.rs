@@ -70,21 +70,27 @@ pub fn read(state: &[u8]) -> Result<Option<Workdir>, WorkdirError> {
 pub fn attach(state: &[u8], workdir: &Workdir) -> Result<Vec<u8>, WorkdirError> {
     let root = workdir.root.to_str().ok_or_else(|| WorkdirError::NotUtf8(workdir.root.clone()))?;
     let bare = strip(state)?;
-    let end = bare.iter().rposition(|b| !b.is_ascii_whitespace());
-    let (Some(end), Some(b'{')) = (end, bare.iter().find(|b| !b.is_ascii_whitespace())) else {
+    append_member(&bare, MEMBER, &serde_json::json!({ "root": root }))
+}
+
+/// `state` with one more top-level member, written before its closing
+/// brace: the bytes before it stay as they were. Other envelope members
+/// (the trace context of `telemetry`) are written the same way.
+pub(crate) fn append_member(state: &[u8], name: &str, value: &serde_json::Value) -> Result<Vec<u8>, WorkdirError> {
+    let end = state.iter().rposition(|b| !b.is_ascii_whitespace());
+    let (Some(end), Some(b'{')) = (end, state.iter().find(|b| !b.is_ascii_whitespace())) else {
         return Err(WorkdirError::NotAnObject("no object".into()));
     };
-    if bare[end] != b'}' {
+    if state[end] != b'}' {
         return Err(WorkdirError::NotAnObject("no closing brace".into()));
     }
-    let empty = bare[..end].iter().rposition(|b| !b.is_ascii_whitespace()).is_some_and(|i| bare[i] == b'{');
-    let member = serde_json::json!({ "root": root });
-    let mut out = bare[..end].to_vec();
+    let empty = state[..end].iter().rposition(|b| !b.is_ascii_whitespace()).is_some_and(|i| state[i] == b'{');
+    let mut out = state[..end].to_vec();
     if !empty {
         out.push(b',');
     }
-    out.extend_from_slice(format!("\"{MEMBER}\":{member}}}").as_bytes());
-    out.extend_from_slice(&bare[end + 1..]);
+    out.extend_from_slice(format!("{}:{value}}}", serde_json::Value::from(name)).as_bytes());
+    out.extend_from_slice(&state[end + 1..]);
     Ok(out)
 }
 

@@ -1,0 +1,292 @@
+//! Traces and metrics (SPEC §22): `nexus run` and `nexus resume` against the
+//! fake provider, exporting over OTLP/HTTP to a loopback collector that
+//! decodes with the official protobuf definitions.
+#![cfg(feature = "cli")]
+
+mod cli_support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cli_support::*;
+use nexus_tests::fake::{Fault, FaultKind, Script, Scripts, Turn};
+use nexus_tests::otlp::proto::tonic::trace::v1::span::SpanKind;
+use nexus_tests::otlp::proto::tonic::trace::v1::Span;
+use nexus_tests::otlp::{attr, hex, refused_endpoint, OtlpReceiver};
+use serde_json::{json, Value};
+
+const MODEL: &str = "m-otel";
+/// A word scripted into the prompt, the system prompt, the tool arguments,
+/// the tool results and a provider error body: with capture off it must
+/// appear nowhere in what is exported.
+const SECRET: &str = "zebra-oyster-5521";
+
+fn named<'a>(spans: &'a [Span], prefix: &str) -> Vec<&'a Span> {
+    spans.iter().filter(|s| s.name.starts_with(prefix)).collect()
+}
+
+/// Telemetry variables for a command, exporting to `endpoint`.
+fn otel(cmd: &mut Command, endpoint: &str) {
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        .env("OTEL_SERVICE_NAME", "nexus-test")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "2000")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+        .env_remove("OTEL_SEMCONV_STABILITY_OPT_IN")
+        .env_remove("TRACEPARENT");
+}
+
+/// Turn 1 reads two files at once (its first attempt fails with an error
+/// body holding the secret; the retry succeeds); turn 2 answers.
+fn two_tools(dir: &Path) -> Scripts {
+    std::fs::write(dir.join("a.txt"), format!("alpha {SECRET}")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.join("b.txt"), format!("beta {SECRET}")).unwrap_or_else(|e| panic!("{e}"));
+    let error_body = json!({"error": {"message": format!("bad {SECRET}"), "type": "server_error"}}).to_string();
+    let fault = Fault::new(FaultKind::Status { status: 500, retry_after: Some("0".into()), body: Some(error_body) });
+    Scripts::new(KEY).model(
+        MODEL,
+        Script::new(vec![
+            Turn::default()
+                .call("read", json!({"path": format!("a.txt#{SECRET}")}).to_string())
+                .call("read", json!({"path": "b.txt"}).to_string())
+                .usage(11, 7)
+                .fault(fault),
+            Turn::text("done").usage(20, 3),
+        ]),
+    )
+}
+
+fn run_two_tools(capture: bool) -> (OtlpReceiver, Value, Vec<Span>) {
+    let dir = scratch("otel-tools");
+    let fake = fake(two_tools(&dir));
+    let collector = OtlpReceiver::start();
+    let root = dir.to_string_lossy().into_owned();
+    let prompt = format!("read both files {SECRET}");
+    let system = format!("you are careful {SECRET}");
+    let args = ["--builtins=read", "--root", &root, "--system", &system, "--json", &prompt];
+    let mut cmd = run_cmd(&dir, &fake, "openai", MODEL, &args);
+    otel(&mut cmd, &collector.endpoint());
+    if capture {
+        cmd.env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY");
+    }
+    let out = run(cmd).expect(0);
+    let result = out.json();
+    let spans = collector.wait_for(Duration::from_secs(10), |s| named(s, "invoke_agent").len() == 1);
+    (collector, result, spans)
+}
+
+#[test]
+fn one_run_is_one_trace_with_each_call_and_both_parallel_tools_under_it() {
+    let (collector, result, spans) = run_two_tools(false);
+    assert_eq!(result["text"], "done");
+    let agents = named(&spans, "invoke_agent");
+    assert_eq!(agents.len(), 1, "{spans:#?}");
+    let agent = agents[0];
+    assert_eq!(agent.kind, SpanKind::Internal as i32);
+    assert_eq!(attr(&agent.attributes, "gen_ai.operation.name").as_deref(), Some("invoke_agent"));
+    // A finished run prints no id: its spans all name the same one.
+    let run_id = attr(&agent.attributes, "gen_ai.conversation.id").unwrap_or_default();
+    assert!(run_id.starts_with("run_"), "{run_id}");
+    assert_eq!(attr(&agent.attributes, "gen_ai.provider.name").as_deref(), Some("openai"));
+
+    // One chat span per turn: the failed first attempt is inside the first.
+    let chats = named(&spans, "chat ");
+    assert_eq!(chats.len(), 2, "{spans:#?}");
+    for chat in &chats {
+        assert_eq!(chat.name, format!("chat {MODEL}"));
+        assert_eq!(chat.kind, SpanKind::Client as i32);
+        assert_eq!(chat.parent_span_id, agent.span_id, "chat spans are children of the run");
+        assert_eq!(attr(&chat.attributes, "gen_ai.operation.name").as_deref(), Some("chat"));
+        assert_eq!(attr(&chat.attributes, "gen_ai.provider.name").as_deref(), Some("openai"));
+        assert_eq!(attr(&chat.attributes, "gen_ai.request.model").as_deref(), Some(MODEL));
+        assert_eq!(attr(&chat.attributes, "gen_ai.response.model").as_deref(), Some(MODEL));
+        assert_eq!(attr(&chat.attributes, "gen_ai.conversation.id"), Some(run_id.clone()));
+        assert_eq!(attr(&chat.attributes, "server.address").as_deref(), Some("127.0.0.1"));
+        assert!(attr(&chat.attributes, "server.port").is_some_and(|p| p.parse::<u16>().is_ok()));
+        assert!(attr(&chat.attributes, "error.type").is_none(), "a retried failure is not the call's error");
+    }
+    let first = chats.iter().min_by_key(|s| s.start_time_unix_nano).copied().unwrap_or(chats[0]);
+    assert_eq!(attr(&first.attributes, "gen_ai.usage.input_tokens").as_deref(), Some("11"));
+    assert_eq!(attr(&first.attributes, "gen_ai.usage.output_tokens").as_deref(), Some("7"));
+    assert_eq!(attr(&first.attributes, "gen_ai.response.finish_reasons").as_deref(), Some("[\"tool_call\"]"));
+    assert!(first.events.iter().any(|e| e.name == "nexus.retry"), "the retry is an event of its call: {first:#?}");
+
+    let tools = named(&spans, "execute_tool ");
+    assert_eq!(tools.len(), 2, "{spans:#?}");
+    let mut ids = Vec::new();
+    for tool in &tools {
+        assert_eq!(tool.name, "execute_tool read");
+        assert_eq!(tool.kind, SpanKind::Internal as i32);
+        assert_eq!(tool.parent_span_id, agent.span_id, "parallel tools keep their parent");
+        assert_eq!(attr(&tool.attributes, "gen_ai.tool.name").as_deref(), Some("read"));
+        assert_eq!(attr(&tool.attributes, "gen_ai.tool.type").as_deref(), Some("function"));
+        ids.push(attr(&tool.attributes, "gen_ai.tool.call.id").unwrap_or_default());
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 2, "each call has its own id");
+    assert!(spans.iter().all(|s| s.trace_id == agent.trace_id), "one trace");
+
+    // Capture is off: the secret is in the prompt, the system prompt, an
+    // argument, both results and an error body, and nowhere in the export.
+    let raw = collector.raw();
+    assert!(!raw.is_empty());
+    assert!(!raw.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()), "content leaked into the export");
+    assert!(!raw.windows(KEY.len()).any(|w| w == KEY.as_bytes()), "the API key leaked into the export");
+    let (resource, _) = &collector.spans()[0];
+    assert_eq!(attr(resource, "service.name").as_deref(), Some("nexus-test"));
+}
+
+#[test]
+fn captured_content_follows_the_conventions_schema() {
+    let (collector, _, spans) = run_two_tools(true);
+    let chats = named(&spans, "chat ");
+    let last = chats.iter().max_by_key(|s| s.start_time_unix_nano).copied().unwrap_or(chats[0]);
+    let input: Value = serde_json::from_str(&attr(&last.attributes, "gen_ai.input.messages").unwrap_or_default())
+        .unwrap_or_else(|e| panic!("input messages are JSON: {e}"));
+    assert_eq!(input[0]["role"], "user");
+    assert_eq!(input[0]["parts"][0], json!({"type": "text", "content": format!("read both files {SECRET}")}));
+    assert_eq!(input[1]["role"], "assistant");
+    assert_eq!(input[1]["parts"][0]["type"], "tool_call");
+    assert_eq!(input[1]["parts"][0]["name"], "read");
+    let responses: Vec<&Value> = input.as_array().into_iter().flatten().filter(|m| m["role"] == "tool").collect();
+    assert!(!responses.is_empty(), "{input}");
+    assert_eq!(responses[0]["parts"][0]["type"], "tool_call_response");
+    let output: Value = serde_json::from_str(&attr(&last.attributes, "gen_ai.output.messages").unwrap_or_default())
+        .unwrap_or_else(|e| panic!("output messages are JSON: {e}"));
+    assert_eq!(
+        output,
+        json!([{"role": "assistant", "parts": [{"type": "text", "content": "done"}], "finish_reason": "stop"}])
+    );
+    let agent = named(&spans, "invoke_agent")[0];
+    let system: Value =
+        serde_json::from_str(&attr(&agent.attributes, "gen_ai.system_instructions").unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(system, json!([{"type": "text", "content": format!("you are careful {SECRET}")}]));
+    let tool = named(&spans, "execute_tool ")[0];
+    assert!(attr(&tool.attributes, "gen_ai.tool.call.result").is_some_and(|r| r.contains(SECRET)));
+    assert!(attr(&tool.attributes, "gen_ai.tool.call.arguments").is_some());
+    let raw = collector.raw();
+    assert!(!raw.windows(KEY.len()).any(|w| w == KEY.as_bytes()), "keys are never exported");
+}
+
+#[test]
+fn a_streamed_call_span_ends_at_its_last_chunk_and_records_the_first() {
+    let dir = scratch("otel-stream");
+    // Two events, 400 ms of silence, then the rest of the stream.
+    let stall = Fault::new(FaultKind::StallMidStream { after_events: 2, ms: 400 });
+    let fake = fake(Scripts::new(KEY).model(MODEL, Script::new(vec![Turn::text("hello there").fault(stall)])));
+    let collector = OtlpReceiver::start();
+    let mut cmd = run_cmd(&dir, &fake, "openai", MODEL, &["--stream", "hi"]);
+    otel(&mut cmd, &collector.endpoint());
+    run(cmd).expect(0);
+    let spans = collector.wait_for(Duration::from_secs(10), |s| named(s, "invoke_agent").len() == 1);
+    let chat = named(&spans, "chat ")[0];
+    assert_eq!(attr(&chat.attributes, "gen_ai.request.stream").as_deref(), Some("true"));
+    let ttft: f64 = attr(&chat.attributes, "gen_ai.response.time_to_first_chunk")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no time to first chunk: {chat:#?}"));
+    let span_secs = (chat.end_time_unix_nano - chat.start_time_unix_nano) as f64 / 1e9;
+    assert!(span_secs >= 0.4, "the span covers the silence before the last chunk ({span_secs} s)");
+    assert!(ttft < span_secs - 0.3, "the first chunk came before the silence ({ttft} of {span_secs} s)");
+}
+
+#[test]
+fn a_resumed_run_continues_the_trace_of_the_suspended_one_with_a_link() {
+    let dir = scratch("otel-resume");
+    let questions = r#"{"questions":[{"question":"Go?"}]}"#;
+    let scripts = Scripts::new(KEY)
+        .model(MODEL, Script::new(vec![Turn::default().call("question", questions), Turn::text("went")]));
+    let fake = fake(scripts);
+    let collector = OtlpReceiver::start();
+    let root = dir.to_string_lossy().into_owned();
+    let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let args = ["--builtins=question", "--root", &root, "--store", "sqlite:runs.db", "--json", "go"];
+    let mut cmd = run_cmd(&dir, &fake, "openai", MODEL, &args);
+    otel(&mut cmd, &collector.endpoint());
+    cmd.env("TRACEPARENT", parent);
+    let result = run(cmd).expect(3).json();
+    let run_id = result["runId"].as_str().unwrap_or_default().to_string();
+    let question = result["pending"][0]["id"].as_str().unwrap_or_default().to_string();
+    let answers = write_json(&dir, "answers.json", &json!({"id": question, "ok": true, "data": {"answer": "yes"}}));
+    let first = collector.wait_for(Duration::from_secs(10), |s| named(s, "invoke_agent").len() == 1);
+    let suspended = named(&first, "invoke_agent")[0].clone();
+    assert_eq!(hex(&suspended.trace_id), "0af7651916cd43dd8448eb211c80319c", "the host's trace");
+    assert_eq!(hex(&suspended.parent_span_id), "b7ad6b7169203331", "under the host's span");
+    assert!(suspended.events.iter().any(|e| e.name == "nexus.run.suspended"));
+    assert_eq!(attr(&suspended.attributes, "nexus.run.status").as_deref(), Some("pending"));
+
+    // Another process resumes it, with no traceparent of its own.
+    let mut cmd = nexus(&dir, Some("openai"));
+    cmd.args(["resume", "--store", "sqlite:runs.db", "--run", &run_id, "--answer", &answers, "--json", "--root"])
+        .arg(&dir);
+    otel(&mut cmd, &collector.endpoint());
+    run(cmd).expect(0);
+    let spans = collector.wait_for(Duration::from_secs(10), |s| named(s, "invoke_agent").len() == 2);
+    let segments = named(&spans, "invoke_agent");
+    assert_eq!(segments.len(), 2, "{spans:#?}");
+    let resumed = segments.iter().find(|s| s.span_id != suspended.span_id).copied().unwrap_or(segments[0]);
+    assert_eq!(resumed.trace_id, suspended.trace_id, "one trace across the suspension");
+    assert_eq!(resumed.parent_span_id, suspended.span_id, "parented on the stored context");
+    assert_eq!(resumed.links.len(), 1);
+    assert_eq!(resumed.links[0].span_id, suspended.span_id, "linked to the suspended segment");
+    assert_eq!(attr(&resumed.attributes, "gen_ai.conversation.id"), Some(run_id));
+    assert!(named(&spans, "chat ").iter().all(|c| c.trace_id == suspended.trace_id));
+}
+
+#[test]
+fn a_dead_or_hanging_collector_changes_no_result() {
+    let dir = scratch("otel-dead");
+    let script = || Scripts::new(KEY).model(MODEL, Script::new(vec![Turn::text("fine")]));
+    let provider = fake(script());
+    let mut plain = run_cmd(&dir, &provider, "openai", MODEL, &["--json", "hi"]);
+    plain.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT").env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    let expected = run(plain).expect(0).json()["text"].clone();
+
+    let refused = refused_endpoint();
+    let hanging = OtlpReceiver::hanging();
+    for endpoint in [refused, hanging.endpoint()] {
+        let fake = fake(script());
+        let mut cmd = run_cmd(&dir, &fake, "openai", MODEL, &["--json", "hi"]);
+        otel(&mut cmd, &endpoint);
+        let started = Instant::now();
+        let out = run(cmd).expect(0);
+        // The export timeout is 2 s; a collector that never answers must
+        // not hold the process (the collector itself waits an hour).
+        assert!(started.elapsed() < Duration::from_secs(30), "the exit waited on the collector");
+        assert_eq!(out.json()["text"], expected, "the same result");
+        assert_eq!(out.stderr.matches("telemetry export").count(), 1, "one warning: {}", out.stderr);
+    }
+    assert!(hanging.requests() >= 1, "the hanging collector was asked");
+}
+
+#[test]
+fn model_calls_are_measured_in_the_conventions_metrics() {
+    let dir = scratch("otel-metrics");
+    let fake = fake(Scripts::new(KEY).model(MODEL, Script::new(vec![Turn::text("fine").usage(13, 5)])));
+    let collector = OtlpReceiver::start();
+    let mut cmd = run_cmd(&dir, &fake, "openai", MODEL, &["hi"]);
+    otel(&mut cmd, &collector.endpoint());
+    run(cmd).expect(0);
+    let until = Instant::now() + Duration::from_secs(10);
+    while collector.metrics().is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let metrics = collector.metrics();
+    let names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
+    assert!(names.contains(&"gen_ai.client.operation.duration"), "{names:?}");
+    let usage = metrics.iter().find(|m| m.name == "gen_ai.client.token.usage").unwrap_or_else(|| panic!("{names:?}"));
+    use nexus_tests::otlp::proto::tonic::metrics::v1::metric::Data;
+    let Some(Data::Histogram(h)) = &usage.data else { panic!("token usage is a histogram: {usage:#?}") };
+    let sum_of = |kind: &str| {
+        h.data_points
+            .iter()
+            .filter(|p| attr(&p.attributes, "gen_ai.token.type").as_deref() == Some(kind))
+            .map(|p| p.sum.unwrap_or(0.0))
+            .sum::<f64>()
+    };
+    assert_eq!(sum_of("input"), 13.0);
+    assert_eq!(sum_of("output"), 5.0);
+    assert_eq!(usage.unit, "{token}");
+}
