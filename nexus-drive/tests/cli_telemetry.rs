@@ -290,3 +290,103 @@ fn model_calls_are_measured_in_the_conventions_metrics() {
     assert_eq!(sum_of("output"), 5.0);
     assert_eq!(usage.unit, "{token}");
 }
+
+/// `nexus serve` continues a client's trace: a SERVER span under the
+/// client's span, one CLIENT `chat` span per upstream attempt (a failover
+/// is two siblings), each attempt's context sent upstream as `traceparent`,
+/// and the trace id in the access log.
+#[test]
+fn the_gateway_continues_the_clients_trace_and_forwards_it_upstream() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let overloaded = Fault::new(FaultKind::Status { status: 529, retry_after: None, body: None }).times(u32::MAX);
+    let provider = fake(
+        Scripts::new(KEY)
+            .model("m-529", Script::new(vec![Turn::text("no").fault(overloaded)]))
+            .model("m-text", Script::new(vec![Turn::text("fine").usage(3, 5)])),
+    );
+    let collector = OtlpReceiver::start();
+    let dir = scratch("otel-serve");
+    let config = format!(
+        r#"
+listen = "127.0.0.1:0"
+[[upstreams]]
+name = "anth"
+style = "anthropic"
+base_url = "{anth}"
+api_key_env = "UPSTREAM_KEY"
+[[upstreams]]
+name = "oai"
+style = "openai"
+base_url = "{oai}"
+api_key_env = "UPSTREAM_KEY"
+[[routes]]
+model = "smart"
+upstreams = [{{ name = "anth", model = "m-529" }}, {{ name = "oai", model = "m-text" }}]
+"#,
+        anth = provider.base_url(nexus_tests::fake::Style::Anthropic),
+        oai = provider.base_url(nexus_tests::fake::Style::OpenAi),
+    );
+    std::fs::write(dir.join("gateway.toml"), config).unwrap_or_else(|e| panic!("{e}"));
+    let mut cmd = nexus(&dir, None);
+    cmd.args(["serve", "--config", "gateway.toml"])
+        .env("UPSTREAM_KEY", KEY)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    otel(&mut cmd, &collector.endpoint());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start nexus serve: {e}"));
+    let mut line = String::new();
+    let stdout = child.stdout.take().unwrap_or_else(|| panic!("stdout"));
+    BufReader::new(stdout).read_line(&mut line).unwrap_or_else(|e| panic!("{e}"));
+    let listening: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let addr = listening["listening"].as_str().unwrap_or_default().to_string();
+
+    let client_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let client_span = "00f067aa0ba902b7";
+    let body = json!({"model": "smart", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap_or_else(|e| panic!("{e}"));
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\ntraceparent: 00-{client_trace}-{client_span}-01\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).and_then(|()| s.write_all(body.as_bytes())).unwrap_or_else(|e| panic!("{e}"));
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap_or_else(|e| panic!("{e}"));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    let spans = collector.wait_for(Duration::from_secs(10), |s| named(s, "chat ").len() == 2);
+
+    let servers: Vec<&Span> = spans.iter().filter(|s| s.kind == SpanKind::Server as i32).collect();
+    assert_eq!(servers.len(), 1, "{spans:#?}");
+    let server = servers[0];
+    assert_eq!(server.name, "POST /v1/chat/completions");
+    assert_eq!(hex(&server.trace_id), client_trace, "the client's trace");
+    assert_eq!(hex(&server.parent_span_id), client_span, "under the client's span");
+    assert_eq!(attr(&server.attributes, "http.response.status_code").as_deref(), Some("200"));
+    let mut attempts = named(&spans, "chat ");
+    attempts.sort_by_key(|s| s.start_time_unix_nano);
+    assert_eq!(attempts.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["chat m-529", "chat m-text"]);
+    for a in &attempts {
+        assert_eq!(a.kind, SpanKind::Client as i32);
+        assert_eq!(a.parent_span_id, server.span_id, "attempts are siblings under the request");
+    }
+    assert_eq!(attr(&attempts[0].attributes, "error.type").as_deref(), Some("529"));
+    assert_eq!(attr(&attempts[0].attributes, "gen_ai.provider.name").as_deref(), Some("anthropic"));
+    assert_eq!(attr(&attempts[1].attributes, "gen_ai.provider.name").as_deref(), Some("openai"));
+    assert!(attr(&attempts[1].attributes, "error.type").is_none());
+
+    // Each upstream request carried its own attempt's context.
+    let sent: Vec<String> = provider
+        .requests()
+        .iter()
+        .filter_map(|r| r.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("traceparent")).map(|(_, v)| v.clone()))
+        .collect();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    for (tp, attempt) in sent.iter().zip(&attempts) {
+        assert_eq!(tp, &format!("00-{client_trace}-{}-01", hex(&attempt.span_id)));
+    }
+    let logged: Vec<Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert!(logged.iter().any(|l| l["trace_id"] == client_trace), "the access log names the trace: {log}");
+}

@@ -97,6 +97,9 @@ use serde::Deserialize;
 /// route `*` to it, and `client_token` one key named `default`.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    /// Where request spans go (`None`: none are recorded).
+    #[cfg(feature = "otel")]
+    pub telemetry: Option<crate::telemetry::Telemetry>,
     /// The address to listen on (port 0 picks a free one; see [`Server::local_addr`](super::Server::local_addr)).
     pub listen: SocketAddr,
     /// The upstream's wire format (one-upstream form).
@@ -328,7 +331,18 @@ impl ServeConfig {
             keys_file: None,
             limit_store: LimitStoreConfig::default(),
             prices: Vec::new(),
+            #[cfg(feature = "otel")]
+            telemetry: None,
         }
+    }
+
+    /// Traces every request: a SERVER span continuing the client's
+    /// `traceparent`, a CLIENT `chat` span per upstream attempt, the
+    /// context sent upstream (SPEC §22.5).
+    #[cfg(feature = "otel")]
+    pub fn telemetry(mut self, telemetry: crate::telemetry::Telemetry) -> ServeConfig {
+        self.telemetry = Some(telemetry);
+        self
     }
 
     /// Sets the upstream API root.

@@ -102,6 +102,7 @@ mod ops;
 mod server;
 mod surface;
 mod surfaces;
+mod trace;
 
 use std::io;
 use std::net::SocketAddr;

@@ -31,7 +31,7 @@ mod content;
 #[cfg(feature = "otel")]
 mod otlp;
 #[cfg(feature = "otel")]
-mod spans;
+pub(crate) mod spans;
 
 #[cfg(feature = "otel")]
 pub use otlp::{OtlpPipeline, TelemetryError};

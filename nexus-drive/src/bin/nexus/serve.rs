@@ -109,6 +109,10 @@ pub fn main(args: ServeArgs) -> Result<i32, Fail> {
     if args.quiet {
         cfg.log_requests = false;
     }
+    // Every request traced when OTEL_EXPORTER_OTLP_ENDPOINT is set (SPEC §22.5).
+    if let Some(t) = crate::telemetry::for_run(None)? {
+        cfg = cfg.telemetry(t);
+    }
     let upstreams: Vec<String> = match cfg.upstreams.is_empty() {
         true => vec![cfg.upstream_style.name().to_string()],
         false => cfg.upstreams.iter().map(|u| u.name.clone()).collect(),
