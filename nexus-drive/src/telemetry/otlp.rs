@@ -69,28 +69,10 @@ impl OtlpPipeline {
         if !general && var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_none() {
             return Ok(None);
         }
-        let mut resource = Resource::builder();
-        let named = var("OTEL_SERVICE_NAME").is_some()
-            || var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
-        if !named {
-            resource = resource.with_service_name("nexus");
-        }
-        let resource = resource.build();
+        let resource = resource();
         let warned = Arc::new(AtomicBool::new(false));
         let trace_timeout = timeout("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT");
-        let spans = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .with_timeout(trace_timeout)
-            .with_http_client(UreqClient::new(trace_timeout, warned.clone()))
-            .build()
-            .map_err(|e| TelemetryError::Config(e.to_string()))?;
-        // The batch processor's queue is bounded (OTEL_BSP_MAX_QUEUE_SIZE,
-        // 2048): a slow collector drops spans, it never holds a run.
-        let traces = SdkTracerProvider::builder()
-            .with_span_processor(BatchSpanProcessor::builder(spans).build())
-            .with_resource(resource.clone())
-            .build();
+        let traces = tracer_provider(None, trace_timeout, &resource, &warned)?;
         let metrics_on = (general || var("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some())
             && !var("OTEL_METRICS_EXPORTER").is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
         let metrics = match metrics_on {
@@ -110,6 +92,15 @@ impl OtlpPipeline {
         Ok(Some(OtlpPipeline { traces, metrics, timeout: trace_timeout }))
     }
 
+    /// Spans only, sent to `traces_url` (the whole URL, `…/v1/traces`
+    /// included) with `timeout` per export; the other settings as
+    /// [`from_env`](Self::from_env) reads them.
+    pub fn to_endpoint(traces_url: &str, timeout: Duration) -> Result<OtlpPipeline, TelemetryError> {
+        let warned = Arc::new(AtomicBool::new(false));
+        let traces = tracer_provider(Some(traces_url), timeout, &resource(), &warned)?;
+        Ok(OtlpPipeline { traces, metrics: None, timeout })
+    }
+
     /// What a client records into this pipeline.
     pub fn telemetry(&self) -> Telemetry {
         let tel = Telemetry::from_tracer(self.traces.tracer("nexus"));
@@ -127,6 +118,43 @@ impl OtlpPipeline {
             let _ = m.shutdown_with_timeout(self.timeout);
         }
     }
+}
+
+/// The process's resource: the standard variables', service name `nexus`
+/// when they name none.
+fn resource() -> Resource {
+    let mut resource = Resource::builder();
+    let named = var("OTEL_SERVICE_NAME").is_some()
+        || var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
+    if !named {
+        resource = resource.with_service_name("nexus");
+    }
+    resource.build()
+}
+
+/// Spans batched to an OTLP/HTTP exporter: to `endpoint`, else where the
+/// variables say.
+fn tracer_provider(
+    endpoint: Option<&str>,
+    timeout: Duration,
+    resource: &Resource,
+    warned: &Arc<AtomicBool>,
+) -> Result<SdkTracerProvider, TelemetryError> {
+    let mut builder = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_timeout(timeout)
+        .with_http_client(UreqClient::new(timeout, warned.clone()));
+    if let Some(url) = endpoint {
+        builder = builder.with_endpoint(url);
+    }
+    let spans = builder.build().map_err(|e| TelemetryError::Config(e.to_string()))?;
+    // The batch processor's queue is bounded (OTEL_BSP_MAX_QUEUE_SIZE,
+    // 2048): a slow collector drops spans, it never holds a run.
+    Ok(SdkTracerProvider::builder()
+        .with_span_processor(BatchSpanProcessor::builder(spans).build())
+        .with_resource(resource.clone())
+        .build())
 }
 
 /// OTLP's HTTP client on ureq. The SDK calls it from its export thread and
