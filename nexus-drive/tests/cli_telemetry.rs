@@ -390,3 +390,33 @@ upstreams = [{{ name = "anth", model = "m-529" }}, {{ name = "oai", model = "m-t
     let logged: Vec<Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     assert!(logged.iter().any(|l| l["trace_id"] == client_trace), "the access log names the trace: {log}");
 }
+
+/// A run that fails over: one `chat` span for the call, the move to the
+/// fallback an event on it, the answering upstream its response model.
+#[test]
+fn a_failover_is_an_event_of_its_call() {
+    let dir = scratch("otel-failover");
+    let mut refused = Turn::text("never");
+    refused.faults = vec![Fault::status_retry_after(429, "60")];
+    let primary = fake(Scripts::new(KEY).model("m-primary", Script::new(vec![refused])));
+    let backup = fake(Scripts::new(KEY).model("m-backup", Script::new(vec![Turn::text("from the backup")])));
+    let fallback = format!(
+        "style=anthropic,base-url={},model=m-backup,api-key-env=BACKUP_KEY",
+        backup.base_url(nexus_tests::fake::Style::Anthropic)
+    );
+    let collector = OtlpReceiver::start();
+    let mut cmd = run_cmd(&dir, &primary, "openai", "m-primary", &["--fallback", &fallback, "--json", "hi"]);
+    cmd.env("BACKUP_KEY", KEY);
+    otel(&mut cmd, &collector.endpoint());
+    assert_eq!(run(cmd).expect(0).json()["text"], "from the backup");
+    let spans = collector.wait_for(Duration::from_secs(10), |s| named(s, "invoke_agent").len() == 1);
+    let chats = named(&spans, "chat ");
+    assert_eq!(chats.len(), 1, "{spans:#?}");
+    let chat = chats[0];
+    assert_eq!(attr(&chat.attributes, "gen_ai.request.model").as_deref(), Some("m-primary"));
+    assert_eq!(attr(&chat.attributes, "gen_ai.response.model").as_deref(), Some("m-backup"));
+    let event = chat.events.iter().find(|e| e.name == "nexus.failover").unwrap_or_else(|| panic!("{chat:#?}"));
+    assert_eq!(attr(&event.attributes, "nexus.failover.from").as_deref(), Some("openai m-primary"));
+    assert_eq!(attr(&event.attributes, "nexus.failover.to").as_deref(), Some("anthropic m-backup"));
+    assert!(attr(&event.attributes, "nexus.reason").is_none(), "the reason is content");
+}

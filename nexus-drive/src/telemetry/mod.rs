@@ -288,3 +288,47 @@ mod on {
         crate::workdir::append_member(&state, names::STATE_MEMBER, &member).unwrap_or(state)
     }
 }
+
+#[cfg(all(test, feature = "otel"))]
+mod tests {
+    use nexus_proto::{Message, Run, RunConfig, Style};
+    use opentelemetry::trace::TraceContextExt;
+
+    use super::*;
+    use crate::workdir::{self, Workdir};
+
+    #[test]
+    fn the_trace_context_rides_in_the_envelope_beside_the_machines_bytes() {
+        let state = Run::new(RunConfig::new(Style::OpenAi, "m"), Vec::new(), vec![Message::user("hi")])
+            .unwrap_or_else(|e| panic!("{e}"))
+            .snapshot();
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let cx = extract(parent, Some("k=v")).unwrap_or_else(|| panic!("a valid traceparent"));
+        let kept = attach(state.clone(), cx.span().span_context());
+        assert!(kept.starts_with(&state[..state.len() - 1]), "the machine's bytes stay a prefix");
+        assert_eq!(stored_traceparent(&kept), Some((parent.to_string(), Some("k=v".to_string()))));
+        assert_eq!(stored_traceparent(&state), None);
+        let run = Run::restore(&kept).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(run.snapshot(), state, "restore passes over it");
+        // A host's workdir goes after it, and strips back to it.
+        let both = workdir::attach(&kept, &Workdir::new("/srv")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(workdir::strip(&both).unwrap_or_else(|e| panic!("{e}")), kept);
+        assert_eq!(
+            stored_context(&both).map(|c| c.span().span_context().trace_id()),
+            Some(cx.span().span_context().trace_id())
+        );
+    }
+
+    #[test]
+    fn a_malformed_traceparent_is_refused_and_capture_values_are_read() {
+        assert!(extract("00-nope", None).is_none());
+        assert!(extract("00-00000000000000000000000000000000-b7ad6b7169203331-01", None).is_none());
+        assert!(Telemetry::global().traceparent("garbage", None).is_err());
+        for on in ["true", "SPAN_ONLY", "span_and_event", "EVENT_ONLY"] {
+            assert!(capture_value(on), "{on}");
+        }
+        for off in ["false", "NO_CONTENT", "", "yes"] {
+            assert!(!capture_value(off), "{off}");
+        }
+    }
+}
