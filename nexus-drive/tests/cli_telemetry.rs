@@ -365,6 +365,9 @@ upstreams = [{{ name = "anth", model = "m-529" }}, {{ name = "oai", model = "m-t
     assert_eq!(hex(&server.trace_id), client_trace, "the client's trace");
     assert_eq!(hex(&server.parent_span_id), client_span, "under the client's span");
     assert_eq!(attr(&server.attributes, "http.response.status_code").as_deref(), Some("200"));
+    assert_eq!(attr(&server.attributes, "gen_ai.request.model").as_deref(), Some("smart"));
+    assert_eq!(attr(&server.attributes, "gen_ai.usage.input_tokens").as_deref(), Some("3"));
+    assert_eq!(attr(&server.attributes, "gen_ai.usage.output_tokens").as_deref(), Some("5"));
     let mut attempts = named(&spans, "chat ");
     attempts.sort_by_key(|s| s.start_time_unix_nano);
     assert_eq!(attempts.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["chat m-529", "chat m-text"]);

@@ -205,6 +205,9 @@ impl Drop for Finish {
         }
         let cost_usd = d.model.as_deref().and_then(|model| cost(&self.shared.config.prices, model, &d.usage));
         m.finish(r.surface, &d, total, outcome, cost_usd);
+        if d.usage_seen {
+            r.span.note_usage(d.model.as_deref(), d.usage.input, d.usage.output);
+        }
         r.span.end(Some(d.status), d.upstream_error.or(if self.completed { None } else { Some("client_gone") }));
         if self.shared.config.log_requests {
             let line = LogLine {

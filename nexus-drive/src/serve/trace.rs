@@ -27,6 +27,7 @@ impl SpanHandle {
         None
     }
     pub(crate) fn end(&self, _: Option<u16>, _: Option<&str>) {}
+    pub(crate) fn note_usage(&self, _: Option<&str>, _: u64, _: u64) {}
 }
 
 #[cfg(feature = "otel")]
@@ -101,6 +102,20 @@ mod on {
         pub(crate) fn trace_id(&self) -> Option<String> {
             let sc = self.cx.as_ref()?.span().span_context().clone();
             sc.is_valid().then(|| sc.trace_id().to_string())
+        }
+
+        /// The request's model (as the client named it) and the tokens its
+        /// answer reported.
+        pub(crate) fn note_usage(&self, model: Option<&str>, input: u64, output: u64) {
+            let Some(cx) = &self.cx else {
+                return;
+            };
+            let span = cx.span();
+            if let Some(m) = model {
+                span.set_attribute(KeyValue::new(n::REQUEST_MODEL, m.to_string()));
+            }
+            span.set_attribute(KeyValue::new(n::USAGE_INPUT_TOKENS, i64::try_from(input).unwrap_or(i64::MAX)));
+            span.set_attribute(KeyValue::new(n::USAGE_OUTPUT_TOKENS, i64::try_from(output).unwrap_or(i64::MAX)));
         }
 
         /// Ends the span with the response status and what failed (a short
