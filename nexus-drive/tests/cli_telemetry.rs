@@ -423,3 +423,50 @@ fn a_failover_is_an_event_of_its_call() {
     assert_eq!(attr(&event.attributes, "nexus.failover.to").as_deref(), Some("anthropic m-backup"));
     assert!(attr(&event.attributes, "nexus.reason").is_none(), "the reason is content");
 }
+
+/// `OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`: the newest
+/// shape (no `gen_ai.system`, the draft suspension event, the
+/// `gen_ai.client.inference.*` metrics); the default keeps the shape
+/// backends read today.
+#[test]
+fn the_latest_shape_is_opt_in() {
+    let questions = r#"{"questions":[{"question":"Go?"}]}"#;
+    for latest in [false, true] {
+        let dir = scratch("otel-latest");
+        let turns = vec![Turn::default().call("question", questions).usage(4, 2)];
+        let provider = fake(Scripts::new(KEY).model(MODEL, Script::new(turns)));
+        let collector = OtlpReceiver::start();
+        let args = ["--builtins=question", "--state", "st.json", "--json", "go"];
+        let mut cmd = run_cmd(&dir, &provider, "openai", MODEL, &args);
+        otel(&mut cmd, &collector.endpoint());
+        if latest {
+            cmd.env("OTEL_SEMCONV_STABILITY_OPT_IN", "http,gen_ai_latest_experimental");
+        }
+        run(cmd).expect(3);
+        let spans = collector.wait_for(Duration::from_secs(10), |s| named(s, "invoke_agent").len() == 1);
+        let agent = named(&spans, "invoke_agent")[0];
+        let chat = named(&spans, "chat ")[0];
+        assert_eq!(attr(&chat.attributes, "gen_ai.system").is_some(), !latest, "latest={latest}");
+        assert_eq!(attr(&chat.attributes, "gen_ai.provider.name").as_deref(), Some("openai"));
+        let paused = if latest { "gen_ai.agent.paused" } else { "nexus.run.suspended" };
+        assert!(agent.events.iter().any(|e| e.name == paused), "latest={latest}: {:?}", agent.events);
+        // The state file carries the trace beside the machine's bytes.
+        let state = std::fs::read(dir.join("st.json")).unwrap_or_else(|e| panic!("{e}"));
+        let stored: Value = serde_json::from_slice(&state).unwrap_or_else(|e| panic!("{e}"));
+        let traceparent = stored["trace"]["traceparent"].as_str().unwrap_or_default().to_string();
+        assert_eq!(traceparent, format!("00-{}-{}-01", hex(&agent.trace_id), hex(&agent.span_id)));
+        let until = Instant::now() + Duration::from_secs(10);
+        while collector.metrics().is_empty() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let names: Vec<String> = collector.metrics().iter().map(|m| m.name.clone()).collect();
+        let expected: &[&str] = if latest {
+            &["gen_ai.client.inference.duration", "gen_ai.client.inference.usage.input_tokens"]
+        } else {
+            &["gen_ai.client.operation.duration", "gen_ai.client.token.usage"]
+        };
+        for name in expected {
+            assert!(names.iter().any(|n| n == name), "latest={latest}: {name} in {names:?}");
+        }
+    }
+}
