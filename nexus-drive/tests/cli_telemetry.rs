@@ -297,6 +297,17 @@ fn model_calls_are_measured_in_the_conventions_metrics() {
 /// and the trace id in the access log.
 #[test]
 fn the_gateway_continues_the_clients_trace_and_forwards_it_upstream() {
+    gateway_traces(false);
+}
+
+/// The same, with the collector named by the configuration file's
+/// `[telemetry]` table instead of the environment.
+#[test]
+fn the_gateway_takes_its_collector_from_the_configuration_file() {
+    gateway_traces(true);
+}
+
+fn gateway_traces(from_file: bool) {
     use std::io::{BufRead, BufReader, Read, Write};
     let overloaded = Fault::new(FaultKind::Status { status: 529, retry_after: None, body: None }).times(u32::MAX);
     let provider = fake(
@@ -306,9 +317,14 @@ fn the_gateway_continues_the_clients_trace_and_forwards_it_upstream() {
     );
     let collector = OtlpReceiver::start();
     let dir = scratch("otel-serve");
+    let table = match from_file {
+        true => format!("[telemetry]\nendpoint = \"{}/v1/traces\"\ntimeout = 2\n", collector.endpoint()),
+        false => String::new(),
+    };
     let config = format!(
         r#"
 listen = "127.0.0.1:0"
+{table}
 [[upstreams]]
 name = "anth"
 style = "anthropic"
@@ -333,6 +349,9 @@ upstreams = [{{ name = "anth", model = "m-529" }}, {{ name = "oai", model = "m-t
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     otel(&mut cmd, &collector.endpoint());
+    if from_file {
+        cmd.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    }
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start nexus serve: {e}"));
     let mut line = String::new();
     let stdout = child.stdout.take().unwrap_or_else(|| panic!("stdout"));

@@ -111,7 +111,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-pub use config::{ClientKeyConfig, ConfigError, RouteConfig, RouteFailover, ServeConfig, UpstreamConfig};
+pub use config::{ClientKeyConfig, ConfigError, OtlpExport, RouteConfig, RouteFailover, ServeConfig, UpstreamConfig};
 pub use gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest, UpstreamResponse};
 pub use keys::KeysHandle;
 pub use limits::{LimitStoreConfig, ModelLimits, ModelPrice, RateLimits, StoreFailure, TokenUsage};

@@ -109,8 +109,13 @@ pub fn main(args: ServeArgs) -> Result<i32, Fail> {
     if args.quiet {
         cfg.log_requests = false;
     }
-    // Every request traced when OTEL_EXPORTER_OTLP_ENDPOINT is set (SPEC §22.5).
-    if let Some(t) = crate::telemetry::for_run(None)? {
+    // Every request traced when the file's [telemetry] or
+    // OTEL_EXPORTER_OTLP_ENDPOINT names a collector (SPEC §22.5).
+    let telemetry = match &cfg.otlp {
+        Some(export) => crate::telemetry::for_endpoint(&export.endpoint, export.timeout)?,
+        None => crate::telemetry::for_run(None)?,
+    };
+    if let Some(t) = telemetry {
         cfg = cfg.telemetry(t);
     }
     let upstreams: Vec<String> = match cfg.upstreams.is_empty() {

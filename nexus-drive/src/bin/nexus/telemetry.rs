@@ -38,6 +38,15 @@ pub fn for_run(traceparent: Option<&str>) -> Result<Option<Telemetry>, Fail> {
     }
 }
 
+/// What the gateway records into when its file names a traces endpoint.
+pub fn for_endpoint(url: &str, timeout: std::time::Duration) -> Result<Option<Telemetry>, Fail> {
+    let pipeline = OtlpPipeline::to_endpoint(url, timeout).map_err(|e| Fail::usage(format!("[telemetry]: {e}")))?;
+    let telemetry = pipeline.telemetry();
+    // The first pipeline of the process is the one flushed at exit.
+    let _ = PIPELINE.set(Some(pipeline));
+    Ok(Some(telemetry))
+}
+
 /// Sends what is queued, within the export timeout.
 pub fn shutdown() {
     if let Some(Some(p)) = PIPELINE.get() {
