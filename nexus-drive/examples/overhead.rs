@@ -15,6 +15,9 @@
 //!                                         (--serve | [--warmup N] [--runs N])
 //! ```
 //!
+//! With `OTEL_EXPORTER_OTLP_ENDPOINT` set, every run is traced and exported
+//! (the tracing-on rows of BENCHMARKS.md); unset, no telemetry is built.
+//!
 //! * `--serve`: builds the client, prints `{"ready":true,"init_ms":X}`, then
 //!   answers one JSON line per stdin command: `warmup K` → `{"ok":…}`,
 //!   `run K` → `{"lat":[ms,…],"ok":…}`, `quit` or EOF → the summary line.
@@ -247,6 +250,12 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     Ok(args)
 }
 
+/// The process's OTLP export, when the standard variables name a collector.
+fn pipeline() -> Option<&'static nexus_drive::telemetry::OtlpPipeline> {
+    static PIPELINE: std::sync::OnceLock<Option<nexus_drive::telemetry::OtlpPipeline>> = std::sync::OnceLock::new();
+    PIPELINE.get_or_init(|| nexus_drive::telemetry::OtlpPipeline::from_env().ok().flatten()).as_ref()
+}
+
 /// The client under test, built once and reused for every request.
 enum Runner {
     Blocking(Client),
@@ -263,6 +272,11 @@ impl Runner {
             .stream(args.stream);
         if let Some(d) = args.timeout {
             builder = builder.timeout(d);
+        }
+        // The tracing-on rows: with OTEL_EXPORTER_OTLP_ENDPOINT set, every
+        // run exports its spans (SPEC §22); unset, nothing is built.
+        if let Some(p) = pipeline() {
+            builder = builder.telemetry(p.telemetry());
         }
         Ok(match args.driver {
             DriverKind::Blocking => {
@@ -478,6 +492,9 @@ fn main() -> ExitCode {
         bench.batch(args.warmup, false);
         bench.batch(args.runs, true);
         emit(&bench.summary(&name, init_ms));
+        if let Some(p) = pipeline() {
+            p.shutdown();
+        }
         return ExitCode::SUCCESS;
     }
 
@@ -509,5 +526,8 @@ fn main() -> ExitCode {
         }
     }
     emit(&bench.summary(&name, init_ms));
+    if let Some(p) = pipeline() {
+        p.shutdown();
+    }
     ExitCode::SUCCESS
 }
