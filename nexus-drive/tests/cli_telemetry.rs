@@ -489,3 +489,42 @@ fn the_latest_shape_is_opt_in() {
         }
     }
 }
+
+/// A sub-agent's run is an `invoke_agent {name}` span under its parent's,
+/// and its own tool calls are children of it.
+#[test]
+fn a_sub_agent_nests_under_its_run_and_its_calls_under_it() {
+    let dir = scratch("otel-agents");
+    let agents = dir.join("agents");
+    std::fs::create_dir_all(&agents).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        agents.join("asker.md"),
+        "---\nname: asker\ndescription: Asks what the traveller prefers\ntools: question\nmodel: child-model\n---\nAsk.\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let seat = r#"{"questions":[{"question":"Window or aisle?"}]}"#;
+    let provider = fake(
+        Scripts::new(KEY)
+            .model(
+                "parent-model",
+                Script::new(vec![Turn::default().call_with_id("c_del", "asker", r#"{"prompt": "seat?"}"#)]),
+            )
+            .model("child-model", Script::new(vec![Turn::default().call_with_id("q_seat", "question", seat)])),
+    );
+    let collector = OtlpReceiver::start();
+    let agents = agents.to_string_lossy().into_owned();
+    let args = ["--builtins=question", "--agents", &agents, "--state", "st.json", "--json", "book"];
+    let mut cmd = run_cmd(&dir, &provider, "openai", "parent-model", &args);
+    otel(&mut cmd, &collector.endpoint());
+    run(cmd).expect(3);
+    let spans = collector.wait_for(Duration::from_secs(10), |s| named(s, "invoke_agent").len() == 2);
+    let top = spans.iter().find(|s| s.name == "invoke_agent").unwrap_or_else(|| panic!("{spans:#?}"));
+    let child = spans.iter().find(|s| s.name == "invoke_agent asker").unwrap_or_else(|| panic!("{spans:#?}"));
+    assert_eq!(child.parent_span_id, top.span_id, "the sub-agent runs under its parent");
+    assert_eq!(attr(&child.attributes, "gen_ai.agent.name").as_deref(), Some("asker"));
+    assert_eq!(attr(&child.attributes, "nexus.agent.path").as_deref(), Some("c_del"));
+    let question = named(&spans, "execute_tool question");
+    assert_eq!(question.len(), 1, "{spans:#?}");
+    assert_eq!(question[0].parent_span_id, child.span_id, "the sub-agent's call is under the sub-agent");
+    assert_eq!(attr(&question[0].attributes, "nexus.tool.pending").as_deref(), Some("true"));
+}

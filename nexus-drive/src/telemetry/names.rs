@@ -36,6 +36,8 @@ pub const USAGE_REASONING_OUTPUT_TOKENS: &str = "gen_ai.usage.reasoning.output_t
 pub const CONVERSATION_ID: &str = "gen_ai.conversation.id";
 /// The agent's name.
 pub const AGENT_NAME: &str = "gen_ai.agent.name";
+/// A sub-agent's path in its run's tree (the delegating call ids, `/`-joined).
+pub const AGENT_PATH: &str = "nexus.agent.path";
 /// The agent's id (the run id).
 pub const AGENT_ID: &str = "gen_ai.agent.id";
 /// The tool's name.

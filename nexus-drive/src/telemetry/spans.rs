@@ -24,6 +24,9 @@ struct Live {
     run: Context,
     chat: Option<Chat>,
     tools: HashMap<String, Context>,
+    /// The sub-agents' runs by agent path: each an `invoke_agent {name}`
+    /// span under its delegating run's, the parent of its own tool calls.
+    agents: HashMap<String, Context>,
     /// Why the last turn stopped (its `TurnFinished`), for the chat span.
     stop: Option<StopReason>,
 }
@@ -152,7 +155,14 @@ impl RunSpans {
             let (traceparent, _) = super::inject(&sc);
             run_cx.span().add_event(event, vec![KeyValue::new("nexus.resumed_from", traceparent)]);
         }
-        RunSpans(Some(Box::new(Live { tel: tel.clone(), run: run_cx, chat: None, tools: HashMap::new(), stop: None })))
+        RunSpans(Some(Box::new(Live {
+            tel: tel.clone(),
+            run: run_cx,
+            chat: None,
+            tools: HashMap::new(),
+            agents: HashMap::new(),
+            stop: None,
+        })))
     }
 
     /// A model request is about to go out: the first attempt opens the
@@ -232,12 +242,30 @@ impl RunSpans {
         let Some(live) = self.0.as_deref_mut() else {
             return;
         };
+        if let StreamEvent::Agent { agent, event } = ev {
+            live.agent(run, agent);
+            match event.inner() {
+                // A child's delegation that ended: that grandchild's span ends.
+                StreamEvent::ToolResult { call_id, .. } => {
+                    live.end_agent(run, &format!("{agent}{}{call_id}", nexus_proto::agent::PATH_SEPARATOR));
+                }
+                // The tree calls one model at a time: the answered call is the child's.
+                StreamEvent::TurnFinished { stop, .. } => {
+                    live.stop = Some(*stop);
+                    live.close_answered();
+                }
+                _ => {}
+            }
+            return;
+        }
         let target = live.chat.as_ref().map_or(&live.run, |c| &c.cx);
         match ev {
             StreamEvent::TurnFinished { stop, .. } => {
                 live.stop = Some(*stop);
                 live.close_answered();
             }
+            // A delegation of this run ended: its agent's span ends.
+            StreamEvent::ToolResult { call_id, .. } => live.end_agent(run, call_id),
             StreamEvent::Retrying { attempt, delay_ms, reason } => {
                 let mut attrs = vec![
                     KeyValue::new(n::ATTEMPT, i64::from(*attempt)),
@@ -356,14 +384,20 @@ impl RunSpans {
         if live.tel.capture {
             attrs.push(KeyValue::new(n::TOOL_CALL_ARGUMENTS, input.to_string()));
         }
+        // A sub-agent's call (its id qualified by the agent's path) is a
+        // child of that agent's span.
+        let parent = match call_id.rsplit_once(nexus_proto::agent::PATH_SEPARATOR) {
+            Some((path, _)) => live.agent(run, path),
+            None => live.run.clone(),
+        };
         let builder = live
             .tel
             .tracer
             .span_builder(format!("{} {name}", n::OP_EXECUTE_TOOL))
             .with_kind(SpanKind::Internal)
             .with_attributes(attrs);
-        let span = live.tel.tracer.build_with_context(builder, &live.run);
-        live.tools.insert(call_id.to_string(), live.run.with_span(span));
+        let span = live.tel.tracer.build_with_context(builder, &parent);
+        live.tools.insert(call_id.to_string(), parent.with_span(span));
     }
 
     /// A tool call ended (or suspended).
@@ -439,7 +473,7 @@ impl RunSpans {
                 m.duration.record(chat.started.elapsed().as_secs_f64(), &labels);
             }
         }
-        for cx in live.tools.values() {
+        for cx in live.tools.values().chain(live.agents.values()) {
             cx.span().end();
         }
         let span = live.run.span();
@@ -458,6 +492,52 @@ impl RunSpans {
 }
 
 impl Live {
+    /// The span of the sub-agent at `path`, opened (under its delegating
+    /// run's) the first time the agent is seen.
+    fn agent(&mut self, run: &Run, path: &str) -> Context {
+        if let Some(cx) = self.agents.get(path) {
+            return cx.clone();
+        }
+        let parent = match path.rsplit_once(nexus_proto::agent::PATH_SEPARATOR) {
+            Some((up, _)) => self.agent(run, up),
+            None => self.run.clone(),
+        };
+        let name = run.agent_names(path).and_then(|names| names.last().cloned()).unwrap_or_default();
+        let attrs = vec![
+            KeyValue::new(n::OPERATION_NAME, n::OP_INVOKE_AGENT),
+            KeyValue::new(n::AGENT_NAME, name.clone()),
+            KeyValue::new(n::CONVERSATION_ID, run.id().to_string()),
+            KeyValue::new(n::AGENT_PATH, path.to_string()),
+        ];
+        let builder = self
+            .tel
+            .tracer
+            .span_builder(format!("{} {name}", n::OP_INVOKE_AGENT))
+            .with_kind(SpanKind::Internal)
+            .with_attributes(attrs);
+        let span = self.tel.tracer.build_with_context(builder, &parent);
+        let cx = parent.with_span(span);
+        self.agents.insert(path.to_string(), cx.clone());
+        cx
+    }
+
+    /// The sub-agent at `path` finished: its span ends with its usage and status.
+    fn end_agent(&mut self, run: &Run, path: &str) {
+        let Some(cx) = self.agents.remove(path) else {
+            return;
+        };
+        let span = cx.span();
+        if let Some(report) = run.agent_reports().into_iter().find(|r| r.path == path) {
+            let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            span.set_attributes([
+                KeyValue::new(n::USAGE_INPUT_TOKENS, as_i64(report.usage.prompt_tokens)),
+                KeyValue::new(n::USAGE_OUTPUT_TOKENS, as_i64(report.usage.completion_tokens)),
+                KeyValue::new(n::RUN_STATUS, report.status),
+            ]);
+        }
+        span.end();
+    }
+
     /// Ends the answered call's span, with why its turn stopped.
     fn close_answered(&mut self) {
         let Some(chat) = self.chat.take_if(|c| c.answered.is_some()) else {
