@@ -527,4 +527,11 @@ fn a_sub_agent_nests_under_its_run_and_its_calls_under_it() {
     assert_eq!(question.len(), 1, "{spans:#?}");
     assert_eq!(question[0].parent_span_id, child.span_id, "the sub-agent's call is under the sub-agent");
     assert_eq!(attr(&question[0].attributes, "nexus.tool.pending").as_deref(), Some("true"));
+    // Each model call is under the run that made it, named by its own model.
+    let parent_chat = named(&spans, "chat parent-model");
+    let child_chat = named(&spans, "chat child-model");
+    assert_eq!((parent_chat.len(), child_chat.len()), (1, 1), "{spans:#?}");
+    assert_eq!(parent_chat[0].parent_span_id, top.span_id);
+    assert_eq!(child_chat[0].parent_span_id, child.span_id, "the sub-agent's model call is under the sub-agent");
+    assert_eq!(attr(&child_chat[0].attributes, "gen_ai.response.model").as_deref(), Some("child-model"));
 }

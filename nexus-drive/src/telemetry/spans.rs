@@ -50,6 +50,11 @@ struct Chat {
     answered: Option<SystemTime>,
     /// The answer, kept for `gen_ai.output.messages` (content capture only).
     answer: Vec<nexus_proto::Message>,
+    /// The model of the upstream the last attempt went to.
+    model: String,
+    /// Whether the top run made the call (not a sub-agent): its transcript
+    /// is the call's content.
+    top: bool,
 }
 
 /// The conventions' provider name of a wire format.
@@ -174,13 +179,15 @@ impl RunSpans {
         if live.chat.as_ref().is_some_and(|c| c.answered.is_some()) {
             live.close_answered();
         }
+        // A sub-agent's call goes to its own upstream, under its own span.
+        let (path, upstream) = run.exchange_owner(req.exchange).unwrap_or_else(|| (String::new(), run.upstream()));
         if let Some(chat) = &mut live.chat {
             chat.attempt_started = Instant::now();
             chat.first_chunk = None;
+            chat.model = upstream.model;
             chat.cx.span().set_attribute(KeyValue::new(n::ATTEMPT, i64::from(attempt)));
             return;
         }
-        let upstream = run.upstream();
         let provider = provider_name(upstream.style);
         let mut metric_attrs = vec![
             KeyValue::new(n::OPERATION_NAME, n::OP_CHAT),
@@ -200,7 +207,8 @@ impl RunSpans {
         if let Some(max) = run.config().max_tokens {
             attrs.push(KeyValue::new(n::REQUEST_MAX_TOKENS, i64::from(max)));
         }
-        if live.tel.capture {
+        let top = path.is_empty();
+        if live.tel.capture && top {
             attrs.push(KeyValue::new(n::INPUT_MESSAGES, content::input_messages(run.transcript())));
         }
         let builder = live
@@ -209,21 +217,24 @@ impl RunSpans {
             .span_builder(format!("{} {}", n::OP_CHAT, upstream.model))
             .with_kind(SpanKind::Client)
             .with_attributes(attrs);
-        let span = live.tel.tracer.build_with_context(builder, &live.run);
+        let parent = if top { live.run.clone() } else { live.agent(run, &path) };
+        let span = live.tel.tracer.build_with_context(builder, &parent);
         let now = Instant::now();
         live.stop = None;
         live.chat = Some(Chat {
-            cx: live.run.with_span(span),
+            cx: parent.with_span(span),
             started: now,
             attempt_started: now,
             first_chunk: None,
             streaming: req.streaming,
-            usage_before: run.usage(),
+            usage_before: run.tree_usage(),
             messages_before: run.transcript().len(),
             metric_attrs,
             error: None,
             answered: None,
             answer: Vec::new(),
+            model: upstream.model,
+            top,
         });
     }
 
@@ -320,14 +331,15 @@ impl RunSpans {
         };
         chat.answered = Some(SystemTime::now());
         let span = chat.cx.span();
-        let usage = run.usage();
+        // The tree calls one model at a time: its usage grew by this call's.
+        let usage = run.tree_usage();
         let input = usage.prompt_tokens.saturating_sub(chat.usage_before.prompt_tokens);
         let output = usage.completion_tokens.saturating_sub(chat.usage_before.completion_tokens);
         let cached = usage.cached_tokens.saturating_sub(chat.usage_before.cached_tokens);
         let reasoning = usage.reasoning_tokens.saturating_sub(chat.usage_before.reasoning_tokens);
         let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let mut attrs = vec![
-            KeyValue::new(n::RESPONSE_MODEL, run.upstream().model),
+            KeyValue::new(n::RESPONSE_MODEL, chat.model.clone()),
             KeyValue::new(n::USAGE_INPUT_TOKENS, as_i64(input)),
             KeyValue::new(n::USAGE_OUTPUT_TOKENS, as_i64(output)),
         ];
@@ -340,13 +352,13 @@ impl RunSpans {
         if let Some(t) = chat.first_chunk {
             attrs.push(KeyValue::new(n::RESPONSE_TIME_TO_FIRST_CHUNK, t));
         }
-        if live.tel.capture {
+        if live.tel.capture && chat.top {
             chat.answer = run.transcript().get(chat.messages_before..).unwrap_or_default().to_vec();
         }
         span.set_attributes(attrs);
         if let Some(m) = &live.tel.instruments {
             let mut labels = chat.metric_attrs.clone();
-            labels.push(KeyValue::new(n::RESPONSE_MODEL, run.upstream().model));
+            labels.push(KeyValue::new(n::RESPONSE_MODEL, chat.model.clone()));
             m.duration.record(chat.started.elapsed().as_secs_f64(), &labels);
             if let Some(t) = chat.first_chunk {
                 m.time_to_first_chunk.record(t, &labels);
@@ -546,7 +558,7 @@ impl Live {
         let span = chat.cx.span();
         let reason = content::finish_reason(self.stop);
         span.set_attribute(KeyValue::new(n::RESPONSE_FINISH_REASONS, strings([reason.to_string()])));
-        if self.tel.capture {
+        if self.tel.capture && chat.top {
             span.set_attribute(KeyValue::new(n::OUTPUT_MESSAGES, content::output_messages(&chat.answer, self.stop)));
         }
         span.end_with_timestamp(chat.answered.unwrap_or_else(SystemTime::now));
