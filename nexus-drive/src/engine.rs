@@ -578,7 +578,7 @@ impl Engine {
         for inv in batch.calls {
             let ToolInvocation { call_id, name, mut input, arguments, idempotency_key, answer, request } = inv;
             let started = Instant::now();
-            self.spans.tool_started(&self.run, &call_id, &name, &input);
+            let traceparent = self.spans.tool_started(&self.run, &call_id, &name, &input);
             if answer.is_none() {
                 if let Some(hook) = self.cfg.hooks.before_tool.clone() {
                     let view = ToolCallView {
@@ -633,6 +633,7 @@ impl Engine {
                 request,
                 cancel: self.cancel.clone(),
                 read_roots,
+                traceparent,
             };
             jobs.push(ToolJob { call_id, input, ctx, handler, timeout, pace });
         }

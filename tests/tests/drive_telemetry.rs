@@ -6,12 +6,13 @@
 #[macro_use]
 mod drive_support;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use drive_support::*;
 use nexus_drive::telemetry::OtlpPipeline;
 use nexus_tests::fake::{FakeProvider, Scripts, Turn};
-use nexus_tests::otlp::{attr, OtlpReceiver};
+use nexus_tests::otlp::{attr, hex, OtlpReceiver};
 
 both_drivers!(concurrent_tools_stay_under_their_run,);
 
@@ -28,8 +29,17 @@ fn concurrent_tools_stay_under_their_run(d: Drv) {
                 .unwrap_or_else(|e| panic!("{ctx}: {e}"));
         // Each call returns only once both are running: they overlap.
         let gate = Gate::new(2);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let told = seen.clone();
         let cfg = builder(&fake, style, "m-otel", true)
-            .dyn_tool(ok_tool("meet", move |a, _| if gate.pass() { format!("met {}", a["n"]) } else { "alone".into() }))
+            .dyn_tool(ok_tool("meet", move |a, ctx| {
+                told.lock().unwrap_or_else(|e| e.into_inner()).push(ctx.traceparent().map(str::to_string));
+                if gate.pass() {
+                    format!("met {}", a["n"])
+                } else {
+                    "alone".into()
+                }
+            }))
             .telemetry(pipeline.telemetry().agent_name("greeter"))
             .build()
             .unwrap_or_else(|e| panic!("{ctx}: {e}"));
@@ -49,6 +59,13 @@ fn concurrent_tools_stay_under_their_run(d: Drv) {
             a.start_time_unix_nano < b.end_time_unix_nano && b.start_time_unix_nano < a.end_time_unix_nano,
             "{ctx}"
         );
+        // Each call was told its own span's context, to pass on.
+        let mut told: Vec<String> = seen.lock().unwrap_or_else(|e| e.into_inner()).iter().flatten().cloned().collect();
+        let mut expected: Vec<String> =
+            tools.iter().map(|t| format!("00-{}-{}-01", hex(&t.trace_id), hex(&t.span_id))).collect();
+        told.sort();
+        expected.sort();
+        assert_eq!(told, expected, "{ctx}");
         let chats = spans.iter().filter(|s| s.name == "chat m-otel").count();
         assert_eq!(chats, 2, "{ctx}");
         let expected_provider = match style {

@@ -18,7 +18,9 @@ impl RunSpans {
     pub(crate) fn first_chunk(&mut self) {}
     pub(crate) fn event(&mut self, _: &Run, _: &StreamEvent) {}
     pub(crate) fn exchange_ended(&mut self, _: &Run, _: bool, _: Option<u16>) {}
-    pub(crate) fn tool_started(&mut self, _: &Run, _: &str, _: &str, _: &Value) {}
+    pub(crate) fn tool_started(&mut self, _: &Run, _: &str, _: &str, _: &Value) -> Option<String> {
+        None
+    }
     pub(crate) fn tool_ended(&mut self, _: &str, _: &ToolReply) {}
     pub(crate) fn suspended(&mut self, _: &[Request], state: Vec<u8>) -> Vec<u8> {
         state

@@ -379,11 +379,10 @@ impl RunSpans {
         }
     }
 
-    /// A tool call starts: its span opens under the run's.
-    pub(crate) fn tool_started(&mut self, run: &Run, call_id: &str, name: &str, input: &Json) {
-        let Some(live) = self.0.as_deref_mut() else {
-            return;
-        };
+    /// A tool call starts: its span opens under the run's. Returns the
+    /// span's `traceparent`, for the tool to pass on.
+    pub(crate) fn tool_started(&mut self, run: &Run, call_id: &str, name: &str, input: &Json) -> Option<String> {
+        let live = self.0.as_deref_mut()?;
         let mcp =
             run.tools().iter().any(|d| d.name == name && d.kind != nexus_proto::ToolKind::Relay) && name.contains("__");
         let mut attrs = vec![
@@ -409,7 +408,10 @@ impl RunSpans {
             .with_kind(SpanKind::Internal)
             .with_attributes(attrs);
         let span = live.tel.tracer.build_with_context(builder, &parent);
-        live.tools.insert(call_id.to_string(), parent.with_span(span));
+        let cx = parent.with_span(span);
+        let sc = cx.span().span_context().clone();
+        live.tools.insert(call_id.to_string(), cx);
+        sc.is_valid().then(|| super::inject(&sc).0)
     }
 
     /// A tool call ended (or suspended).
