@@ -535,3 +535,49 @@ fn a_sub_agent_nests_under_its_run_and_its_calls_under_it() {
     assert_eq!(child_chat[0].parent_span_id, child.span_id, "the sub-agent's model call is under the sub-agent");
     assert_eq!(attr(&child_chat[0].attributes, "gen_ai.response.model").as_deref(), Some("child-model"));
 }
+
+/// A resume given the caller's own `traceparent` runs under the caller's
+/// span and still links to the suspended segment; a malformed one is a
+/// usage error.
+#[test]
+fn a_resume_under_a_callers_context_links_to_the_suspended_segment() {
+    let dir = scratch("otel-caller");
+    let questions = r#"{"questions":[{"question":"Go?"}]}"#;
+    let provider = fake(
+        Scripts::new(KEY)
+            .model(MODEL, Script::new(vec![Turn::default().call("question", questions), Turn::text("went")])),
+    );
+    let collector = OtlpReceiver::start();
+    let args = ["--builtins=question", "--state", "st.json", "--json", "go"];
+    let mut cmd = run_cmd(&dir, &provider, "openai", MODEL, &args);
+    otel(&mut cmd, &collector.endpoint());
+    let question = run(cmd).expect(3).json()["pending"][0]["id"].as_str().unwrap_or_default().to_string();
+    let answers = write_json(&dir, "answers.json", &json!({"id": question, "ok": true, "data": {"answer": "yes"}}));
+    let first = collector.wait_for(Duration::from_secs(10), |s| named(s, "invoke_agent").len() == 1);
+    let suspended = named(&first, "invoke_agent")[0].clone();
+
+    let resume = |traceparent: &str| {
+        let mut cmd = nexus(&dir, Some("openai"));
+        cmd.args(["resume", "--state", "st.json", "--answer", &answers, "--json", "--traceparent", traceparent]);
+        otel(&mut cmd, &collector.endpoint());
+        run(cmd)
+    };
+    let refused = resume("00-not-a-trace").expect(2);
+    assert!(refused.stderr.contains("--traceparent"), "{}", refused.stderr);
+
+    let caller_trace = "11111111111111111111111111111111";
+    let caller_span = "2222222222222222";
+    resume(&format!("00-{caller_trace}-{caller_span}-01")).expect(0);
+    let spans = collector.wait_for(Duration::from_secs(10), |s| named(s, "invoke_agent").len() == 2);
+    let resumed = named(&spans, "invoke_agent").into_iter().find(|s| s.span_id != suspended.span_id);
+    let resumed = resumed.unwrap_or_else(|| panic!("{spans:#?}"));
+    assert_eq!(hex(&resumed.trace_id), caller_trace, "the caller's trace");
+    assert_eq!(hex(&resumed.parent_span_id), caller_span, "under the caller's span");
+    assert_eq!(resumed.links.len(), 1);
+    assert_eq!((&resumed.links[0].trace_id, &resumed.links[0].span_id), (&suspended.trace_id, &suspended.span_id));
+    assert_eq!(
+        attr(&resumed.attributes, "gen_ai.conversation.id"),
+        attr(&suspended.attributes, "gen_ai.conversation.id"),
+        "both segments name the same run"
+    );
+}
