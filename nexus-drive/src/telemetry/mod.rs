@@ -46,6 +46,14 @@ pub(crate) use off::RunSpans;
 #[cfg(feature = "otel")]
 pub use on::*;
 
+/// `state` without the trace context a traced run's suspension put in its
+/// envelope: the bytes a recorded session keeps, so cassettes stay
+/// deterministic (the envelope's ids are random). A state without one, or
+/// that is not a JSON object, is returned as it is.
+pub fn strip(state: &[u8]) -> Vec<u8> {
+    crate::workdir::strip_member(state, names::STATE_MEMBER).unwrap_or_else(|_| state.to_vec())
+}
+
 #[cfg(feature = "otel")]
 mod on {
     use std::collections::HashMap;
@@ -313,6 +321,9 @@ mod tests {
         // A host's workdir goes after it, and strips back to it.
         let both = workdir::attach(&kept, &Workdir::new("/srv")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(workdir::strip(&both).unwrap_or_else(|e| panic!("{e}")), kept);
+        assert_eq!(strip(&kept), state, "stripped back to the machine's bytes");
+        assert_eq!(strip(&state), state);
+        assert_eq!(strip(b"not json"), b"not json".to_vec());
         assert_eq!(
             stored_context(&both).map(|c| c.span().span_context().trace_id()),
             Some(cx.span().span_context().trace_id())
