@@ -204,10 +204,10 @@ impl RunSpans {
         if !live.tel.latest {
             attrs.push(KeyValue::new(n::SYSTEM, provider));
         }
-        if let Some(max) = run.config().max_tokens {
+        let top = path.is_empty();
+        if let Some(max) = run.config().max_tokens.filter(|_| top) {
             attrs.push(KeyValue::new(n::REQUEST_MAX_TOKENS, i64::from(max)));
         }
-        let top = path.is_empty();
         if live.tel.capture && top {
             attrs.push(KeyValue::new(n::INPUT_MESSAGES, content::input_messages(run.transcript())));
         }
@@ -253,30 +253,24 @@ impl RunSpans {
         let Some(live) = self.0.as_deref_mut() else {
             return;
         };
-        if let StreamEvent::Agent { agent, event } = ev {
-            live.agent(run, agent);
-            match event.inner() {
-                // A child's delegation that ended: that grandchild's span ends.
-                StreamEvent::ToolResult { call_id, .. } => {
-                    live.end_agent(run, &format!("{agent}{}{call_id}", nexus_proto::agent::PATH_SEPARATOR));
-                }
-                // The tree calls one model at a time: the answered call is the child's.
-                StreamEvent::TurnFinished { stop, .. } => {
-                    live.stop = Some(*stop);
-                    live.close_answered();
-                }
-                _ => {}
-            }
-            return;
-        }
-        let target = live.chat.as_ref().map_or(&live.run, |c| &c.cx);
-        match ev {
+        // A sub-agent's event: the agent's span opens with its first one.
+        let (agent, inner) = match ev {
+            StreamEvent::Agent { agent, event } => (Some(agent.as_str()), event.inner()),
+            other => (None, other),
+        };
+        let scope = agent.map(|path| live.agent(run, path));
+        let target = live.chat.as_ref().map(|c| c.cx.clone()).or_else(|| scope.clone()).unwrap_or(live.run.clone());
+        match inner {
+            // The tree calls one model at a time: the answered call is this turn's.
             StreamEvent::TurnFinished { stop, .. } => {
                 live.stop = Some(*stop);
                 live.close_answered();
             }
-            // A delegation of this run ended: its agent's span ends.
-            StreamEvent::ToolResult { call_id, .. } => live.end_agent(run, call_id),
+            // A delegation ended: its agent's span ends.
+            StreamEvent::ToolResult { call_id, .. } => match agent {
+                Some(path) => live.end_agent(run, &format!("{path}{}{call_id}", nexus_proto::agent::PATH_SEPARATOR)),
+                None => live.end_agent(run, call_id),
+            },
             StreamEvent::Retrying { attempt, delay_ms, reason } => {
                 let mut attrs = vec![
                     KeyValue::new(n::ATTEMPT, i64::from(*attempt)),
@@ -289,8 +283,12 @@ impl RunSpans {
                 target.span().add_event(n::EVENT_RETRY, attrs);
             }
             StreamEvent::Failover { from, to, reason, .. } => {
-                let name = |i: usize| {
-                    run.config().upstream(i).map(|u| format!("{} {}", u.style.name(), u.model)).unwrap_or_default()
+                // A sub-agent's upstreams are its own: named by their index.
+                let name = |i: usize| match agent {
+                    None => {
+                        run.config().upstream(i).map(|u| format!("{} {}", u.style.name(), u.model)).unwrap_or_default()
+                    }
+                    Some(_) => format!("upstream {i}"),
                 };
                 let mut attrs =
                     vec![KeyValue::new(n::FAILOVER_FROM, name(*from)), KeyValue::new(n::FAILOVER_TO, name(*to))];
@@ -300,7 +298,7 @@ impl RunSpans {
                 target.span().add_event(n::EVENT_FAILOVER, attrs);
             }
             StreamEvent::Compaction { tokens_before, tokens_after, turns_replaced, .. } => {
-                live.run.span().add_event(
+                scope.as_ref().unwrap_or(&live.run).span().add_event(
                     n::EVENT_COMPACTION,
                     vec![
                         KeyValue::new("nexus.compaction.tokens_before", i64::try_from(*tokens_before).unwrap_or(0)),
