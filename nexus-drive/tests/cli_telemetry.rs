@@ -190,6 +190,12 @@ fn a_streamed_call_span_ends_at_its_last_chunk_and_records_the_first() {
     let span_secs = (chat.end_time_unix_nano - chat.start_time_unix_nano) as f64 / 1e9;
     assert!(span_secs >= 0.4, "the span covers the silence before the last chunk ({span_secs} s)");
     assert!(ttft < span_secs - 0.3, "the first chunk came before the silence ({ttft} of {span_secs} s)");
+    let until = Instant::now() + Duration::from_secs(10);
+    while collector.metrics().is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let names: Vec<String> = collector.metrics().iter().map(|m| m.name.clone()).collect();
+    assert!(names.iter().any(|n| n == "gen_ai.client.operation.time_to_first_chunk"), "{names:?}");
 }
 
 #[test]
