@@ -98,26 +98,9 @@ pub(crate) fn append_member(state: &[u8], name: &str, value: &serde_json::Value)
 /// byte when the member is where [`attach`] put it (so a recorded session
 /// still replays against the machine's own snapshot).
 pub fn strip(state: &[u8]) -> Result<Vec<u8>, WorkdirError> {
-    let Some(workdir) = read(state)? else {
-        return Ok(state.to_vec());
-    };
-    if let Some(root) = workdir.root.to_str() {
-        let suffix = format!(",\"{MEMBER}\":{}}}", serde_json::json!({ "root": root }));
-        let end = state.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
-        if let Some(start) = end.checked_sub(suffix.len()).filter(|&s| &state[s..end] == suffix.as_bytes()) {
-            let mut out = state[..start].to_vec();
-            out.push(b'}');
-            out.extend_from_slice(&state[end..]);
-            return Ok(out);
-        }
-    }
-    let mut value: serde_json::Value =
-        serde_json::from_slice(state).map_err(|e| WorkdirError::NotAnObject(e.to_string()))?;
-    let obj = value.as_object_mut().ok_or_else(|| WorkdirError::NotAnObject("not an object".into()))?;
-    if obj.remove(MEMBER).is_none() {
-        return Ok(state.to_vec());
-    }
-    serde_json::to_vec(&value).map_err(|e| WorkdirError::NotAnObject(e.to_string()))
+    // A malformed workdir is refused, not dropped.
+    read(state)?;
+    strip_member(state, MEMBER)
 }
 
 /// `state` without its top-level member `name`: byte for byte what it was
