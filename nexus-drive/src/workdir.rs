@@ -107,13 +107,13 @@ pub fn strip(state: &[u8]) -> Result<Vec<u8>, WorkdirError> {
 /// before [`append_member`] when the member is last (as appended), else the
 /// state written again without it; unchanged when it has none.
 pub(crate) fn strip_member(state: &[u8], name: &str) -> Result<Vec<u8>, WorkdirError> {
-    let mut value: serde_json::Value =
+    // Members as raw text: nothing below the top level is parsed into a tree.
+    let mut members: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
         serde_json::from_slice(state).map_err(|e| WorkdirError::NotAnObject(e.to_string()))?;
-    let obj = value.as_object_mut().ok_or_else(|| WorkdirError::NotAnObject("not an object".into()))?;
-    let Some(member) = obj.remove(name) else {
+    let Some(member) = members.remove(name) else {
         return Ok(state.to_vec());
     };
-    let suffix = format!(",{}:{member}}}", serde_json::Value::from(name));
+    let suffix = format!(",{}:{}}}", serde_json::Value::from(name), member.get());
     let end = state.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
     if let Some(start) = end.checked_sub(suffix.len()).filter(|&s| &state[s..end] == suffix.as_bytes()) {
         let mut out = state[..start].to_vec();
@@ -121,7 +121,7 @@ pub(crate) fn strip_member(state: &[u8], name: &str) -> Result<Vec<u8>, WorkdirE
         out.extend_from_slice(&state[end..]);
         return Ok(out);
     }
-    serde_json::to_vec(&value).map_err(|e| WorkdirError::NotAnObject(e.to_string()))
+    serde_json::to_vec(&members).map_err(|e| WorkdirError::NotAnObject(e.to_string()))
 }
 
 #[cfg(test)]
