@@ -326,7 +326,7 @@ impl Run {
     }
 
     /// The run of the tree that sent exchange `id` and the upstream it went
-    /// to: its agent path (empty for this run) and [`Upstream`]; `None`
+    /// to: its agent path (empty for this run) and [`Upstream`](crate::Upstream); `None`
     /// when no run of the tree has that exchange in flight. A driver's
     /// telemetry names a sub-agent's model call by it (SPEC §22).
     pub fn exchange_owner(&self, id: ExchangeId) -> Option<(String, crate::failover::Upstream)> {
