@@ -113,13 +113,22 @@ pub(crate) fn strip_member(state: &[u8], name: &str) -> Result<Vec<u8>, WorkdirE
     let Some(member) = members.remove(name) else {
         return Ok(state.to_vec());
     };
-    let suffix = format!(",{}:{}}}", serde_json::Value::from(name), member.get());
+    // Where `append_member` puts it: last, after a comma (or alone after the brace).
+    let suffix = format!("{}:{}}}", serde_json::Value::from(name), member.get());
     let end = state.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
     if let Some(start) = end.checked_sub(suffix.len()).filter(|&s| &state[s..end] == suffix.as_bytes()) {
-        let mut out = state[..start].to_vec();
-        out.push(b'}');
-        out.extend_from_slice(&state[end..]);
-        return Ok(out);
+        let before = state[..start].iter().rposition(|b| !b.is_ascii_whitespace());
+        let cut = match before.map(|i| (i, state[i])) {
+            Some((i, b',')) => Some(i),
+            Some((i, b'{')) => Some(i + 1),
+            _ => None,
+        };
+        if let Some(cut) = cut {
+            let mut out = state[..cut].to_vec();
+            out.push(b'}');
+            out.extend_from_slice(&state[end..]);
+            return Ok(out);
+        }
     }
     serde_json::to_vec(&members).map_err(|e| WorkdirError::NotAnObject(e.to_string()))
 }
@@ -159,5 +168,34 @@ mod tests {
         assert!(matches!(read(br#"{"workdir": 3}"#), Err(WorkdirError::Malformed(_))));
         assert!(matches!(attach(b"nope", &Workdir::new("/x")), Err(WorkdirError::NotAnObject(_))));
         assert_eq!(attach(b"{}", &Workdir::new("/x")).unwrap(), br#"{"workdir":{"root":"/x"}}"#.to_vec());
+    }
+
+    proptest::proptest! {
+        /// Any member appended to any object strips back to the object's
+        /// exact bytes, and the other members stay readable.
+        #[test]
+        fn an_appended_member_strips_back_to_the_exact_bytes(
+            keys in proptest::collection::btree_set("[a-z\\\\\"é]{1,6}", 0..4),
+            name in "[a-z\"\\\\ ]{1,8}",
+            text in "\\PC{0,24}",
+            spaced in proptest::bool::ANY,
+        ) {
+            let mut object = serde_json::Map::new();
+            for (i, k) in keys.iter().enumerate() {
+                object.insert(k.clone(), serde_json::json!([i, k]));
+            }
+            object.remove(&name);
+            let mut state = serde_json::to_vec(&object).unwrap();
+            if spaced {
+                state.extend_from_slice(b" \n");
+            }
+            let value = serde_json::json!({"text": text, "n": 1});
+            let kept = append_member(&state, &name, &value).unwrap();
+            let back: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&kept).unwrap();
+            proptest::prop_assert_eq!(back.get(&name), Some(&value));
+            proptest::prop_assert_eq!(back.len(), object.len() + 1);
+            proptest::prop_assert_eq!(strip_member(&kept, &name).unwrap(), state.clone());
+            proptest::prop_assert_eq!(strip_member(&state, &name).unwrap(), state);
+        }
     }
 }
