@@ -107,6 +107,16 @@ if part overhead; then
   BENCH_EXTRA="$BENCH_EXTRA; floor-rust-raw-smol-responses=$smol_floor --responses"
   # The context budget's per-request check: a window the scenario never nears.
   BENCH_EXTRA="$BENCH_EXTRA; nexus-blocking-budget=$bin --driver blocking --context-window 200000"
+  # Tracing on (SPEC §22): every run's spans and metrics exported over
+  # OTLP/HTTP to a loopback receiver (bench/otlp_sink.py), beside the same
+  # rows with no endpoint configured.
+  sink_port_file="$out/otlp-sink.port"
+  python3 "$root/bench/otlp_sink.py" --port-file "$sink_port_file" &
+  sink_pid=$!
+  trap 'kill "$sink_pid" 2>/dev/null || true' EXIT
+  for _ in $(seq 50); do [ -s "$sink_port_file" ] && break; sleep 0.1; done
+  otel="env OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$(cat "$sink_port_file") OTEL_SERVICE_NAME=overhead"
+  BENCH_EXTRA="$BENCH_EXTRA; nexus-blocking-traced=$otel $bin --driver blocking; nexus-async-traced=$otel $bin --driver async"
 
   # The Python and Node packages, as users install them, beside the Python
   # peers (the harness's own rows) and the TypeScript peers (OpenAI Agents
