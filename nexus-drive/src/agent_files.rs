@@ -9,7 +9,11 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use nexus_proto::Style;
+
+use crate::agent::AgentTool;
 use crate::skills::parse::{fields, split, Field};
+use crate::tool::{Toolbox, ToolboxError};
 
 /// One agent definition, read from its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +32,27 @@ pub struct AgentFile {
     pub prompt: String,
     /// Where it was read from.
     pub path: PathBuf,
+}
+
+impl AgentFile {
+    /// The agent as a tool of a run on `style` and `model` whose tools are
+    /// `toolbox`: the child runs on the same style, on its own model or the
+    /// run's, with the tools the file names taken from `toolbox` (all of
+    /// them when it names none). A name `toolbox` lacks is an error.
+    pub fn agent_tool(&self, style: Style, model: &str, toolbox: &Toolbox) -> Result<AgentTool, ToolboxError> {
+        let tools = match &self.tools {
+            None => toolbox.clone(),
+            Some(names) => toolbox.only(names)?,
+        };
+        let mut tool =
+            AgentTool::new(&self.name, self.description.clone(), style, self.model.as_deref().unwrap_or(model))
+                .system(self.prompt.clone())
+                .toolbox(tools);
+        if let Some(n) = self.max_turns {
+            tool = tool.max_turns(n);
+        }
+        Ok(tool)
+    }
 }
 
 /// Why a file is not an agent: the file, the 1-based line, the reason.
