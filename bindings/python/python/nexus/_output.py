@@ -12,6 +12,7 @@ for a JSON Schema dict the value itself.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Callable, Dict, Literal, Mapping, Optional, Union
 
 from . import _native
@@ -57,12 +58,10 @@ class Output:
         try:
             return self._build(value)
         except Exception as e:
-            import json
-
             err = _native.OutputInvalidError(f"the output did not build into {self.output_type!r}: {e}")
-            err.raw = json.dumps(value)  # type: ignore[attr-defined]
-            err.attempts = 0  # type: ignore[attr-defined]
-            err.errors = [str(e)]  # type: ignore[attr-defined]
+            err.raw = json.dumps(value)
+            err.attempts = 0
+            err.errors = [str(e)]
             raise err from e
 
 
