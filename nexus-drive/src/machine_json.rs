@@ -66,8 +66,8 @@ impl<T> AgentOptions<T> {
         toolbox: &mut dyn FnMut(Vec<T>) -> Result<Toolbox, E>,
     ) -> Result<AgentTool, E> {
         let child_model = self.model.unwrap_or_else(|| model.to_string());
-        let mut tool = AgentTool::new(&self.name, self.description, style, child_model.clone())
-            .toolbox(toolbox(self.tools)?);
+        let mut tool =
+            AgentTool::new(&self.name, self.description, style, child_model.clone()).toolbox(toolbox(self.tools)?);
         if let Some(system) = self.system {
             tool = tool.system(system);
         }

@@ -12,10 +12,10 @@ use std::thread;
 
 use napi::{Error, Result};
 use napi_derive::napi;
+use nexus_drive::agent_files::{discover_agents, AgentFile};
 use nexus_drive::blocking::Client as Driver;
 use nexus_drive::builtins::Builtins;
 use nexus_drive::cassette::Recorder;
-use nexus_drive::agent_files::{discover_agents, AgentFile};
 use nexus_drive::machine_json::{self, AgentOptions};
 use nexus_drive::mcp::{parse_servers, McpOptions, McpTools};
 use nexus_drive::skills::Skills;
@@ -560,7 +560,11 @@ fn agent_files(dirs: &[String]) -> std::result::Result<Vec<AgentFile>, String> {
         return Err(format!("agentsDir: {e}"));
     }
     if let Some((name, kept, again)) = found.duplicates.first() {
-        return Err(format!("agentsDir: {} defines {name} again (first defined by {})", again.display(), kept.display()));
+        return Err(format!(
+            "agentsDir: {} defines {name} again (first defined by {})",
+            again.display(),
+            kept.display()
+        ));
     }
     Ok(found.agents)
 }

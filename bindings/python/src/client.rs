@@ -9,10 +9,10 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nexus_drive::agent_files::{discover_agents, AgentFile};
 use nexus_drive::blocking::Client;
 use nexus_drive::builtins::Builtins;
 use nexus_drive::cassette::{self, Cassette, Recorder};
-use nexus_drive::agent_files::{discover_agents, AgentFile};
 use nexus_drive::machine_json::{self, AgentOptions};
 use nexus_drive::mcp::{parse_servers, McpOptions, McpTools};
 use nexus_drive::skills::Skills;
@@ -380,9 +380,9 @@ impl NativeClient {
         }
         // A Markdown agent names its tools among the run's own.
         for file in &session.agent_files {
-            let agent = file.agent_tool(style, model, &toolbox).map_err(|e| {
-                errors::config(&format!("agent {}", file.path.display()), format!("tools: {e}"))
-            })?;
+            let agent = file
+                .agent_tool(style, model, &toolbox)
+                .map_err(|e| errors::config(&format!("agent {}", file.path.display()), format!("tools: {e}")))?;
             b = b.agent(agent);
         }
         if let Some(spec) = call.output {

@@ -27,7 +27,12 @@ create_exception!(_native, StoreError, NexusError, "A run store refused or faile
 create_exception!(_native, RunCancelled, NexusError, "The run was cancelled.");
 create_exception!(_native, ReplayError, NexusError, "A cassette did not replay as recorded.");
 create_exception!(_native, OutputError, NexusError, "The run ended without a valid typed output.");
-create_exception!(_native, OutputInvalidError, OutputError, "Every answer failed the output schema and the retries are spent.");
+create_exception!(
+    _native,
+    OutputInvalidError,
+    OutputError,
+    "Every answer failed the output schema and the retries are spent."
+);
 create_exception!(_native, OutputRefusedError, OutputError, "The model refused to give the output.");
 create_exception!(_native, OutputTruncatedError, OutputError, "The token limit cut the output off.");
 
