@@ -104,8 +104,8 @@ test("a child's pending request resumes in a second process, and stream events c
   const nested = events.filter((e) => e.type === 'agent');
   assert.ok(nested.length > 0 && nested.every((e) => e.agent === request.agent));
   assert.deepEqual(nested.filter((e) => e.event.type === 'pending').map((e) => e.event.request.id), [request.id]);
-  const job = { options: options(fake, 'anthropic', 'parent', { store }), runId: first.runId, answers: [{ id: request.id, ok: true }] };
-  const { stdout } = await promisify(execFile)(process.execPath, [join(here, 'resume-agent-in-child.mjs'), JSON.stringify(job)]);
+  const job = { options: options(fake, 'anthropic', 'parent', { store }), runId: first.runId, answers: [{ id: request.id, ok: true }], agent: true };
+  const { stdout } = await promisify(execFile)(process.execPath, [join(here, 'resume-in-child.mjs'), JSON.stringify(job)]);
   const other = JSON.parse(stdout);
   assert.equal(other.status, 'done');
   assert.equal(other.text, 'Done: Sam has his email.');

@@ -5,10 +5,6 @@ resume in this process and in a second one, and the child's stream events."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,7 +12,7 @@ import pytest
 import nexus
 from conftest import turn
 from test_client import client
-from test_suspend import send_email
+from test_suspend import resume_in_another_process, send_email
 
 PARENT = [turn(calls=[("mailer", '{"prompt": "Email Sam."}')]), turn("Done: Sam has his email.")]
 CHILD = [turn(calls=[("send_email", '{"to": "sam@example.com"}')]), turn("Sent to Sam.")]
@@ -59,42 +55,13 @@ def test_a_childs_pending_request_resumes_in_this_process(fake_provider):
     check_done(c.resume(first, [nexus.Answer(request.id)], tools=[MAILER]))
 
 
-RESUME_ELSEWHERE = textwrap.dedent(
-    """
-    import json, sys
-    import nexus
-
-    @nexus.tool
-    def send_email(to: str, ctx: nexus.ToolContext) -> object:
-        '''Sends an email, once a person approves it.'''
-        if ctx.answer is None:
-            return nexus.pending(kind="approval", prompt=f"Email {to}?")
-        return f"sent to {to} from process 2"
-
-    mailer = nexus.Agent("mailer", "Sends emails.", tools=[send_email], model="child")
-    base_url, store, run_id, request_id = sys.argv[1:5]
-    client = nexus.Client("openai", "parent", base_url=base_url, api_key_env="NEXUS_TEST_KEY", store=store)
-    result = client.resume(run_id, [nexus.Answer(request_id)], tools=[mailer])
-    print(json.dumps({"status": result.status, "text": result.text, "agents": result.agents}))
-    """
-)
-
-
 def test_a_childs_pending_request_resumes_in_a_second_process(fake_provider, tmp_path: Path):
     fake = fake_provider({"parent": PARENT, "child": CHILD}, log=True)
     store = f"sqlite:{tmp_path / 'runs.db'}"
     first = client(fake, "openai", "parent", store=store).run("Email Sam.", tools=[MAILER])
     assert first.status == "pending" and first.run_id
     [request] = first.pending
-    out = subprocess.run(
-        [sys.executable, "-c", RESUME_ELSEWHERE, fake.base_url("openai"), store, first.run_id, request.id],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    other = json.loads(out.stdout)
+    other = resume_in_another_process(fake.base_url("openai"), store, first.run_id, request.id, "parent")
     assert other["status"] == "done" and other["text"] == "Done: Sam has his email."
     assert [a["status"] for a in other["agents"]] == ["done"]
     # The second process ran the child's tool: its result reached the child's model.
