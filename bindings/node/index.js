@@ -107,9 +107,9 @@ const PENDING = Symbol('nexus.pending');
  * A JSON Schema object as given, or a zod schema converted with zod's own
  * JSON-Schema export (zod 4's `toJSONSchema`).
  */
-function jsonSchema(schema, name) {
+function jsonSchema(schema, name, zodOptions) {
   if (schema == null) return { type: 'object', properties: {} };
-  if (typeof schema.toJSONSchema === 'function') return schema.toJSONSchema();
+  if (typeof schema.toJSONSchema === 'function') return schema.toJSONSchema(zodOptions);
   if (schema._def !== undefined && typeof schema.safeParse === 'function') {
     throw new ConfigError(
       `tool ${name}: this zod schema has no JSON-Schema export (zod 3); use zod 4 or give a JSON Schema object`,
@@ -182,7 +182,8 @@ function outputOf({ outputSchema, outputMode, outputRetries }, where) {
   if (outputRetries !== undefined && !(Number.isInteger(outputRetries) && outputRetries >= 0)) {
     throw new ConfigError(`${where}: outputRetries must be a whole number from 0`, { kind: 'config' });
   }
-  const schema = jsonSchema(outputSchema, where);
+  // The model writes what `parse` takes: the schema's input side (defaults optional, transforms left to parse).
+  const schema = jsonSchema(outputSchema, where, { io: 'input' });
   if (schema.type !== 'object') throw new ConfigError(`${where}: the output must be a JSON object schema`, { kind: 'config' });
   const spec = { name: 'final_result', schema, mode };
   if (outputRetries !== undefined) spec.retries = outputRetries;

@@ -55,11 +55,13 @@ test('a JSON Schema output in tool mode is the validated value, on every style',
 
 test('a zod output schema goes out as the native field and parses the result', async () => {
   const { z } = await import('zod');
-  const Weather = z.object({ city: z.string(), celsius: z.number() }).transform((w) => ({ ...w, fahrenheit: w.celsius * 1.8 + 32 }));
+  const Weather = z
+    .object({ city: z.string(), celsius: z.number(), note: z.string().default('none') })
+    .transform((w) => ({ ...w, fahrenheit: w.celsius * 1.8 + 32 }));
   const client = new Client(options(fake, 'openai', 'native', { outputSchema: Weather, outputMode: 'native' }));
   const result = await client.run('Weather in Paris?');
   assert.equal(result.outputMode, 'native');
-  assert.deepEqual(result.output, { city: 'Paris', celsius: 18, fahrenheit: 64.4 }, "zod's parse made the value");
+  assert.deepEqual(result.output, { city: 'Paris', celsius: 18, note: 'none', fahrenheit: 64.4 }, "zod's parse made the value");
 });
 
 test('an invalid answer is retried, then spent retries reject with OutputInvalidError', async () => {
