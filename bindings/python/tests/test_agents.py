@@ -107,3 +107,9 @@ def test_markdown_agents_from_a_directory(fake_provider, tmp_path: Path):
     (agents / "broken.md").write_text("---\nname: broken\n---\n")
     with pytest.raises(nexus.ConfigError, match="broken.md:1"):
         client(fake, "openai", "parent", agents_dir=agents)
+
+
+def test_a_clients_agents_serve_every_run(fake_provider):
+    fake = fake_provider({"parent": PARENT, "child": CHILD})
+    c = client(fake, "anthropic", "parent", agents=[MAILER])
+    check_done(c.run("Email Sam.", wait_for=lambda r: True))
