@@ -12,7 +12,7 @@ use std::thread;
 
 use napi::{Error, Result};
 use napi_derive::napi;
-use nexus_drive::agent_files::{discover_agents, AgentFile};
+use nexus_drive::agent_files::{load_agents, AgentFile};
 use nexus_drive::blocking::Client as Driver;
 use nexus_drive::builtins::Builtins;
 use nexus_drive::cassette::Recorder;
@@ -542,31 +542,8 @@ fn local(opts: &ClientOptions) -> std::result::Result<Local, String> {
             Some(Skills::discover(dirs).skills)
         }
     };
-    let agent_files = agent_files(&opts.agents_dir)?;
+    let agent_files = load_agents(&opts.agents_dir).map_err(|e| format!("agentsDir: {e}"))?;
     Ok(Local { builtins, skills, agent_files })
-}
-
-/// The agent definitions of `dirs`; a broken file (path and line) or a name
-/// defined twice is refused, where `nexus run --agents` warns and goes on.
-fn agent_files(dirs: &[String]) -> std::result::Result<Vec<AgentFile>, String> {
-    if dirs.is_empty() {
-        return Ok(Vec::new());
-    }
-    if let Some(missing) = dirs.iter().find(|d| !Path::new(d).is_dir()) {
-        return Err(format!("agentsDir {missing}: not a directory"));
-    }
-    let found = discover_agents(dirs);
-    if let Some(e) = found.errors.first() {
-        return Err(format!("agentsDir: {e}"));
-    }
-    if let Some((name, kept, again)) = found.duplicates.first() {
-        return Err(format!(
-            "agentsDir: {} defines {name} again (first defined by {})",
-            again.display(),
-            kept.display()
-        ));
-    }
-    Ok(found.agents)
 }
 
 /// The client's MCP servers, started on first use.

@@ -9,7 +9,7 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nexus_drive::agent_files::{discover_agents, AgentFile};
+use nexus_drive::agent_files::{load_agents, AgentFile};
 use nexus_drive::blocking::Client;
 use nexus_drive::builtins::Builtins;
 use nexus_drive::cassette::{self, Cassette, Recorder};
@@ -188,7 +188,7 @@ impl NativeSession {
                 Some(Skills::discover(dirs).skills)
             }
         };
-        let agent_files = agent_files(&settings.agents_dirs)?;
+        let agent_files = load_agents(&settings.agents_dirs).map_err(|e| errors::config("agents_dir", e))?;
         let store = store.map(|s| s.store.clone());
         Ok(NativeSession {
             settings,
@@ -202,27 +202,6 @@ impl NativeSession {
             metrics: Arc::default(),
         })
     }
-}
-
-/// The agent definitions of `dirs`. Unlike `nexus run --agents`, which
-/// warns and goes on, a library caller gets the first broken file (its
-/// path and line) or duplicate name as a `ConfigError`.
-fn agent_files(dirs: &[String]) -> PyResult<Vec<AgentFile>> {
-    if dirs.is_empty() {
-        return Ok(Vec::new());
-    }
-    if let Some(dir) = dirs.iter().find(|d| !Path::new(d).is_dir()) {
-        return Err(errors::config(&format!("agents_dir {dir}"), "not a directory"));
-    }
-    let found = discover_agents(dirs);
-    if let Some(e) = found.errors.first() {
-        return Err(errors::config("agents_dir", e));
-    }
-    if let Some((name, kept, again)) = found.duplicates.first() {
-        let why = format!("{} defines {name} again (first defined by {})", again.display(), kept.display());
-        return Err(errors::config("agents_dir", why));
-    }
-    Ok(found.agents)
 }
 
 /// The builder for `s` (without tools), and the keys it uses.
