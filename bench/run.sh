@@ -19,7 +19,8 @@
 #   SKIP_SETUP=1   reuse an existing BENCH_VENVS
 #   BENCH_SITTINGS overhead sittings back to back     [3]
 #   BENCH_TIMEOUT  seconds one cargo bench may run   [900]
-#   ONLY=overhead|cargo   run one part only
+#   ONLY=overhead|gateway|cargo   run one part only
+#   BENCH_PACKAGES=0      leave the Python/Node packages and TypeScript peers out
 #   NEXUS_PG_URL   a PostgreSQL to add to the stores bench (.ci/postgres.sh start)
 #   CARGO_TARGET_DIR      as usual
 #   plus the harness's own: BENCH_RUNS, BENCH_WARMUP, BENCH_ROUNDS, BENCH_SEED, BENCH_PIN, BENCH_ONLY
@@ -104,6 +105,36 @@ if part overhead; then
   BENCH_EXTRA="$BENCH_EXTRA; floor-rust-ureq-responses=$floor; floor-rust-ureq-responses-stream=$floor --stream"
   BENCH_EXTRA="$BENCH_EXTRA; floor-rust-raw-smol=$smol_floor; floor-rust-raw-smol-stream=$smol_floor --stream"
   BENCH_EXTRA="$BENCH_EXTRA; floor-rust-raw-smol-responses=$smol_floor --responses"
+  # The context budget's per-request check: a window the scenario never nears.
+  BENCH_EXTRA="$BENCH_EXTRA; nexus-blocking-budget=$bin --driver blocking --context-window 200000"
+
+  # The Python and Node packages, as users install them, beside the Python
+  # peers (the harness's own rows) and the TypeScript peers (OpenAI Agents
+  # JS, the Vercel AI SDK; pinned, on Node 22 from npm). BENCH_PACKAGES=0
+  # leaves them out.
+  if [ "${BENCH_PACKAGES:-1}" = 1 ]; then
+    load "before building the Python and Node packages"
+    pyv="$BENCH_VENVS/nexus-python"
+    [ -x "$pyv/bin/python" ] || python3 -m venv "$pyv"
+    CARGO_TARGET_DIR="$target" "$pyv/bin/pip" install -q --disable-pip-version-check --force-reinstall \
+      --no-deps "$root/bindings/python" 2>> "$log" || note "the Python package did not install"
+    runners="$root/bench/runners"
+    BENCH_EXTRA="$BENCH_EXTRA; nexus-python=$pyv/bin/python $runners/run_nexus_python.py"
+    BENCH_EXTRA="$BENCH_EXTRA; nexus-python-async=$pyv/bin/python $runners/run_nexus_python.py --async"
+    js="$BENCH_VENVS/js-peers"
+    mkdir -p "$js"
+    [ -f "$js/package.json" ] || echo '{"name":"js-peers","private":true,"type":"module"}' > "$js/package.json"
+    ( cd "$js" && npm install -q --no-audit --no-fund node@22 @openai/agents@0.20.0 openai@7.60.0 \
+        ai@7.0.173 @ai-sdk/openai@4.0.118 zod@4.6.7 >> "$log" 2>&1 \
+      && CARGO_TARGET_DIR="$target/node" npm install -q --no-audit --no-fund --foreground-scripts \
+        "$root/bindings/node" >> "$log" 2>&1 ) || note "the Node package or the TypeScript peers did not install"
+    # The runners resolve their packages from node_modules beside them.
+    cp "$runners"/*.mjs "$js/"
+    node22="$js/node_modules/.bin/node"
+    BENCH_EXTRA="$BENCH_EXTRA; nexus-node=$node22 $js/run_nexus_node.mjs"
+    BENCH_EXTRA="$BENCH_EXTRA; openai-agents-js=$node22 $js/run_openai_agents_js.mjs"
+    BENCH_EXTRA="$BENCH_EXTRA; vercel-ai=$node22 $js/run_vercel_ai.mjs"
+  fi
   # The machine is small and shared: one sitting's ratios move by ±15 %.
   # Several back-to-back sittings (each with its own shuffle seed) give the
   # spread of every ratio. An absolute BENCH_OUT keeps the results out of
@@ -251,6 +282,17 @@ PY
   note "overhead table: $out/overhead.md (ratios: $out/overhead-ratios.md)"
 fi
 
+if part gateway; then
+  # The gateway's key limits: off, counted in the process, counted in Redis,
+  # beside nginx (the proxy floor) in the shared gateway harness.
+  load "before the gateway limits sitting"
+  cargo build --release -q -p nexus-drive --features cli --bin nexus 2>> "$log"
+  SKIP_LITELLM=1 SKIP_PORTKEY=1 bash "$harness/gateway_setup.sh" >> "$log" 2>&1 || note "gateway_setup.sh failed"
+  NEXUS_BIN="$target/release/nexus" GW_OUT="$out/gateway-limits" python3 "$root/bench/gateway_limits.py" >> "$log" 2>&1 \
+    || note "the gateway limits sitting failed"
+  load "after the gateway limits sitting"
+fi
+
 if part cargo; then
   # Every bench target of the workspace, found from the manifests, so benches
   # added later (translation, stores) land in the same sitting.
@@ -327,7 +369,11 @@ fi
     echo
     cat "$out/overhead-ratios.md"
   fi
-  # The order first (decoding, state, async scale, translation),
+  if [ -f "$out/gateway-limits.md" ]; then
+    sed 's/^# /## /' "$out/gateway-limits.md"
+    echo
+  fi
+  # The cargo benches in BENCHMARKS.md's order (decoding, state, async scale, translation),
   # then any other bench.
   for f in "$out"/bench-nexus-proto-decode.md "$out"/bench-nexus-proto-state.md \
     "$out"/bench-nexus-drive-async_scale.md "$out"/bench-nexus-proto-translate.md \

@@ -12,8 +12,12 @@
 //! ```text
 //! MOCK_URL=http://127.0.0.1:PORT overhead [--driver blocking|async] [--stream]
 //!                                         [--style openai|openai-responses]
+//!                                         [--timeout-ms N] [--context-window TOKENS]
 //!                                         (--serve | [--warmup N] [--runs N])
 //! ```
+//!
+//! With `OTEL_EXPORTER_OTLP_ENDPOINT` set, every run is traced and exported
+//! (the tracing-on rows of BENCHMARKS.md); unset, no telemetry is built.
 //!
 //! * `--serve`: builds the client, prints `{"ready":true,"init_ms":X}`, then
 //!   answers one JSON line per stdin command: `warmup K` → `{"ok":…}`,
@@ -22,6 +26,9 @@
 //!   summary line only.
 //! * `--style`: the wire format spoken to the mock, OpenAI Chat Completions
 //!   (the default, as the peers) or OpenAI Responses (`POST /v1/responses`).
+//! * `--context-window`: the context budget on with this window, so every
+//!   request is estimated against it first (a window the scenario never
+//!   nears: the row measures the check, not a compaction).
 //!
 //! `final_ok` holds only when every request ended in exactly the scripted
 //! final text and each tool ran exactly once per request with the scripted
@@ -56,7 +63,7 @@ const MODEL: &str = "mock-model";
 
 const USAGE: &str =
     "usage: overhead [--driver blocking|async] [--stream] [--style openai|openai-responses] [--timeout-ms N] \
-                     (--serve | [--warmup N] [--runs N])\n\
+                     [--context-window TOKENS] (--serve | [--warmup N] [--runs N])\n\
                      reads MOCK_URL (http://127.0.0.1:PORT; the OpenAI base is $MOCK_URL/v1)";
 
 /// How many times each tool ran, and how many runs saw unexpected arguments.
@@ -203,6 +210,9 @@ struct Args {
     runs: usize,
     /// A whole-run deadline per request (`--timeout-ms`), as a production host sets one.
     timeout: Option<Duration>,
+    /// The context budget on, with this window in tokens (`--context-window`):
+    /// every request is estimated against it before it is sent.
+    context_window: Option<u64>,
 }
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -214,6 +224,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         warmup: 20,
         runs: 200,
         timeout: None,
+        context_window: None,
     };
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -240,11 +251,21 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                 let ms = value("--timeout-ms")?.parse().map_err(|e| format!("--timeout-ms: {e}"))?;
                 args.timeout = Some(Duration::from_millis(ms));
             }
+            "--context-window" => {
+                let tokens = value("--context-window")?.parse().map_err(|e| format!("--context-window: {e}"))?;
+                args.context_window = Some(tokens);
+            }
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
     Ok(args)
+}
+
+/// The process's OTLP export, when the standard variables name a collector.
+fn pipeline() -> Option<&'static nexus_drive::telemetry::OtlpPipeline> {
+    static PIPELINE: std::sync::OnceLock<Option<nexus_drive::telemetry::OtlpPipeline>> = std::sync::OnceLock::new();
+    PIPELINE.get_or_init(|| nexus_drive::telemetry::OtlpPipeline::from_env().ok().flatten()).as_ref()
 }
 
 /// The client under test, built once and reused for every request.
@@ -263,6 +284,14 @@ impl Runner {
             .stream(args.stream);
         if let Some(d) = args.timeout {
             builder = builder.timeout(d);
+        }
+        if let Some(tokens) = args.context_window {
+            builder = builder.context_window(tokens);
+        }
+        // The tracing-on rows: with OTEL_EXPORTER_OTLP_ENDPOINT set, every
+        // run exports its spans (SPEC §22); unset, nothing is built.
+        if let Some(p) = pipeline() {
+            builder = builder.telemetry(p.telemetry());
         }
         Ok(match args.driver {
             DriverKind::Blocking => {
@@ -478,6 +507,9 @@ fn main() -> ExitCode {
         bench.batch(args.warmup, false);
         bench.batch(args.runs, true);
         emit(&bench.summary(&name, init_ms));
+        if let Some(p) = pipeline() {
+            p.shutdown();
+        }
         return ExitCode::SUCCESS;
     }
 
@@ -509,5 +541,8 @@ fn main() -> ExitCode {
         }
     }
     emit(&bench.summary(&name, init_ms));
+    if let Some(p) = pipeline() {
+        p.shutdown();
+    }
     ExitCode::SUCCESS
 }

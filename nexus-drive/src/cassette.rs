@@ -554,7 +554,9 @@ impl Recorder {
 
     /// The host restored a stored run from these bytes (call before feeding its answers).
     pub fn resume(&self, state: &[u8]) {
-        self.state_entry(state, true);
+        // A traced run's trace context rides beside its state with random
+        // ids: never recorded (SPEC §22.4).
+        self.state_entry(&crate::telemetry::strip(state), true);
     }
 
     /// The host stored the suspended run (its state holds these outstanding requests).

@@ -105,6 +105,9 @@ pub struct ClientConfig {
     pub(crate) agent_keys: Vec<(String, String)>,
     /// The circuits of every upstream this client's runs talk to, shared by them.
     pub(crate) breakers: Arc<Mutex<Breakers>>,
+    /// Where runs record their spans and measurements (SPEC §22).
+    #[cfg(feature = "otel")]
+    pub(crate) telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -237,6 +240,8 @@ impl ClientBuilder {
                 breakers: Arc::default(),
                 agents: crate::agent::AgentTools::default(),
                 agent_keys: Vec::new(),
+                #[cfg(feature = "otel")]
+                telemetry: None,
             },
             key: KeySource::Default,
             fallback_keys: Vec::new(),
@@ -620,6 +625,14 @@ impl<Built: From<ClientConfig>> ClientBuilder<Built> {
     /// [`Recorder`](crate::cassette::Recorder) writes them as a cassette.
     pub fn tap(mut self, tap: Arc<dyn Tap>) -> Self {
         self.cfg.tap = Some(tap);
+        self
+    }
+
+    /// Runs record `invoke_agent`, `chat` and `execute_tool` spans (and,
+    /// with a meter, the GenAI metrics) into `telemetry` (SPEC §22).
+    #[cfg(feature = "otel")]
+    pub fn telemetry(mut self, telemetry: crate::telemetry::Telemetry) -> Self {
+        self.cfg.telemetry = Some(telemetry);
         self
     }
 

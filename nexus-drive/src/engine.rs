@@ -94,6 +94,8 @@ pub(crate) struct Engine {
     /// Events of the driver's own (a skill activation), shown before the
     /// machine's next output.
     queued: VecDeque<StreamEvent>,
+    /// The run's spans (SPEC §22); nothing without telemetry.
+    spans: crate::telemetry::RunSpans,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -119,7 +121,7 @@ impl Engine {
         if let Some(tap) = &cfg.tap {
             tap.started(&run);
         }
-        let mut engine = Engine::with_run(cfg, cancel, run);
+        let mut engine = Engine::with_run(cfg, cancel, run, None);
         // A new run has seen no time yet: no input of it can be refused as
         // earlier than its last, so none needs a copy for a retry (`feed`).
         engine.synced = true;
@@ -148,7 +150,7 @@ impl Engine {
         answers: Vec<Answer>,
     ) -> Result<Engine, DriveError> {
         let run = Run::restore(state)?;
-        let mut engine = Engine::with_run(cfg, cancel, run);
+        let mut engine = Engine::with_run(cfg, cancel, run, Some(state));
         for a in answers {
             engine.feed(Input::Answer(a))?;
         }
@@ -166,7 +168,9 @@ impl Engine {
         Ok(engine)
     }
 
-    fn with_run(cfg: Arc<ClientConfig>, cancel: CancelToken, mut run: Run) -> Engine {
+    /// `state`: what a resumed run was restored from (its envelope may
+    /// carry the suspended segment's trace context).
+    fn with_run(cfg: Arc<ClientConfig>, cancel: CancelToken, mut run: Run, state: Option<&[u8]>) -> Engine {
         if cfg.base_url_set && run.config().style == cfg.run.style && run.config().base_url != cfg.run.base_url {
             run.set_base_url(cfg.run.base_url.clone());
         }
@@ -184,7 +188,9 @@ impl Engine {
         for (name, key) in &cfg.agent_keys {
             run.set_agent_api_key(name, key.clone());
         }
+        let spans = crate::telemetry::RunSpans::begin(&cfg, &run, state);
         Engine {
+            spans,
             run,
             cfg,
             cancel,
@@ -311,6 +317,7 @@ impl Engine {
                         }
                         _ => {}
                     }
+                    self.spans.event(&self.run, &ev);
                     return Step::Event(ev);
                 }
                 Output::Send(req) => {
@@ -360,8 +367,8 @@ impl Engine {
             return Some(Step::Resolve(fresh));
         }
         self.finished = true;
-        let suspended =
-            SuspendedRun { run_id: self.run.id().to_string(), state: self.run.snapshot(), pending: requests };
+        let state = self.spans.suspended(&requests, self.run.snapshot());
+        let suspended = SuspendedRun { run_id: self.run.id().to_string(), state, pending: requests };
         let mut result = self.result(RunStatus::Pending, None, false);
         result.pending = suspended.pending.clone();
         result.suspended = Some(suspended);
@@ -396,6 +403,7 @@ impl Engine {
                 return None;
             }
         }
+        self.spans.send(&self.run, &req, self.attempt);
         if self.run.config().failover.head_timeout_ms.is_some() {
             // The machine starts the head timer at its first input after the send.
             let _ = self.feed(Input::Timeout);
@@ -450,6 +458,7 @@ impl Engine {
             self.exchange = None;
             return false;
         }
+        self.spans.first_chunk();
         true
     }
 
@@ -520,6 +529,7 @@ impl Engine {
     /// Metrics and the `after_model` hook for an exchange that ended.
     fn exchange_ended(&mut self, ex: &Exchange, ok: bool) {
         let latency = ex.started.elapsed();
+        self.spans.exchange_ended(&self.run, ok, ex.status);
         if let Some(m) = &self.cfg.on_metric {
             let usage = self.run.usage();
             m(&Metric::Llm {
@@ -568,6 +578,7 @@ impl Engine {
         for inv in batch.calls {
             let ToolInvocation { call_id, name, mut input, arguments, idempotency_key, answer, request } = inv;
             let started = Instant::now();
+            let traceparent = self.spans.tool_started(&self.run, &call_id, &name, &input);
             if answer.is_none() {
                 if let Some(hook) = self.cfg.hooks.before_tool.clone() {
                     let view = ToolCallView {
@@ -622,6 +633,7 @@ impl Engine {
                 request,
                 cancel: self.cancel.clone(),
                 read_roots,
+                traceparent,
             };
             jobs.push(ToolJob { call_id, input, ctx, handler, timeout, pace });
         }
@@ -668,6 +680,7 @@ impl Engine {
             };
             m(&Metric::Tool { name: name.to_string(), latency: started.elapsed(), is_error, pending });
         }
+        self.spans.tool_ended(call_id, &reply);
         let _ = self.feed(Input::ToolReply { call_id: call_id.to_string(), reply });
     }
 
@@ -691,11 +704,14 @@ impl Engine {
             Outcome::Incomplete { limit } => (RunStatus::Incomplete, Some(limit)),
             Outcome::Failed { error } => {
                 let err = self.failure.take().unwrap_or(DriveError::Run(error));
+                self.spans.finished(&self.run, "failed", None, Some(&err));
                 let result = self.result(RunStatus::Done, None, false);
                 self.run_metric("failed", &result, Some(err.to_string()));
                 return Err(err);
             }
         };
+        let label = if status == RunStatus::Done { "done" } else { "incomplete" };
+        self.spans.finished(&self.run, label, limit.as_deref(), None);
         let result = self.result(status, limit, true);
         self.run_metric(if status == RunStatus::Done { "done" } else { "incomplete" }, &result, None);
         Ok(result)

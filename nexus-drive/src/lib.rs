@@ -233,6 +233,7 @@
 //! | `skills` | with `cli` | the [`skills`] module: Agent Skills discovered in folders, loaded on demand (saphyr parses their YAML) |
 //! | `serve` | with `cli` | the [`serve`] gateway: hyper (HTTP/1.1 and h2c) on smol, the async driver's client upstream, TOML configuration |
 //! | `redis` | with `cli` | `serve`'s `[limits] store = "redis://…"`: request and token limits, budgets and open circuits shared by every instance through Redis or Valkey (redis-rs's blocking client on a thread of its own) |
+//! | `otel` | with `cli` | the [`telemetry`] module's spans and metrics in OpenTelemetry's GenAI conventions, exported over OTLP/HTTP (protobuf) by the official crates on a thread of their own (no tokio) |
 //! | `cli` | no | the `nexus` binary (`run`, `resume`, `runs`, `replay`, `demo`, `tools`, `decode`, `serve`): `cargo run -p nexus-drive --features cli --bin nexus`; includes `sqlite` for `--store sqlite:PATH` |
 //! | `mcp` | with `cli` | the [`mcp`] module: MCP servers' tools as tools of the loop (stdio, Streamable HTTP) |
 //! | `schemars` | with `macros` | `Toolbox::add_derived` and `tool::schema_for`: input schemas derived from argument types |
@@ -291,6 +292,7 @@ pub mod metrics;
 mod result;
 pub mod store;
 pub mod stores;
+pub mod telemetry;
 pub mod tool;
 pub mod workdir;
 

@@ -47,6 +47,7 @@ pub struct ToolContext {
     pub(crate) request: Option<Request>,
     pub(crate) cancel: CancelToken,
     pub(crate) read_roots: Vec<PathBuf>,
+    pub(crate) traceparent: Option<String>,
 }
 
 impl ToolContext {
@@ -63,7 +64,15 @@ impl ToolContext {
             request: None,
             cancel: CancelToken::new(),
             read_roots: Vec::new(),
+            traceparent: None,
         }
+    }
+
+    /// The W3C `traceparent` of this call's `execute_tool` span, when the
+    /// run is traced (SPEC §22): a tool that calls another service sends
+    /// it on, so that service's spans join the run's trace.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.traceparent.as_deref()
     }
 
     /// Adds a folder this call may read besides the workspace (as the folder

@@ -70,21 +70,27 @@ pub fn read(state: &[u8]) -> Result<Option<Workdir>, WorkdirError> {
 pub fn attach(state: &[u8], workdir: &Workdir) -> Result<Vec<u8>, WorkdirError> {
     let root = workdir.root.to_str().ok_or_else(|| WorkdirError::NotUtf8(workdir.root.clone()))?;
     let bare = strip(state)?;
-    let end = bare.iter().rposition(|b| !b.is_ascii_whitespace());
-    let (Some(end), Some(b'{')) = (end, bare.iter().find(|b| !b.is_ascii_whitespace())) else {
+    append_member(&bare, MEMBER, &serde_json::json!({ "root": root }))
+}
+
+/// `state` with one more top-level member, written before its closing
+/// brace: the bytes before it stay as they were. Other envelope members
+/// (the trace context of `telemetry`) are written the same way.
+pub(crate) fn append_member(state: &[u8], name: &str, value: &serde_json::Value) -> Result<Vec<u8>, WorkdirError> {
+    let end = state.iter().rposition(|b| !b.is_ascii_whitespace());
+    let (Some(end), Some(b'{')) = (end, state.iter().find(|b| !b.is_ascii_whitespace())) else {
         return Err(WorkdirError::NotAnObject("no object".into()));
     };
-    if bare[end] != b'}' {
+    if state[end] != b'}' {
         return Err(WorkdirError::NotAnObject("no closing brace".into()));
     }
-    let empty = bare[..end].iter().rposition(|b| !b.is_ascii_whitespace()).is_some_and(|i| bare[i] == b'{');
-    let member = serde_json::json!({ "root": root });
-    let mut out = bare[..end].to_vec();
+    let empty = state[..end].iter().rposition(|b| !b.is_ascii_whitespace()).is_some_and(|i| state[i] == b'{');
+    let mut out = state[..end].to_vec();
     if !empty {
         out.push(b',');
     }
-    out.extend_from_slice(format!("\"{MEMBER}\":{member}}}").as_bytes());
-    out.extend_from_slice(&bare[end + 1..]);
+    out.extend_from_slice(format!("{}:{value}}}", serde_json::Value::from(name)).as_bytes());
+    out.extend_from_slice(&state[end + 1..]);
     Ok(out)
 }
 
@@ -92,26 +98,39 @@ pub fn attach(state: &[u8], workdir: &Workdir) -> Result<Vec<u8>, WorkdirError> 
 /// byte when the member is where [`attach`] put it (so a recorded session
 /// still replays against the machine's own snapshot).
 pub fn strip(state: &[u8]) -> Result<Vec<u8>, WorkdirError> {
-    let Some(workdir) = read(state)? else {
+    // A malformed workdir is refused, not dropped.
+    read(state)?;
+    strip_member(state, MEMBER)
+}
+
+/// `state` without its top-level member `name`: byte for byte what it was
+/// before [`append_member`] when the member is last (as appended), else the
+/// state written again without it; unchanged when it has none.
+pub(crate) fn strip_member(state: &[u8], name: &str) -> Result<Vec<u8>, WorkdirError> {
+    // Members as raw text: nothing below the top level is parsed into a tree.
+    let mut members: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
+        serde_json::from_slice(state).map_err(|e| WorkdirError::NotAnObject(e.to_string()))?;
+    let Some(member) = members.remove(name) else {
         return Ok(state.to_vec());
     };
-    if let Some(root) = workdir.root.to_str() {
-        let suffix = format!(",\"{MEMBER}\":{}}}", serde_json::json!({ "root": root }));
-        let end = state.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
-        if let Some(start) = end.checked_sub(suffix.len()).filter(|&s| &state[s..end] == suffix.as_bytes()) {
-            let mut out = state[..start].to_vec();
+    // Where `append_member` puts it: last, after a comma (or alone after the brace).
+    let suffix = format!("{}:{}}}", serde_json::Value::from(name), member.get());
+    let end = state.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
+    if let Some(start) = end.checked_sub(suffix.len()).filter(|&s| &state[s..end] == suffix.as_bytes()) {
+        let before = state[..start].iter().rposition(|b| !b.is_ascii_whitespace());
+        let cut = match before.map(|i| (i, state[i])) {
+            Some((i, b',')) => Some(i),
+            Some((i, b'{')) => Some(i + 1),
+            _ => None,
+        };
+        if let Some(cut) = cut {
+            let mut out = state[..cut].to_vec();
             out.push(b'}');
             out.extend_from_slice(&state[end..]);
             return Ok(out);
         }
     }
-    let mut value: serde_json::Value =
-        serde_json::from_slice(state).map_err(|e| WorkdirError::NotAnObject(e.to_string()))?;
-    let obj = value.as_object_mut().ok_or_else(|| WorkdirError::NotAnObject("not an object".into()))?;
-    if obj.remove(MEMBER).is_none() {
-        return Ok(state.to_vec());
-    }
-    serde_json::to_vec(&value).map_err(|e| WorkdirError::NotAnObject(e.to_string()))
+    serde_json::to_vec(&members).map_err(|e| WorkdirError::NotAnObject(e.to_string()))
 }
 
 #[cfg(test)]
@@ -149,5 +168,34 @@ mod tests {
         assert!(matches!(read(br#"{"workdir": 3}"#), Err(WorkdirError::Malformed(_))));
         assert!(matches!(attach(b"nope", &Workdir::new("/x")), Err(WorkdirError::NotAnObject(_))));
         assert_eq!(attach(b"{}", &Workdir::new("/x")).unwrap(), br#"{"workdir":{"root":"/x"}}"#.to_vec());
+    }
+
+    proptest::proptest! {
+        /// Any member appended to any object strips back to the object's
+        /// exact bytes, and the other members stay readable.
+        #[test]
+        fn an_appended_member_strips_back_to_the_exact_bytes(
+            keys in proptest::collection::btree_set("[a-z\\\\\"é]{1,6}", 0..4),
+            name in "[a-z\"\\\\ ]{1,8}",
+            text in "\\PC{0,24}",
+            spaced in proptest::bool::ANY,
+        ) {
+            let mut object = serde_json::Map::new();
+            for (i, k) in keys.iter().enumerate() {
+                object.insert(k.clone(), serde_json::json!([i, k]));
+            }
+            object.remove(&name);
+            let mut state = serde_json::to_vec(&object).unwrap();
+            if spaced {
+                state.extend_from_slice(b" \n");
+            }
+            let value = serde_json::json!({"text": text, "n": 1});
+            let kept = append_member(&state, &name, &value).unwrap();
+            let back: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&kept).unwrap();
+            proptest::prop_assert_eq!(back.get(&name), Some(&value));
+            proptest::prop_assert_eq!(back.len(), object.len() + 1);
+            proptest::prop_assert_eq!(strip_member(&kept, &name).unwrap(), state.clone());
+            proptest::prop_assert_eq!(strip_member(&state, &name).unwrap(), state);
+        }
     }
 }

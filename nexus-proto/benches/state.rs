@@ -6,7 +6,9 @@ mod harness;
 mod sim;
 
 use harness::{micros, paired, samples};
-use nexus_proto::{Block, Message, Run, Style, ToolCall, ToolDecl, ToolResultBlock};
+use nexus_proto::{
+    Block, ContextPolicy, Message, Output, Run, Style, ToolBatch, ToolCall, ToolDecl, ToolReply, ToolResultBlock,
+};
 use serde_json::json;
 
 fn transcript(n: usize) -> Vec<Message> {
@@ -82,5 +84,71 @@ fn main() {
             micros(floor.median),
             1.0 / floor_over_ours
         );
+    }
+    println!();
+    growth_table();
+}
+
+/// The state's size before each model request of a tool loop (one call per
+/// turn), with the context budget off and on: what the budget adds to every
+/// snapshot, and whether that grows with the turns.
+fn growth_table() {
+    const TURNS: usize = 50;
+    println!("## Durable state per turn: the context budget off vs on ({TURNS}-turn tool loop)\n");
+    println!("| before request | state, budget off | state, budget on | budget's share | growth per turn, off | growth per turn, on |");
+    println!("|---|---|---|---|---|---|");
+    let (off, on) = (sizes_per_turn(false, TURNS), sizes_per_turn(true, TURNS));
+    assert_eq!(off.len(), on.len(), "both runs send the same requests");
+    for i in [0, 1, 2, 10, 25, TURNS] {
+        let growth = |v: &[usize]| (v[i] - v[0]).checked_div(i).map_or_else(|| "—".to_string(), |b| format!("{b} B"));
+        println!(
+            "| {} | {} B | {} B | {} B | {} | {} |",
+            i + 1,
+            off[i],
+            on[i],
+            on[i] as i64 - off[i] as i64,
+            growth(&off),
+            growth(&on)
+        );
+    }
+}
+
+fn sizes_per_turn(budget: bool, turns: usize) -> Vec<usize> {
+    let mut script: Vec<sim::Turn> = (0..turns)
+        .map(|i| sim::Turn::calls(&[(&format!("call_{i}"), "get_weather", r#"{"city":"Paris","units":"metric"}"#)]))
+        .collect();
+    script.push(sim::Turn::text("It is sunny and 22C in Paris."));
+    let mut cfg = sim::config(Style::OpenAi, false);
+    cfg.max_turns = turns as u32 + 1;
+    if budget {
+        // A window the loop never nears: the budget estimates and records,
+        // never compacts.
+        cfg.context = Some(ContextPolicy { windows: [(0, 1_000_000)].into(), ..ContextPolicy::default() });
+    }
+    let tools = vec![ToolDecl::new("get_weather", "weather", json!({"type":"object"}))];
+    let run = Run::new(cfg, tools, vec![Message::user("what is the weather in Paris, each hour?")]).unwrap();
+    let mut sim = sim::Sim::from_run(run, script);
+    let mut sizes = Vec::new();
+    loop {
+        match sim.run.poll_output() {
+            Output::Send(req) => {
+                sizes.push(sim.run.snapshot().len());
+                sim.serve(&req);
+            }
+            Output::RunTools(ToolBatch { calls, .. }) => {
+                for inv in calls {
+                    let reply = ToolReply::Done(nexus_proto::ToolResult::ok("Sunny, 22C, light wind from the west"));
+                    sim.run
+                        .handle_input(sim.now, nexus_proto::Input::ToolReply { call_id: inv.call_id.clone(), reply })
+                        .unwrap();
+                }
+            }
+            Output::Event(_) => {}
+            Output::Done(outcome) => {
+                assert!(matches!(outcome, nexus_proto::Outcome::Done), "{outcome:?}");
+                return sizes;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
     }
 }

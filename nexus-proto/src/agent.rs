@@ -325,6 +325,20 @@ impl Run {
         child.request_owner(rest).map(|p| if p.is_empty() { head.to_string() } else { qualify(head, &p) })
     }
 
+    /// The run of the tree that sent exchange `id` and the upstream it went
+    /// to: its agent path (empty for this run) and [`Upstream`](crate::Upstream); `None`
+    /// when no run of the tree has that exchange in flight. A driver's
+    /// telemetry names a sub-agent's model call by it (SPEC §22).
+    pub fn exchange_owner(&self, id: ExchangeId) -> Option<(String, crate::failover::Upstream)> {
+        if self.inflight_exchange() == Some(id) {
+            return Some((String::new(), self.upstream()));
+        }
+        let (_, call, inner) = self.agent_live.routes.iter().find(|(outer, _, _)| *outer == id)?;
+        let child = self.children().find(|(c, _, _)| c == call)?.2;
+        let (path, upstream) = child.exchange_owner(*inner)?;
+        Some((if path.is_empty() { call.clone() } else { qualify(call, &path) }, upstream))
+    }
+
     /// The agent names along the agent path `path` (delegating call ids
     /// joined by `/`), from this run's child down; `None` when no live
     /// child is there. A driver serves a qualified tool call with the tools

@@ -64,6 +64,10 @@
 //! input = 2.0
 //! output = 8.0
 //! cached_input = 0.5
+//!
+//! [telemetry]                         # traces (SPEC §22.5; feature `otel`); else OTEL_EXPORTER_OTLP_ENDPOINT
+//! endpoint = "http://127.0.0.1:4318/v1/traces"   # the whole OTLP/HTTP traces URL
+//! timeout = 10                        # seconds per export (default 10)
 //! ```
 //!
 //! `[limits]` also takes `store = "redis://HOST:PORT/DB"` (counters,
@@ -97,6 +101,9 @@ use serde::Deserialize;
 /// route `*` to it, and `client_token` one key named `default`.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    /// Where request spans go (`None`: none are recorded).
+    #[cfg(feature = "otel")]
+    pub telemetry: Option<crate::telemetry::Telemetry>,
     /// The address to listen on (port 0 picks a free one; see [`Server::local_addr`](super::Server::local_addr)).
     pub listen: SocketAddr,
     /// The upstream's wire format (one-upstream form).
@@ -163,6 +170,18 @@ pub struct ServeConfig {
     pub limit_store: LimitStoreConfig,
     /// Model prices for the per-key cost counter (first match wins).
     pub prices: Vec<ModelPrice>,
+    /// Where to send traces, from the file's `[telemetry]` table; the
+    /// `nexus` binary builds its exporter (SPEC §22.5).
+    pub otlp: Option<OtlpExport>,
+}
+
+/// The `[telemetry]` table: an OTLP/HTTP traces endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpExport {
+    /// The whole traces URL (`…/v1/traces`), used as given.
+    pub endpoint: String,
+    /// How long one export may take.
+    pub timeout: Duration,
 }
 
 /// One upstream provider endpoint.
@@ -328,7 +347,19 @@ impl ServeConfig {
             keys_file: None,
             limit_store: LimitStoreConfig::default(),
             prices: Vec::new(),
+            otlp: None,
+            #[cfg(feature = "otel")]
+            telemetry: None,
         }
+    }
+
+    /// Traces every request: a SERVER span continuing the client's
+    /// `traceparent`, a CLIENT `chat` span per upstream attempt, the
+    /// context sent upstream (SPEC §22.5).
+    #[cfg(feature = "otel")]
+    pub fn telemetry(mut self, telemetry: crate::telemetry::Telemetry) -> ServeConfig {
+        self.telemetry = Some(telemetry);
+        self
     }
 
     /// Sets the upstream API root.
@@ -418,6 +449,14 @@ struct File {
     keys_file: Option<PathBuf>,
     #[serde(default)]
     prices: Vec<FilePrice>,
+    telemetry: Option<FileTelemetry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTelemetry {
+    endpoint: String,
+    timeout: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -687,6 +726,13 @@ impl File {
                 cached_input: p.cached_input,
             });
         }
+        if let Some(t) = self.telemetry {
+            if !(t.endpoint.starts_with("http://") || t.endpoint.starts_with("https://")) {
+                return Err(bad(format!("telemetry: endpoint {:?} must start with http:// or https://", t.endpoint)));
+            }
+            let timeout = millis("telemetry", "timeout", t.timeout, 10_000)?;
+            c.otlp = Some(OtlpExport { endpoint: t.endpoint, timeout: Duration::from_millis(timeout) });
+        }
         c.keys_file = self.keys_file;
         c.models = self.models;
         c.upstreams = upstreams;
@@ -869,5 +915,23 @@ cooldown = 0.5
         assert_eq!(match_model("a*-fast", "abc-slow"), None);
         assert_eq!(match_model("*-*", "x-y-z"), Some("x"));
         assert_eq!(match_model("gpt-*", "gpt-é"), Some("é"));
+    }
+
+    #[test]
+    fn the_telemetry_table_names_a_traces_endpoint() {
+        let base = "[[upstreams]]\nname = \"a\"\nstyle = \"openai\"\n";
+        let with = |table: &str| ServeConfig::from_toml(&format!("{table}\n{base}"), env);
+        let c = with("[telemetry]\nendpoint = \"http://127.0.0.1:4318/v1/traces\"\ntimeout = 2.5").unwrap();
+        let expected =
+            OtlpExport { endpoint: "http://127.0.0.1:4318/v1/traces".into(), timeout: Duration::from_millis(2500) };
+        assert_eq!(c.otlp, Some(expected));
+        assert_eq!(with("").unwrap().otlp, None);
+        let e = with("[telemetry]\nendpoint = \"udp://x\"").unwrap_err();
+        assert!(e.0.contains("telemetry: endpoint"), "{e}");
+        assert!(with("[telemetry]\nendpoint = \"http://x\"\ntimeout = -1")
+            .unwrap_err()
+            .0
+            .contains("telemetry.timeout"));
+        assert!(with("[telemetry]\nendpoint = \"http://x\"\nsampler = 1").is_err(), "unknown fields are refused");
     }
 }

@@ -268,6 +268,14 @@ pub struct UpstreamBody {
     ended: bool,
     /// What the last failure was (`stalled`, `stream_cut`, `body_too_large`).
     failure: Option<&'static str>,
+    /// The attempt's span and status: it ends when the body is done with.
+    attempt: (super::trace::SpanHandle, u16),
+}
+
+impl Drop for UpstreamBody {
+    fn drop(&mut self) {
+        self.attempt.0.end(Some(self.attempt.1), self.failure);
+    }
 }
 
 impl UpstreamBody {
@@ -509,6 +517,12 @@ impl Ctx {
         self.record.note_upstream(&up.name);
         let mut headers = req.headers;
         headers.extend(up.headers.iter().cloned());
+        // Each attempt is a span of its own; the upstream continues its trace.
+        let attempt = self.record.span.attempt(&self.shared.config, target, &req.url, req.stream);
+        if let Some(tp) = attempt.traceparent() {
+            headers.retain(|(k, _)| !k.eq_ignore_ascii_case("traceparent") && !k.eq_ignore_ascii_case("tracestate"));
+            headers.push(("traceparent".to_string(), tp));
+        }
         if let Some(key) = self.forward_key.as_deref().or(up.api_key.as_deref()).filter(|k| !k.is_empty()) {
             headers.push(up.style.auth_header(key));
         }
@@ -534,6 +548,7 @@ impl Ctx {
         let fail = |what: &'static str, kind: TransportErrorKind, error: GatewayError| {
             self.shared.metrics.upstream_error(&up.name, what);
             self.record.note_upstream_error(what);
+            attempt.end(None, Some(what));
             SendFailure { what, kind, error }
         };
         match sent {
@@ -556,6 +571,7 @@ impl Ctx {
                         held_out: Vec::new(),
                         ended: false,
                         failure: None,
+                        attempt: (attempt.clone(), resp.status),
                     },
                 })
             }

@@ -102,6 +102,7 @@ mod ops;
 mod server;
 mod surface;
 mod surfaces;
+mod trace;
 
 use std::io;
 use std::net::SocketAddr;
@@ -110,7 +111,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-pub use config::{ClientKeyConfig, ConfigError, RouteConfig, RouteFailover, ServeConfig, UpstreamConfig};
+pub use config::{ClientKeyConfig, ConfigError, OtlpExport, RouteConfig, RouteFailover, ServeConfig, UpstreamConfig};
 pub use gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest, UpstreamResponse};
 pub use keys::KeysHandle;
 pub use limits::{LimitStoreConfig, ModelLimits, ModelPrice, RateLimits, StoreFailure, TokenUsage};

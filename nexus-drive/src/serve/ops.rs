@@ -53,6 +53,8 @@ pub(crate) struct Record {
     path: String,
     surface: &'static str,
     data: Mutex<RecordData>,
+    /// The request's SERVER span (SPEC §22.5).
+    pub(crate) span: super::trace::SpanHandle,
 }
 
 #[derive(Default)]
@@ -91,7 +93,14 @@ impl Record {
             path: path.to_string(),
             surface,
             data: Mutex::new(RecordData::default()),
+            span: super::trace::SpanHandle::default(),
         }
+    }
+
+    /// The record of a request traced under `span`.
+    pub(crate) fn traced(mut self, span: super::trace::SpanHandle) -> Record {
+        self.span = span;
+        self
     }
 
     fn data(&self) -> std::sync::MutexGuard<'_, RecordData> {
@@ -196,6 +205,10 @@ impl Drop for Finish {
         }
         let cost_usd = d.model.as_deref().and_then(|model| cost(&self.shared.config.prices, model, &d.usage));
         m.finish(r.surface, &d, total, outcome, cost_usd);
+        if d.usage_seen {
+            r.span.note_usage(d.model.as_deref(), d.usage.input, d.usage.output);
+        }
+        r.span.end(Some(d.status), d.upstream_error.or(if self.completed { None } else { Some("client_gone") }));
         if self.shared.config.log_requests {
             let line = LogLine {
                 ts_ms: std::time::SystemTime::now()
@@ -221,6 +234,7 @@ impl Drop for Finish {
                 upstream_error: d.upstream_error,
                 failovers: &d.failovers,
                 outcome,
+                trace_id: r.span.trace_id(),
             };
             // One write per line, so lines from concurrent requests never interleave.
             if let Ok(mut bytes) = serde_json::to_vec(&line) {
@@ -258,6 +272,9 @@ struct LogLine<'a> {
     #[serde(skip_serializing_if = "<[LogFailover]>::is_empty")]
     failovers: &'a [LogFailover],
     outcome: &'a str,
+    /// The request's trace, when traced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_id: Option<String>,
 }
 
 /// The gateway's counters and histograms.

@@ -427,7 +427,9 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, req: Request<Incoming>) -> Res
     let claimed = shared.surfaces.iter().find(|s| s.claims(&path)).cloned();
     let surface: Option<Arc<dyn Surface>> = claimed.clone().or_else(|| shared.surfaces.first().cloned());
     let name = surface.as_ref().map_or("none", |s| s.name());
-    let record = Arc::new(Record::new(parts.method.as_str(), &path, if claimed.is_some() { name } else { "none" }));
+    let span = super::trace::SpanHandle::server(&shared.config, parts.method.as_str(), &path, &parts.headers);
+    let record =
+        Arc::new(Record::new(parts.method.as_str(), &path, if claimed.is_some() { name } else { "none" }).traced(span));
     let finish = Finish::new(shared.clone(), record.clone());
     if let Some(reply) = ops::answer(&shared, &parts.method, &path) {
         return respond(reply, finish, None);

@@ -16,6 +16,9 @@
 //! wire may carry a lowered copy, see [`lower`]); a value that fails goes
 //! back to the model as an ordinary next turn under the spec's retry budget.
 
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -61,6 +64,45 @@ pub struct OutputSpec {
     /// first match wins.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<ModelRule>,
+    /// The compiled schema, shared by the spec's clones (never serialized).
+    #[serde(skip)]
+    compiled: CompiledSchema,
+}
+
+/// A spec's compiled schema, shared by its clones. A host clones one config
+/// into every run it starts, so the schema is compiled (and checked against
+/// the draft's meta-schema) once per host rather than once per run. It is
+/// kept with the schema it was compiled from: a clone whose `schema` was
+/// changed afterwards compiles its own.
+#[derive(Clone, Default)]
+struct CompiledSchema(Arc<OnceLock<(Value, SchemaCheck)>>);
+
+impl CompiledSchema {
+    fn get_or_compile(&self, schema: &Value) -> Result<SchemaCheck, String> {
+        if let Some((from, check)) = self.0.get() {
+            if from == schema {
+                return Ok(check.clone());
+            }
+            return SchemaCheck::compile(schema);
+        }
+        let check = SchemaCheck::compile(schema)?;
+        // Two clones compiling at once: the first to finish is kept.
+        let _ = self.0.set((schema.clone(), check.clone()));
+        Ok(check)
+    }
+}
+
+/// A cache, not part of the spec's value: specs compare by their fields.
+impl PartialEq for CompiledSchema {
+    fn eq(&self, _: &CompiledSchema) -> bool {
+        true
+    }
+}
+
+impl fmt::Debug for CompiledSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.get().is_some() { "compiled" } else { "not compiled" })
+    }
 }
 
 fn default_retries() -> u32 {
@@ -77,6 +119,7 @@ impl OutputSpec {
             mode: OutputMode::Auto,
             retries: DEFAULT_OUTPUT_RETRIES,
             models: Vec::new(),
+            compiled: CompiledSchema::default(),
         }
     }
 
@@ -99,7 +142,8 @@ impl OutputSpec {
     }
 
     /// [`check`](Self::check), keeping the compiled schema: a run validates
-    /// with it, so it is compiled once.
+    /// with it, so it is compiled once per run at most, and once for all
+    /// the runs of one spec and its clones while its schema is unchanged.
     pub(crate) fn compile(&self) -> Result<SchemaCheck, String> {
         let name_ok = !self.name.is_empty()
             && self.name.len() <= 64
@@ -110,7 +154,7 @@ impl OutputSpec {
         if self.schema.get("type").and_then(Value::as_str) != Some("object") {
             return Err("the output schema's root must be {\"type\": \"object\", ...}".into());
         }
-        SchemaCheck::compile(&self.schema)
+        self.compiled.get_or_compile(&self.schema)
     }
 }
 
@@ -324,5 +368,31 @@ pub(crate) mod wire {
     pub(crate) fn gemini_generation_config(o: &OutputFormat, config: &mut Map<String, Value>) {
         config.insert("responseMimeType".into(), Value::from("application/json"));
         config.insert("responseJsonSchema".into(), o.schema.clone());
+    }
+}
+
+#[cfg(all(test, feature = "json-schema"))]
+mod compiled_schema_tests {
+    use serde_json::json;
+
+    use super::OutputSpec;
+
+    #[test]
+    fn clones_share_the_compiled_schema_until_one_changes_it() {
+        let spec = OutputSpec::new(json!({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}));
+        let clone = spec.clone();
+        assert!(clone.compiled.0.get().is_none());
+        let first = spec.compile().unwrap();
+        assert!(clone.compiled.0.get().is_some(), "a clone made before the compile shares it");
+        assert!(clone.compile().unwrap().errors(&json!({"n": 1})).is_empty());
+        assert!(!first.errors(&json!({"n": "one"})).is_empty());
+
+        let mut changed = spec.clone();
+        changed.schema = json!({"type":"object","properties":{"s":{"type":"string"}},"required":["s"]});
+        let own = changed.compile().unwrap();
+        assert!(!own.errors(&json!({"n": 1})).is_empty(), "checked against its own schema, not the shared one");
+        assert!(own.errors(&json!({"s": "x"})).is_empty());
+        assert!(spec.compile().unwrap().errors(&json!({"n": 1})).is_empty(), "the others keep theirs");
+        assert_eq!(spec, clone, "the cache is not part of the spec's value");
     }
 }

@@ -36,7 +36,7 @@ mod anthropic;
 mod context;
 mod faults;
 mod gemini;
-mod http;
+pub(crate) mod http;
 mod openai;
 mod output;
 mod reply;

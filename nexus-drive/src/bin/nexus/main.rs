@@ -23,6 +23,7 @@ mod run;
 mod serve;
 mod skills;
 mod store;
+mod telemetry;
 mod tools;
 mod trace;
 
@@ -130,5 +131,6 @@ fn main() {
             fail.code
         }
     };
+    telemetry::shutdown();
     std::process::exit(code);
 }

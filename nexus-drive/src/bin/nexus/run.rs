@@ -39,6 +39,10 @@ pub const DEFAULT_STATE: &str = "nexus-state.json";
 #[derive(clap::Args)]
 #[command(after_help = EXIT_CODES)]
 pub struct RunArgs {
+    /// Start the run's trace under this W3C traceparent (`00-TRACE-SPAN-FLAGS`;
+    /// telemetry is on when OTEL_EXPORTER_OTLP_ENDPOINT is set, SPEC §22).
+    #[arg(long, value_name = "TRACEPARENT", env = "TRACEPARENT")]
+    pub traceparent: Option<String>,
     /// The wire format.
     #[arg(long, value_parser = StyleParser, default_value = "openai")]
     pub style: Style,
@@ -202,6 +206,10 @@ nexus resume --state FILE --answer ANSWERS.json [OPTIONS]
        nexus resume (--state FILE | --store STORE --run ID) --mcp FILE --login-again"
 )]
 pub struct ResumeArgs {
+    /// Continue the run's trace under this W3C traceparent (`00-TRACE-SPAN-FLAGS`;
+    /// telemetry is on when OTEL_EXPORTER_OTLP_ENDPOINT is set, SPEC §22).
+    #[arg(long, value_name = "TRACEPARENT", env = "TRACEPARENT")]
+    pub traceparent: Option<String>,
     /// The state file the run suspended into.
     #[arg(long, value_name = "FILE")]
     pub state: Option<String>,
@@ -480,6 +488,9 @@ pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
     if let Some(r) = &record {
         b = b.tap(r.clone());
     }
+    if let Some(t) = crate::telemetry::for_run(p.traceparent.as_deref())? {
+        b = b.telemetry(t);
+    }
     let client = Client::new(b.build().map_err(drive_fail)?);
     let ctx = Ctx { root, json: p.json, stream: p.stream, typed, keep, record };
     // The run itself waits for the authorizations (SPEC §13, durable runs):
@@ -750,6 +761,9 @@ fn resume_client(p: &ResumeArgs, run: &Run, state: &[u8], root: &Path) -> Result
         if let Some(k) = std::env::var(u.style.api_key_env()).ok().filter(|k| !k.trim().is_empty()) {
             keys.push(k);
         }
+    }
+    if let Some(t) = crate::telemetry::for_run(p.traceparent.as_deref())? {
+        b = b.telemetry(t);
     }
     let record = recorder(p.record.as_deref(), true, &keys)?;
     if let Some(r) = &record {

@@ -109,6 +109,15 @@ pub fn main(args: ServeArgs) -> Result<i32, Fail> {
     if args.quiet {
         cfg.log_requests = false;
     }
+    // Every request traced when the file's [telemetry] or
+    // OTEL_EXPORTER_OTLP_ENDPOINT names a collector (SPEC §22.5).
+    let telemetry = match &cfg.otlp {
+        Some(export) => crate::telemetry::for_endpoint(&export.endpoint, export.timeout)?,
+        None => crate::telemetry::for_run(None)?,
+    };
+    if let Some(t) = telemetry {
+        cfg = cfg.telemetry(t);
+    }
     let upstreams: Vec<String> = match cfg.upstreams.is_empty() {
         true => vec![cfg.upstream_style.name().to_string()],
         false => cfg.upstreams.iter().map(|u| u.name.clone()).collect(),
