@@ -20,6 +20,12 @@ export interface Request {
   url?: string;
   data?: JsonObject;
   expiresAt?: string;
+  /**
+   * A sub-agent's request: the agent path of the run that asks (its
+   * delegating call ids, joined by `/`). Its `id` is qualified by that path:
+   * answer it by `id` as it is.
+   */
+  agent?: string;
 }
 
 /** The host's reply to a request. */
@@ -61,12 +67,40 @@ export interface ToolResult {
   metadata?: Json;
 }
 
+/** How a typed output's schema reaches the model (SPEC §16). */
+export type OutputMode = 'auto' | 'native' | 'tool' | 'prompted';
+
+/** A JSON Schema object (root `type: 'object'`), or a zod (4) schema whose `parse` makes the result's `output`. */
+export type OutputSchema<T = Json> = JsonObject | { toJSONSchema(...args: any[]): unknown; parse(value: unknown): T };
+
+/** A typed output for a call (or, on `ClientOptions`, every call). */
+export interface OutputOptions<T = Json> {
+  outputSchema?: OutputSchema<T>;
+  /** Default `auto`: the provider's own schema field, an output tool or the prompt, per model. */
+  outputMode?: OutputMode;
+  /** Invalid answers the model may replace before the run fails (default 2). */
+  outputRetries?: number;
+}
+
+/** One sub-agent of a run (SPEC §17). */
+export interface AgentReport {
+  path: string;
+  name: string;
+  turns: number;
+  usage: Usage;
+  status: string;
+}
+
 /** What a run gave back. */
-export interface RunResult {
+export interface RunResult<T = Json> {
   status: 'done' | 'pending' | 'incomplete';
   text: string;
-  /** Structured output, when the run asked for one (null otherwise). */
-  output: Json;
+  /** The validated typed output of a done run that asked for one (null otherwise); parsed by a zod schema when one was given. */
+  output: T | null;
+  /** The strategy that carried the typed output. */
+  outputMode?: 'native' | 'tool' | 'prompted';
+  /** Each sub-agent of the run; `turns` and `usage` above are the run's own. */
+  agents?: AgentReport[];
   toolCalls: ToolCallRecord[];
   turns: number;
   usage: Usage;
@@ -101,6 +135,9 @@ export type StreamEvent =
   | { type: 'skill_activated'; call_id: string; name: string }
   | { type: 'failover'; turn: number; from: number; to: number; reason: string }
   | { type: 'retrying'; attempt: number; delay_ms: number; reason: string }
+  | { type: 'output_partial'; value: Json }
+  /** An event of a sub-agent's run: `agent` is its path; a `pending` inside carries the qualified request id. */
+  | { type: 'agent'; agent: string; event: StreamEvent }
   | { type: 'done'; result: RunResult }
   | { type: string; [key: string]: unknown };
 
@@ -148,6 +185,31 @@ export function tool<Args = any>(spec: {
 /** A tool whose calls are returned to the caller as one `tool_call` request per turn. */
 export function relayTool(spec: { name: string; description?: string; inputSchema?: InputSchema }): Tool;
 
+declare const agentMark: unique symbol;
+/** A sub-agent, made by `agent(...)`: put it in a call's `tools`. */
+export interface Agent {
+  readonly [agentMark]: true;
+  readonly name: string;
+  readonly description: string;
+}
+
+/**
+ * A sub-agent the model may delegate a task to (a tool taking `{ prompt }`):
+ * a child run on the client's wire format with its own system prompt, model
+ * (the client's when omitted), turn limit, tools and typed output.
+ */
+export function agent(spec: {
+  name: string;
+  description: string;
+  system?: string;
+  tools?: (Tool | Agent)[];
+  model?: string;
+  maxTurns?: number;
+  outputSchema?: OutputSchema;
+  outputMode?: OutputMode;
+  outputRetries?: number;
+}): Agent;
+
 /** Suspends the run on a request. */
 export function pending(request: { kind: string; prompt: string; data?: JsonObject; url?: string; expiresAt?: string }): Pending;
 
@@ -188,10 +250,17 @@ export interface ClientOptions {
   root?: string;
   /** Agent Skills directories (folders with a SKILL.md). */
   skills?: string[];
+  /** Markdown sub-agent definitions (`nexus run --agents DIR`): a directory or several. */
+  agentsDir?: string | string[];
+  /** The default typed output of every call. */
+  outputSchema?: OutputSchema;
+  outputMode?: OutputMode;
+  outputRetries?: number;
 }
 
 export interface CallOptions {
-  tools?: Tool[];
+  /** Tools and sub-agents. */
+  tools?: (Tool | Agent)[];
   /** Answers requests in-process; without it a request ends the run `pending`. */
   /** `true`/`false` are short for `{ ok: true }` / `{ ok: false, reason: 'declined' }`. */
   waitFor?: (request: Request) => boolean | Omit<Answer, 'id'> | Answer | Promise<boolean | Omit<Answer, 'id'> | Answer>;
@@ -199,22 +268,24 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
-export interface RunOptions extends CallOptions {
+export interface RunOptions<T = Json> extends CallOptions, OutputOptions<T> {
   /** Messages before the prompt (the neutral transcript). */
   history?: JsonObject[];
 }
 
-export interface ResumeOptions extends CallOptions {
+export interface ResumeOptions<T = Json> extends CallOptions {
   answers?: Answer[];
+  /** Parses the output (the schema itself is in the state). */
+  outputSchema?: OutputSchema<T>;
 }
 
 export class Client {
   constructor(options: ClientOptions);
-  run(prompt: string, options?: RunOptions): Promise<RunResult>;
-  stream(prompt: string, options?: RunOptions): AsyncIterable<StreamEvent>;
+  run<T = Json>(prompt: string, options?: RunOptions<T>): Promise<RunResult<T>>;
+  stream<T = Json>(prompt: string, options?: RunOptions<T>): AsyncIterable<StreamEvent>;
   /** From a state's text, a pending result, or a run id in the client's store. */
-  resume(stateOrRunId: string | RunResult, options?: ResumeOptions): Promise<RunResult>;
-  streamResume(stateOrRunId: string | RunResult, options?: ResumeOptions): AsyncIterable<StreamEvent>;
+  resume<T = Json>(stateOrRunId: string | RunResult<any>, options?: ResumeOptions<T>): Promise<RunResult<T>>;
+  streamResume(stateOrRunId: string | RunResult<any>, options?: ResumeOptions): AsyncIterable<StreamEvent>;
   /** The client's counters over all its calls, as Prometheus text. */
   metrics(): string;
   /** Stops the client's MCP servers. */
@@ -278,3 +349,13 @@ export class StateError extends NexusError {}
 export class StoreError extends NexusError {}
 export class ClaimedError extends StoreError {}
 export class NotFoundError extends StoreError {}
+/** The run ended without a valid typed output; `raw` is what the model wrote. */
+export class OutputError extends NexusError {
+  raw: string;
+}
+export class OutputInvalidError extends OutputError {
+  attempts: number;
+  errors: string[];
+}
+export class OutputRefusedError extends OutputError {}
+export class OutputTruncatedError extends OutputError {}

@@ -45,6 +45,28 @@ export class StoreError extends NexusError {}
 export class ClaimedError extends StoreError {}
 /** No such run waits in the store (resumed to the end already, or never stored). */
 export class NotFoundError extends StoreError {}
+/**
+ * The run ended without a valid typed output. `raw` is what the model
+ * wrote (the refusal, for OutputRefusedError).
+ */
+export class OutputError extends NexusError {
+  constructor(message, options = {}) {
+    super(message, options);
+    this.raw = options.raw ?? '';
+  }
+}
+/** Every answer failed the output schema and the retries are spent: `attempts`, the validation `errors`. */
+export class OutputInvalidError extends OutputError {
+  constructor(message, options = {}) {
+    super(message, options);
+    this.attempts = options.attempts ?? 0;
+    this.errors = options.errors ?? [];
+  }
+}
+/** The model refused to give the output. */
+export class OutputRefusedError extends OutputError {}
+/** The output token cap cut the output off. */
+export class OutputTruncatedError extends OutputError {}
 
 const ERROR_KINDS = {
   config: ConfigError,
@@ -56,11 +78,15 @@ const ERROR_KINDS = {
   store: StoreError,
   claimed: ClaimedError,
   not_found: NotFoundError,
+  output: OutputError,
+  output_invalid: OutputInvalidError,
+  output_refused: OutputRefusedError,
+  output_truncated: OutputTruncatedError,
 };
 
-function nexusError({ kind, message, status }, cause) {
+function nexusError({ kind, message, status, raw, attempts, errors }, cause) {
   const Kind = ERROR_KINDS[kind] ?? NexusError;
-  return new Kind(message, { kind, status, cause });
+  return new Kind(message, { kind, status, cause, raw, attempts, errors });
 }
 
 /** Runs a native call, giving its refusal as `Kind`. */
@@ -81,9 +107,9 @@ const PENDING = Symbol('nexus.pending');
  * A JSON Schema object as given, or a zod schema converted with zod's own
  * JSON-Schema export (zod 4's `toJSONSchema`).
  */
-function jsonSchema(schema, name) {
+function jsonSchema(schema, name, zodOptions) {
   if (schema == null) return { type: 'object', properties: {} };
-  if (typeof schema.toJSONSchema === 'function') return schema.toJSONSchema();
+  if (typeof schema.toJSONSchema === 'function') return schema.toJSONSchema(zodOptions);
   if (schema._def !== undefined && typeof schema.safeParse === 'function') {
     throw new ConfigError(
       `tool ${name}: this zod schema has no JSON-Schema export (zod 3); use zod 4 or give a JSON Schema object`,
@@ -136,8 +162,75 @@ export function pending({ kind, prompt, data, url, expiresAt }) {
   return { [PENDING]: request };
 }
 
-function declaration(t) {
+const OUTPUT_MODES = ['auto', 'native', 'tool', 'prompted'];
+
+/**
+ * A typed output: `{ spec, parse }`, the core's OutputSpec (SPEC §16) and
+ * what makes the validated value the caller's (a zod schema's `parse`).
+ */
+function outputOf({ outputSchema, outputMode, outputRetries }, where) {
+  if (outputSchema == null) {
+    if (outputMode !== undefined || outputRetries !== undefined) {
+      throw new ConfigError(`${where}: outputMode and outputRetries need an outputSchema`, { kind: 'config' });
+    }
+    return null;
+  }
+  const mode = outputMode ?? 'auto';
+  if (!OUTPUT_MODES.includes(mode)) {
+    throw new ConfigError(`${where}: outputMode ${JSON.stringify(mode)}: use one of ${OUTPUT_MODES.join(', ')}`, { kind: 'config' });
+  }
+  if (outputRetries !== undefined && !(Number.isInteger(outputRetries) && outputRetries >= 0)) {
+    throw new ConfigError(`${where}: outputRetries must be a whole number from 0`, { kind: 'config' });
+  }
+  // The model writes what `parse` takes: the schema's input side (defaults optional, transforms left to parse).
+  const schema = jsonSchema(outputSchema, where, { io: 'input' });
+  if (schema.type !== 'object') throw new ConfigError(`${where}: the output must be a JSON object schema`, { kind: 'config' });
+  const spec = { name: 'final_result', schema, mode };
+  if (outputRetries !== undefined) spec.retries = outputRetries;
+  const parse = typeof outputSchema.parse === 'function' ? (v) => outputSchema.parse(v) : (v) => v;
+  return { spec, parse };
+}
+
+const AGENT = Symbol('nexus.agent');
+
+/**
+ * A sub-agent the model may delegate a task to: put it in `tools`. The
+ * model sees a tool `name` taking `{ prompt }`; a call starts a child run on
+ * the client's wire format (API root and key) with `model` (the client's
+ * when omitted), `system`, `maxTurns`, its own `tools` (tools, relay tools,
+ * agents) and optionally a typed output (`outputSchema`, `outputMode`,
+ * `outputRetries`): its result is then the validated value as compact JSON.
+ */
+export function agent({ name, description = '', system, tools = [], model, maxTurns, outputSchema, outputMode, outputRetries }) {
+  checkName(name);
+  const output = outputOf({ outputSchema, outputMode, outputRetries }, `agent ${name}`);
+  return Object.freeze({ [AGENT]: true, name, description, system, tools: [...tools], model, maxTurns, output });
+}
+
+/** The core's agent JSON; every JS tool it reaches is put in `byName`. */
+function agentOptions(a, byName) {
+  const out = { name: a.name, description: a.description, tools: [], agents: [] };
+  for (const t of a.tools) {
+    if (t?.[AGENT]) out.agents.push(agentOptions(t, byName));
+    else out.tools.push(declaration(t, byName));
+  }
+  if (a.system !== undefined) out.system = a.system;
+  if (a.model !== undefined) out.model = a.model;
+  if (a.maxTurns !== undefined) out.maxTurns = a.maxTurns;
+  if (a.output !== null) out.output = a.output.spec;
+  return out;
+}
+
+/** A tool's declaration; a JS tool is put in `byName` (one tool per name across the run and its agents). */
+function declaration(t, byName) {
   if (t == null || typeof t.name !== 'string') throw new ConfigError('tools must be made with tool() or relayTool()', { kind: 'config' });
+  if (byName !== undefined && !t.relay) {
+    const known = byName.get(t.name);
+    if (known !== undefined && known !== t) {
+      throw new ConfigError(`two different tools are named ${t.name} (in the run or its agents)`, { kind: 'config' });
+    }
+    byName.set(t.name, t);
+  }
   return { name: t.name, description: t.description ?? '', inputSchema: t.inputSchema ?? { type: 'object' }, relay: !!t.relay };
 }
 
@@ -170,8 +263,18 @@ async function runWaitFor(waitFor, message) {
   native.reply(message.id, JSON.stringify(answer));
 }
 
-function result(raw) {
-  return { output: null, pending: [], ...raw };
+function result(raw, output) {
+  const out = { output: null, pending: [], ...raw };
+  if (output != null && out.output != null) {
+    try {
+      out.output = output.parse(out.output);
+    } catch (e) {
+      const raw = JSON.stringify(out.output);
+      const errors = [String(e?.message ?? e)];
+      throw new OutputInvalidError(`the output did not parse: ${errors[0]}`, { kind: 'output_invalid', raw, attempts: 0, errors });
+    }
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------- client
@@ -180,22 +283,29 @@ function result(raw) {
  * A client: a provider, a model and the options every call shares.
  * `new Client({ style, model, baseUrl?, apiKeyEnv?, system?, maxTurns?,
  * maxTokens?, fallbacks?, mcp?, store?, record?, stream?, params?, timeoutMs?,
- * builtins?, root?, skills? })`.
+ * builtins?, root?, skills?, agentsDir?, outputSchema?, outputMode?,
+ * outputRetries? })`: `agentsDir` (a directory or a list of them) holds
+ * Markdown agent definitions as `nexus run --agents DIR` reads them, and the
+ * output options are the default typed output of every call.
  */
 export class Client {
   #native;
+  #output;
 
   constructor(options) {
     if (options == null || typeof options !== 'object') throw new ConfigError('new Client({ style, model, ... })', { kind: 'config' });
-    this.#native = refusedAs(ConfigError, 'config', () => new native.NativeClient(JSON.stringify(options)));
+    const { outputSchema, outputMode, outputRetries, agentsDir, ...rest } = options;
+    this.#output = outputOf({ outputSchema, outputMode, outputRetries }, 'Client');
+    if (agentsDir !== undefined) rest.agentsDir = Array.isArray(agentsDir) ? agentsDir : [agentsDir];
+    this.#native = refusedAs(ConfigError, 'config', () => new native.NativeClient(JSON.stringify(rest)));
   }
 
   /**
    * Runs the loop on `prompt` to the end: `done`, `pending` (with `state`
    * and `runId` to resume it) or `incomplete`. Rejects with a NexusError.
    */
-  run(prompt, { tools = [], waitFor, signal, history } = {}) {
-    return this.#call({ prompt, history }, { tools, waitFor, signal });
+  run(prompt, { tools = [], waitFor, signal, history, ...output } = {}) {
+    return this.#call({ prompt, history }, { tools, waitFor, signal, ...output });
   }
 
   /**
@@ -212,14 +322,14 @@ export class Client {
    * (with a `store`) its run id, with the host's answers. Give the tools again: JS functions do
    * not travel in a state.
    */
-  resume(stateOrRunId, { answers = [], tools = [], waitFor, signal } = {}) {
+  resume(stateOrRunId, { answers = [], tools = [], waitFor, signal, outputSchema } = {}) {
     let spec;
     try {
       spec = resumeSpec(stateOrRunId, answers);
     } catch (e) {
       return Promise.reject(e);
     }
-    return this.#call(spec, { tools, waitFor, signal });
+    return this.#call(spec, { tools, waitFor, signal, outputSchema });
   }
 
   /** `resume` as an async iterable of events, like `stream`. */
@@ -237,7 +347,7 @@ export class Client {
     this.#native.close();
   }
 
-  #iterate(spec, { tools = [], waitFor, signal }) {
+  #iterate(spec, { tools = [], waitFor, signal, outputSchema, outputMode, outputRetries }) {
     const self = this;
     return {
       async *[Symbol.asyncIterator]() {
@@ -255,7 +365,15 @@ export class Client {
           }
         };
         self
-          .#call(spec, { tools, waitFor, signal: stop.signal, onEvent: (e) => (queue.push(e), notify()) })
+          .#call(spec, {
+            tools,
+            waitFor,
+            signal: stop.signal,
+            onEvent: (e) => (queue.push(e), notify()),
+            outputSchema,
+            outputMode,
+            outputRetries,
+          })
           .then(
             (r) => (end = { result: r }),
             (e) => (end = { error: e }),
@@ -281,20 +399,26 @@ export class Client {
     };
   }
 
-  #call(spec, { tools, waitFor, signal, onEvent }) {
+  #call(spec, { tools, waitFor, signal, onEvent, outputSchema, outputMode, outputRetries }) {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) {
         reject(new CancelledError('the run was aborted before it started', { kind: 'cancelled', cause: signal.reason }));
         return;
       }
+      const byName = new Map();
       let declared;
+      let agents;
+      let output;
       try {
-        declared = tools.map(declaration);
+        declared = tools.filter((t) => !t?.[AGENT]).map((t) => declaration(t, byName));
+        agents = tools.filter((t) => t?.[AGENT]).map((a) => agentOptions(a, byName));
+        output = outputSchema === undefined && outputMode === undefined && outputRetries === undefined
+          ? this.#output
+          : outputOf({ outputSchema, outputMode, outputRetries }, 'run');
       } catch (e) {
         reject(e);
         return;
       }
-      const byName = new Map(tools.filter((t) => !t.relay).map((t) => [t.name, t]));
       // Tools see the run's cancellation as their ctx.signal.
       const toolsAbort = new AbortController();
       let call = null;
@@ -317,7 +441,11 @@ export class Client {
             break;
           case 'done':
             settle();
-            resolve(result(message.result));
+            try {
+              resolve(result(message.result, output));
+            } catch (e) {
+              reject(e);
+            }
             break;
           case 'error':
             settle();
@@ -326,7 +454,8 @@ export class Client {
             break;
         }
       };
-      const options = { ...spec, tools: declared, waitFor: typeof waitFor === 'function', events: typeof onEvent === 'function' };
+      const options = { ...spec, tools: declared, agents, waitFor: typeof waitFor === 'function', events: typeof onEvent === 'function' };
+      if (output !== null && spec.prompt !== undefined) options.output = output.spec;
       try {
         call = this.#native.start(JSON.stringify(options), host);
       } catch (e) {
@@ -368,7 +497,7 @@ export class Run {
       return;
     }
     const { config, tools = [], prompt, messages } = options ?? {};
-    const start = { config, tools: tools.map(declaration), prompt, messages };
+    const start = { config, tools: tools.map((t) => declaration(t)), prompt, messages };
     this.#machine = refusedAs(ConfigError, 'config', () => new native.NativeMachine(JSON.stringify(start)));
   }
 

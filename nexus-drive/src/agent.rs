@@ -81,6 +81,13 @@ impl AgentTool {
         self
     }
 
+    /// The child's typed output (SPEC §16): its result to the parent is the
+    /// validated value as compact JSON.
+    pub fn output(mut self, spec: nexus_proto::OutputSpec) -> AgentTool {
+        self.spec.config.output = Some(spec);
+        self
+    }
+
     /// The child's API root.
     pub fn base_url(mut self, url: impl Into<String>) -> AgentTool {
         self.spec.config.base_url = url.into();

@@ -9,7 +9,11 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use nexus_proto::Style;
+
+use crate::agent::AgentTool;
 use crate::skills::parse::{fields, split, Field};
+use crate::tool::{Toolbox, ToolboxError};
 
 /// One agent definition, read from its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +32,27 @@ pub struct AgentFile {
     pub prompt: String,
     /// Where it was read from.
     pub path: PathBuf,
+}
+
+impl AgentFile {
+    /// The agent as a tool of a run on `style` and `model` whose tools are
+    /// `toolbox`: the child runs on the same style, on its own model or the
+    /// run's, with the tools the file names taken from `toolbox` (all of
+    /// them when it names none). A name `toolbox` lacks is an error.
+    pub fn agent_tool(&self, style: Style, model: &str, toolbox: &Toolbox) -> Result<AgentTool, ToolboxError> {
+        let tools = match &self.tools {
+            None => toolbox.clone(),
+            Some(names) => toolbox.only(names)?,
+        };
+        let mut tool =
+            AgentTool::new(&self.name, self.description.clone(), style, self.model.as_deref().unwrap_or(model))
+                .system(self.prompt.clone())
+                .toolbox(tools);
+        if let Some(n) = self.max_turns {
+            tool = tool.max_turns(n);
+        }
+        Ok(tool)
+    }
 }
 
 /// Why a file is not an agent: the file, the 1-based line, the reason.
@@ -90,6 +115,25 @@ pub fn discover_agents(dirs: &[impl AsRef<Path>]) -> FoundAgents {
         }
     }
     found
+}
+
+/// The agents of `dirs` for a library caller, who has no one to warn: a
+/// path that is not a directory, the first file that is not an agent, or a
+/// name defined again is the error (where `nexus run --agents` warns and
+/// goes on).
+pub fn load_agents(dirs: &[impl AsRef<Path>]) -> Result<Vec<AgentFile>, AgentFileError> {
+    if let Some(dir) = dirs.iter().map(AsRef::as_ref).find(|d| !d.is_dir()) {
+        return Err(AgentFileError { path: dir.to_path_buf(), line: 0, message: "not a directory".into() });
+    }
+    let found = discover_agents(dirs);
+    if let Some(e) = found.errors.into_iter().next() {
+        return Err(e);
+    }
+    if let Some((name, kept, again)) = found.duplicates.into_iter().next() {
+        let message = format!("the name {name} is already defined by {}", kept.display());
+        return Err(AgentFileError { path: again, line: 1, message });
+    }
+    Ok(found.agents)
 }
 
 /// Parses one definition; `path` names it in errors.
@@ -162,6 +206,25 @@ mod tests {
         assert_eq!(b.tools, Some(vec!["read".to_string(), "bash".to_string()]));
         assert_eq!(b.model.as_deref(), Some("other-model"));
         assert_eq!(parse("---\nname: c\ndescription: d\n---\nbody").unwrap().tools, None);
+    }
+
+    #[test]
+    fn load_agents_refuses_what_discovery_would_warn_about() {
+        let dir = std::env::temp_dir().join(format!("nexus-agent-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::write(a.join("one.md"), "---\nname: one\ndescription: d\n---\nFirst.").unwrap();
+        assert_eq!(load_agents(&[&a]).unwrap()[0].prompt, "First.");
+        std::fs::write(b.join("again.md"), "---\nname: one\ndescription: d\n---\n").unwrap();
+        let e = load_agents(&[&a, &b]).unwrap_err();
+        assert_eq!((e.path, e.line), (b.join("again.md"), 1));
+        assert!(e.message.contains("one.md"), "{}", e.message);
+        std::fs::write(a.join("two.md"), "---\nname: two\n---\n").unwrap();
+        assert_eq!(load_agents(&[&a]).unwrap_err().message, "description is missing");
+        assert_eq!(load_agents(&[a.join("one.md")]).unwrap_err().message, "not a directory");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

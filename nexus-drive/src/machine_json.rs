@@ -6,12 +6,110 @@
 //! `response_body` (its bytes travel beside the JSON), `response_end`,
 //! `transport_error`, `tool_reply`, `answer`, `timeout`, `cancel`, `abort`
 //! in; `send`, `run_tools`, `event`, `suspended`, `wait`, `done` out.
+//!
+//! For the drivers' facades: a sub-agent as the packages declare it
+//! ([`AgentOptions`]), a run's pending requests with the agent path that
+//! owns each ([`pending`]), and a request handed to a host's answerer
+//! ([`request`]).
 
-use nexus_proto::{Answer, ExchangeId, Input, Output, Run, RunConfig, RunError, Style, ToolReply, TransportErrorKind};
+use nexus_proto::{
+    agent::PATH_SEPARATOR, Answer, ExchangeId, Input, Output, OutputSpec, Request, Run, RunConfig, RunError, Style,
+    ToolReply, TransportErrorKind,
+};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::tool::ToolContext;
+use crate::agent::AgentTool;
+use crate::result::RunResult;
+use crate::tool::{ToolContext, Toolbox};
+
+/// A sub-agent as a package declares it (SPEC §17, §21): `name`,
+/// `description`, and optionally `system`, `model` (the parent's when
+/// absent; the child speaks the parent's wire format), `maxTurns`, `output`
+/// (an [`OutputSpec`] for the child's typed result), its `tools` (`T`: the
+/// package's own reference to a tool it serves) and `agents` of its own.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentOptions<T> {
+    /// The tool name the parent's model sees.
+    pub name: String,
+    /// What it does, for the parent's model.
+    #[serde(default)]
+    pub description: String,
+    /// The child's system prompt.
+    #[serde(default)]
+    pub system: Option<String>,
+    /// The child's model on the parent's upstream.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The child's cap on model calls.
+    #[serde(default)]
+    pub max_turns: Option<u32>,
+    /// The child's typed output.
+    #[serde(default)]
+    pub output: Option<OutputSpec>,
+    /// The child's tools, as the package refers to them.
+    #[serde(default = "Vec::new")]
+    pub tools: Vec<T>,
+    /// Agents the child may delegate to in turn.
+    #[serde(default = "Vec::new")]
+    pub agents: Vec<AgentOptions<T>>,
+}
+
+impl<T> AgentOptions<T> {
+    /// The agent tool of a run on `style` and `model`; `toolbox` turns each
+    /// agent's tool references into its toolbox (called once per agent).
+    pub fn agent_tool<E>(
+        self,
+        style: Style,
+        model: &str,
+        toolbox: &mut dyn FnMut(Vec<T>) -> Result<Toolbox, E>,
+    ) -> Result<AgentTool, E> {
+        let child_model = self.model.unwrap_or_else(|| model.to_string());
+        let mut tool =
+            AgentTool::new(&self.name, self.description, style, child_model.clone()).toolbox(toolbox(self.tools)?);
+        if let Some(system) = self.system {
+            tool = tool.system(system);
+        }
+        if let Some(n) = self.max_turns {
+            tool = tool.max_turns(n);
+        }
+        if let Some(spec) = self.output {
+            tool = tool.output(spec);
+        }
+        for child in self.agents {
+            tool = tool.agent(child.agent_tool(style, &child_model, toolbox)?);
+        }
+        Ok(tool)
+    }
+}
+
+/// The pending requests of `result`, each a sub-agent's with `agent`: the
+/// agent path of the run that asks (the id to answer is `id` as is).
+pub fn pending(result: &RunResult) -> Value {
+    let run = result.suspended.as_ref().and_then(|s| Run::restore(&s.state).ok());
+    let items = result.pending.iter().map(|r| {
+        let mut v = serde_json::to_value(r).unwrap_or_default();
+        let owner = run.as_ref().and_then(|run| run.request_owner(&r.id)).filter(|o| !o.is_empty());
+        if let (Some(owner), Some(obj)) = (owner, v.as_object_mut()) {
+            obj.insert("agent".into(), owner.into());
+        }
+        v
+    });
+    Value::Array(items.collect())
+}
+
+/// A request as a host's answerer gets it, with `agent` when a sub-agent
+/// asks: the delegating call ids of its qualified id. The core's own
+/// request ids (`pnd_` and a provider's call id) never hold the separator,
+/// so the last one ends the path.
+pub fn request(request: &Request) -> Value {
+    let mut v = serde_json::to_value(request).unwrap_or_default();
+    if let (Some((owner, _)), Some(obj)) = (request.id.rsplit_once(PATH_SEPARATOR), v.as_object_mut()) {
+        obj.insert("agent".into(), owner.into());
+    }
+    v
+}
 
 /// One input as JSON (`chunk` is not part of it).
 #[derive(Deserialize)]

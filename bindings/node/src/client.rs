@@ -12,17 +12,18 @@ use std::thread;
 
 use napi::{Error, Result};
 use napi_derive::napi;
+use nexus_drive::agent_files::{load_agents, AgentFile};
 use nexus_drive::blocking::Client as Driver;
 use nexus_drive::builtins::Builtins;
 use nexus_drive::cassette::Recorder;
-use nexus_drive::machine_json;
+use nexus_drive::machine_json::{self, AgentOptions};
 use nexus_drive::mcp::{parse_servers, McpOptions, McpTools};
 use nexus_drive::skills::Skills;
 use nexus_drive::{
     Answer, CancelToken, ClientBuilder, ClientConfig, DriveError, DynTool, Message, Metrics, Request, RunResult,
     RunStore, StoreError, Style, ToolContext, ToolError, ToolOutcome, ToolResult, Toolbox, Upstream,
 };
-use nexus_proto::{Run, RunError, ToolDecl, ToolKind};
+use nexus_proto::{OutputError, OutputSpec, Run, RunError, ToolDecl, ToolKind};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -71,6 +72,9 @@ struct ClientOptions {
     /// Agent Skills directories.
     #[serde(default)]
     skills: Vec<String>,
+    /// Directories of Markdown agent definitions (`nexus run --agents DIR`).
+    #[serde(default)]
+    agents_dir: Vec<String>,
 }
 
 /// One fallback upstream.
@@ -129,6 +133,13 @@ struct CallOptions {
     /// Whether JavaScript wants the stream events (and provider streaming).
     #[serde(default)]
     events: bool,
+    /// Sub-agents (`agent({...})`), executed by the Rust `AgentTool`; their
+    /// tools' calls come back to JavaScript like the run's own.
+    #[serde(default)]
+    agents: Vec<AgentOptions<ToolSpec>>,
+    /// The run's typed output (SPEC §16).
+    #[serde(default)]
+    output: Option<OutputSpec>,
 }
 
 /// What a client shares between its calls.
@@ -150,6 +161,7 @@ struct Shared {
 struct Local {
     builtins: Vec<DynTool>,
     skills: Option<Skills>,
+    agent_files: Vec<AgentFile>,
 }
 
 /// A client: the options, the store and the MCP servers its calls share.
@@ -263,6 +275,9 @@ impl From<StoreError> for Failure {
 }
 
 fn error_json(f: &Failure) -> Value {
+    if let Failure::Drive(DriveError::Run(RunError::Output(o))) = f {
+        return output_error_json(o);
+    }
     let (kind, message, status) = match f {
         Failure::Usage(m) => ("config", m.clone(), None),
         Failure::Drive(e) => {
@@ -282,6 +297,21 @@ fn error_json(f: &Failure) -> Value {
         }
     };
     json!({"kind": kind, "message": message, "status": status})
+}
+
+/// A run that ended without a valid typed output: `output_invalid` (with
+/// `attempts` and the validation `errors`), `output_refused` or
+/// `output_truncated`, each with `raw`, what the model wrote.
+fn output_error_json(e: &OutputError) -> Value {
+    let message = e.to_string();
+    match e {
+        OutputError::Invalid { attempts, raw, errors } => {
+            json!({"kind": "output_invalid", "message": message, "raw": raw, "attempts": attempts, "errors": errors})
+        }
+        OutputError::Refused { message: why } => json!({"kind": "output_refused", "message": message, "raw": why}),
+        OutputError::Truncated { raw } => json!({"kind": "output_truncated", "message": message, "raw": raw}),
+        _ => json!({"kind": "output", "message": message}),
+    }
 }
 
 fn execute(
@@ -342,6 +372,35 @@ fn execute(
         b = b.skills(skills.clone());
     }
     let (toolbox, _mcp) = toolbox(shared, &call, &declared, &local.builtins, host, &cancel)?;
+    // Agents run on the run's wire format; a resumed run's come from its state.
+    let (style, model) = match &restored {
+        Some(run) => (run.config().style, run.config().model.clone()),
+        None => (shared.style, opts.model.clone()),
+    };
+    for agent in call.agents {
+        let tool = agent.agent_tool(style, &model, &mut |specs| {
+            let mut tb = Toolbox::new();
+            for spec in &specs {
+                match spec.relay {
+                    true => tb.add_decl(spec.decl()),
+                    false => tb.add_dyn(js_tool(spec, host.clone(), cancel.clone())),
+                }
+                .map_err(DriveError::from)?;
+            }
+            Ok::<_, Failure>(tb)
+        })?;
+        b = b.agent(tool);
+    }
+    // A Markdown agent names its tools among the run's own.
+    for file in &local.agent_files {
+        let agent = file
+            .agent_tool(style, &model, &toolbox)
+            .map_err(|e| Failure::Usage(format!("agent {}: tools: {e}", file.path.display())))?;
+        b = b.agent(agent);
+    }
+    if let (Some(spec), None) = (call.output, &restored) {
+        b = b.output(spec);
+    }
     let metrics = shared.metrics.clone();
     b = b
         .toolbox(toolbox)
@@ -351,7 +410,7 @@ fn execute(
     if call.wait_for {
         let (host, cancel) = (host.clone(), cancel.clone());
         b = b.wait_for(move |request: Request| {
-            let asked = json!({"type": "wait_for", "request": request});
+            let asked = json!({"type": "wait_for", "request": machine_json::request(&request)});
             let declined = || Answer::declined(request.id.clone(), "cancelled");
             match host.ask(asked, &|| cancel.is_cancelled()) {
                 Some(v) => serde_json::from_value(v).unwrap_or_else(|_| declined()),
@@ -483,7 +542,8 @@ fn local(opts: &ClientOptions) -> std::result::Result<Local, String> {
             Some(Skills::discover(dirs).skills)
         }
     };
-    Ok(Local { builtins, skills })
+    let agent_files = load_agents(&opts.agents_dir).map_err(|e| format!("agentsDir: {e}"))?;
+    Ok(Local { builtins, skills, agent_files })
 }
 
 /// The client's MCP servers, started on first use.
@@ -551,6 +611,7 @@ fn result_json(result: &RunResult) -> Value {
     let mut v = serde_json::to_value(result).unwrap_or(Value::Null);
     if let (Some(s), Value::Object(map)) = (&result.suspended, &mut v) {
         map.insert("runId".into(), Value::from(s.run_id.clone()));
+        map.insert("pending".into(), machine_json::pending(result));
         map.insert("state".into(), Value::from(String::from_utf8_lossy(&s.state).into_owned()));
     }
     v

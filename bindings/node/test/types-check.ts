@@ -1,6 +1,18 @@
 // Compiled with `npm run typecheck` (tsc --noEmit): the declarations in
 // index.d.ts describe the API as the tests use it.
-import { Client, Run, tool, relayTool, pending, NexusError, CancelledError, type RunResult, type StreamEvent } from 'nexus-loop';
+import {
+  Client,
+  Run,
+  tool,
+  relayTool,
+  pending,
+  agent,
+  NexusError,
+  CancelledError,
+  OutputInvalidError,
+  type RunResult,
+  type StreamEvent,
+} from 'nexus-loop';
 import { z } from 'zod';
 
 const client = new Client({ style: 'anthropic', model: 'claude-haiku-4-5', maxTurns: 4, store: 'memory' });
@@ -21,6 +33,15 @@ async function main(): Promise<string> {
   for await (const event of client.stream('Again?', { tools: [weather] })) {
     const e: StreamEvent = event;
     if (e.type === 'text_delta') process.stdout.write(String(e.text));
+  }
+  const researcher = agent({ name: 'researcher', description: 'Finds facts', system: 'Cite.', tools: [weather], maxTurns: 4 });
+  const Weather = z.object({ city: z.string(), celsius: z.number() });
+  try {
+    const typed = await client.run('Weather?', { tools: [researcher], outputSchema: Weather, outputMode: 'tool', outputRetries: 1 });
+    const celsius: number | undefined = typed.output?.celsius;
+    for (const request of typed.pending) process.stdout.write(`${request.agent ?? ''} ${request.id} ${celsius}`);
+  } catch (e) {
+    if (e instanceof OutputInvalidError) process.stdout.write(`${e.raw} ${e.attempts} ${e.errors.join(',')}`);
   }
   const run = new Run({ config: { style: 'openai', model: 'gpt-4o-mini' }, prompt: 'hi' });
   const out = run.pollOutput();

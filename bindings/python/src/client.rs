@@ -9,15 +9,17 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nexus_drive::agent_files::{load_agents, AgentFile};
 use nexus_drive::blocking::Client;
 use nexus_drive::builtins::Builtins;
 use nexus_drive::cassette::{self, Cassette, Recorder};
+use nexus_drive::machine_json::{self, AgentOptions};
 use nexus_drive::mcp::{parse_servers, McpOptions, McpTools};
 use nexus_drive::skills::Skills;
 use nexus_drive::{
     CancelToken, ClientBuilder, ClientConfig, DriveError, DynTool, Metrics, RunResult, RunStore, StreamItem, Toolbox,
 };
-use nexus_proto::{Answer, Style, Upstream};
+use nexus_proto::{Answer, OutputSpec, Style, Upstream};
 use pyo3::prelude::*;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -69,6 +71,9 @@ struct Settings {
     /// A whole-run deadline, in milliseconds.
     #[serde(default)]
     timeout_ms: Option<u64>,
+    /// Directories of Markdown agent definitions (`nexus run --agents DIR`).
+    #[serde(default)]
+    agents_dirs: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -116,6 +121,8 @@ pub struct NativeSession {
     mcp: Vec<McpTools>,
     builtins: Vec<DynTool>,
     skills: Option<Skills>,
+    /// The agents of `agents_dirs`, bound to each run's tools by name.
+    agent_files: Vec<AgentFile>,
     recorder: Option<Arc<Recorder>>,
     store: Option<Arc<dyn RunStore>>,
     /// Counters over every run of the client.
@@ -181,8 +188,19 @@ impl NativeSession {
                 Some(Skills::discover(dirs).skills)
             }
         };
+        let agent_files = load_agents(&settings.agents_dirs).map_err(|e| errors::config("agents_dir", e))?;
         let store = store.map(|s| s.store.clone());
-        Ok(NativeSession { settings, base, mcp, builtins, skills, recorder, store, metrics: Arc::default() })
+        Ok(NativeSession {
+            settings,
+            base,
+            mcp,
+            builtins,
+            skills,
+            agent_files,
+            recorder,
+            store,
+            metrics: Arc::default(),
+        })
     }
 }
 
@@ -240,15 +258,55 @@ fn builder(s: &Settings) -> PyResult<(ClientBuilder, Vec<String>)> {
 /// The tools of one call.
 #[derive(Deserialize)]
 struct CallTools {
-    /// Python tools, in the order of the invokers handed over with them.
+    /// Python tools, in the order of the invokers handed over with them:
+    /// the run's own and its agents'.
     #[serde(default)]
     tools: Vec<ToolSpec>,
+    /// Which of `tools` the run itself has (by index; absent: all).
+    #[serde(default)]
+    top: Option<Vec<usize>>,
     /// Relay tools: declarations whose calls go back to the caller.
     #[serde(default)]
     relay_tools: Vec<ToolSpec>,
+    /// Sub-agents (`nexus.Agent`), executed by the Rust `AgentTool`.
+    #[serde(default)]
+    agents: Vec<AgentOptions<ToolRef>>,
+    /// The run's typed output (the facade gives the client's default).
+    #[serde(default)]
+    output: Option<OutputSpec>,
     /// Ask for SSE streams (`stream`/`astream`).
     #[serde(default)]
     stream: bool,
+}
+
+/// A tool of a sub-agent: one of the call's Python tools (its index), a
+/// tool of the client by name (a built-in, an MCP tool), or a relay tool.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ToolRef {
+    Python(usize),
+    Named(String),
+    Relay { relay: ToolSpec },
+}
+
+/// The toolbox of a sub-agent from its references.
+fn agent_toolbox(refs: Vec<ToolRef>, python: &[DynTool], session: &[DynTool]) -> PyResult<Toolbox> {
+    let mut toolbox = Toolbox::new();
+    for r in refs {
+        let added = match r {
+            ToolRef::Python(i) => {
+                let tool = python.get(i).ok_or_else(|| errors::config("agent tools", format!("no tool {i}")))?;
+                toolbox.add_dyn(tool.clone())
+            }
+            ToolRef::Named(name) => match session.iter().find(|t| t.decl().name == name) {
+                Some(tool) => toolbox.add_dyn(tool.clone()),
+                None => return Err(errors::config("agent tools", format!("the client has no tool named {name:?}"))),
+            },
+            ToolRef::Relay { relay } => toolbox.add_relay(&relay.name, relay.description, relay.input_schema),
+        };
+        added.map_err(|e| errors::drive(e.into()))?;
+    }
+    Ok(toolbox)
 }
 
 /// One call's client: the session's settings, pool, MCP servers, cassette
@@ -277,17 +335,37 @@ impl NativeClient {
         }
         let (mut b, _) = builder(&session.settings)?;
         b = b.stream(session.settings.stream || call.stream);
+        let python: Vec<DynTool> =
+            call.tools.into_iter().zip(invokers).map(|(spec, invoke)| tools::python_tool(spec, invoke)).collect();
+        let served: Vec<DynTool> =
+            session.mcp.iter().flat_map(McpTools::dyn_tools).chain(session.builtins.iter().cloned()).collect();
         let mut toolbox = Toolbox::new();
-        for (spec, invoke) in call.tools.into_iter().zip(invokers) {
-            toolbox.add_dyn(tools::python_tool(spec, invoke)).map_err(|e| errors::drive(e.into()))?;
+        let top: Vec<usize> = call.top.unwrap_or_else(|| (0..python.len()).collect());
+        for i in top {
+            let tool = python.get(i).ok_or_else(|| errors::config("tools", format!("no tool {i}")))?;
+            toolbox.add_dyn(tool.clone()).map_err(|e| errors::drive(e.into()))?;
         }
         for relay in call.relay_tools {
             toolbox
                 .add_relay(&relay.name, relay.description, relay.input_schema)
                 .map_err(|e| errors::drive(e.into()))?;
         }
-        for t in session.mcp.iter().flat_map(McpTools::dyn_tools).chain(session.builtins.iter().cloned()) {
+        for t in served.iter().cloned() {
             toolbox.add_dyn(t).map_err(|e| errors::drive(e.into()))?;
+        }
+        let (style, model) = (style(&session.settings.style)?, session.settings.model.as_str());
+        for agent in call.agents {
+            b = b.agent(agent.agent_tool(style, model, &mut |refs| agent_toolbox(refs, &python, &served))?);
+        }
+        // A Markdown agent names its tools among the run's own.
+        for file in &session.agent_files {
+            let agent = file
+                .agent_tool(style, model, &toolbox)
+                .map_err(|e| errors::config(&format!("agent {}", file.path.display()), format!("tools: {e}")))?;
+            b = b.agent(agent);
+        }
+        if let Some(spec) = call.output {
+            b = b.output(spec);
         }
         b = b.toolbox(toolbox);
         if let Some(skills) = &session.skills {
@@ -516,6 +594,7 @@ fn settle(result: &RunResult, recorder: Option<&Recorder>, store: Option<&dyn Ru
             out["runId"] = json!(s.run_id);
         }
         out["state"] = json!(String::from_utf8_lossy(&s.state));
+        out["pending"] = machine_json::pending(result);
     }
     if let Some(r) = recorder {
         r.finish().map_err(|e| errors::config("record", e))?;

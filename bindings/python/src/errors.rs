@@ -1,18 +1,23 @@
 //! Rust errors as the package's exception hierarchy, with the Rust error's
 //! message: `NexusError` → provider, limit, state, tool, config, store,
-//! cancelled, replay.
+//! cancelled, replay, output (invalid, refused, truncated).
 
 use nexus_drive::DriveError;
-use nexus_proto::RunError;
+use nexus_proto::{OutputError, RunError};
+use pyo3::prelude::*;
 use pyo3::PyErr;
 
-use crate::{ConfigError, LimitError, NexusError, ProviderError, RunCancelled, StateError, StoreError, ToolError};
+use crate::{
+    ConfigError, LimitError, NexusError, OutputInvalidError, OutputRefusedError, OutputTruncatedError, ProviderError,
+    RunCancelled, StateError, StoreError, ToolError,
+};
 
 /// The exception a driver error is raised as.
 pub fn drive(e: DriveError) -> PyErr {
     let message = e.to_string();
     match e {
         DriveError::Run(RunError::Cancelled) => RunCancelled::new_err(message),
+        DriveError::Run(RunError::Output(o)) => output(o, message),
         DriveError::Run(RunError::DeadlineExceeded) => LimitError::new_err(message),
         DriveError::Run(RunError::Transport { kind: nexus_proto::TransportErrorKind::Timeout, .. }) => {
             LimitError::new_err(message)
@@ -34,4 +39,27 @@ pub fn config(what: &str, e: impl std::fmt::Display) -> PyErr {
 /// A store error.
 pub fn store(e: nexus_drive::StoreError) -> PyErr {
     StoreError::new_err(e.to_string())
+}
+
+/// A run that ended without a valid typed output: the subclass by kind,
+/// with what the model wrote as `raw` (and, when invalid, `attempts` and
+/// the validation `errors`) as attributes.
+fn output(e: OutputError, message: String) -> PyErr {
+    let (err, raw, detail) = match e {
+        OutputError::Invalid { attempts, raw, errors } => {
+            (OutputInvalidError::new_err(message), raw, Some((attempts, errors)))
+        }
+        OutputError::Refused { message: why } => (OutputRefusedError::new_err(message), why, None),
+        OutputError::Truncated { raw } => (OutputTruncatedError::new_err(message), raw, None),
+        _ => (crate::OutputError::new_err(message), String::new(), None),
+    };
+    Python::attach(|py| {
+        let value = err.value(py);
+        let (attempts, errors) = detail.unwrap_or_default();
+        // Setting attributes on a fresh exception instance cannot fail.
+        let _ = value.setattr("raw", raw);
+        let _ = value.setattr("attempts", attempts);
+        let _ = value.setattr("errors", errors);
+    });
+    err
 }

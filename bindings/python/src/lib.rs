@@ -26,6 +26,15 @@ create_exception!(_native, ConfigError, NexusError, "The client configuration is
 create_exception!(_native, StoreError, NexusError, "A run store refused or failed an operation.");
 create_exception!(_native, RunCancelled, NexusError, "The run was cancelled.");
 create_exception!(_native, ReplayError, NexusError, "A cassette did not replay as recorded.");
+create_exception!(_native, OutputError, NexusError, "The run ended without a valid typed output.");
+create_exception!(
+    _native,
+    OutputInvalidError,
+    OutputError,
+    "Every answer failed the output schema and the retries are spent."
+);
+create_exception!(_native, OutputRefusedError, OutputError, "The model refused to give the output.");
+create_exception!(_native, OutputTruncatedError, OutputError, "The token limit cut the output off.");
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -39,6 +48,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StoreError", py.get_type::<StoreError>())?;
     m.add("RunCancelled", py.get_type::<RunCancelled>())?;
     m.add("ReplayError", py.get_type::<ReplayError>())?;
+    m.add("OutputError", py.get_type::<OutputError>())?;
+    m.add("OutputInvalidError", py.get_type::<OutputInvalidError>())?;
+    m.add("OutputRefusedError", py.get_type::<OutputRefusedError>())?;
+    m.add("OutputTruncatedError", py.get_type::<OutputTruncatedError>())?;
     m.add_class::<client::NativeSession>()?;
     m.add_class::<client::NativeClient>()?;
     m.add_class::<client::NativeStream>()?;

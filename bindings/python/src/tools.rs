@@ -66,7 +66,7 @@ pub fn python_tool(spec: ToolSpec, invoke: Py<PyAny>) -> DynTool {
 pub fn wait_for(answerer: Py<PyAny>) -> impl Fn(Request) -> Answer + Send + Sync + 'static {
     move |request: Request| {
         let id = request.id.clone();
-        let text = serde_json::to_string(&request).unwrap_or_default();
+        let text = nexus_drive::machine_json::request(&request).to_string();
         let answer = Python::attach(|py| -> PyResult<String> { answerer.call1(py, (text,))?.extract::<String>(py) });
         let failed = |id: String, message: String| {
             let mut data = serde_json::Map::new();

@@ -99,18 +99,21 @@ RESUME_ELSEWHERE = textwrap.dedent(
             return nexus.pending(kind="approval", prompt=f"Email {to}?")
         return f"sent to {to} from process 2"
 
-    base_url, store, key, request_id = sys.argv[1:5]
-    client = nexus.Client("openai", "m", base_url=base_url, api_key_env="NEXUS_TEST_KEY", store=store or None)
-    result = client.resume(key, [nexus.Answer(request_id)], tools=[send_email])
-    print(json.dumps({"status": result.status, "text": result.text, "outputs": [c.output for c in result.tool_calls]}))
+    base_url, store, key, request_id, model = sys.argv[1:6]
+    # With a model named "parent", the run's tool is an agent (test_agents.py) whose tool suspended.
+    tools = [nexus.Agent("mailer", "Sends emails.", tools=[send_email], model="child")] if model == "parent" else [send_email]
+    client = nexus.Client("openai", model, base_url=base_url, api_key_env="NEXUS_TEST_KEY", store=store or None)
+    result = client.resume(key, [nexus.Answer(request_id)], tools=tools)
+    outputs = [c.output for c in result.tool_calls]
+    print(json.dumps({"status": result.status, "text": result.text, "outputs": outputs, "agents": result.agents}))
     """
 )
 
 
-def resume_in_another_process(base_url: str, store: str, key: str, request_id: str) -> dict:
+def resume_in_another_process(base_url: str, store: str, key: str, request_id: str, model: str = "m") -> dict:
     env = dict(os.environ)
     out = subprocess.run(
-        [sys.executable, "-c", RESUME_ELSEWHERE, base_url, store, key, request_id],
+        [sys.executable, "-c", RESUME_ELSEWHERE, base_url, store, key, request_id, model],
         capture_output=True,
         text=True,
         env=env,
@@ -128,7 +131,7 @@ def test_a_stored_suspension_resumes_in_a_second_process(fake_provider, tmp_path
     first = c.run("Email Sam.", tools=[send_email])
     assert first.status == "pending" and first.run_id
     other = resume_in_another_process(fake.base_url("openai"), location, first.run_id, first.pending[0].id)
-    assert other == {"status": "done", "text": "Sent.", "outputs": ["sent to sam@example.com from process 2"]}
+    assert other == {"status": "done", "text": "Sent.", "outputs": ["sent to sam@example.com from process 2"], "agents": []}
     # Finished: the store no longer holds it, and a second resume is refused.
     with pytest.raises(nexus.StoreError):
         c.resume(first.run_id, [nexus.Answer(first.pending[0].id)], tools=[send_email])

@@ -15,12 +15,17 @@ machine (:mod:`nexus.proto`) is for hosts that do their own I/O.
 """
 
 from . import proto
+from ._agents import Agent
 from ._client import Client, WaitFor, replay
 from ._native import (
     FORMAT_VERSION,
     ConfigError,
     LimitError,
     NexusError,
+    OutputError,
+    OutputInvalidError,
+    OutputRefusedError,
+    OutputTruncatedError,
     ProviderError,
     ReplayError,
     RunCancelled,
@@ -28,12 +33,15 @@ from ._native import (
     StoreError,
     ToolError,
 )
+from ._output import OutputMode, OutputType
 from ._tools import RelayTool, Tool, pending, relay_tool, tool
 from ._types import (
+    AgentEvent,
     Answer,
     DoneEvent,
     Event,
     OtherEvent,
+    OutputPartial,
     Pending,
     PendingEvent,
     ReasoningDelta,
@@ -56,6 +64,9 @@ from ._types import (
 
 __all__ = [
     "Client",
+    "Agent",
+    "OutputMode",
+    "OutputType",
     "WaitFor",
     "replay",
     "proto",
@@ -85,6 +96,8 @@ __all__ = [
     "UsageEvent",
     "TurnFinished",
     "DoneEvent",
+    "AgentEvent",
+    "OutputPartial",
     "OtherEvent",
     "NexusError",
     "ProviderError",
@@ -95,5 +108,9 @@ __all__ = [
     "StoreError",
     "RunCancelled",
     "ReplayError",
+    "OutputError",
+    "OutputInvalidError",
+    "OutputRefusedError",
+    "OutputTruncatedError",
     "FORMAT_VERSION",
 ]

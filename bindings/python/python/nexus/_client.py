@@ -9,6 +9,7 @@ loop keeps running and can run ``async def`` tools and answerers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import os
@@ -30,12 +31,14 @@ from typing import (
 )
 
 from . import _native
+from ._agents import Agent
+from ._output import Output, OutputMode, OutputType, resolve
 from ._tools import RelayTool, Tool
 from ._types import Answer, DoneEvent, Event, Request, RunResult, event_from_json
 
 __all__ = ["Client", "WaitFor", "ToolLike", "replay"]
 
-ToolLike = Union[Tool, RelayTool]
+ToolLike = Union[Tool, RelayTool, Agent, Callable[..., Any]]
 WaitFor = Callable[[Request], Union[Answer, bool, Awaitable[Union[Answer, bool]]]]
 Messages = Sequence[Mapping[str, Any]]
 
@@ -143,6 +146,15 @@ class Client:
             catalog in the system prompt and a ``skill`` tool that loads one.
         timeout: a whole-run deadline in seconds: a run past it fails with
             :class:`LimitError`.
+        output_type: the default typed output of the client's runs (see
+            :meth:`run`), with ``output_mode`` and ``output_retries``.
+        agents: :class:`Agent`\ s every run of the client has (beside the
+            run's own ``tools``).
+        agents_dir: a directory (or a list of them) of Markdown agent
+            definitions, Claude Code's ``.claude/agents/`` format as
+            ``nexus run --agents DIR`` reads it: each file an agent whose
+            ``tools`` names the run's tools. A broken file or a name
+            defined twice is a :class:`ConfigError`.
     """
 
     def __init__(
@@ -167,6 +179,11 @@ class Client:
         root: Optional[Union[str, "os.PathLike[str]"]] = None,
         skills: Optional[Sequence[Union[str, "os.PathLike[str]"]]] = None,
         timeout: Optional[float] = None,
+        output_type: Optional[OutputType] = None,
+        output_mode: Optional[OutputMode] = None,
+        output_retries: Optional[int] = None,
+        agents: Optional[Sequence[Agent]] = None,
+        agents_dir: Optional[Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]] = None,
     ) -> None:
         if style not in DEFAULT_MODELS:
             raise _native.ConfigError(f"style {style!r}: use one of {', '.join(DEFAULT_MODELS)}")
@@ -191,7 +208,10 @@ class Client:
             "root": os.fspath(root) if root is not None else None,
             "skills": [os.fspath(d) for d in (skills or [])],
             "timeout_ms": max(1, round(timeout * 1000)) if timeout is not None else None,
+            "agents_dirs": _paths(agents_dir),
         }
+        self._output = resolve(output_type, output_mode, output_retries, None)
+        self._agents = list(agents or [])
         # One session per client: its connection pool, its MCP servers
         # (started now), its cassette and its store serve every run. The
         # settings (the key among them) stay in Rust memory only.
@@ -216,22 +236,48 @@ class Client:
         loop: Optional[asyncio.AbstractEventLoop],
         cancel: Optional[_native.NativeCancel] = None,
         stream: bool = False,
+        output: Optional[Output] = None,
     ) -> _native.NativeClient:
-        python_tools = []
+        python_tools: List[Tool] = []
+        top: List[int] = []
         relays = []
-        for t in tools or []:
-            if isinstance(t, RelayTool):
+        agents = []
+
+        def index(t: Tool) -> int:
+            for i, known in enumerate(python_tools):
+                if known is t:
+                    return i
+            python_tools.append(t)
+            return len(python_tools) - 1
+
+        for t in [*self._agents, *(tools or [])]:
+            if isinstance(t, Agent):
+                agents.append(t)
+            elif isinstance(t, RelayTool):
                 relays.append(t._spec())
             elif isinstance(t, Tool):
-                python_tools.append(t)
+                top.append(index(t))
             elif callable(t):
-                python_tools.append(Tool(t))
+                top.append(index(Tool(t)))
             else:
                 raise TypeError(f"not a tool: {t!r}")
-        call = {"tools": [t._spec() for t in python_tools], "relay_tools": relays, "stream": stream}
+        call = {
+            "top": top,
+            "relay_tools": relays,
+            "agents": [a._options(index) for a in agents],
+            "stream": stream,
+        }
+        if output is not None:
+            call["output"] = output.spec()
+        call["tools"] = [t._spec() for t in python_tools]
         invokers = [_bind(t, loop) for t in python_tools]
         waiter = _waiter(wait_for, loop) if wait_for is not None else None
         return _native.NativeClient(self._session, json.dumps(call), invokers, waiter, cancel)
+
+    def _output_of(
+        self, output_type: Optional[OutputType], mode: Optional[OutputMode], retries: Optional[int]
+    ) -> Optional[Output]:
+        return resolve(output_type, mode, retries, self._output)
 
     def _resume_key(self, state_or_run_id: Union[str, RunResult]) -> str:
         if isinstance(state_or_run_id, RunResult):
@@ -251,9 +297,23 @@ class Client:
         tools: Optional[Sequence[ToolLike]] = None,
         wait_for: Optional[WaitFor] = None,
         history: Optional[Messages] = None,
+        output_type: Optional[OutputType] = None,
+        output_mode: Optional[OutputMode] = None,
+        output_retries: Optional[int] = None,
     ) -> RunResult:
         """Runs the loop on ``prompt`` (after ``history``, neutral messages)
         until the model answers, a limit stops it, or it suspends.
+
+        ``output_type`` makes the final answer a typed value,
+        :attr:`RunResult.output`: a pydantic model class (an instance of
+        it), a dataclass, a TypedDict, or a JSON Schema dict (the validated
+        JSON value). ``output_mode`` says how the schema reaches the model:
+        ``"auto"`` (per model), ``"native"`` (the provider's schema field),
+        ``"tool"`` (an output tool) or ``"prompted"``; ``output_retries``
+        how many invalid answers the model may replace (default 2). A run
+        that ends without a valid value raises an :class:`OutputError`.
+        ``tools`` may hold :class:`Agent`\ s: sub-agents the model may
+        delegate to.
 
         ``wait_for`` answers suspensions in-process (sync or ``async def``;
         return an :class:`Answer` or a bool); without it a suspended run
@@ -261,8 +321,9 @@ class Client:
         Ctrl-C cancels the run (:class:`RunCancelled` is not raised: the
         ``KeyboardInterrupt`` is).
         """
-        native = self._native_client(tools, wait_for, None, _native.NativeCancel())
-        return RunResult._from_json(json.loads(native.run(_messages(prompt, history), _on_main_thread())))
+        output = self._output_of(output_type, output_mode, output_retries)
+        native = self._native_client(tools, wait_for, None, _native.NativeCancel(), output=output)
+        return _result(native.run(_messages(prompt, history), _on_main_thread()), output)
 
     def resume(
         self,
@@ -271,13 +332,16 @@ class Client:
         *,
         tools: Optional[Sequence[ToolLike]] = None,
         wait_for: Optional[WaitFor] = None,
+        output_type: Optional[OutputType] = None,
     ) -> RunResult:
         """Continues a suspended run from its state (or, with a store, its run
         id) with the host's answers, in this process or another one. Pass
-        the same tools the run had."""
-        native = self._native_client(tools, wait_for, None, _native.NativeCancel())
+        the same tools (and agents) the run had. The output schema is in the
+        state; ``output_type`` (else the client's) builds the value."""
+        output = self._output_of(output_type, None, None)
+        native = self._native_client(tools, wait_for, None, _native.NativeCancel(), output=output)
         text = native.resume(self._resume_key(state_or_run_id), _answers(answers), _on_main_thread())
-        return RunResult._from_json(json.loads(text))
+        return _result(text, output)
 
     def stream(
         self,
@@ -288,17 +352,22 @@ class Client:
         history: Optional[Messages] = None,
         resume: Optional[Union[str, RunResult]] = None,
         answers: Optional[Iterable[Answer]] = None,
+        output_type: Optional[OutputType] = None,
+        output_mode: Optional[OutputMode] = None,
+        output_retries: Optional[int] = None,
     ) -> Iterator[Event]:
         """Runs the loop, yielding its events as they happen (text deltas as
         their bytes arrive); the last one is a :class:`DoneEvent` with the
-        result. With ``resume=`` it continues a suspended run instead."""
-        native = self._native_client(tools, wait_for, None, stream=True)
+        result. With ``resume=`` it continues a suspended run instead. A
+        sub-agent's events come as :class:`AgentEvent` (its path and the event)."""
+        output = self._output_of(output_type, output_mode, output_retries)
+        native = self._native_client(tools, wait_for, None, stream=True, output=output)
         stream = self._start_stream(native, prompt, history, resume, answers)
         while True:
             item = stream.next()
             if item is None:
                 return
-            yield event_from_json(json.loads(item))
+            yield _event(item, output)
 
     def _start_stream(
         self,
@@ -321,14 +390,18 @@ class Client:
         tools: Optional[Sequence[ToolLike]] = None,
         wait_for: Optional[WaitFor] = None,
         history: Optional[Messages] = None,
+        output_type: Optional[OutputType] = None,
+        output_mode: Optional[OutputMode] = None,
+        output_retries: Optional[int] = None,
     ) -> RunResult:
         """:meth:`run`, awaited: ``async def`` tools and answerers run on this
         event loop. Cancelling the task cancels the run."""
         loop = asyncio.get_running_loop()
         cancel = _native.NativeCancel()
-        native = self._native_client(tools, wait_for, loop, cancel)
+        output = self._output_of(output_type, output_mode, output_retries)
+        native = self._native_client(tools, wait_for, loop, cancel, output=output)
         text = await _awaited(loop, cancel, native.start, _messages(prompt, history))
-        return RunResult._from_json(json.loads(text))
+        return _result(text, output)
 
     async def aresume(
         self,
@@ -337,14 +410,16 @@ class Client:
         *,
         tools: Optional[Sequence[ToolLike]] = None,
         wait_for: Optional[WaitFor] = None,
+        output_type: Optional[OutputType] = None,
     ) -> RunResult:
         """:meth:`resume`, awaited."""
         loop = asyncio.get_running_loop()
         cancel = _native.NativeCancel()
-        native = self._native_client(tools, wait_for, loop, cancel)
+        output = self._output_of(output_type, None, None)
+        native = self._native_client(tools, wait_for, loop, cancel, output=output)
         key = self._resume_key(state_or_run_id)
         text = await _awaited(loop, cancel, native.start_resume, key, _answers(answers))
-        return RunResult._from_json(json.loads(text))
+        return _result(text, output)
 
     async def astream(
         self,
@@ -355,11 +430,15 @@ class Client:
         history: Optional[Messages] = None,
         resume: Optional[Union[str, RunResult]] = None,
         answers: Optional[Iterable[Answer]] = None,
+        output_type: Optional[OutputType] = None,
+        output_mode: Optional[OutputMode] = None,
+        output_retries: Optional[int] = None,
     ) -> AsyncIterator[Event]:
         """:meth:`stream`, as an async iterator."""
         loop = asyncio.get_running_loop()
         cancel = _native.NativeCancel()
-        native = self._native_client(tools, wait_for, loop, cancel, stream=True)
+        output = self._output_of(output_type, output_mode, output_retries)
+        native = self._native_client(tools, wait_for, loop, cancel, stream=True, output=output)
         stream = self._start_stream(native, prompt, history, resume, answers)
         items: "asyncio.Queue[Tuple[Optional[str], Optional[BaseException]]]" = asyncio.Queue()
 
@@ -374,12 +453,36 @@ class Client:
                     raise error
                 if text is None:
                     return
-                event = event_from_json(json.loads(text))
+                event = _event(text, output)
                 yield event
                 if isinstance(event, DoneEvent):
                     return
         finally:
             cancel.cancel()  # a consumer that stops early (or is cancelled) stops the run; a no-op after Done
+
+
+def _paths(given: Any) -> List[str]:
+    """One path or a list of them, as strings."""
+    if given is None:
+        return []
+    if isinstance(given, (str, os.PathLike)):
+        return [os.fspath(given)]
+    return [os.fspath(p) for p in given]
+
+
+def _result(text: str, output: Optional[Output]) -> RunResult:
+    """The native result JSON as a :class:`RunResult`, its output built into the declared type."""
+    result = RunResult._from_json(json.loads(text))
+    if output is not None and result.output is not None:
+        result = dataclasses.replace(result, output=output.build(result.output))
+    return result
+
+
+def _event(text: str, output: Optional[Output]) -> Event:
+    event = event_from_json(json.loads(text))
+    if isinstance(event, DoneEvent) and output is not None and event.result.output is not None:
+        event = DoneEvent(result=dataclasses.replace(event.result, output=output.build(event.result.output)))
+    return event
 
 
 def _on_main_thread() -> bool:

@@ -31,6 +31,8 @@ __all__ = [
     "UsageEvent",
     "TurnFinished",
     "DoneEvent",
+    "AgentEvent",
+    "OutputPartial",
     "OtherEvent",
     "RunStatus",
 ]
@@ -40,7 +42,12 @@ RunStatus = Literal["done", "pending", "incomplete"]
 
 @dataclass(frozen=True)
 class Request:
-    """Something a suspended run waits for: an approval, an answer, a login, relay calls."""
+    """Something a suspended run waits for: an approval, an answer, a login, relay calls.
+
+    A sub-agent's request has a path-qualified ``id`` (the delegating call
+    ids, then its own, joined by ``/``: answer it by that id) and ``agent``,
+    the agent path of the run that asks (``""`` for the run itself).
+    """
 
     id: str
     kind: str
@@ -48,6 +55,7 @@ class Request:
     url: Optional[str] = None
     data: Optional[Dict[str, Any]] = None
     expires_at: Optional[str] = None
+    agent: str = ""
 
     @classmethod
     def _from_json(cls, d: Dict[str, Any]) -> "Request":
@@ -58,6 +66,7 @@ class Request:
             url=d.get("url"),
             data=d.get("data"),
             expires_at=d.get("expiresAt"),
+            agent=d.get("agent", ""),
         )
 
     def _to_json(self) -> Dict[str, Any]:
@@ -200,6 +209,10 @@ class RunResult:
     ``status`` is ``"done"``, ``"pending"`` (answer :attr:`pending` and
     resume :attr:`state`, or :attr:`run_id` with a store) or
     ``"incomplete"`` (:attr:`limit` says which limit stopped it).
+    ``output`` is the typed output (see ``output_type``) of a run that is
+    done, ``output_mode`` the strategy that carried it; ``agents`` reports
+    each sub-agent of the run (``path``, ``name``, ``turns``, ``usage``,
+    ``status``).
     """
 
     status: RunStatus
@@ -215,6 +228,8 @@ class RunResult:
     stop_reason: Optional[str] = None
     messages: List[Dict[str, Any]] = field(default_factory=list)
     output: Any = None
+    output_mode: Optional[str] = None
+    agents: List[Dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def _from_json(cls, d: Dict[str, Any]) -> "RunResult":
@@ -232,6 +247,8 @@ class RunResult:
             stop_reason=d.get("stopReason"),
             messages=d.get("messages", []),
             output=d.get("output"),
+            output_mode=d.get("outputMode"),
+            agents=d.get("agents", []),
         )
 
 
@@ -240,6 +257,16 @@ class Event:
     """Base of the stream events; ``type`` is the core's event name."""
 
     type: ClassVar[str] = ""
+
+    @property
+    def agent_path(self) -> str:
+        """The agent path of the run that emitted it: ``""`` for the run itself."""
+        return ""
+
+    @property
+    def inner(self) -> "Event":
+        """The event itself, out of an :class:`AgentEvent`."""
+        return self
 
 
 @dataclass(frozen=True)
@@ -340,6 +367,34 @@ class DoneEvent(Event):
 
 
 @dataclass(frozen=True)
+class OutputPartial(Event):
+    """The typed output as streamed so far: partial, never validated (the
+    final value is the result's ``output``)."""
+
+    value: Any
+    type: ClassVar[str] = "output_partial"
+
+
+@dataclass(frozen=True)
+class AgentEvent(Event):
+    """An event of a sub-agent's run: ``agent`` is its path (the delegating
+    call ids from the top run down, joined by ``/``), ``event`` the child's
+    event (a :class:`PendingEvent` in it carries the qualified request id)."""
+
+    agent: str
+    event: Event
+    type: ClassVar[str] = "agent"
+
+    @property
+    def agent_path(self) -> str:
+        return self.agent
+
+    @property
+    def inner(self) -> Event:
+        return self.event
+
+
+@dataclass(frozen=True)
 class OtherEvent(Event):
     """An event this version of the package has no class for, as the core sent it."""
 
@@ -373,6 +428,14 @@ def event_from_json(d: Dict[str, Any]) -> Event:
         )
     if t == "pending":
         return PendingEvent(request=Request._from_json(d["request"]))
+    if t == "agent":
+        inner = event_from_json(d["event"])
+        if isinstance(inner, PendingEvent) and not inner.request.agent:
+            request = Request._from_json({**d["event"]["request"], "agent": d["agent"]})
+            inner = PendingEvent(request=request)
+        return AgentEvent(agent=d["agent"], event=inner)
+    if t == "output_partial":
+        return OutputPartial(value=d.get("value"))
     if t == "usage":
         return UsageEvent(usage=Usage._from_json(d["usage"]))
     if t == "turn_finished":

@@ -53,23 +53,10 @@ pub fn load(dirs: &[String]) -> Result<Vec<AgentFile>, Fail> {
 pub fn tools(agents: &[AgentFile], style: Style, model: &str, toolbox: &Toolbox) -> Vec<AgentTool> {
     let mut out = Vec::new();
     for a in agents {
-        let tools = match &a.tools {
-            None => toolbox.clone(),
-            Some(names) => match toolbox.only(names) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("nexus: skipped agent: {}: tools: {e}", a.path.display());
-                    continue;
-                }
-            },
-        };
-        let mut tool = AgentTool::new(&a.name, a.description.clone(), style, a.model.as_deref().unwrap_or(model))
-            .system(a.prompt.clone())
-            .toolbox(tools);
-        if let Some(n) = a.max_turns {
-            tool = tool.max_turns(n);
+        match a.agent_tool(style, model, toolbox) {
+            Ok(tool) => out.push(tool),
+            Err(e) => eprintln!("nexus: skipped agent: {}: tools: {e}", a.path.display()),
         }
-        out.push(tool);
     }
     out
 }

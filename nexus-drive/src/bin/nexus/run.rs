@@ -957,7 +957,7 @@ fn stored_id<'a>(ctx: &'a Ctx, result: &'a RunResult) -> Option<&'a str> {
 
 fn show(ctx: &Ctx, result: &RunResult, streamed_text: bool) {
     let run_id = stored_id(ctx, result);
-    let pending = pending_with_owners(result);
+    let pending = nexus_drive::machine_json::pending(result);
     if ctx.json {
         let mut value = serde_json::to_value(result).unwrap_or_default();
         if let Some(obj) = value.as_object_mut() {
@@ -1007,21 +1007,6 @@ fn show(ctx: &Ctx, result: &RunResult, streamed_text: bool) {
             }
         }
     }
-}
-
-/// The pending requests, each a sub-agent's naming it: `agent` is the agent
-/// path of the run that asks (the answer id is the request's `id` as is).
-fn pending_with_owners(result: &RunResult) -> serde_json::Value {
-    let run = result.suspended.as_ref().and_then(|s| Run::restore(&s.state).ok());
-    let items = result.pending.iter().map(|r| {
-        let mut v = serde_json::to_value(r).unwrap_or_default();
-        let owner = run.as_ref().and_then(|run| run.request_owner(&r.id)).filter(|o| !o.is_empty());
-        if let (Some(owner), Some(obj)) = (owner, v.as_object_mut()) {
-            obj.insert("agent".into(), owner.into());
-        }
-        v
-    });
-    serde_json::Value::Array(items.collect())
 }
 
 /// Replaces `path` so that a crash leaves either the old or the new file,
