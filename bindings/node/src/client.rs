@@ -154,6 +154,11 @@ struct Shared {
     local: OnceLock<std::result::Result<Local, String>>,
     /// Counters over every call of the client (`metrics()`).
     metrics: Arc<Metrics>,
+    /// The keep-alive connection pool and tool threads every call shares: a
+    /// client built from the options alone by the first call. Each call's
+    /// own client (its tools, answerer, events) is `with_config` on it, so a
+    /// run reuses the connections, and TLS sessions, of the runs before it.
+    base: OnceLock<Driver>,
 }
 
 /// What a client sets up once from the file system.
@@ -216,6 +221,7 @@ impl Client {
             mcp: Mutex::new(None),
             local: OnceLock::new(),
             metrics: Arc::default(),
+            base: OnceLock::new(),
         };
         Ok(Client { shared: Arc::new(shared) })
     }
@@ -430,7 +436,14 @@ fn execute(
         }
         b = b.tap(Arc::new(rec));
     }
-    let driver = Driver::new(b.build()?);
+    let config = b.build()?;
+    let driver = match shared.base.get() {
+        Some(base) => base.with_config(config),
+        None => {
+            let base = Driver::new(fresh_builder(shared)?.build()?);
+            shared.base.get_or_init(|| base).with_config(config)
+        }
+    };
 
     let result = match (state, &call.run_id, &store) {
         (Some(_), Some(id), Some(store)) if call.state.is_none() => {

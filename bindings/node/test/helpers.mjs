@@ -1,7 +1,7 @@
 // Shared by the tests: the project's fake provider (tests/src/bin/fake_provider.rs),
 // started as a child process on a script of turns, and where things are.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync, existsSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, existsSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,11 +29,18 @@ export function scratch() {
   return mkdtempSync(join(tmpdir(), 'nexus-node-'));
 }
 
-/** The turns of one fake model: `{ turns: [...], expect_final? }` keyed by model name. */
-export async function fakeProvider(models) {
-  const file = join(scratch(), 'scripts.json');
+/**
+ * The turns of one fake model: `{ turns: [...], expect_final? }` keyed by
+ * model name. With `{ log: true }` the server logs every request it
+ * receives, read back with `requests(count)`.
+ */
+export async function fakeProvider(models, { log = false } = {}) {
+  const dir = scratch();
+  const file = join(dir, 'scripts.json');
   writeFileSync(file, JSON.stringify({ api_key: API_KEY, models }));
-  const child = spawn(binary('fake-provider'), ['--scripts', file], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const logFile = join(dir, 'requests.jsonl');
+  const args = ['--scripts', file, ...(log ? ['--requests', logFile] : [])];
+  const child = spawn(binary('fake-provider'), args, { stdio: ['ignore', 'pipe', 'inherit'] });
   const line = await new Promise((ok, fail) => {
     const lines = createInterface({ input: child.stdout });
     lines.once('line', ok);
@@ -50,6 +57,24 @@ export async function fakeProvider(models) {
           return `http://${addr}/v1beta`;
         default:
           return `http://${addr}/v1`;
+      }
+    },
+    /**
+     * The `count` requests received (method, target, body, connection).
+     * The server appends them every few milliseconds: this waits up to 10 s.
+     */
+    async requests(count) {
+      if (!log) throw new Error('start the fake with { log: true }');
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const text = existsSync(logFile) ? readFileSync(logFile, 'utf8') : '';
+        // Only whole lines: the server may be writing the next one.
+        const lines = text.split('\n').slice(0, -1).filter((l) => l.trim());
+        if (lines.length >= count || Date.now() > deadline) {
+          if (lines.length !== count) throw new Error(`expected ${count} requests, the server logged ${lines.length}`);
+          return lines.map((l) => JSON.parse(l));
+        }
+        await new Promise((r) => setTimeout(r, 10));
       }
     },
     stop() {

@@ -102,6 +102,29 @@ test('parallel calls run concurrently: each waits until the other has started', 
   assert.deepEqual(result.toolCalls.map((c) => c.output), ['a met b', 'b met a']);
 });
 
+test('the runs of one client share its keep-alive connections, whatever their tools', async () => {
+  const logged = await fakeProvider(
+    {
+      weather: {
+        turns: [{ tool_calls: [call('get_weather', { city: 'Paris' })] }, { text: 'Sunny, 21 °C in Paris.' }],
+        expect_final: { tool_result_contains: ['Paris: sunny, 21'] },
+      },
+    },
+    { log: true },
+  );
+  try {
+    const client = new Client(options(logged, 'openai', 'weather'));
+    assert.equal((await client.run('Weather in Paris?', { tools: [getWeather] })).text, 'Sunny, 21 °C in Paris.');
+    // Another call's tools: a client of its own on the same pool.
+    const again = tool({ ...getWeather, name: 'get_weather', execute: async ({ city }) => `${city}: sunny, 21 °C` });
+    assert.equal((await client.run('Weather in Paris?', { tools: [again] })).text, 'Sunny, 21 °C in Paris.');
+    const conns = (await logged.requests(4)).map((r) => r.connection);
+    assert.deepEqual(conns, [conns[0], conns[0], conns[0], conns[0]]);
+  } finally {
+    logged.stop();
+  }
+});
+
 test('metrics count the model requests and tool calls in Prometheus text', async () => {
   const client = new Client(options(fake, 'openai', 'weather'));
   await client.run('Weather in Paris?', { tools: [getWeather] });
