@@ -278,7 +278,19 @@ def test_the_api_key_stays_out_of_the_repr():
     assert "sk-secret-value" not in repr(c)
 
 
-def test_ctrl_c_cancels_a_blocking_run(fake_provider):
+@pytest.fixture
+def ctrl_c_raises():
+    """Python's own SIGINT handler for the test: a process started with
+    SIGINT ignored (a background job of a non-interactive shell, as some CI
+    runners start jobs) keeps it ignored, and Ctrl-C would raise nothing."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_cancels_a_blocking_run(fake_provider, ctrl_c_raises):
     import os
     import signal
 
@@ -297,7 +309,7 @@ def test_ctrl_c_cancels_a_blocking_run(fake_provider):
     assert ran == [True]
 
 
-def test_ctrl_c_cancels_a_stream(fake_provider):
+def test_ctrl_c_cancels_a_stream(fake_provider, ctrl_c_raises):
     import os
     import signal
 
