@@ -32,10 +32,8 @@ impl SpanHandle {
 
 #[cfg(feature = "otel")]
 mod on {
-    use opentelemetry::propagation::TextMapPropagator;
     use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
     use opentelemetry::KeyValue;
-    use opentelemetry_sdk::propagation::TraceContextPropagator;
 
     use super::SpanHandle;
     use crate::serve::gateway::Target;
@@ -49,11 +47,10 @@ mod on {
             let Some(tel) = &cfg.telemetry else {
                 return SpanHandle::default();
             };
-            let carrier: std::collections::HashMap<String, String> = ["traceparent", "tracestate"]
-                .iter()
-                .filter_map(|k| Some((k.to_string(), headers.get(*k)?.to_str().ok()?.to_string())))
-                .collect();
-            let parent = TraceContextPropagator::new().extract(&carrier);
+            let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+            let parent = header("traceparent")
+                .and_then(|tp| crate::telemetry::extract(tp, header("tracestate")))
+                .unwrap_or_else(opentelemetry::Context::current);
             let builder =
                 tel.tracer.span_builder(format!("{method} {path}")).with_kind(SpanKind::Server).with_attributes([
                     KeyValue::new("http.request.method", method.to_string()),
@@ -68,21 +65,9 @@ mod on {
             let (Some(tel), Some(parent)) = (&cfg.telemetry, &self.cx) else {
                 return SpanHandle::default();
             };
-            let provider = crate::telemetry::spans::provider_name(target.style());
-            let mut attrs = vec![
-                KeyValue::new(n::OPERATION_NAME, n::OP_CHAT),
-                KeyValue::new(n::PROVIDER_NAME, provider),
-                KeyValue::new(n::REQUEST_MODEL, target.model().to_string()),
-                KeyValue::new(n::REQUEST_STREAM, stream),
-                KeyValue::new("nexus.upstream", target.upstream().to_string()),
-            ];
-            if !tel.latest {
-                attrs.push(KeyValue::new(n::SYSTEM, provider));
-            }
-            if let Some((host, port)) = crate::telemetry::spans::server(url) {
-                attrs.push(KeyValue::new(n::SERVER_ADDRESS, host));
-                attrs.push(KeyValue::new(n::SERVER_PORT, port));
-            }
+            let (_, mut attrs) =
+                crate::telemetry::spans::chat_attributes(target.style(), target.model(), url, stream, tel.latest);
+            attrs.push(KeyValue::new("nexus.upstream", target.upstream().to_string()));
             let builder = tel
                 .tracer
                 .span_builder(format!("{} {}", n::OP_CHAT, target.model()))

@@ -67,6 +67,36 @@ pub(crate) fn provider_name(style: Style) -> &'static str {
 }
 
 /// `host` and `port` of a URL (the port defaulted by its scheme).
+/// A `chat` span's opening attributes, for a run's model call and a gateway
+/// attempt alike: first those its measurements are labelled with
+/// (operation, provider, request model, server), then the span's own
+/// (whether it streams and, in the default shape, the deprecated
+/// `gen_ai.system`). Returns both lists.
+pub(crate) fn chat_attributes(
+    style: Style,
+    model: &str,
+    url: &str,
+    stream: bool,
+    latest: bool,
+) -> (Vec<KeyValue>, Vec<KeyValue>) {
+    let provider = provider_name(style);
+    let mut measured = vec![
+        KeyValue::new(n::OPERATION_NAME, n::OP_CHAT),
+        KeyValue::new(n::PROVIDER_NAME, provider),
+        KeyValue::new(n::REQUEST_MODEL, model.to_string()),
+    ];
+    if let Some((host, port)) = server(url) {
+        measured.push(KeyValue::new(n::SERVER_ADDRESS, host));
+        measured.push(KeyValue::new(n::SERVER_PORT, port));
+    }
+    let mut span = measured.clone();
+    span.push(KeyValue::new(n::REQUEST_STREAM, stream));
+    if !latest {
+        span.push(KeyValue::new(n::SYSTEM, provider));
+    }
+    (measured, span)
+}
+
 pub(crate) fn server(url: &str) -> Option<(String, i64)> {
     let (scheme, rest) = url.split_once("://")?;
     let authority = rest.split(['/', '?', '#']).next()?;
@@ -188,22 +218,9 @@ impl RunSpans {
             chat.cx.span().set_attribute(KeyValue::new(n::ATTEMPT, i64::from(attempt)));
             return;
         }
-        let provider = provider_name(upstream.style);
-        let mut metric_attrs = vec![
-            KeyValue::new(n::OPERATION_NAME, n::OP_CHAT),
-            KeyValue::new(n::PROVIDER_NAME, provider),
-            KeyValue::new(n::REQUEST_MODEL, upstream.model.clone()),
-        ];
-        if let Some((host, port)) = server(&req.url) {
-            metric_attrs.push(KeyValue::new(n::SERVER_ADDRESS, host));
-            metric_attrs.push(KeyValue::new(n::SERVER_PORT, port));
-        }
-        let mut attrs = metric_attrs.clone();
+        let (metric_attrs, mut attrs) =
+            chat_attributes(upstream.style, &upstream.model, &req.url, req.streaming, live.tel.latest);
         attrs.push(KeyValue::new(n::CONVERSATION_ID, run.id().to_string()));
-        attrs.push(KeyValue::new(n::REQUEST_STREAM, req.streaming));
-        if !live.tel.latest {
-            attrs.push(KeyValue::new(n::SYSTEM, provider));
-        }
         let top = path.is_empty();
         if let Some(max) = run.config().max_tokens.filter(|_| top) {
             attrs.push(KeyValue::new(n::REQUEST_MAX_TOKENS, i64::from(max)));
