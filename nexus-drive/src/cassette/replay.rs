@@ -250,6 +250,12 @@ impl Replayer<'_> {
             for i in 1..run.config().upstream_count() {
                 run.set_upstream_api_key(i, REDACTED);
             }
+            // So did the sub-agents' requests, to whatever API they call.
+            let mut names = Vec::new();
+            agent_names(run.config(), &mut names);
+            for name in names {
+                run.set_agent_api_key(&name, REDACTED);
+            }
         }
         self.sends.clear();
         self.running.clear();
@@ -430,6 +436,16 @@ impl Replayer<'_> {
             }
             Some(_) => "it waits for a response or a timer".into(),
             None => "no run has started".into(),
+        }
+    }
+}
+
+/// The names of every agent `config` may delegate to, at any depth.
+fn agent_names(config: &nexus_proto::RunConfig, out: &mut Vec<String>) {
+    for spec in config.agents.iter().flat_map(|a| &a.agents) {
+        if !out.contains(&spec.name) {
+            out.push(spec.name.clone());
+            agent_names(&spec.config, out);
         }
     }
 }

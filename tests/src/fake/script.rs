@@ -49,18 +49,28 @@ pub struct Scripts {
     /// Scripts by model name (the `model` body field, or the model in the Gemini URL).
     #[serde(default)]
     pub models: BTreeMap<String, Script>,
+    /// Answers held until several requests are in flight at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<super::gate::Gate>,
 }
 
 impl Default for Scripts {
     fn default() -> Self {
-        Scripts { api_key: default_api_key(), models: BTreeMap::new() }
+        Scripts { api_key: default_api_key(), models: BTreeMap::new(), gate: None }
     }
 }
 
 impl Scripts {
     /// No scripts, accepting `api_key`.
     pub fn new(api_key: impl Into<String>) -> Scripts {
-        Scripts { api_key: api_key.into(), models: BTreeMap::new() }
+        Scripts { api_key: api_key.into(), models: BTreeMap::new(), gate: None }
+    }
+
+    /// Holds the answers to the first `count` requests for `models` until
+    /// all `count` have arrived ([`Gate`](super::gate::Gate)).
+    pub fn gate(mut self, models: &[&str], count: usize) -> Scripts {
+        self.gate = Some(super::gate::Gate { models: models.iter().map(|m| m.to_string()).collect(), count });
+        self
     }
 
     /// Adds (or replaces) the script of `model`.
