@@ -63,10 +63,7 @@ impl Engine {
     }
 
     fn pace(&mut self, path: &str) -> &mut Pace {
-        if !self.paces.contains_key(path) {
-            self.paces.insert(path.to_string(), Pace::default());
-        }
-        self.paces.get_mut(path).expect("inserted above")
+        self.paces.entry(path.to_string()).or_default()
     }
 
     fn attempt_of(&self, path: &str) -> u32 {
@@ -164,7 +161,7 @@ impl Engine {
         // A run has one call in flight: a newer request of the same run
         // supersedes what is left of its last.
         self.exchanges.retain(|x| x.path != path);
-        let model = self.cfg.on_metric.is_some().then(|| upstream.model);
+        let model = self.cfg.on_metric.is_some().then_some(upstream.model);
         self.exchanges.push(Exchange {
             id: req.exchange,
             path,

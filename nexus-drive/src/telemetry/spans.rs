@@ -582,7 +582,7 @@ impl Live {
 
     /// Ends the answered call's span of the run at `path`, with why its turn stopped.
     fn close_answered(&mut self, path: &str) {
-        if !self.chats.get(path).is_some_and(|c| c.answered.is_some()) {
+        if self.chats.get(path).is_none_or(|c| c.answered.is_none()) {
             return;
         }
         let Some(chat) = self.chats.remove(path) else {
