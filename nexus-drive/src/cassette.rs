@@ -39,7 +39,8 @@
 //! | `done` | `outcome`, `text` | the run ended |
 //!
 //! `exchanges` is how many model calls the driver let the run's tree have
-//! in flight at once ([`Run::set_concurrent_exchanges`]; absent when 1):
+//! in flight at once ([`Run::set_concurrent_exchanges`]; absent when 1 or
+//! when the run has no sub-agents, whose calls are one at a time anyway):
 //! with parallel sub-agents it decides when each request goes out, so a
 //! replay sets the same. Inputs are written in the order the machine was
 //! fed them, however many calls were in flight.
@@ -389,6 +390,15 @@ impl Cassette {
     }
 }
 
+/// The concurrency a replay needs: it decides anything only where children
+/// may call their models side by side.
+fn exchanges_of(run: &Run) -> usize {
+    match &run.config().agents {
+        Some(a) if !a.agents.is_empty() => run.concurrent_exchanges(),
+        _ => 1,
+    }
+}
+
 fn one() -> usize {
     1
 }
@@ -645,13 +655,13 @@ impl Recorder {
 
 impl Tap for Recorder {
     fn started(&self, run: &Run) {
-        self.state_entry(&run.snapshot(), false, run.concurrent_exchanges());
+        self.state_entry(&run.snapshot(), false, exchanges_of(run));
     }
 
     fn restored(&self, run: &Run) {
         let resumed = self.lock().resumed.take();
         if let Some(state) = resumed {
-            self.state_entry(&state, true, run.concurrent_exchanges());
+            self.state_entry(&state, true, exchanges_of(run));
         }
     }
 

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use drive_support::*;
 use nexus_drive::cassette::{replay, Cassette, Quiet, Recorder, ReplayEnd};
 use nexus_drive::{AgentTool, Answer, CancelToken, DriveError, DynTool, Hooks, Request, RunStatus, ToolOutcome};
-use nexus_tests::fake::{FakeProvider, Scripts, Style, Turn};
+use nexus_tests::fake::{Fault, FaultKind, FakeProvider, Scripts, Style, Turn};
 use serde_json::{json, Value};
 
 both_drivers!(
@@ -24,6 +24,7 @@ both_drivers!(
     a_cancel_with_two_calls_in_flight_ends_the_run,
     a_parallel_children_run_replays_from_its_cassette,
     a_resume_refuses_a_childs_call_this_client_cannot_run,
+    a_childs_head_timeout_is_its_own,
 );
 
 /// The two children's models; the fake holds their first requests until both arrived.
@@ -215,4 +216,36 @@ fn a_resume_refuses_a_childs_call_this_client_cannot_run(d: Drv) {
         other => panic!("expected MissingTool, got {other:?}"),
     }
     assert_eq!(fake.requests().len(), sent, "nothing was sent");
+}
+
+/// `alpha` allows 200 ms for a response head, the top run no limit: the
+/// stalled answer fails `alpha`'s call (its result an error) while `beta`
+/// and the top run finish. Read from the top run, the limit would be none
+/// and the stalled answer would come through.
+fn a_childs_head_timeout_is_its_own(d: Drv) {
+    let fake = FakeProvider::start(
+        Scripts::new(KEY)
+            .model(
+                "m-parent",
+                script(vec![
+                    Turn::default()
+                        .call("alpha", r#"{"prompt": "look it up"}"#)
+                        .call("beta", r#"{"prompt": "say hello"}"#),
+                    Turn::text("both back"),
+                ]),
+            )
+            .model(ALPHA, script(vec![Turn::text("too late").fault(Fault::new(FaultKind::Stall { ms: 3_000 }))]))
+            .model(BETA, script(vec![Turn::text("beta done")])),
+    );
+    let mut config = nexus_proto::RunConfig::new(proto_style(Style::Anthropic), ALPHA);
+    config.base_url = fake.base_url(Style::Anthropic);
+    config.failover.head_timeout_ms = Some(200);
+    let alpha = AgentTool::from_config("alpha", "looks things up", config).api_key(KEY);
+    let cfg = builder(&fake, Style::OpenAi, "m-parent", false).agent(alpha).agent(beta(&fake)).build().unwrap();
+    let r = d.client(cfg).run("split it").unwrap();
+    assert_eq!(r.status, RunStatus::Done, "{r:?}");
+    assert_eq!(r.text, "both back");
+    let out = outputs(&r);
+    assert!(out[0].contains("agent alpha failed"), "{out:?}");
+    assert_eq!(out[1], "beta done");
 }
