@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use drive_support::*;
 use nexus_drive::cassette::{replay, Cassette, Quiet, Recorder, ReplayEnd};
 use nexus_drive::{AgentTool, Answer, CancelToken, DriveError, DynTool, Hooks, Request, RunStatus, ToolOutcome};
-use nexus_tests::fake::{Fault, FaultKind, FakeProvider, Scripts, Style, Turn};
+use nexus_tests::fake::{FakeProvider, Fault, FaultKind, Scripts, Style, Turn};
 use serde_json::{json, Value};
 
 both_drivers!(
@@ -114,14 +114,28 @@ fn two_childrens_model_calls_are_in_flight_at_once_and_results_keep_call_order(d
 fn a_suspended_child_beside_a_completing_one_is_pending_and_resumes(d: Drv) {
     let fake = fake(2);
     let done = Arc::new(AtomicUsize::new(0));
-    let cfg = || {
+    // Both segments to one cassette, the second appended by the resuming process.
+    let dir = std::env::temp_dir().join(format!("nexus-parallel-resume-{}-{d:?}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("parallel-resume.jsonl");
+    let recorder = |append: bool| {
+        let rec = if append { Recorder::append(&path) } else { Recorder::create(&path) };
+        let rec = Arc::new(rec.unwrap());
+        rec.set_api_key(KEY);
+        rec
+    };
+    let cfg = |rec: &Arc<Recorder>| {
         builder(&fake, Style::OpenAi, "m-parent", false)
             .agent(alpha(&fake, gated_lookup(done.clone())))
             .agent(beta(&fake))
+            .tap(rec.clone())
             .build()
             .unwrap()
     };
-    let r = d.client(cfg()).run("split it").unwrap();
+    let rec = recorder(false);
+    let r = d.client(cfg(&rec)).run("split it").unwrap();
+    rec.pending(&r.pending);
+    rec.finish().unwrap();
     assert!(fake.failures().is_empty(), "{:?}", fake.failures());
     assert_eq!(r.status, RunStatus::Pending, "{r:?}");
     assert_eq!(r.pending.len(), 1, "{:?}", r.pending);
@@ -129,11 +143,22 @@ fn a_suspended_child_beside_a_completing_one_is_pending_and_resumes(d: Drv) {
     status.sort();
     assert_eq!(status, vec![("alpha".into(), "pending".into()), ("beta".into(), "done".into())]);
     let state = r.suspended.unwrap().state;
-    let r = d.client(cfg()).resume(&state, vec![Answer::ok(&r.pending[0].id, None)]).unwrap();
+    let rec = recorder(true);
+    rec.resume(&state);
+    let r = d.client(cfg(&rec)).resume(&state, vec![Answer::ok(&r.pending[0].id, None)]).unwrap();
+    rec.finish().unwrap();
     assert_eq!(r.status, RunStatus::Done, "{r:?}");
     assert_eq!(outputs(&r), vec!["alpha done".to_string(), "beta done".to_string()]);
     assert_eq!(done.load(Ordering::SeqCst), 1);
     assert_eq!(fake.requests_for(BETA).len(), 1, "the finished child is not asked again");
+    // The resume line says how many calls the resumed tree may have in flight.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let resume = text.lines().find(|l| l.contains(r#""type":"resume""#)).expect("a resume line");
+    assert!(resume.contains(r#""exchanges":4"#), "{resume}");
+    let replayed = replay(&Cassette::load(&path).unwrap(), &mut Quiet).unwrap_or_else(|e| panic!("replay: {e}"));
+    assert!(matches!(replayed.end, ReplayEnd::Finished(_)), "{:?}", replayed.end);
+    assert_eq!(replayed.run.final_text(), "both back");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn a_cancel_with_two_calls_in_flight_ends_the_run(d: Drv) {
