@@ -22,6 +22,10 @@
 //! }
 //! ```
 //!
+//! A top-level `"gate": {"models": ["m-a", "m-b"], "count": 2}` holds the
+//! answers to the first requests for those models until `count` of them
+//! arrived (see [`Gate`](super::gate::Gate)): a test of concurrent calls.
+//!
 //! Fault kinds: `status` (`status`, `retry_after`, `body`),
 //! `reset_before_headers`, `reset_after_headers`, `reset_mid_stream`
 //! (`after_events`), `truncated_chunked`, `stall` (`ms`), `malformed_json`,
