@@ -46,6 +46,7 @@ pub mod script;
 mod server;
 mod wire;
 
+pub use gate::Gate;
 pub use script::{
     ExpectFinal, Fault, FaultKind, Recorded, Script, Scripts, Thinking, ToolCallSpec, Turn, TurnUsage, DEFAULT_API_KEY,
 };

@@ -24,7 +24,7 @@
 //!
 //! A top-level `"gate": {"models": ["m-a", "m-b"], "count": 2}` holds the
 //! answers to the first requests for those models until `count` of them
-//! arrived (see [`Gate`](super::gate::Gate)): a test of concurrent calls.
+//! arrived (see [`Gate`](crate::fake::Gate)): a test of concurrent calls.
 //!
 //! Fault kinds: `status` (`status`, `retry_after`, `body`),
 //! `reset_before_headers`, `reset_after_headers`, `reset_mid_stream`
@@ -55,7 +55,7 @@ pub struct Scripts {
     pub models: BTreeMap<String, Script>,
     /// Answers held until several requests are in flight at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gate: Option<super::gate::Gate>,
+    pub gate: Option<crate::fake::Gate>,
 }
 
 impl Default for Scripts {
@@ -71,9 +71,9 @@ impl Scripts {
     }
 
     /// Holds the answers to the first `count` requests for `models` until
-    /// all `count` have arrived ([`Gate`](super::gate::Gate)).
+    /// all `count` have arrived ([`Gate`](crate::fake::Gate)).
     pub fn gate(mut self, models: &[&str], count: usize) -> Scripts {
-        self.gate = Some(super::gate::Gate { models: models.iter().map(|m| m.to_string()).collect(), count });
+        self.gate = Some(crate::fake::Gate { models: models.iter().map(|m| m.to_string()).collect(), count });
         self
     }
 
