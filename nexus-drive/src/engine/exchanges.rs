@@ -215,12 +215,14 @@ impl Engine {
             held.body.extend_from_slice(chunk.get(..chunk.len().min(room)).unwrap_or_default());
             return true;
         }
-        let path = ex.path.clone();
         if self.feed(Input::ResponseBody { exchange: id, chunk }).is_err() {
             self.take(id);
             return false;
         }
-        self.spans.first_chunk(&path);
+        // Found again rather than its path copied: this runs for every chunk.
+        if let Some(ex) = self.exchanges.iter().find(|x| x.id == id) {
+            self.spans.first_chunk(&ex.path);
+        }
         true
     }
 
