@@ -41,6 +41,9 @@ pub(crate) enum Field<'a, P> {
     Part(P),
     /// JSON written before, as it stands (the tools, see [`crate::tool::ToolSet`]).
     Raw(&'a RawValue),
+    /// The typed-output field, written from its format (a caller param
+    /// merging into it makes it [`Field::Owned`] first).
+    Output(crate::output::wire::View<'a>),
 }
 
 impl<P: Serialize> Serialize for Field<'_, P> {
@@ -54,6 +57,7 @@ impl<P: Serialize> Serialize for Field<'_, P> {
             Field::Param(v) => v.serialize(s),
             Field::Part(p) => p.serialize(s),
             Field::Raw(v) => v.serialize(s),
+            Field::Output(v) => v.serialize(s),
         }
     }
 }
@@ -84,6 +88,12 @@ pub(crate) fn write<'a, P: Serialize>(
     for (key, theirs) in params {
         if RESERVED_PARAMS.contains(&key.as_str()) {
             continue;
+        }
+        if let Some((_, field)) = fields.iter_mut().find(|(name, _)| *name == key.as_str()) {
+            if let (Field::Output(view), true) = (&*field, theirs.is_object()) {
+                // Merged into as `encode_body` merges into its tree.
+                *field = Field::Owned(view.to_value());
+            }
         }
         match (fields.iter_mut().find(|(name, _)| *name == key.as_str()), theirs) {
             (None, _) => fields.push((key.as_str(), Field::Param(theirs))),

@@ -33,7 +33,7 @@ pub(crate) fn fields<'a>(call: &ModelCall<'a>) -> Fields<'a, Part<'a>> {
         f.push(("stream", Field::True));
     }
     if let Some(o) = call.output {
-        f.push(("output_config", Field::Owned(crate::output::wire::anthropic_output_config(o))));
+        f.push(("output_config", Field::Output(crate::output::wire::View::AnthropicOutputConfig(o))));
     }
     f
 }
