@@ -257,13 +257,25 @@ struct Driver {
     /// Tools, answers, and sub-agents' requests awaiting their head (these
     /// tagged with their exchange, so one the machine gave up on is dropped).
     work: Vec<(Option<ExchangeId>, Work)>,
+    /// Which of `streams` is read first on the next wait: each in turn, so
+    /// one that always has bytes ready cannot hold the others back.
+    first: usize,
     alarm: Alarm,
     done: bool,
 }
 
 impl Driver {
     fn new(pool: Arc<h1::Pool>, engine: Engine) -> Driver {
-        Driver { engine, pool, body: None, streams: Vec::new(), work: Vec::new(), alarm: Alarm::new(), done: false }
+        Driver {
+            engine,
+            pool,
+            body: None,
+            streams: Vec::new(),
+            work: Vec::new(),
+            first: 0,
+            alarm: Alarm::new(),
+            done: false,
+        }
     }
 
     async fn next(&mut self) -> Option<Result<StreamItem, DriveError>> {
@@ -363,7 +375,9 @@ impl Driver {
     /// Makes progress on whatever is in flight, or sleeps until `until`.
     async fn wait(&mut self, until: Option<Timestamp>, busy: bool) -> Result<(), DriveError> {
         let cancel = self.engine.cancel_token().clone();
-        let Driver { body, streams, work, alarm, engine, .. } = self;
+        let Driver { body, streams, work, first, alarm, engine, .. } = self;
+        *first = first.wrapping_add(1);
+        let first = *first;
         if body.is_none() && streams.is_empty() && work.is_empty() && until.is_none() {
             return Err(DriveError::Input(InputError::OutOfOrder(if busy {
                 "the run waits on work this driver lost"
@@ -381,7 +395,7 @@ impl Driver {
                 }
                 return std::future::pending().await;
             }
-            first_progress(streams, work).await
+            first_progress(streams, work, first).await
         };
         let alarm = alarm.at(until, engine);
         let woke = progress
@@ -508,19 +522,29 @@ fn poll_work(work: &mut Vec<(Option<ExchangeId>, Work)>, cx: &mut std::task::Con
     }
 }
 
-/// The first piece of any of `streams`' bodies, or the first of `work` to
-/// finish. A body's read is dropped unfinished when another wins: it
-/// consumes nothing until it completes, so the next wait picks it up.
-async fn first_progress(streams: &mut [(ExchangeId, h1::Body)], work: &mut Vec<(Option<ExchangeId>, Work)>) -> Woke {
+/// The first of `work` to finish, or the first piece of any of `streams`'
+/// bodies, those read from `first` on (modulo their number). A body's read
+/// is dropped unfinished when another wins: it consumes nothing until it
+/// completes, so the next wait picks it up.
+async fn first_progress(
+    streams: &mut [(ExchangeId, h1::Body)],
+    work: &mut Vec<(Option<ExchangeId>, Work)>,
+    first: usize,
+) -> Woke {
     type Read<'a> = Pin<Box<dyn Future<Output = Result<usize, h1::Failure>> + Send + 'a>>;
+    let n = streams.len();
     let mut reads: Vec<Read<'_>> = streams.iter_mut().map(|(_, b)| Box::pin(b.read()) as Read<'_>).collect();
     futures_lite::future::poll_fn(|cx| {
-        for (i, read) in reads.iter_mut().enumerate() {
-            if let Poll::Ready(r) = read.as_mut().poll(cx) {
+        if let Poll::Ready(done) = poll_work(work, cx) {
+            return Poll::Ready(Woke::Work(done));
+        }
+        for k in 0..n {
+            let i = (first + k) % n;
+            if let Some(Poll::Ready(r)) = reads.get_mut(i).map(|read| read.as_mut().poll(cx)) {
                 return Poll::Ready(Woke::Stream(i, r));
             }
         }
-        poll_work(work, cx).map(Woke::Work)
+        Poll::Pending
     })
     .await
 }
