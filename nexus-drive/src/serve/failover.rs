@@ -260,6 +260,14 @@ impl<T> From<Failure<T>> for Forwarded<T> {
 /// before it (an `overloaded_error` event instead of an answer), read by the
 /// core's own stream decoder for `style`.
 fn stream_error(style: Style, piece: &[u8]) -> Option<ProviderError> {
+    // Every error the decoders report names itself: an `error` event or key,
+    // or a `response.failed` event. A piece without either word (nor an
+    // escape that could spell one) is not decoded: the first piece of a
+    // stream is often the whole answer.
+    let mentions = |word: &[u8]| piece.windows(word.len()).any(|w| w == word);
+    if ![&b"error"[..], b"failed", b"\\u"].into_iter().any(mentions) {
+        return None;
+    }
     let mut events = Vec::new();
     SseDecoder::new().feed(piece, &mut events);
     let mut assembler = style.assembler();
@@ -463,6 +471,22 @@ fn all_open<T>(route: &Route, circuits: &Circuits, keys: &[String]) -> Forwarded
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_s_first_error_is_found_in_every_dialect_and_an_answer_is_not_decoded() {
+        let errors = [
+            (Style::Anthropic, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"),
+            (Style::OpenAi, "data: {\"error\":{\"message\":\"busy\",\"type\":\"server_error\"}}\n\n"),
+            (Style::OpenAi, "data: {\"\\u0065rror\":{\"message\":\"busy\",\"type\":\"server_error\"}}\n\n"),
+            (Style::Gemini, "data: {\"error\":{\"code\":503,\"message\":\"busy\",\"status\":\"UNAVAILABLE\"}}\n\n"),
+            (Style::OpenAiResponses, "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\"}}\n\n"),
+        ];
+        for (style, piece) in errors {
+            assert!(stream_error(style, piece.as_bytes()).is_some(), "{style:?}: {piece}");
+        }
+        let answer = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n";
+        assert!(stream_error(Style::OpenAi, answer.as_bytes()).is_none());
+    }
 
     #[test]
     fn a_half_open_circuit_lets_one_probe_through_at_a_time() {

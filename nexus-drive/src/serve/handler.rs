@@ -360,13 +360,23 @@ pub(super) struct Usage {
 }
 
 impl Usage {
-    /// One event's JSON, read only when it mentions usage.
+    /// One event's JSON, read only when it mentions usage. Only the keys
+    /// that carry usage are built ([`UsageCarriers`]); the rest of the event
+    /// (a chunk's deltas, a whole message) is skipped. An event that does not
+    /// fit that shape is read whole, as before.
     pub(super) fn scan(&mut self, data: &[u8]) {
         if !contains(data, b"usage") {
             return;
         }
-        if let Ok(v) = serde_json::from_slice::<Value>(data) {
-            self.scan_value(&v);
+        // A derived struct would also read an array, by position.
+        let object = data.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+        match serde_json::from_slice::<UsageCarriers>(data).ok().filter(|_| object) {
+            Some(carriers) => self.scan_value(&carriers.into_value()),
+            None => {
+                if let Ok(v) = serde_json::from_slice::<Value>(data) {
+                    self.scan_value(&v);
+                }
+            }
         }
     }
 
@@ -421,6 +431,51 @@ impl Usage {
                 self.scan(data);
             }
         }
+    }
+}
+
+/// The keys of an event [`Usage::scan_value`] reads: `usage`, `usageMetadata`,
+/// and `usage` inside `message` or `response`. A key present with `null` is
+/// kept as `null` (a usage object was announced).
+#[derive(serde::Deserialize)]
+struct UsageCarriers {
+    #[serde(default, deserialize_with = "present")]
+    usage: Option<Value>,
+    #[serde(default, rename = "usageMetadata", deserialize_with = "present")]
+    usage_metadata: Option<Value>,
+    #[serde(default)]
+    message: Option<Carrier>,
+    #[serde(default)]
+    response: Option<Carrier>,
+}
+
+#[derive(serde::Deserialize)]
+struct Carrier {
+    #[serde(default, deserialize_with = "present")]
+    usage: Option<Value>,
+}
+
+/// A present key's value, `null` included.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    <Value as serde::Deserialize>::deserialize(d).map(Some)
+}
+
+impl UsageCarriers {
+    /// The event as `scan_value` sees it, without what it does not read.
+    fn into_value(self) -> Value {
+        let mut v = serde_json::Map::new();
+        let nested = |c: Option<Carrier>| c.and_then(|c| c.usage).map(|u| json!({ "usage": u }));
+        for (key, value) in [
+            ("usage", self.usage),
+            ("usageMetadata", self.usage_metadata),
+            ("message", nested(self.message)),
+            ("response", nested(self.response)),
+        ] {
+            if let Some(value) = value {
+                v.insert(key.to_string(), value);
+            }
+        }
+        Value::Object(v)
     }
 }
 
@@ -515,4 +570,45 @@ fn with_headers(mut reply: Reply, extra: &[(String, String)]) -> Reply {
 
 fn send_error(e: &TranslateError, extra: &[(String, String)]) -> Reply {
     with_headers(Reply::json(e.status, e.to_json().to_string()), extra)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What [`Usage::scan`] found, field by field.
+    fn found(u: &Usage) -> (u64, u64, u64, u64, bool) {
+        (u.input, u.output, u.cached, u.reasoning, u.seen)
+    }
+
+    #[test]
+    fn usage_read_from_its_keys_is_usage_read_from_the_whole_event() {
+        let events = [
+            r#"{"id":"c","choices":[{"delta":{"content":"hi"}}],"usage":null}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":8,"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":3}}}"#,
+            r#"{"type":"message_start","message":{"id":"m","content":[],"usage":{"input_tokens":5,"cache_read_input_tokens":2,"output_tokens":1}}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}"#,
+            r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":7,"output_tokens":2,"input_tokens_details":{"cached_tokens":1},"output_tokens_details":{"reasoning_tokens":1}}}}"#,
+            r#"{"candidates":[],"usageMetadata":{"promptTokenCount":11,"candidatesTokenCount":4,"thoughtsTokenCount":2,"cachedContentTokenCount":3}}"#,
+            r#"{"message":"usage is a word here","usage":{"output_tokens":1}}"#,
+            r#"{"message":null,"response":{"usage":null},"text":"usage"}"#,
+            r#"{"usage":{"output_tokens":1},"usage":{"output_tokens":6}}"#,
+            r#"["usage",{"output_tokens":5}]"#,
+            r#"{"usage": {"prompt_tokens": 3, "completion_tokens": 1}} "#,
+            r#"{"usage":{"prompt_tokens":3}"#,
+        ];
+        for event in events {
+            let (mut keys, mut whole) = (Usage::default(), Usage::default());
+            keys.scan(event.as_bytes());
+            if let Ok(v) = serde_json::from_slice::<Value>(event.as_bytes()) {
+                whole.scan_value(&v);
+            }
+            assert_eq!(found(&keys), found(&whole), "{event}");
+        }
+        let mut all = Usage::default();
+        for event in events {
+            all.scan(event.as_bytes());
+        }
+        assert_eq!(found(&all), (20, 9, 4, 3, true), "the largest of each, over a stream");
+    }
 }
