@@ -747,6 +747,7 @@ impl Engine {
             output_strategies,
             agents: self.run.agent_reports(),
             compactions: RunResult::compactions(&self.run),
+            provider_compactions: self.run.provider_compactions().to_vec(),
         }
     }
 

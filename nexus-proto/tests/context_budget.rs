@@ -316,6 +316,111 @@ fn anthropic_context_editing_is_sent_with_its_beta_header_when_asked() {
     assert_eq!(beta, Some("context-management-2025-06-27"));
 }
 
+/// The next request the run sends (events skipped).
+fn next_send(run: &mut Run) -> nexus_proto::HttpRequest {
+    loop {
+        match run.poll_output() {
+            Output::Send(req) => return req,
+            Output::Event(_) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn responses_server_compaction_is_asked_kept_recorded_and_sent_back_after_a_restore() {
+    for stream in [false, true] {
+        let mut cfg = config(Style::OpenAiResponses, stream, 100_000);
+        cfg.context.as_mut().unwrap().responses_compaction =
+            Some(nexus_proto::ResponsesCompaction { compact_threshold: 2_000 });
+        let mut run = Run::new(cfg, tools(), vec![Message::user("go")]).unwrap();
+        let req = next_send(&mut run);
+        let body: Value = serde_json::from_slice(&req.body).unwrap();
+        assert_eq!(body["context_management"], json!([{"type": "compaction", "compact_threshold": 2_000}]));
+
+        // The API compacted: its opaque item comes first, then the call.
+        let compaction = json!({"id": "cmp_1", "type": "compaction", "encrypted_content": "gAAAAA-opaque==",
+                                "created_by": "server"});
+        let call = json!({"id": "fc_1", "type": "function_call", "status": "completed", "call_id": "call_1",
+                          "name": "read_file", "arguments": "{\"path\":\"a.rs\"}"});
+        let usage = json!({"input_tokens": 2_100, "output_tokens": 9, "total_tokens": 2_109});
+        let whole = json!({"id": "resp_1", "object": "response", "status": "completed", "model": "m",
+                           "output": [compaction, call], "usage": usage});
+        let bytes = if stream {
+            let mut sse = String::new();
+            let mut ev =
+                |data: Value| sse.push_str(&format!("event: {}\ndata: {data}\n\n", data["type"].as_str().unwrap()));
+            ev(
+                json!({"type": "response.created", "sequence_number": 0, "response": {"id": "resp_1", "status": "in_progress", "output": []}}),
+            );
+            ev(
+                json!({"type": "response.output_item.added", "sequence_number": 1, "output_index": 0, "item": compaction}),
+            );
+            ev(
+                json!({"type": "response.compaction.compacting", "sequence_number": 2, "output_index": 0, "item_id": "cmp_1"}),
+            );
+            ev(
+                json!({"type": "response.output_item.done", "sequence_number": 3, "output_index": 0, "item": compaction}),
+            );
+            ev(json!({"type": "response.output_item.added", "sequence_number": 4, "output_index": 1, "item": call}));
+            ev(json!({"type": "response.output_item.done", "sequence_number": 5, "output_index": 1, "item": call}));
+            ev(json!({"type": "response.completed", "sequence_number": 6, "response": whole}));
+            sse.into_bytes()
+        } else {
+            whole.to_string().into_bytes()
+        };
+        let ct = if stream { "text/event-stream" } else { "application/json" };
+        let ex = req.exchange;
+        let head = Input::ResponseHead { exchange: ex, status: 200, headers: vec![("content-type".into(), ct.into())] };
+        run.handle_input(NOW, head).unwrap();
+        run.handle_input(NOW, Input::ResponseBody { exchange: ex, chunk: &bytes }).unwrap();
+        run.handle_input(NOW, Input::ResponseEnd { exchange: ex }).unwrap();
+        let batch = loop {
+            match run.poll_output() {
+                Output::RunTools(batch) => break batch,
+                Output::Event(_) => {}
+                other => panic!("stream={stream}: {other:?}"),
+            }
+        };
+        assert_eq!(batch.calls.len(), 1, "stream={stream}: the call still runs");
+        let call_id = batch.calls[0].call_id.clone();
+        run.handle_input(NOW, Input::ToolReply { call_id, reply: ToolReply::Done(ToolResult::ok("fn a() {}")) })
+            .unwrap();
+        assert_eq!(run.provider_compactions().len(), 1, "stream={stream}");
+        assert_eq!(run.provider_compactions()[0].turn, 1);
+        assert_eq!(run.provider_compactions()[0].id, "cmp_1");
+
+        // Recorded in the state; a restored run sends the item back in its place.
+        let state = run.snapshot();
+        let v: Value = serde_json::from_slice(&state).unwrap();
+        assert_eq!(
+            v["context"]["providerCompactions"],
+            json!([{"turn": 1, "upstream": 0, "style": "openai-responses", "id": "cmp_1"}])
+        );
+        if !stream {
+            // The committed fixture of this state (a run with a provider's compaction on record).
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/state/v3-openai-responses-server-compaction-context.json");
+            if std::env::var("NEXUS_WRITE_STATE_FIXTURES").is_ok() {
+                std::fs::write(&path, &state).unwrap();
+            }
+            let stored = std::fs::read(&path).unwrap();
+            assert!(stored == state, "this build writes the fixture");
+        }
+        let mut restored = Run::restore(&state).unwrap();
+        assert!(restored.snapshot() == state, "round trip");
+        let body: Value = serde_json::from_slice(&next_send(&mut restored).body).unwrap();
+        let kinds: Vec<&str> = body["input"].as_array().unwrap().iter().map(|i| i["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["message", "compaction", "function_call", "function_call_output"], "stream={stream}");
+        assert_eq!(
+            body["input"][1],
+            json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAA-opaque=="}),
+            "stream={stream}: the input form, without what the API adds on output"
+        );
+        assert_eq!(body["context_management"][0]["compact_threshold"], 2_000);
+    }
+}
+
 #[test]
 fn bad_policies_are_refused() {
     let mut cfg = config(Style::OpenAi, false, 1_000);

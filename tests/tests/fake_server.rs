@@ -936,3 +936,65 @@ fn token_counters_answer_in_each_apis_shape_and_refuse_what_it_refuses() {
     );
     assert_eq!(wrong_key.status, 401);
 }
+
+#[test]
+fn responses_server_compaction_is_checked_issued_and_verified_like_the_api() {
+    let fake = FakeProvider::start(scripts());
+    let s = Style::OpenAiResponses;
+    let with = |cm: Value, items: Vec<Value>| {
+        let mut body = wrap(s, "m-rich", items, false);
+        body["context_management"] = cm;
+        body
+    };
+    let long = user(s, &"word ".repeat(400));
+    // Malformed settings are refused by name.
+    for (cm, param) in [
+        (json!({"type": "compaction"}), "context_management"),
+        (json!([{"type": "truncate"}]), "context_management[0].type"),
+        (json!([{"type": "compaction", "compact_threshold": -1}]), "context_management[0].compact_threshold"),
+    ] {
+        let r = call_with(&fake, s, "m-rich", &with(cm, vec![user(s, "hi")]), false, Some(KEY));
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert_eq!(r.json()["error"]["param"], param);
+    }
+    // Under the threshold: no compaction; over it: a compaction item first, whole and streamed.
+    let cm = json!([{"type": "compaction", "compact_threshold": 200}]);
+    let r = call_with(&fake, s, "m-rich", &with(cm.clone(), vec![user(s, "hi")]), false, Some(KEY));
+    assert!(r.json()["output"].as_array().unwrap().iter().all(|i| i["type"] != "compaction"));
+    let r = call_with(&fake, s, "m-rich", &with(cm.clone(), vec![long.clone()]), false, Some(KEY));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let item = r.json()["output"][0].clone();
+    assert_eq!(item["type"], "compaction", "{item}");
+    assert!(item["encrypted_content"].as_str().is_some_and(|e| !e.is_empty()));
+    if let Some(run) = oracle::validate_response(s, &r.body) {
+        assert!(run.ok, "the SDK reads the compaction item: {}", run.stdout);
+    }
+    let mut streamed = with(cm.clone(), vec![long.clone()]);
+    streamed["stream"] = json!(true);
+    let r = call_with(&fake, s, "m-rich", &streamed, true, Some(KEY));
+    let kinds: Vec<String> = sse_events(&r.body).into_iter().filter_map(|(k, _)| k).collect();
+    assert!(kinds.iter().any(|k| k == "response.compaction.compacting"), "{kinds:?}");
+
+    // Sent back in its input form it is accepted, and the input before it no
+    // longer counts; a forged or decorated one is refused.
+    let answer = json!({"role": "user", "content": "go on"});
+    let r = call_with(
+        &fake,
+        s,
+        "m-rich",
+        &with(cm.clone(), vec![long.clone(), item.clone(), answer.clone()]),
+        false,
+        Some(KEY),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["output"].as_array().unwrap().iter().all(|i| i["type"] != "compaction"), "pruned before it");
+    let mut forged = item.clone();
+    forged["encrypted_content"] = json!("gAAAAAforged");
+    let r =
+        call_with(&fake, s, "m-rich", &with(cm.clone(), vec![user(s, "hi"), forged, answer.clone()]), false, Some(KEY));
+    assert_error(s, &r, 400, "invalid_encrypted_content", "could not be verified");
+    let mut decorated = item;
+    decorated["created_by"] = json!("server");
+    let r = call_with(&fake, s, "m-rich", &with(cm, vec![user(s, "hi"), decorated, answer]), false, Some(KEY));
+    assert_error(s, &r, 400, "unknown_parameter", "Unknown parameter: 'input[1].created_by'.");
+}

@@ -19,6 +19,7 @@
 //! kept, a marker says how much was left out); the full result stays in the
 //! transcript and the ledger.
 
+mod native;
 mod view;
 mod window;
 
@@ -27,6 +28,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use native::{ClearToolUses, ProviderCompaction, ResponsesCompaction, ANTHROPIC_CONTEXT_BETA};
 pub use view::{cap_text, SUMMARY_PREFIX};
 pub use window::builtin_window;
 
@@ -90,6 +92,9 @@ pub struct ContextPolicy {
     /// Anthropic context editing, sent to Anthropic upstreams (opt-in).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anthropic_clear_tool_uses: Option<ClearToolUses>,
+    /// OpenAI Responses server-side compaction, asked of Responses upstreams (opt-in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responses_compaction: Option<ResponsesCompaction>,
 }
 
 impl Default for ContextPolicy {
@@ -103,6 +108,7 @@ impl Default for ContextPolicy {
             tool_result_caps: BTreeMap::new(),
             instruction: None,
             anthropic_clear_tool_uses: None,
+            responses_compaction: None,
         }
     }
 }
@@ -128,25 +134,6 @@ impl ContextPolicy {
         Ok(())
     }
 }
-
-/// Anthropic context editing (`context_management.edits` with
-/// `clear_tool_uses_20250919`, beta `context-management-2025-06-27`): the
-/// API clears the oldest tool results server-side before the model sees
-/// the prompt. The client still sends, and keeps, the whole view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClearToolUses {
-    /// Input tokens at which the API starts clearing (`trigger`).
-    pub trigger_tokens: u64,
-    /// Most recent tool uses kept (`keep`).
-    pub keep_tool_uses: u32,
-    /// Clear at least this many tokens each time, so the cache is broken rarely (`clear_at_least`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clear_at_least: Option<u64>,
-}
-
-/// The beta header value Anthropic context editing needs.
-pub const ANTHROPIC_CONTEXT_BETA: &str = "context-management-2025-06-27";
 
 /// One compaction of this run, as recorded in the state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -202,6 +189,9 @@ pub(crate) struct ContextState {
     /// A compaction whose request is being made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compacting: Option<Job>,
+    /// Compactions a provider made on its side (OpenAI Responses), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provider_compactions: Vec<ProviderCompaction>,
 }
 
 /// A compaction under way.
@@ -333,7 +323,7 @@ pub(crate) fn prepare(state: &mut RunState, shape: &crate::output::Shape<'_>) ->
         return Ok(Prepared { body, compaction: false, headers: Vec::new() });
     };
     let model = state.config.parts_of(upstream).2.to_string();
-    let (extra, headers) = native_options(&policy, style);
+    let (extra, headers) = native::options(&policy, style);
     loop {
         let budget = budget(state, &policy, upstream, &model);
         if let Some(job) = state.context.as_ref().and_then(|c| c.compacting.clone()) {
@@ -456,25 +446,6 @@ fn exhausted(
     RunError::ContextExhausted { estimate: est, limit, biggest: items }
 }
 
-/// Body keys and headers of the provider-native options for `style`.
-fn native_options(policy: &ContextPolicy, style: Style) -> (Map<String, Value>, Vec<(String, String)>) {
-    let mut extra = Map::new();
-    let mut headers = Vec::new();
-    if let (Style::Anthropic, Some(c)) = (style, policy.anthropic_clear_tool_uses) {
-        let mut edit = serde_json::json!({
-            "type": "clear_tool_uses_20250919",
-            "trigger": {"type": "input_tokens", "value": c.trigger_tokens},
-            "keep": {"type": "tool_uses", "value": c.keep_tool_uses},
-        });
-        if let (Some(n), Value::Object(o)) = (c.clear_at_least, &mut edit) {
-            o.insert("clear_at_least".into(), serde_json::json!({"type": "input_tokens", "value": n}));
-        }
-        extra.insert("context_management".into(), serde_json::json!({ "edits": [edit] }));
-        headers.push(("anthropic-beta".to_string(), ANTHROPIC_CONTEXT_BETA.to_string()));
-    }
-    (extra, headers)
-}
-
 /// Whether the request in flight (or about to be rebuilt) is a compaction's.
 pub(crate) fn compacting(state: &RunState) -> bool {
     state.context.as_ref().is_some_and(|c| c.compacting.is_some())
@@ -482,6 +453,10 @@ pub(crate) fn compacting(state: &RunState) -> bool {
 
 /// A model turn was accepted: its reported prompt tokens calibrate the estimate.
 pub(crate) fn on_turn(state: &mut RunState, turn: &TurnResponse) {
+    if state.config.context.is_none() {
+        return;
+    }
+    native::on_turn(state, turn);
     let upstream = state.upstream;
     let Some(ctx) = state.context.as_mut() else { return };
     if let Some((u, bytes, _)) = ctx.sent.take() {
@@ -585,6 +560,12 @@ impl Run {
     /// The compactions of this run, in order (empty without a context policy).
     pub fn compactions(&self) -> &[Compaction] {
         self.state.context.as_ref().map_or(&[], |c| &c.compactions)
+    }
+
+    /// The compactions providers made on their side (OpenAI Responses
+    /// server-side compaction), in order.
+    pub fn provider_compactions(&self) -> &[ProviderCompaction] {
+        self.state.context.as_ref().map_or(&[], |c| &c.provider_compactions)
     }
 
     /// The context window the budget uses for upstream `index` now, in

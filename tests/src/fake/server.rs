@@ -393,13 +393,14 @@ fn plan(
     match style {
         Style::Anthropic => anthropic::check_balance(&body)?,
         Style::OpenAi => openai::check_balance(&body)?,
-        Style::OpenAiResponses => responses::check_balance(&body)?,
+        Style::OpenAiResponses => responses::check_balance(&body, &parsed.model)?,
         Style::Gemini => {
             gemini::check_balance(&body)?;
             gemini::check_signatures(&body, &parsed.model)?;
         }
     }
     output::check(style, &body, &parsed.model)?;
+    let compact_threshold = if style == Style::OpenAiResponses { responses::compact_threshold(&body)? } else { None };
     let counted = super::fake_token_count(&body);
     if let Some(limit) = script.context_limit.filter(|l| counted > *l) {
         return Err(context::too_long(style, counted, limit));
@@ -460,7 +461,14 @@ fn plan(
         }
         None => turn,
     };
-    let ctx = Ctx { model: &parsed.model, turn_index, turn, huge: None, include_usage: parsed.include_usage };
+    let ctx = Ctx {
+        model: &parsed.model,
+        turn_index,
+        turn,
+        huge: None,
+        include_usage: parsed.include_usage,
+        compaction: compact_threshold.is_some_and(|t| responses::tokens_since_compaction(&body) > t),
+    };
     Ok(faults::answer(style, &ctx, framing, faults::select(&turn.faults, attempt)))
 }
 
@@ -481,7 +489,14 @@ fn summary(shared: &Shared, style: Style, parsed: &Parsed, counted: u64, gemini:
         None => Framing::Whole,
     };
     let turn_index = 100_000 + n as usize;
-    let ctx = Ctx { model: &parsed.model, turn_index, turn: &turn, huge: None, include_usage: parsed.include_usage };
+    let ctx = Ctx {
+        model: &parsed.model,
+        turn_index,
+        turn: &turn,
+        huge: None,
+        include_usage: parsed.include_usage,
+        compaction: false,
+    };
     faults::answer(style, &ctx, framing, None)
 }
 
