@@ -429,6 +429,14 @@ impl<Built: From<ClientConfig>> ClientBuilder<Built> {
         self
     }
 
+    /// Ask the upstream's token counter (Anthropic, OpenAI Responses,
+    /// Gemini) for a request whose estimate is within `fraction` of the
+    /// compaction trigger, and go by its count. Turns the context budget on.
+    pub fn count_margin(mut self, fraction: f64) -> Self {
+        self.context().count_margin = Some(fraction);
+        self
+    }
+
     /// The whole context budget at once (see [`ContextPolicy`]).
     pub fn context_policy(mut self, policy: ContextPolicy) -> Self {
         self.cfg.run.context = Some(policy);

@@ -2,7 +2,7 @@
 
 use nexus_proto::{
     AgentReport, Message, ProviderCompaction, Request, Run, StopReason, Strategy, StrategyRecord, StreamEvent, Style,
-    ToolCallRecord, Upstream, Usage,
+    TokenCount, ToolCallRecord, Upstream, Usage,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -85,6 +85,10 @@ pub struct RunResult {
     /// server-side compaction), in order (left out of the JSON when none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub provider_compactions: Vec<ProviderCompaction>,
+    /// Every token count an upstream's counter made for the run's requests
+    /// (`ContextPolicy::count_margin`), in order (left out of the JSON when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub token_counts: Vec<TokenCount>,
 }
 
 /// One compaction of a run's context, as reported.
@@ -251,6 +255,7 @@ mod tests {
             agents: vec![],
             compactions: vec![],
             provider_compactions: vec![],
+            token_counts: vec![],
         }
     }
 

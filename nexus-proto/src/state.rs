@@ -41,6 +41,10 @@ use crate::run::{Run, RunState};
 ///     compaction item an OpenAI Responses upstream returned; the item itself
 ///     rides on its assistant turn). A state without them is a run whose
 ///     providers compacted nothing.
+///   - token counts: the budget may hold `countMargin`, and the state's
+///     `context` then `count` (the count asked or answered for the next
+///     request's body) and `tokenCounts` (`turn`, `upstream`, `estimate`,
+///     `tokens`). A state without them is a run that counted nothing.
 pub const FORMAT_VERSION: u64 = 3;
 
 #[derive(Deserialize)]

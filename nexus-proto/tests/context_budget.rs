@@ -421,6 +421,110 @@ fn responses_server_compaction_is_asked_kept_recorded_and_sent_back_after_a_rest
     }
 }
 
+/// Drives a read loop of `turns` turns of 2 KB results where every token
+/// count is answered by `counter` (status, body); returns the count
+/// requests' URLs and bodies, the compactions, and the outcome.
+fn drive_counted(
+    style: Style,
+    turns: usize,
+    counter: &dyn Fn() -> (u16, String),
+) -> (Vec<(String, Value)>, usize, Outcome, Run) {
+    let mut cfg = config(style, false, 6_000);
+    cfg.context.as_mut().unwrap().count_margin = Some(0.5);
+    let mut run = Run::new(cfg, tools(), vec![Message::user("Read every file.")]).unwrap();
+    let (mut counts, mut compactions, mut next) = (Vec::new(), 0, 0);
+    for _ in 0..10_000 {
+        match run.poll_output() {
+            Output::Send(req) => {
+                let (status, bytes) = if req.url.contains("count_tokens") || req.url.contains("countTokens") {
+                    counts.push((req.url.clone(), serde_json::from_slice(&req.body).unwrap()));
+                    let (status, body) = counter();
+                    (status, body.into_bytes())
+                } else if is_compaction(&req.body) {
+                    compactions += 1;
+                    (200, wire_n(style, &Turn::text("Summary: files were read."), false, 1000 + compactions))
+                } else {
+                    let n = next;
+                    next += 1;
+                    let turn = if n + 1 < turns {
+                        let id = format!("call_{n}");
+                        let args = format!(r#"{{"path":"src/f{n}.rs"}}"#);
+                        Turn::calls(&[(id.as_str(), "read_file", args.as_str())])
+                    } else {
+                        Turn::text("all files read")
+                    };
+                    (200, wire_n(style, &turn, false, n))
+                };
+                let ex = req.exchange;
+                let head = Input::ResponseHead {
+                    exchange: ex,
+                    status,
+                    headers: vec![("content-type".into(), "application/json".into())],
+                };
+                run.handle_input(NOW, head).unwrap();
+                run.handle_input(NOW, Input::ResponseBody { exchange: ex, chunk: &bytes }).unwrap();
+                run.handle_input(NOW, Input::ResponseEnd { exchange: ex }).unwrap();
+            }
+            Output::RunTools(batch) => {
+                for inv in batch.calls {
+                    let path = inv.input["path"].as_str().unwrap_or("?").to_string();
+                    let reply = ToolReply::Done(ToolResult::ok(file(&path, 2_000)));
+                    run.handle_input(NOW, Input::ToolReply { call_id: inv.call_id, reply }).unwrap();
+                }
+            }
+            Output::Event(_) => {}
+            Output::Done(o) => return (counts, compactions, o, run),
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("no progress")
+}
+
+#[test]
+fn a_token_count_near_the_trigger_decides_instead_of_the_estimate() {
+    // Without counting, this loop compacts.
+    let (_, baseline, outcome, _) = drive_counted(Style::Anthropic, 12, &|| (200, String::new()));
+    assert_eq!(outcome, Outcome::Done);
+    assert!(baseline >= 1, "the estimate alone compacts");
+
+    // A counter that says the requests are small: no compaction at all.
+    let (counts, compactions, outcome, run) =
+        drive_counted(Style::Anthropic, 12, &|| (200, r#"{"input_tokens":100}"#.to_string()));
+    assert_eq!(outcome, Outcome::Done);
+    assert!(!counts.is_empty(), "counted near the trigger");
+    assert_eq!(compactions, 0, "the count, not the estimate, decided");
+    for (url, body) in &counts {
+        assert_eq!(url, "http://127.0.0.1:1/v1/messages/count_tokens");
+        assert!(body.get("max_tokens").is_none() && body["messages"].is_array(), "{body}");
+    }
+    assert_eq!(run.token_counts().len(), counts.len());
+    assert!(run.token_counts().iter().all(|c| c.tokens == Some(100) && c.estimate > 100));
+    let state: Value = serde_json::from_slice(&run.snapshot()).unwrap();
+    assert_eq!(state["context"]["tokenCounts"].as_array().map(Vec::len), Some(counts.len()));
+
+    // A counter that says they are huge: a compaction right after the first count.
+    let (counts, compactions, outcome, _) =
+        drive_counted(Style::Anthropic, 12, &|| (200, r#"{"input_tokens":5800}"#.to_string()));
+    assert!(matches!(outcome, Outcome::Done | Outcome::Failed { .. }));
+    assert!(compactions >= 1 && !counts.is_empty());
+
+    // A counter that fails: the estimate stands, the run goes on as without one.
+    let refusal = r#"{"type":"error","error":{"type":"api_error","message":"down"}}"#;
+    let (counts, compactions, outcome, run) = drive_counted(Style::Anthropic, 12, &|| (500, refusal.to_string()));
+    assert_eq!(outcome, Outcome::Done);
+    assert!(!counts.is_empty());
+    assert_eq!(compactions, baseline);
+    assert!(run.token_counts().iter().all(|c| c.tokens.is_none()));
+
+    // Gemini asks :countTokens with a generateContentRequest; Chat Completions has no counter.
+    let (counts, _, _, _) = drive_counted(Style::Gemini, 12, &|| (200, r#"{"totalTokens":100}"#.to_string()));
+    assert!(counts.iter().all(|(url, body)| url.ends_with(":countTokens")
+        && body["generateContentRequest"]["model"].as_str().is_some_and(|m| m.starts_with("models/"))));
+    assert!(!counts.is_empty());
+    let (counts, compactions, outcome, _) = drive_counted(Style::OpenAi, 12, &|| panic!("no counter"));
+    assert!(counts.is_empty() && compactions >= 1 && outcome == Outcome::Done);
+}
+
 #[test]
 fn bad_policies_are_refused() {
     let mut cfg = config(Style::OpenAi, false, 1_000);

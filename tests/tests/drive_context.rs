@@ -24,6 +24,7 @@ both_drivers!(
     an_over_long_request_is_refused_with_each_providers_text_and_the_window_is_learned,
     a_result_bigger_than_the_window_ends_the_run_with_context_exhausted_naming_it,
     responses_server_compaction_is_sent_back_and_a_failover_sees_the_portable_summary,
+    near_the_trigger_the_upstreams_own_counter_decides,
 );
 
 /// The fake's window: requests over it are refused with a 400.
@@ -370,4 +371,44 @@ fn responses_server_compaction_is_sent_back_and_a_failover_sees_the_portable_sum
     let first = after[0]["messages"][0]["content"].to_string();
     assert!(first.contains(SUMMARY_PREFIX.trim_end()), "{ctx}: the portable summary leads: {first}");
     assert!(primary.failures().is_empty() && backup.failures().is_empty(), "{ctx}");
+}
+
+/// With a count margin, requests near the trigger are counted by each
+/// upstream's own counter first (an exchange like any other); the counts
+/// the run goes by are the fake's counts of the bodies it was sent.
+fn near_the_trigger_the_upstreams_own_counter_decides(d: Drv) {
+    for style in [Style::Anthropic, Style::Gemini, Style::OpenAiResponses] {
+        let stream = matches!(d, Drv::Async);
+        let ctx = format!("{d:?} {style:?} stream={stream}");
+        let model = "m-counted";
+        let fake = FakeProvider::start(Scripts::new(KEY).model(model, coding_script(style, 20)));
+        let cfg = builder(&fake, style, model, stream)
+            .max_turns(21)
+            .max_tokens(256)
+            .context_window(LIMIT)
+            .max_tool_result_bytes(8_000)
+            .count_margin(0.3)
+            .dyn_tool(read_file())
+            .build()
+            .unwrap();
+        let r = d.client(cfg).run("Read every file of the project.").unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert_eq!(r.status, RunStatus::Done, "{ctx}");
+        assert_eq!(r.text, "all files read", "{ctx}");
+        let path = match style {
+            Style::Anthropic => "/v1/messages/count_tokens".to_string(),
+            Style::OpenAiResponses => "/v1/responses/input_tokens".to_string(),
+            _ => format!("/v1beta/models/{model}:countTokens"),
+        };
+        let counted: Vec<_> = fake.requests().into_iter().filter(|r| r.path() == path).collect();
+        assert!(!counted.is_empty(), "{ctx}: counted near the trigger");
+        assert_eq!(counted.len(), r.token_counts.len(), "{ctx}");
+        for (req, count) in counted.iter().zip(&r.token_counts) {
+            assert_eq!(req.status, Some(200), "{ctx}: the counter took the request");
+            assert!(!req.target.contains("alt=sse"), "{ctx}");
+            assert_eq!(count.tokens, Some(fake_token_count(req.json.as_ref().unwrap())), "{ctx}");
+        }
+        // Every model call stayed under the window and was accepted.
+        split(&fake, model, style);
+        assert!(fake.failures().is_empty(), "{ctx}: {:?}", fake.failures());
+    }
 }

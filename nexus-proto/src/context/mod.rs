@@ -19,6 +19,7 @@
 //! kept, a marker says how much was left out); the full result stays in the
 //! transcript and the ledger.
 
+mod count;
 mod native;
 mod view;
 mod window;
@@ -28,6 +29,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use count::TokenCount;
+pub(crate) use count::{accept as accept_count, counting};
 pub use native::{ClearToolUses, ProviderCompaction, ResponsesCompaction, ANTHROPIC_CONTEXT_BETA};
 pub use view::{cap_text, SUMMARY_PREFIX};
 pub use window::builtin_window;
@@ -95,6 +98,11 @@ pub struct ContextPolicy {
     /// OpenAI Responses server-side compaction, asked of Responses upstreams (opt-in).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub responses_compaction: Option<ResponsesCompaction>,
+    /// Ask the upstream's token counter (Anthropic, Responses, Gemini) for
+    /// a request whose estimate is within this fraction of the trigger, and
+    /// go by its count (none: the estimate decides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count_margin: Option<f64>,
 }
 
 impl Default for ContextPolicy {
@@ -109,6 +117,7 @@ impl Default for ContextPolicy {
             instruction: None,
             anthropic_clear_tool_uses: None,
             responses_compaction: None,
+            count_margin: None,
         }
     }
 }
@@ -127,6 +136,9 @@ impl ContextPolicy {
         }
         if self.low_water > self.compact_at {
             return Err("lowWater must not be above compactAt".into());
+        }
+        if self.count_margin.is_some_and(|m| !(m > 0.0 && m <= 1.0)) {
+            return Err("countMargin must be in (0, 1]".into());
         }
         if self.cap_for("").is_some_and(|c| c < 64) || self.tool_result_caps.values().any(|c| *c < 64) {
             return Err("a tool result cap must be at least 64 bytes".into());
@@ -192,6 +204,12 @@ pub(crate) struct ContextState {
     /// Compactions a provider made on its side (OpenAI Responses), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub provider_compactions: Vec<ProviderCompaction>,
+    /// A token count asked or answered for the next request's body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<count::Pending>,
+    /// Every count an upstream made for the run, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub token_counts: Vec<TokenCount>,
 }
 
 /// A compaction under way.
@@ -212,6 +230,16 @@ pub(crate) struct Prepared {
     /// A compaction request (never streamed, shows no deltas, is not a turn).
     pub compaction: bool,
     pub headers: Vec<(String, String)>,
+    /// A token count's URL (the request goes there instead of the model's
+    /// endpoint; never streamed, not a turn).
+    pub url: Option<String>,
+}
+
+impl Prepared {
+    /// A request of the budget's own (a compaction or a count), not a turn.
+    pub(crate) fn side(&self) -> bool {
+        self.compaction || self.url.is_some()
+    }
 }
 
 /// Limits for one upstream, in tokens.
@@ -320,7 +348,7 @@ pub(crate) fn prepare(state: &mut RunState, shape: &crate::output::Shape<'_>) ->
         crate::gate::check(style, &state.transcript).map_err(RunError::Gate)?;
         let body =
             encode(state, style, upstream, state.config.system.as_deref(), &state.transcript, &Map::new(), Some(shape));
-        return Ok(Prepared { body, compaction: false, headers: Vec::new() });
+        return Ok(Prepared { body, compaction: false, headers: Vec::new(), url: None });
     };
     let model = state.config.parts_of(upstream).2.to_string();
     let (extra, headers) = native::options(&policy, style);
@@ -330,17 +358,23 @@ pub(crate) fn prepare(state: &mut RunState, shape: &crate::output::Shape<'_>) ->
             let body = compaction_body(state, &policy, style, upstream, &job, budget.as_ref());
             let est = estimate(state.context.as_ref(), upstream, body.len() as u64);
             state.context.get_or_insert_with(Default::default).sent = Some((upstream, body.len() as u64, est));
-            return Ok(Prepared { body, compaction: true, headers: Vec::new() });
+            return Ok(Prepared { body, compaction: true, headers: Vec::new(), url: None });
         }
         let system = state.config.system.as_deref();
         let view = view::build(&state.transcript, current_cut(state), Some(&policy));
         crate::gate::check(style, &view).map_err(RunError::Gate)?;
         let body = encode(state, style, upstream, system, &view, &extra, Some(shape));
         let est = estimate(state.context.as_ref(), upstream, body.len() as u64);
+        drop(view);
+        let est = match count::settle(state, &policy, budget.as_ref(), style, &body, est, &headers) {
+            count::Counted::Ask(request) => return Ok(request),
+            count::Counted::Tokens(n) => n,
+        };
         // Over the trigger: a compaction, if a cut is left; none and over
         // the limit, nothing can be sent.
         let planned = match &budget {
             Some(budget) if est > budget.trigger => {
+                let view = view::build(&state.transcript, current_cut(state), Some(&policy));
                 let overhead = (body.len() as u64).saturating_sub(view.iter().map(|m| view::weight(m, &policy)).sum());
                 let planned = plan(state, &policy, upstream, budget, est, overhead);
                 if planned.is_none() && est > budget.limit {
@@ -350,13 +384,12 @@ pub(crate) fn prepare(state: &mut RunState, shape: &crate::output::Shape<'_>) ->
             }
             _ => None,
         };
-        drop(view);
         let ctx = state.context.get_or_insert_with(Default::default);
         match planned {
             Some(job) => ctx.compacting = Some(job),
             None => {
                 ctx.sent = Some((upstream, body.len() as u64, est));
-                return Ok(Prepared { body, compaction: false, headers });
+                return Ok(Prepared { body, compaction: false, headers, url: None });
             }
         }
     }
@@ -560,6 +593,12 @@ impl Run {
     /// The compactions of this run, in order (empty without a context policy).
     pub fn compactions(&self) -> &[Compaction] {
         self.state.context.as_ref().map_or(&[], |c| &c.compactions)
+    }
+
+    /// The token counts upstreams made for this run's requests, in order
+    /// (`ContextPolicy::count_margin`).
+    pub fn token_counts(&self) -> &[TokenCount] {
+        self.state.context.as_ref().map_or(&[], |c| &c.token_counts)
     }
 
     /// The compactions providers made on their side (OpenAI Responses

@@ -103,6 +103,7 @@ pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Valu
         agents: run.agent_reports(),
         compactions: RunResult::compactions(run),
         provider_compactions: run.provider_compactions().to_vec(),
+        token_counts: run.token_counts().to_vec(),
     };
     serde_json::to_value(&result).unwrap_or(Value::Null)
 }

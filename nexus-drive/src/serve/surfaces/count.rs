@@ -10,6 +10,7 @@
 //! is what would be sent. Chat Completions has no counter: the count is
 //! estimated from the translated request and the answer says so.
 
+use nexus_proto::provider::count;
 use nexus_proto::translate::{
     error_to_openai, gemini_request_to, Surface as Dialect, SurfaceRequest as Translated, TranslateError,
     TranslatedRequest,
@@ -23,41 +24,6 @@ use crate::serve::surface::{ErrorKind, GatewayError, Reply};
 
 /// The header that marks a count as the gateway's own estimate.
 pub(crate) const ESTIMATE_HEADER: &str = "x-nexus-token-count";
-
-/// What Anthropic's `count_tokens` takes besides `messages` and `model`
-/// (its `MessageCountTokensParams`; the beta fields included). Anything
-/// else, `max_tokens` first, is a 400 there.
-const ANTHROPIC_COUNT_FIELDS: &[&str] = &[
-    "messages",
-    "model",
-    "system",
-    "tools",
-    "tool_choice",
-    "thinking",
-    "output_config",
-    "cache_control",
-    "speed",
-    "context_management",
-    "mcp_servers",
-];
-
-/// What the Responses `input_tokens` endpoint takes (its
-/// `InputTokenCountParams`): no `stream`, `max_output_tokens`, `store`,
-/// sampling settings or `include`.
-const RESPONSES_COUNT_FIELDS: &[&str] = &[
-    "model",
-    "input",
-    "instructions",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "reasoning",
-    "text",
-    "truncation",
-    "conversation",
-    "previous_response_id",
-    "personality",
-];
 
 /// The Gemini surface's count request as the `generateContent` body the
 /// translators read: `generateContentRequest` without its `model`, else
@@ -132,46 +98,26 @@ impl Cx<'_> {
         if !(200..300).contains(&status) {
             return self.error(&error_to_openai(t.style, status, &bytes), &dropped);
         }
-        let field = if t.style == Style::Gemini { "totalTokens" } else { "input_tokens" };
-        match serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v.get(field)?.as_u64()) {
+        match count::read(t.style, &bytes) {
             Some(n) => with_headers(Reply::json(200, self.count_answer(n)), &dropped),
             None => {
-                let e = GatewayError::new(ErrorKind::Upstream, format!("the upstream token count has no {field}"));
+                let e = GatewayError::new(ErrorKind::Upstream, "the upstream's token count has no count");
                 self.error(&gateway_error(&e), &dropped)
             }
         }
     }
 
-    /// The count request in the upstream's dialect (`None`: it has no counter).
+    /// The count request in the upstream's dialect (`None`: it has no
+    /// counter): the translated call reduced to what the counter takes
+    /// ([`count::request_body`]), or in the same family the client's own.
     fn count_request(&self, target: &Target, t: &TranslatedRequest, native: bool) -> Option<UpstreamRequest> {
-        let base = target.base_url().trim_end_matches('/');
-        let (url, body, headers) = match t.style {
-            Style::Anthropic => {
-                let root = base.strip_suffix("/v1").unwrap_or(base);
-                let body = if native { t.body.clone() } else { only_fields(&t.body, ANTHROPIC_COUNT_FIELDS) };
-                let headers = if native { self.anthropic_headers(t) } else { t.headers(None) };
-                (format!("{root}/v1/messages/count_tokens"), body, headers)
-            }
-            Style::OpenAiResponses => {
-                let body = if native { t.body.clone() } else { only_fields(&t.body, RESPONSES_COUNT_FIELDS) };
-                (format!("{base}/responses/input_tokens"), body, t.headers(None))
-            }
-            Style::Gemini => {
-                let body = if native {
-                    gemini_native_count(&self.req.body, &t.model)
-                } else {
-                    let mut inner: Value = serde_json::from_slice(&t.body).unwrap_or(Value::Null);
-                    if let Value::Object(o) = &mut inner {
-                        o.insert("model".into(), json!(format!("models/{}", t.model)));
-                        // The counter counts the prompt; generation settings are not its business.
-                        o.remove("generationConfig");
-                    }
-                    json!({ "generateContentRequest": inner }).to_string().into_bytes()
-                };
-                (format!("{base}/models/{}:countTokens", t.model), body, t.headers(None))
-            }
-            _ => return None,
+        let url = count::endpoint(t.style, target.base_url(), &t.model)?;
+        let body = match t.style {
+            Style::Gemini if native => gemini_native_count(&self.req.body, &t.model),
+            _ if native => t.body.clone(),
+            style => count::request_body(style, &t.body, &t.model)?,
         };
+        let headers = if native && t.style == Style::Anthropic { self.anthropic_headers(t) } else { t.headers(None) };
         Some(UpstreamRequest { method: "POST", url, headers, body, stream: false })
     }
 
@@ -202,17 +148,6 @@ fn gemini_native_count(body: &[u8], model: &str) -> Vec<u8> {
     }
 }
 
-/// A translated request body with only the fields a counter takes.
-fn only_fields(body: &[u8], fields: &[&str]) -> Vec<u8> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(mut o)) => {
-            o.retain(|k, _| fields.contains(&k.as_str()));
-            Value::Object(o).to_string().into_bytes()
-        }
-        _ => body.to_vec(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,18 +165,6 @@ mod tests {
         assert_eq!(gemini_count_body(b"{}").unwrap_err().param.as_deref(), Some("contents"));
         assert_eq!(gemini_count_body(b"[1]").unwrap_err().status, 400);
         assert_eq!(gemini_count_body(br#"{"generateContentRequest": 1}"#).unwrap_err().status, 400);
-    }
-
-    #[test]
-    fn counters_get_only_their_fields() {
-        let body = json!({"model": "m", "max_tokens": 5, "stream": true, "messages": [], "system": "s"});
-        let kept: Value =
-            serde_json::from_slice(&only_fields(body.to_string().as_bytes(), ANTHROPIC_COUNT_FIELDS)).unwrap();
-        assert_eq!(kept, json!({"model": "m", "messages": [], "system": "s"}));
-        let body = json!({"model": "m", "max_output_tokens": 5, "store": false, "input": [], "temperature": 1});
-        let kept: Value =
-            serde_json::from_slice(&only_fields(body.to_string().as_bytes(), RESPONSES_COUNT_FIELDS)).unwrap();
-        assert_eq!(kept, json!({"model": "m", "input": []}));
     }
 
     #[test]
