@@ -382,7 +382,12 @@ fn near_the_trigger_the_upstreams_own_counter_decides(d: Drv) {
         let ctx = format!("{d:?} {style:?} stream={stream}");
         let model = "m-counted";
         let fake = FakeProvider::start(Scripts::new(KEY).model(model, coding_script(style, 20)));
+        let path =
+            std::env::temp_dir().join(format!("nexus-counted-{}-{d:?}-{}.jsonl", std::process::id(), style.name()));
+        let rec = Arc::new(Recorder::create(&path).unwrap());
+        rec.set_api_key(KEY);
         let cfg = builder(&fake, style, model, stream)
+            .tap(rec.clone())
             .max_turns(21)
             .max_tokens(256)
             .context_window(LIMIT)
@@ -392,14 +397,20 @@ fn near_the_trigger_the_upstreams_own_counter_decides(d: Drv) {
             .build()
             .unwrap();
         let r = d.client(cfg).run("Read every file of the project.").unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        rec.finish().unwrap();
         assert_eq!(r.status, RunStatus::Done, "{ctx}");
         assert_eq!(r.text, "all files read", "{ctx}");
-        let path = match style {
+        // The counts are exchanges of the cassette: the run replays byte for byte with them.
+        let replayed = replay(&Cassette::load(&path).unwrap(), &mut Quiet).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert!(matches!(replayed.end, ReplayEnd::Finished(_)), "{ctx}: {:?}", replayed.end);
+        assert_eq!(replayed.run.token_counts(), &r.token_counts[..], "{ctx}");
+        let _ = std::fs::remove_file(&path);
+        let counter = match style {
             Style::Anthropic => "/v1/messages/count_tokens".to_string(),
             Style::OpenAiResponses => "/v1/responses/input_tokens".to_string(),
             _ => format!("/v1beta/models/{model}:countTokens"),
         };
-        let counted: Vec<_> = fake.requests().into_iter().filter(|r| r.path() == path).collect();
+        let counted: Vec<_> = fake.requests().into_iter().filter(|r| r.path() == counter).collect();
         assert!(!counted.is_empty(), "{ctx}: counted near the trigger");
         assert_eq!(counted.len(), r.token_counts.len(), "{ctx}");
         for (req, count) in counted.iter().zip(&r.token_counts) {
