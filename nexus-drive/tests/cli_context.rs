@@ -204,3 +204,63 @@ fn gemini_suspends_and_resumes_compacted() {
 fn openai_responses_suspends_and_resumes_compacted() {
     a_compacted_run_suspends_and_resumes_in_another_process("openai-responses");
 }
+
+/// `--count-margin` asks the upstream's counter near the compaction point
+/// and `--json` lists the counts; `--responses-compact-at` asks a Responses
+/// upstream to compact server-side and `--json` lists its compactions.
+#[test]
+fn counts_and_server_compactions_are_asked_and_reported() {
+    for (style, flag, value, key) in [
+        ("anthropic", "--count-margin", "0.3", "tokenCounts"),
+        ("gemini", "--count-margin", "0.3", "tokenCounts"),
+        ("openai-responses", "--responses-compact-at", "1500", "providerCompactions"),
+    ] {
+        let dir = scratch("context-native");
+        std::fs::create_dir_all(dir.join("src")).unwrap();
+        for n in 0..FILES {
+            let line = format!("fn h{n}() {{ let total = compute({n}) * 3; assert!(total >= 0); }}\n");
+            std::fs::write(dir.join(format!("src/f{n}.rs")), line.repeat(2_400 / line.len())).unwrap();
+        }
+        let model = "m-cli-native";
+        let fake = fake(Scripts::new(KEY).model(model, script(style)));
+        let args = [
+            "--builtins=read",
+            "--root",
+            ".",
+            "--max-turns",
+            "30",
+            "--context-window",
+            "9000",
+            "--max-tool-result-bytes",
+            "6000",
+            flag,
+            value,
+            "--json",
+            "read every file",
+        ];
+        let out = run(run_cmd(&dir, &fake, style, model, &args)).expect(0).json();
+        assert_eq!(out["text"], "every file read", "{style}: {out}");
+        let listed = out[key].as_array().cloned().unwrap_or_default();
+        assert!(!listed.is_empty(), "{style}: {key} in {out}");
+        let asked = fake
+            .requests()
+            .iter()
+            .filter(|r| r.path().ends_with("/count_tokens") || r.path().ends_with(":countTokens"))
+            .count();
+        if key == "tokenCounts" {
+            assert_eq!(asked, listed.len(), "{style}: one counter request per count");
+            assert!(listed.iter().all(|c| c["tokens"].as_u64().is_some()), "{style}: {out}");
+        } else {
+            assert_eq!(asked, 0);
+            let sent_back = fake
+                .requests_for(model)
+                .iter()
+                .filter_map(|r| r.json.clone())
+                .any(|b| b["input"].as_array().is_some_and(|i| i.iter().any(|it| it["type"] == "compaction")));
+            assert!(sent_back, "{style}: the compaction items went back");
+        }
+        for r in fake.requests_for(model) {
+            assert_eq!(r.status, Some(200), "{style}: a request was refused");
+        }
+    }
+}
