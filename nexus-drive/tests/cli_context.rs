@@ -29,14 +29,19 @@ fn script(style: &str) -> Script {
     Script::new(turns).context_limit(LIMIT).summarize_on(&DEFAULT_COMPACTION_INSTRUCTION[..48])
 }
 
+/// Writes `src/{prefix}{n}.rs` for `n` below `count`, `size(n)` bytes each
+/// of lines naming the file.
+fn sources(dir: &std::path::Path, prefix: &str, count: usize, size: impl Fn(usize) -> usize) {
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    for n in 0..count {
+        let line = format!("fn {prefix}{n}_step() {{ let total = compute({n}) * 42; assert!(total >= 0); }}\n");
+        std::fs::write(dir.join(format!("src/{prefix}{n}.rs")), line.repeat(size(n) / line.len())).unwrap();
+    }
+}
+
 fn a_long_read_loop_compacts_and_reports_it(style: &str) {
     let dir = scratch("context");
-    std::fs::create_dir_all(dir.join("src")).unwrap();
-    for n in 0..FILES {
-        let line = format!("fn f{n}_step() {{ let total = compute({n}) * 42; assert!(total >= 0); }}\n");
-        let size = if n == 5 { 40_000 } else { 2_400 };
-        std::fs::write(dir.join(format!("src/f{n}.rs")), line.repeat(size / line.len())).unwrap();
-    }
+    sources(&dir, "f", FILES, |n| if n == 5 { 40_000 } else { 2_400 });
     let model = "m-cli-context";
     let fake = fake(Scripts::new(KEY).model(model, script(style)));
     let out = run(run_cmd(
@@ -122,11 +127,7 @@ fn a_compacted_run_suspends_and_resumes_in_another_process(style: &str) {
     const BEFORE: usize = 10;
     const AFTER: usize = 4;
     let dir = scratch("context-resume");
-    std::fs::create_dir_all(dir.join("src")).unwrap();
-    for n in 0..BEFORE + AFTER {
-        let line = format!("fn g{n}_step() {{ let total = compute({n}) * 7; assert!(total >= 0); }}\n");
-        std::fs::write(dir.join(format!("src/g{n}.rs")), line.repeat(2_400 / line.len())).unwrap();
-    }
+    sources(&dir, "g", BEFORE + AFTER, |_| 2_400);
     let ids = |t: Turn| if style == "gemini" { t.with_ids() } else { t };
     let read = |n: usize| ids(Turn::default().call("read", format!(r#"{{"path":"src/g{n}.rs"}}"#)));
     let ask = r#"{"questions":[{"question":"Read the tests too?"}]}"#;
@@ -216,23 +217,15 @@ fn counts_and_server_compactions_are_asked_and_reported() {
         ("openai-responses", "--responses-compact-at", "1500", "providerCompactions"),
     ] {
         let dir = scratch("context-native");
-        std::fs::create_dir_all(dir.join("src")).unwrap();
-        for n in 0..FILES {
-            let line = format!("fn h{n}() {{ let total = compute({n}) * 3; assert!(total >= 0); }}\n");
-            std::fs::write(dir.join(format!("src/f{n}.rs")), line.repeat(2_400 / line.len())).unwrap();
-        }
+        sources(&dir, "f", FILES, |_| 2_400);
         let model = "m-cli-native";
         let fake = fake(Scripts::new(KEY).model(model, script(style)));
         let args = [
             "--builtins=read",
-            "--root",
-            ".",
-            "--max-turns",
-            "30",
-            "--context-window",
-            "9000",
-            "--max-tool-result-bytes",
-            "6000",
+            "--root=.",
+            "--max-turns=30",
+            "--context-window=9000",
+            "--max-tool-result-bytes=6000",
             flag,
             value,
             "--json",

@@ -48,6 +48,17 @@ fn file(path: &str, n: usize) -> String {
     s
 }
 
+/// Turn `n` of a `turns`-turn task: read `src/f{n}.rs`, then (last) report.
+fn read_turn(n: usize, turns: usize) -> Turn {
+    if n + 1 < turns {
+        let id = format!("call_{n}");
+        let args = format!(r#"{{"path":"src/f{n}.rs"}}"#);
+        Turn::calls(&[(id.as_str(), "read_file", args.as_str())])
+    } else {
+        Turn::text("all files read")
+    }
+}
+
 /// What happened in one driven run.
 #[derive(Default)]
 struct Log {
@@ -82,14 +93,7 @@ fn drive(
                     log.main_bodies.push(req.body.clone());
                     let n = *next;
                     *next += 1;
-                    let turn = if n + 1 < turns {
-                        let id = format!("call_{n}");
-                        let args = format!(r#"{{"path":"src/f{n}.rs"}}"#);
-                        Turn::calls(&[(id.as_str(), "read_file", args.as_str())])
-                    } else {
-                        Turn::text("all files read")
-                    };
-                    (turn, n)
+                    (read_turn(n, turns), n)
                 };
                 let bytes = wire_n(style, &turn, req.streaming, n);
                 let ct = if req.streaming { "text/event-stream" } else { "application/json" };
@@ -446,14 +450,7 @@ fn drive_counted(
                 } else {
                     let n = next;
                     next += 1;
-                    let turn = if n + 1 < turns {
-                        let id = format!("call_{n}");
-                        let args = format!(r#"{{"path":"src/f{n}.rs"}}"#);
-                        Turn::calls(&[(id.as_str(), "read_file", args.as_str())])
-                    } else {
-                        Turn::text("all files read")
-                    };
-                    (200, wire_n(style, &turn, false, n))
+                    (200, wire_n(style, &read_turn(n, turns), false, n))
                 };
                 let ex = req.exchange;
                 let head = Input::ResponseHead {
