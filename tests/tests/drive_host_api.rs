@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use drive_support::*;
 use nexus_drive::{Answer, DriveError, DynTool, MemoryRunStore, RunInput, RunStatus, RunStore, ToolOutcome};
-use nexus_tests::fake::{FakeProvider, Scripts, Turn};
+use nexus_tests::fake::{FakeProvider, Scripts, Style, Turn};
 use serde_json::json;
 
 both_drivers!(
@@ -135,20 +135,34 @@ fn an_approval_is_durable_and_the_stored_run_streams_through_the_same_entry_poin
 }
 
 fn a_struct_output_reaches_the_model_in_field_order(d: Drv) {
+    // The model writes its keys out of byte order, with spaces (as streamed
+    // arguments come); every style sends them back in the model's order.
+    let sent = r#"{"zeta": 1, "alpha": 2}"#;
     for style in STYLES {
-        let ctx = format!("{d:?} {style:?}");
-        let fake = FakeProvider::start(Scripts::new(KEY).model(
-            "m-order",
-            script(vec![Turn::default().call("lookup", r#"{"zeta":1,"alpha":2}"#), Turn::text("ok")]),
-        ));
-        let client = d.client(builder(&fake, style, "m-order", false).tool(tool_attribute::lookup).build().unwrap());
-        let done = client.run("look").unwrap_or_else(|e| panic!("{ctx}: {e}"));
-        let text = r#"{"status":"queued","amount":40,"currency":"EUR"}"#;
-        assert_eq!(outputs(&done), vec![text.to_string()], "{ctx}");
-        let last = fake.requests().last().cloned().expect("requests");
-        let body = String::from_utf8(last.body).unwrap();
-        let escaped = serde_json::to_string(text).unwrap();
-        assert!(body.contains(escaped.trim_matches('"')), "{ctx}: {body}");
+        for stream in [false, true] {
+            let ctx = format!("{d:?} {style:?} stream={stream}");
+            let fake = FakeProvider::start(
+                Scripts::new(KEY)
+                    .model("m-order", script(vec![Turn::default().call("lookup", sent), Turn::text("ok")])),
+            );
+            let client =
+                d.client(builder(&fake, style, "m-order", stream).tool(tool_attribute::lookup).build().unwrap());
+            let done = client.run("look").unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let text = r#"{"status":"queued","amount":40,"currency":"EUR"}"#;
+            assert_eq!(outputs(&done), vec![text.to_string()], "{ctx}");
+            let last = fake.requests().last().cloned().expect("requests");
+            let body = String::from_utf8(last.body).unwrap();
+            let escaped = serde_json::to_string(text).unwrap();
+            assert!(body.contains(escaped.trim_matches('"')), "{ctx}: {body}");
+            // Chat Completions and Responses carry the arguments as a string,
+            // byte for byte; Anthropic `input` and Gemini `args` are objects,
+            // written compact in the model's key order.
+            let input = match style {
+                Style::OpenAi | Style::OpenAiResponses => serde_json::to_string(sent).unwrap(),
+                _ => r#"{"zeta":1,"alpha":2}"#.to_string(),
+            };
+            assert!(body.contains(&input), "{ctx}: the model's input as it sent it: {body}");
+        }
     }
 }
 

@@ -17,7 +17,7 @@
 //! back to the model as an ordinary next turn under the spec's retry budget.
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -67,6 +67,32 @@ pub struct OutputSpec {
     /// The compiled schema, shared by the spec's clones (never serialized).
     #[serde(skip)]
     compiled: CompiledSchema,
+    /// The native field's format per style, shared by the spec's clones
+    /// (never serialized).
+    #[serde(skip)]
+    formats: SharedFormats,
+}
+
+/// A spec's native formats (its schema lowered for a style), made once for
+/// the spec and its clones instead of once per run, as the compiled schema
+/// is. Each is kept with what it was made from: a clone whose name,
+/// description or schema changed makes its own.
+#[derive(Clone, Default)]
+struct SharedFormats(Arc<Mutex<Vec<MadeFormat>>>);
+
+/// A format, with the style and the schema it was made for.
+type MadeFormat = (Style, Value, Arc<OutputFormat>);
+
+impl PartialEq for SharedFormats {
+    fn eq(&self, _: &SharedFormats) -> bool {
+        true
+    }
+}
+
+impl fmt::Debug for SharedFormats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("formats")
+    }
 }
 
 /// A spec's compiled schema, shared by its clones. A host clones one config
@@ -120,6 +146,7 @@ impl OutputSpec {
             retries: DEFAULT_OUTPUT_RETRIES,
             models: Vec::new(),
             compiled: CompiledSchema::default(),
+            formats: SharedFormats::default(),
         }
     }
 
@@ -155,6 +182,27 @@ impl OutputSpec {
             return Err("the output schema's root must be {\"type\": \"object\", ...}".into());
         }
         self.compiled.get_or_compile(&self.schema)
+    }
+
+    /// The native field's format for `style`: the schema lowered for it
+    /// ([`lower::for_style`]; a schema outside the subset goes as written,
+    /// and the provider's 400 moves the run to tool mode).
+    pub(crate) fn format_for(&self, style: Style) -> Arc<OutputFormat> {
+        let made_from = |(s, schema, f): &&MadeFormat| {
+            *s == style && f.name == self.name && f.description == self.description && *schema == self.schema
+        };
+        let mut formats = self.formats.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, format)) = formats.iter().find(made_from) {
+            return format.clone();
+        }
+        let schema = lower::for_style(style, &self.schema).unwrap_or_else(|| self.schema.clone());
+        let format = Arc::new(OutputFormat { name: self.name.clone(), description: self.description.clone(), schema });
+        // Bounded: a clone that changed its schema makes its own and is kept
+        // beside the others only while few.
+        if formats.len() < 16 {
+            formats.push((style, self.schema.clone(), format.clone()));
+        }
+        format
     }
 }
 
@@ -328,6 +376,7 @@ pub enum OutputError {
 /// provider's encoder and body writer put it in the body (and so merge a
 /// caller's params into it the same way).
 pub(crate) mod wire {
+    use serde::Serialize;
     use serde_json::{Map, Value};
 
     use super::OutputFormat;
@@ -363,6 +412,78 @@ pub(crate) mod wire {
         serde_json::json!({ "format": { "type": "json_schema", "schema": o.schema } })
     }
 
+    /// A native field written from the format without building its tree
+    /// (the schema is not copied per request): the same bytes as the
+    /// builder above of the same name, each struct's fields in key order.
+    #[derive(Clone, Copy)]
+    pub(crate) enum View<'a> {
+        /// Chat `response_format`.
+        ChatResponseFormat(&'a OutputFormat),
+        /// Responses `text`.
+        ResponsesText(&'a OutputFormat),
+        /// Anthropic `output_config`.
+        AnthropicOutputConfig(&'a OutputFormat),
+    }
+
+    impl View<'_> {
+        /// The field as a tree, for a caller param to merge into.
+        pub(crate) fn to_value(self) -> Value {
+            match self {
+                View::ChatResponseFormat(o) => chat_response_format(o),
+                View::ResponsesText(o) => responses_text(o),
+                View::AnthropicOutputConfig(o) => anthropic_output_config(o),
+            }
+        }
+    }
+
+    #[derive(Serialize)]
+    struct Named<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        description: Option<&'a str>,
+        name: &'a str,
+        schema: &'a Value,
+        strict: bool,
+        #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+        kind: Option<&'static str>,
+    }
+
+    fn named<'a>(o: &'a OutputFormat, kind: Option<&'static str>) -> Named<'a> {
+        Named { description: o.description.as_deref(), name: &o.name, schema: &o.schema, strict: true, kind }
+    }
+
+    #[derive(Serialize)]
+    struct ChatFormat<'a> {
+        json_schema: Named<'a>,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    }
+
+    #[derive(Serialize)]
+    struct Format<T> {
+        format: T,
+    }
+
+    #[derive(Serialize)]
+    struct AnthropicFormat<'a> {
+        schema: &'a Value,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    }
+
+    impl Serialize for View<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match *self {
+                View::ChatResponseFormat(o) => {
+                    ChatFormat { json_schema: named(o, None), kind: "json_schema" }.serialize(s)
+                }
+                View::ResponsesText(o) => Format { format: named(o, Some("json_schema")) }.serialize(s),
+                View::AnthropicOutputConfig(o) => {
+                    Format { format: AnthropicFormat { schema: &o.schema, kind: "json_schema" } }.serialize(s)
+                }
+            }
+        }
+    }
+
     /// Gemini `generationConfig` keys: `responseMimeType: "application/json"`
     /// and `responseJsonSchema`, added to `config`.
     pub(crate) fn gemini_generation_config(o: &OutputFormat, config: &mut Map<String, Value>) {
@@ -394,5 +515,29 @@ mod compiled_schema_tests {
         assert!(own.errors(&json!({"s": "x"})).is_empty());
         assert!(spec.compile().unwrap().errors(&json!({"n": 1})).is_empty(), "the others keep theirs");
         assert_eq!(spec, clone, "the cache is not part of the spec's value");
+    }
+
+    #[test]
+    fn clones_share_each_style_s_format_until_one_changes_what_it_is_made_from() {
+        use std::sync::Arc;
+
+        use crate::provider::Style;
+
+        let spec = OutputSpec::new(json!({"type":"object","properties":{"n":{"type":"integer"}}}));
+        let clone = spec.clone();
+        let chat = spec.format_for(Style::OpenAi);
+        assert!(Arc::ptr_eq(&chat, &clone.format_for(Style::OpenAi)), "made once for the spec and its clones");
+        assert_eq!(chat.schema["required"], json!(["n"]), "lowered for OpenAI strict");
+        let gemini = clone.format_for(Style::Gemini);
+        assert!(!Arc::ptr_eq(&chat, &gemini), "one per style");
+        assert_eq!(gemini.schema.get("additionalProperties"), None);
+
+        let mut renamed = spec.clone();
+        renamed.name = "verdict".into();
+        assert_eq!(renamed.format_for(Style::OpenAi).name, "verdict", "a changed name makes its own");
+        let mut changed = spec.clone();
+        changed.schema = json!({"type":"object","properties":{"s":{"type":"string"}}});
+        assert_eq!(changed.format_for(Style::OpenAi).schema["required"], json!(["s"]), "a changed schema too");
+        assert!(Arc::ptr_eq(&chat, &spec.format_for(Style::OpenAi)), "the others keep theirs");
     }
 }

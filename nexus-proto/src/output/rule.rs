@@ -87,7 +87,7 @@ enum Watch {
 pub(crate) struct OutputRule {
     check: Option<SchemaCheck>,
     /// The native field, lowered for a style.
-    format: Option<(Style, OutputFormat)>,
+    format: Option<(Style, std::sync::Arc<OutputFormat>)>,
     /// The user's tools plus the output tool (tool mode).
     tools: Option<ToolSet>,
     /// The system prompt with the schema (prompted mode).
@@ -116,7 +116,9 @@ impl OutputRule {
     /// The shape [`prepare`] made for the request being built.
     pub(crate) fn shape(&self) -> Shape<'_> {
         match self.strategy {
-            Some(Strategy::Native) => Shape { format: self.format.as_ref().map(|(_, f)| f), tools: None, system: None },
+            Some(Strategy::Native) => {
+                Shape { format: self.format.as_ref().map(|(_, f)| &**f), tools: None, system: None }
+            }
             Some(Strategy::Tool) => Shape { format: None, tools: self.tools.as_ref(), system: None },
             Some(Strategy::Prompted) => Shape { format: None, tools: None, system: self.system.as_deref() },
             None => Shape { format: None, tools: None, system: None },
@@ -199,12 +201,7 @@ pub(crate) fn prepare(
     match strategy {
         Strategy::Native => {
             if rule.format.as_ref().is_none_or(|(s, _)| *s != style) {
-                // A forced native mode with a schema outside the subset
-                // sends it as written: the provider's 400 moves the run to
-                // tool mode.
-                let schema = lower::for_style(style, &spec.schema).unwrap_or_else(|| spec.schema.clone());
-                let format = OutputFormat { name: spec.name.clone(), description: spec.description.clone(), schema };
-                rule.format = Some((style, format));
+                rule.format = Some((style, spec.format_for(style)));
             }
             rule.watch = Watch::Text;
         }

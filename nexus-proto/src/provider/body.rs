@@ -4,7 +4,9 @@
 //! [`serde_json::Value`] tree, which copies every string of the transcript and
 //! every tool schema into it, only for the tree to be serialized and dropped.
 //! The writers here serialize from borrowed views of the transcript instead
-//! and produce the same bytes `serde_json::to_vec` produces for that tree.
+//! and produce the same bytes `serde_json::to_vec` produces for that tree,
+//! except in one place: a call's arguments on a wire that takes them as an
+//! object keep the model's key order ([`CallObject`]).
 //!
 //! Matching those bytes takes two rules. serde_json (built without
 //! `preserve_order`) keeps object keys in a `BTreeMap`, so every object is
@@ -13,6 +15,8 @@
 //! are merged the way `encode_body` merges them: conversation keys are
 //! skipped, a caller key replaces ours, and when both are objects the caller's
 //! inner keys are inserted into ours.
+
+use std::borrow::Cow;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::value::RawValue;
@@ -37,6 +41,9 @@ pub(crate) enum Field<'a, P> {
     Part(P),
     /// JSON written before, as it stands (the tools, see [`crate::tool::ToolSet`]).
     Raw(&'a RawValue),
+    /// The typed-output field, written from its format (a caller param
+    /// merging into it makes it [`Field::Owned`] first).
+    Output(crate::output::wire::View<'a>),
 }
 
 impl<P: Serialize> Serialize for Field<'_, P> {
@@ -50,6 +57,7 @@ impl<P: Serialize> Serialize for Field<'_, P> {
             Field::Param(v) => v.serialize(s),
             Field::Part(p) => p.serialize(s),
             Field::Raw(v) => v.serialize(s),
+            Field::Output(v) => v.serialize(s),
         }
     }
 }
@@ -80,6 +88,12 @@ pub(crate) fn write<'a, P: Serialize>(
     for (key, theirs) in params {
         if RESERVED_PARAMS.contains(&key.as_str()) {
             continue;
+        }
+        if let Some((_, field)) = fields.iter_mut().find(|(name, _)| *name == key.as_str()) {
+            if let (Field::Output(view), true) = (&*field, theirs.is_object()) {
+                // Merged into as `encode_body` merges into its tree.
+                *field = Field::Owned(view.to_value());
+            }
         }
         match (fields.iter_mut().find(|(name, _)| *name == key.as_str()), theirs) {
             (None, _) => fields.push((key.as_str(), Field::Param(theirs))),
@@ -179,6 +193,82 @@ pub(crate) struct TextPart<'a> {
     pub(crate) text: &'a str,
     #[serde(rename = "type")]
     pub(crate) kind: &'static str,
+}
+
+/// A call's object arguments as a writer puts them on a wire that takes an
+/// object (Anthropic `input`, Gemini `args`): the model's own text when it
+/// says what the chosen value says, so its keys keep the order the model
+/// wrote them in; otherwise the chosen value (key order then byte order).
+pub(crate) enum CallObject<'a> {
+    /// The raw arguments, compact.
+    Ordered(Cow<'a, str>),
+    /// The value `encode_body` writes.
+    Value(Cow<'a, Value>),
+}
+
+impl<'a> CallObject<'a> {
+    /// `chosen` is the object the style's rules pick for the call (its
+    /// `encode_body` writes it); `arguments` the call's raw text.
+    pub(crate) fn new(arguments: &'a str, chosen: Cow<'a, Value>) -> CallObject<'a> {
+        if !chosen.is_object() || !arguments.trim_start().starts_with('{') {
+            return CallObject::Value(chosen);
+        }
+        // The common case, nothing to parse: the text already is the
+        // compact, byte-ordered encoding (one key, or keys the model sent sorted).
+        if is_encoding_of(arguments, &chosen) {
+            return CallObject::Ordered(Cow::Borrowed(arguments));
+        }
+        match serde_json::from_str::<Value>(arguments) {
+            Ok(parsed) if parsed == *chosen => CallObject::Ordered(compact(arguments)),
+            _ => CallObject::Value(chosen),
+        }
+    }
+}
+
+impl Serialize for CallObject<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            // Valid JSON (it parsed above), so it goes out as it stands.
+            CallObject::Ordered(text) => match serde_json::from_str::<&RawValue>(text) {
+                Ok(raw) => raw.serialize(s),
+                Err(e) => Err(serde::ser::Error::custom(e)),
+            },
+            CallObject::Value(v) => v.serialize(s),
+        }
+    }
+}
+
+/// Valid JSON text without the whitespace between its tokens. Streamed
+/// arguments arrive in pieces that carry the model's spacing
+/// (`{"city": "Paris"}`); a request writes them compact, as serde_json
+/// writes everything else. Whitespace inside strings is kept: a string is
+/// copied from its opening quote to its closing one, escapes included.
+pub(crate) fn compact(text: &str) -> Cow<'_, str> {
+    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    if !text.bytes().any(is_space) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = Vec::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in text.as_bytes() {
+        if in_string {
+            out.push(b);
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else if b == b'"' {
+            in_string = true;
+            out.push(b);
+        } else if !is_space(b) {
+            out.push(b);
+        }
+    }
+    // Only ASCII whitespace outside strings was left out: still UTF-8.
+    String::from_utf8(out).map_or(Cow::Borrowed(text), Cow::Owned)
 }
 
 #[cfg(test)]
@@ -291,5 +381,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn compact_drops_only_the_space_between_tokens() {
+        let cases = [
+            (r#"{"city": "Paris"}"#, r#"{"city":"Paris"}"#),
+            ("{\n  \"a b\" : [1, 2 ,\t3]\r\n}", r#"{"a b":[1,2,3]}"#),
+            (r#"{"q": "say \"hi there\" \\", "n": null}"#, r#"{"q":"say \"hi there\" \\","n":null}"#),
+            (r#"{"ü": " ⟨ ⟩ "}"#, r#"{"ü":" ⟨ ⟩ "}"#),
+        ];
+        for (text, want) in cases {
+            let got = compact(text);
+            assert_eq!(got, want, "{text}");
+            let (a, b): (Value, Value) = (serde_json::from_str(text).unwrap(), serde_json::from_str(&got).unwrap());
+            assert_eq!(a, b, "the same JSON: {text}");
+        }
+        assert!(matches!(compact(r#"{"a":1}"#), Cow::Borrowed(_)), "nothing to drop, nothing copied");
+    }
+
+    #[test]
+    fn call_objects_keep_the_model_order_only_when_they_say_what_the_value_says() {
+        let write =
+            |args: &str, chosen: Value| serde_json::to_string(&CallObject::new(args, Cow::Owned(chosen))).unwrap();
+        assert_eq!(write(r#"{"z": 1, "a": [2]}"#, json!({"a": [2], "z": 1})), r#"{"z":1,"a":[2]}"#);
+        assert_eq!(write(r#"{"a":1}"#, json!({"a": 1})), r#"{"a":1}"#);
+        // Arguments that differ from the chosen value, are not an object, or
+        // do not parse: the value, in byte order.
+        assert_eq!(write(r#"{"z":1,"a":3}"#, json!({"a": 2, "z": 1})), r#"{"a":2,"z":1}"#);
+        assert_eq!(write("[1]", json!({"b": 1, "a": 1})), r#"{"a":1,"b":1}"#);
+        assert_eq!(write(r#"{"z":1,"a""#, json!({"z": 1})), r#"{"z":1}"#);
+        assert_eq!(write("", json!({})), "{}");
     }
 }

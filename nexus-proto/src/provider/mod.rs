@@ -143,7 +143,9 @@ impl Style {
     /// The request body of [`encode_body`](Self::encode_body) as JSON bytes,
     /// appended to `out`: exactly the bytes `serde_json::to_vec(&self.encode_body(call))`
     /// gives (caller params included), written from the transcript without
-    /// building the `Value` tree.
+    /// building the `Value` tree. One exception: Anthropic `input` and Gemini
+    /// `args` objects are the call's raw arguments, compact, keys in the
+    /// model's order, where the tree sorts them (the same JSON).
     ///
     /// Object keys come out in byte order, as serde_json's map orders them
     /// when its `preserve_order` feature is off (it is off in this crate's

@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::{KEY, OPAQUE, TOOL_USE_EXTRAS};
 use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock};
-use crate::provider::body::is_encoding_of;
+use crate::provider::body::{compact, is_encoding_of, CallObject};
 use crate::provider::ModelCall;
 use crate::tool::ToolDecl;
 
@@ -167,7 +167,7 @@ fn encode_call(call: &ToolCall) -> Value {
 ///
 /// When the arguments are exactly the encoding of an object `input`, parsing
 /// them would give `input` back, so `input` is taken without parsing.
-pub(super) fn call_input(call: &ToolCall) -> Cow<'_, Value> {
+fn call_input(call: &ToolCall) -> Cow<'_, Value> {
     if call.input.is_object() && is_encoding_of(&call.arguments, &call.input) {
         return Cow::Borrowed(&call.input);
     }
@@ -175,6 +175,20 @@ pub(super) fn call_input(call: &ToolCall) -> Cow<'_, Value> {
         Ok(v @ Value::Object(_)) => Cow::Owned(v),
         _ if call.input.is_object() => Cow::Borrowed(&call.input),
         _ => Cow::Owned(Value::Object(Map::new())),
+    }
+}
+
+/// [`call_input`] as the body writer puts it: the same object, written as
+/// the model's own text (compact, keys in its order) when it came from that
+/// text. Parses the arguments at most once, as `call_input` does.
+pub(super) fn call_object(call: &ToolCall) -> CallObject<'_> {
+    if call.input.is_object() && is_encoding_of(&call.arguments, &call.input) {
+        return CallObject::Ordered(Cow::Borrowed(&call.arguments));
+    }
+    match serde_json::from_str::<Value>(&call.arguments) {
+        Ok(Value::Object(_)) => CallObject::Ordered(compact(&call.arguments)),
+        _ if call.input.is_object() => CallObject::Value(Cow::Borrowed(&call.input)),
+        _ => CallObject::Value(Cow::Owned(Value::Object(Map::new()))),
     }
 }
 

@@ -2,17 +2,18 @@
 //! `serde_json::to_vec(&encode_body(call))`, from borrowed views (see
 //! [`crate::provider::body`]). Every rule lives in [`super::encode`]; this
 //! file only mirrors its shapes, with each struct's fields in key order.
-
-use std::borrow::Cow;
+//! A call's arguments keep the model's key order (`CallObject`), so
+//! they are the one place the bytes may differ from the tree's (the JSON is
+//! the same).
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde::Serialize as DeriveSerialize;
 use serde_json::Value;
 
 use super::encode::DEFAULT_MAX_TOKENS;
-use super::encode::{call_input, inline_image, keeps_block, opaque_block, result_content, tool_use_extra};
+use super::encode::{call_object, inline_image, keeps_block, opaque_block, result_content, tool_use_extra};
 use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock};
-use crate::provider::body::{Field, Fields, Seq};
+use crate::provider::body::{CallObject, Field, Fields, Seq};
 use crate::provider::ModelCall;
 use crate::tool::ToolDecl;
 
@@ -32,7 +33,7 @@ pub(crate) fn fields<'a>(call: &ModelCall<'a>) -> Fields<'a, Part<'a>> {
         f.push(("stream", Field::True));
     }
     if let Some(o) = call.output {
-        f.push(("output_config", Field::Owned(crate::output::wire::anthropic_output_config(o))));
+        f.push(("output_config", Field::Output(crate::output::wire::View::AnthropicOutputConfig(o))));
     }
     f
 }
@@ -170,7 +171,7 @@ struct ToolUse<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     caller: Option<&'a Value>,
     id: &'a str,
-    input: Cow<'a, Value>,
+    input: CallObject<'a>,
     name: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     toolset_name: Option<&'a Value>,
@@ -182,7 +183,7 @@ fn tool_use(call: &ToolCall) -> ToolUse<'_> {
     ToolUse {
         caller: tool_use_extra(call, "caller"),
         id: &call.id,
-        input: call_input(call),
+        input: call_object(call),
         name: &call.name,
         toolset_name: tool_use_extra(call, "toolset_name"),
         kind: "tool_use",

@@ -2,17 +2,17 @@
 //! bytes as `serde_json::to_vec(&encode_body(call))`, from borrowed views (see
 //! [`crate::provider::body`]). Every rule lives in [`super::encode`]; this
 //! file only mirrors its shapes, with each struct's fields in key order.
-
-use std::borrow::Cow;
+//! A call's arguments keep the model's key order (`CallObject`), so
+//! they are the one place the bytes may differ from the tree's (the JSON is
+//! the same).
 
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize as DeriveSerialize;
-use serde_json::Value;
 
 use super::encode::{call_args, keeps_block, parse_data_url, CallIndex};
 use super::signature;
 use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock};
-use crate::provider::body::{Field, Fields, Seq};
+use crate::provider::body::{CallObject, Field, Fields, Seq};
 use crate::provider::ModelCall;
 use crate::tool::ToolDecl;
 
@@ -177,7 +177,7 @@ struct FunctionCallPart<'a> {
 
 #[derive(DeriveSerialize)]
 struct FunctionCall<'a> {
-    args: Cow<'a, Value>,
+    args: CallObject<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     id: Option<&'a str>,
     name: &'a str,
@@ -185,7 +185,11 @@ struct FunctionCall<'a> {
 
 fn function_call<'a>(call: &'a ToolCall, index: &CallIndex<'_>) -> FunctionCallPart<'a> {
     FunctionCallPart {
-        function_call: FunctionCall { args: call_args(call), id: index.sent_id(&call.id), name: &call.name },
+        function_call: FunctionCall {
+            args: CallObject::new(&call.arguments, call_args(call)),
+            id: index.sent_id(&call.id),
+            name: &call.name,
+        },
         thought_signature: signature(call.provider_data.as_ref()),
     }
 }

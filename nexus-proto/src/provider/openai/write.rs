@@ -30,7 +30,7 @@ pub(crate) fn fields<'a>(call: &ModelCall<'a>) -> Fields<'a, Part<'a>> {
         f.push(("max_completion_tokens", Field::U32(max)));
     }
     if let Some(o) = call.output {
-        f.push(("response_format", Field::Owned(crate::output::wire::chat_response_format(o))));
+        f.push(("response_format", Field::Output(crate::output::wire::View::ChatResponseFormat(o))));
     }
     f
 }

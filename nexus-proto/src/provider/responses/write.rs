@@ -37,7 +37,7 @@ pub(crate) fn fields<'a>(call: &ModelCall<'a>) -> Fields<'a, Part<'a>> {
         f.push(("max_output_tokens", Field::U32(max)));
     }
     if let Some(o) = call.output {
-        f.push(("text", Field::Owned(crate::output::wire::responses_text(o))));
+        f.push(("text", Field::Output(crate::output::wire::View::ResponsesText(o))));
     }
     f
 }
