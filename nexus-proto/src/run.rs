@@ -1116,6 +1116,12 @@ impl Run {
             Phase::Awaiting { attempt, .. } => attempt,
             _ => return,
         };
+        if crate::context::counting(&self.state) {
+            // A count that could not be made leaves the estimate: no retry, failover or failure.
+            crate::context::accept_count(&mut self.state, 0, &[]);
+            self.state.phase = Phase::Ready { attempt };
+            return;
+        }
         if crate::failover::FailoverPolicy::upstream_at_fault(&error) {
             self.reports.push((self.state.upstream, false, now));
         }

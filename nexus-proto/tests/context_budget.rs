@@ -453,6 +453,13 @@ fn drive_counted(
                     (200, wire_n(style, &read_turn(n, turns), false, n))
                 };
                 let ex = req.exchange;
+                if status == 0 {
+                    // The connection to the counter failed.
+                    let kind = nexus_proto::TransportErrorKind::Io;
+                    run.handle_input(NOW, Input::TransportError { exchange: ex, kind, message: "reset".into() })
+                        .unwrap();
+                    continue;
+                }
                 let head = Input::ResponseHead {
                     exchange: ex,
                     status,
@@ -512,6 +519,12 @@ fn a_token_count_near_the_trigger_decides_instead_of_the_estimate() {
     assert!(!counts.is_empty());
     assert_eq!(compactions, baseline);
     assert!(run.token_counts().iter().all(|c| c.tokens.is_none()));
+    // Nor does one it cannot reach: no retry, no failover, no failure.
+    let (counts, compactions, outcome, run) = drive_counted(Style::Anthropic, 12, &|| (0, String::new()));
+    assert_eq!(outcome, Outcome::Done);
+    assert_eq!(compactions, baseline);
+    assert_eq!(run.token_counts().len(), counts.len(), "one try per count");
+    assert!(run.failovers().is_empty());
 
     // Gemini asks :countTokens with a generateContentRequest; Chat Completions has no counter.
     let (counts, _, _, _) = drive_counted(Style::Gemini, 12, &|| (200, r#"{"totalTokens":100}"#.to_string()));
