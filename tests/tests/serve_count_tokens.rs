@@ -41,6 +41,16 @@ fn surfaces() -> Vec<Count> {
                    "messages": [{"role": "user", "content": "What is 2 + 2?"}]}),
         ),
         (
+            "anthropic (beta)",
+            "/v1/messages/count_tokens?beta=true".into(),
+            vec![
+                ("x-api-key", CLIENT_TOKEN),
+                ("anthropic-version", "2023-06-01"),
+                ("anthropic-beta", "token-counting-2024-11-01"),
+            ],
+            json!({"model": "m-text", "messages": [{"role": "user", "content": "What is 2 + 2?"}]}),
+        ),
+        (
             "responses",
             "/v1/responses/input_tokens".into(),
             vec![("authorization", "Bearer client-secret-token")],
@@ -124,12 +134,17 @@ fn every_surface_counts_with_every_upstreams_own_counter() {
             if native {
                 // Same family: the body went as it came, the answer came back as sent.
                 assert_eq!(counted[0].body, sent.as_bytes(), "{name}");
+                assert_eq!(counted[0].target.ends_with("?beta=true"), path.ends_with("?beta=true"), "{name}");
+                if path.ends_with("?beta=true") {
+                    assert_eq!(counted[0].header("anthropic-beta"), Some("token-counting-2024-11-01"), "{name}");
+                }
                 if style == Style::Gemini {
                     assert_eq!(a.json()["promptTokensDetails"][0]["tokenCount"], n, "{name}");
                 }
             } else {
                 // Translated: what would be sent is what is counted, the system prompt included.
-                assert!(String::from_utf8_lossy(&counted[0].body).contains("Be brief.") || surface == "gemini");
+                let system = sent.contains("Be brief.") && surface != "gemini";
+                assert!(!system || String::from_utf8_lossy(&counted[0].body).contains("Be brief."), "{name}");
             }
         }
         server.shutdown();

@@ -111,7 +111,11 @@ impl Cx<'_> {
     /// counter): the translated call reduced to what the counter takes
     /// ([`count::request_body`]), or in the same family the client's own.
     fn count_request(&self, target: &Target, t: &TranslatedRequest, native: bool) -> Option<UpstreamRequest> {
-        let url = count::endpoint(t.style, target.base_url(), &t.model)?;
+        let mut url = count::endpoint(t.style, target.base_url(), &t.model)?;
+        if native && t.style == Style::Anthropic && self.req.query_param("beta") == Some("true") {
+            // Anthropic's SDK marks beta calls so; the upstream is asked the same way.
+            url.push_str("?beta=true");
+        }
         let body = match t.style {
             Style::Gemini if native => gemini_native_count(&self.req.body, &t.model),
             _ if native => t.body.clone(),
