@@ -25,7 +25,7 @@
 //!
 //! | `type` | fields | meaning |
 //! |---|---|---|
-//! | `start` | `state`, `apiKey` | a new run; `state` is its [`Run::snapshot`] before the first output |
+//! | `start` | `state`, `apiKey`, `exchanges` | a new run; `state` is its [`Run::snapshot`] before the first output |
 //! | `request` | `exchange`, `method`, `url`, `headers`, `text`/`base64` | a request the machine built |
 //! | `response` | `exchange`, `status`, `headers`, `at` | its response head |
 //! | `chunk` | `exchange`, `text`/`base64`, `at` | one body chunk, as read |
@@ -35,8 +35,15 @@
 //! | `answer` | `answer`, `at` | an answer fed to the run |
 //! | `timeout` / `cancel` | `at` | a timer fired / the host cancelled |
 //! | `pending` | `requests` | the run stopped suspended; its state was stored |
-//! | `resume` | `state`, `apiKey` | a new process restored the run from `state` |
+//! | `resume` | `state`, `apiKey`, `exchanges` | a new process restored the run from `state` |
 //! | `done` | `outcome`, `text` | the run ended |
+//!
+//! `exchanges` is how many model calls the driver let the run's tree have
+//! in flight at once ([`Run::set_concurrent_exchanges`]; absent when 1 or
+//! when the run has no sub-agents, whose calls are one at a time anyway):
+//! with parallel sub-agents it decides when each request goes out, so a
+//! replay sets the same. Inputs are written in the order the machine was
+//! fed them, however many calls were in flight.
 //!
 //! `at` is the time given with the input (ms since the Unix epoch). Bytes
 //! are `text` when they are UTF-8, else `base64`. A cassette may hold several
@@ -91,6 +98,9 @@ pub enum Entry {
         /// Whether an API key was given (its value is never recorded).
         #[serde(rename = "apiKey", default)]
         api_key: bool,
+        /// Model calls the tree could have in flight at once.
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        exchanges: usize,
     },
     /// A request the machine built (secret values redacted).
     Request {
@@ -212,6 +222,9 @@ pub enum Entry {
         /// Whether an API key was given.
         #[serde(rename = "apiKey", default)]
         api_key: bool,
+        /// Model calls the tree could have in flight at once.
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        exchanges: usize,
     },
     /// The run ended.
     Done {
@@ -377,6 +390,23 @@ impl Cassette {
     }
 }
 
+/// The concurrency a replay needs: it decides anything only where children
+/// may call their models side by side.
+fn exchanges_of(run: &Run) -> usize {
+    match &run.config().agents {
+        Some(a) if !a.agents.is_empty() => run.concurrent_exchanges(),
+        _ => 1,
+    }
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
+}
+
 /// Parses one line. `start` and `resume` lines are read into a plain
 /// struct: serde buffers internally tagged enums, and a buffered value can no
 /// longer give the raw state text back.
@@ -391,12 +421,20 @@ fn parse_entry(line: &str) -> Result<Entry, serde_json::Error> {
         state: StateJson,
         #[serde(rename = "apiKey", default)]
         api_key: bool,
+        #[serde(default = "one")]
+        exchanges: usize,
     }
     match serde_json::from_str::<Tag>(line)?.kind.as_str() {
-        "start" => serde_json::from_str::<StateLine>(line).map(|l| Entry::Start { state: l.state, api_key: l.api_key }),
-        "resume" => {
-            serde_json::from_str::<StateLine>(line).map(|l| Entry::Resume { state: l.state, api_key: l.api_key })
-        }
+        "start" => serde_json::from_str::<StateLine>(line).map(|l| Entry::Start {
+            state: l.state,
+            api_key: l.api_key,
+            exchanges: l.exchanges,
+        }),
+        "resume" => serde_json::from_str::<StateLine>(line).map(|l| Entry::Resume {
+            state: l.state,
+            api_key: l.api_key,
+            exchanges: l.exchanges,
+        }),
         _ => serde_json::from_str(line),
     }
 }
@@ -416,6 +454,8 @@ pub trait Tap: Send + Sync {
     /// The circuits the run routes by changed ([`Run::circuit_view`]), before
     /// its next output.
     fn circuits(&self, _run: &Run) {}
+    /// A run restored from a stored state, before its answers are fed.
+    fn restored(&self, _run: &Run) {}
 }
 
 /// Writes a cassette as a session goes. It is a [`Tap`] for the driver; the
@@ -435,6 +475,10 @@ struct Inner {
     api_key: bool,
     /// Tool names by call id (tool replies name only the call).
     names: HashMap<String, String>,
+    /// The state a host said it resumed from, written once the driver
+    /// shows the restored run (its `resume` line then says how many model
+    /// calls the run may have in flight).
+    resumed: Option<Vec<u8>>,
     error: Option<io::Error>,
 }
 
@@ -480,7 +524,14 @@ impl Recorder {
     /// A recorder writing to any sink (no header is written; see [`Recorder::create`]).
     pub fn to_writer(out: Box<dyn Write + Send>) -> Recorder {
         Recorder {
-            inner: Mutex::new(Inner { out, secrets: Vec::new(), api_key: false, names: HashMap::new(), error: None }),
+            inner: Mutex::new(Inner {
+                out,
+                secrets: Vec::new(),
+                api_key: false,
+                names: HashMap::new(),
+                resumed: None,
+                error: None,
+            }),
         }
     }
 
@@ -523,6 +574,11 @@ impl Recorder {
     }
 
     fn write(&self, entry: &Entry) {
+        // A resumed run the driver did not show: its line goes first as it is.
+        let resumed = self.lock().resumed.take();
+        if let Some(state) = resumed {
+            self.state_entry(&state, true, 1);
+        }
         let mut inner = self.lock();
         if inner.error.is_some() {
             return;
@@ -540,11 +596,11 @@ impl Recorder {
         }
     }
 
-    fn state_entry(&self, state: &[u8], resume: bool) {
+    fn state_entry(&self, state: &[u8], resume: bool, exchanges: usize) {
         let api_key = self.lock().api_key;
         match StateJson::from_bytes(state) {
-            Some(state) if resume => self.write(&Entry::Resume { state, api_key }),
-            Some(state) => self.write(&Entry::Start { state, api_key }),
+            Some(state) if resume => self.write(&Entry::Resume { state, api_key, exchanges }),
+            Some(state) => self.write(&Entry::Start { state, api_key, exchanges }),
             None => {
                 let mut inner = self.lock();
                 inner.error.get_or_insert(io::Error::new(io::ErrorKind::InvalidData, "a run state that is not JSON"));
@@ -556,7 +612,11 @@ impl Recorder {
     pub fn resume(&self, state: &[u8]) {
         // A traced run's trace context rides beside its state with random
         // ids: never recorded (SPEC §22.4).
-        self.state_entry(&crate::telemetry::strip(state), true);
+        let state = crate::telemetry::strip(state);
+        let earlier = self.lock().resumed.replace(state);
+        if let Some(earlier) = earlier {
+            self.state_entry(&earlier, true, 1);
+        }
     }
 
     /// The host stored the suspended run (its state holds these outstanding requests).
@@ -581,6 +641,10 @@ impl Recorder {
 
     /// Flushes and returns the first write error, if any.
     pub fn finish(&self) -> io::Result<()> {
+        let resumed = self.lock().resumed.take();
+        if let Some(state) = resumed {
+            self.state_entry(&state, true, 1);
+        }
         let mut inner = self.lock();
         if let Some(e) = inner.error.take() {
             return Err(e);
@@ -591,7 +655,14 @@ impl Recorder {
 
 impl Tap for Recorder {
     fn started(&self, run: &Run) {
-        self.state_entry(&run.snapshot(), false);
+        self.state_entry(&run.snapshot(), false, exchanges_of(run));
+    }
+
+    fn restored(&self, run: &Run) {
+        let resumed = self.lock().resumed.take();
+        if let Some(state) = resumed {
+            self.state_entry(&state, true, exchanges_of(run));
+        }
     }
 
     fn input(&self, now: Timestamp, input: &Input<'_>) {

@@ -68,6 +68,10 @@ pub(crate) enum WaitFor {
     Async(Arc<dyn Fn(Request) -> AsyncAnswer + Send + Sync>),
 }
 
+/// Model calls in flight at once across a run's tree when the host does
+/// not say: enough for a turn that delegates to a few agents.
+pub(crate) const DEFAULT_MODEL_CALLS: usize = 4;
+
 /// A built client configuration. Create with [`ClientConfig::builder`].
 #[derive(Clone)]
 pub struct ClientConfig {
@@ -85,6 +89,9 @@ pub struct ClientConfig {
     pub(crate) timeout: Option<Duration>,
     pub(crate) tool_timeout: Option<Duration>,
     pub(crate) connect_timeout: Duration,
+    /// Model calls a run and its sub-agents may have in flight at once
+    /// ([`ClientBuilder::max_concurrent_model_calls`]).
+    pub(crate) model_calls: usize,
     pub(crate) cancel: CancelToken,
     pub(crate) tap: Option<Arc<dyn Tap>>,
     /// Whether the host fixed the seed; otherwise every run draws its own,
@@ -230,6 +237,7 @@ impl ClientBuilder {
                 timeout: None,
                 tool_timeout: None,
                 connect_timeout: Duration::from_secs(30),
+                model_calls: DEFAULT_MODEL_CALLS,
                 cancel: CancelToken::new(),
                 tap: None,
                 fixed_seed: false,
@@ -600,6 +608,17 @@ impl<Built: From<ClientConfig>> ClientBuilder<Built> {
     /// overall timeout: streams may run long; use [`timeout`](Self::timeout).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.cfg.connect_timeout = d;
+        self
+    }
+
+    /// How many model calls a run and its sub-agents may have in flight at
+    /// once (default 4; at least 1). Agent calls of one turn start their
+    /// children together, and each child's model call goes out as soon as
+    /// a slot is free, on a connection of its own; 1 has the children take
+    /// turns. A run's own call is always alone: its children live only
+    /// while it runs tools.
+    pub fn max_concurrent_model_calls(mut self, n: usize) -> Self {
+        self.cfg.model_calls = n.max(1);
         self
     }
 

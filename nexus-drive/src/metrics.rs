@@ -202,6 +202,13 @@ impl Metrics {
 /// `k="v",…` with Prometheus escaping (backslash, quote, newline).
 pub(crate) fn labels(pairs: &[(&str, &str)]) -> String {
     let mut s = String::new();
+    labels_into(&mut s, pairs);
+    s
+}
+
+/// [`labels`] written into `s`, replacing what it held.
+pub(crate) fn labels_into(s: &mut String, pairs: &[(&str, &str)]) {
+    s.clear();
     for (i, (k, v)) in pairs.iter().enumerate() {
         if i > 0 {
             s.push(',');
@@ -218,7 +225,6 @@ pub(crate) fn labels(pairs: &[(&str, &str)]) -> String {
         }
         s.push('"');
     }
-    s
 }
 
 pub(crate) fn counter(out: &mut String, name: &str, help: &str, series: &BTreeMap<String, u64>) {

@@ -274,6 +274,41 @@ impl Run {
         self.agent_live.max_exchanges = n.max(1);
     }
 
+    /// How many model calls the driver said it can have in flight at once
+    /// ([`Run::set_concurrent_exchanges`]).
+    pub fn concurrent_exchanges(&self) -> usize {
+        self.agent_live.max_exchanges
+    }
+
+    /// The live run at agent path `path` (delegating call ids joined by
+    /// `/`; this run for the empty path), `None` when no live child is
+    /// there. With [`Run::exchange_owner`] a driver reads what belongs to
+    /// the run that sent an exchange: its turn count, head deadline, usage
+    /// and retry policy.
+    pub fn agent_run(&self, path: &str) -> Option<&Run> {
+        if path.is_empty() {
+            return Some(self);
+        }
+        let (head, rest) = path.split_once(PATH_SEPARATOR).unwrap_or((path, ""));
+        self.children().find(|(c, _, _)| *c == head)?.2.agent_run(rest)
+    }
+
+    /// The calls the tree's children will hand to the driver next, their
+    /// ids qualified by agent path ([`Run::calls_to_run`] of each child,
+    /// to any depth): a host checks it can run each of them too before it
+    /// resumes a run.
+    pub fn agent_calls_to_run(&self) -> Vec<crate::message::ToolCall> {
+        let mut out = Vec::new();
+        for (call_id, _, child) in self.children() {
+            let mine = child.calls_to_run().into_iter().cloned();
+            for mut call in mine.chain(child.agent_calls_to_run()) {
+                call.id = qualify(call_id, &call.id);
+                out.push(call);
+            }
+        }
+        out
+    }
+
     /// Gives the API key of the agent `name`'s upstream, for its children
     /// anywhere in the tree (memory only, never in a snapshot). A child with
     /// no key of its own uses the parent's when both call the same API root.

@@ -62,6 +62,13 @@ fn a_child_suspension_surfaces_at_the_top_and_resumes_after_a_restore() {
     t.run = Run::restore(&state).unwrap();
     assert_eq!(t.run.outstanding(), reqs, "the same requests, owned by the same agent, after the restore");
     t.answer(&reqs[0].id).unwrap();
+    // The answered call is the child's to hand out: a host checks it can run it.
+    assert!(t.run.calls_to_run().is_empty());
+    let next: Vec<(String, String)> = t.run.agent_calls_to_run().into_iter().map(|c| (c.id, c.name)).collect();
+    assert_eq!(next, vec![("call_p1/toolu_c1".to_string(), "approve".to_string())]);
+    assert_eq!(t.run.agent_run("call_p1").map(Run::turns), Some(1), "the child's own turns");
+    assert!(t.run.agent_run("call_p1/nope").is_none() && t.run.agent_run("nope").is_none());
+    assert_eq!(t.run.agent_run("").map(Run::id), Some(t.run.id()));
     done(t.drive());
 
     assert_eq!(t.run.final_text(), "parent done");
@@ -332,6 +339,13 @@ fn model_calls_of_parallel_children_overlap_only_when_the_driver_takes_them() {
         match next {
             Output::Send(second) => {
                 assert!(overlapping, "a second call while one is in flight");
+                assert_eq!(t.run.concurrent_exchanges(), slots);
+                // Each call is its own child's: a driver reads its numbers there.
+                for (req, path) in [(&first, "call_1"), (&second, "call_2")] {
+                    let (owner, _) = t.run.exchange_owner(req.exchange).unwrap();
+                    assert_eq!(owner, path);
+                    assert_eq!(t.run.agent_run(&owner).map(Run::turns), Some(0));
+                }
                 assert!(second.url.contains("/two"));
                 assert_ne!(second.exchange, first.exchange, "exchange ids are unique across the tree");
                 t.serve(&second);

@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use drive_support::*;
 use nexus_drive::telemetry::OtlpPipeline;
-use nexus_tests::fake::{FakeProvider, Scripts, Turn};
+use nexus_drive::AgentTool;
+use nexus_tests::fake::{FakeProvider, Scripts, Style, Turn};
 use nexus_tests::otlp::{attr, hex, OtlpReceiver};
 
-both_drivers!(concurrent_tools_stay_under_their_run,);
+both_drivers!(concurrent_tools_stay_under_their_run, parallel_childrens_chat_spans_sit_under_their_own_agents,);
 
 fn concurrent_tools_stay_under_their_run(d: Drv) {
     for style in STYLES {
@@ -74,5 +75,54 @@ fn concurrent_tools_stay_under_their_run(d: Drv) {
             _ => "openai",
         };
         assert_eq!(attr(&agent.attributes, "gen_ai.provider.name").as_deref(), Some(expected_provider), "{ctx}");
+    }
+}
+
+/// Two children of one turn call their models at once (the fake answers
+/// neither until both asked): each call keeps one `chat` span of its own,
+/// under its own agent's `invoke_agent` span, with its own usage.
+fn parallel_childrens_chat_spans_sit_under_their_own_agents(d: Drv) {
+    let fake = FakeProvider::start(
+        Scripts::new(KEY)
+            .model(
+                "m-parent",
+                script(vec![
+                    Turn::default().call("alpha", r#"{"prompt": "look"}"#).call("beta", r#"{"prompt": "hello"}"#),
+                    Turn::text("both back"),
+                ]),
+            )
+            .model("m-alpha", script(vec![Turn::default().call("lookup", "{}"), Turn::text("alpha done")]))
+            .model("m-beta", script(vec![Turn::text("beta done")]))
+            .gate(&["m-alpha", "m-beta"], 2),
+    );
+    let collector = OtlpReceiver::start();
+    let pipeline =
+        OtlpPipeline::to_endpoint(&format!("{}/v1/traces", collector.endpoint()), Duration::from_secs(5)).unwrap();
+    let child = |name: &str, style: Style, model: &str| {
+        AgentTool::new(name, "helps", proto_style(style), model).base_url(fake.base_url(style)).api_key(KEY)
+    };
+    let cfg = builder(&fake, Style::OpenAi, "m-parent", false)
+        .agent(child("alpha", Style::Anthropic, "m-alpha").dyn_tool(ok_tool("lookup", |_, _| "found".into())))
+        .agent(child("beta", Style::Gemini, "m-beta"))
+        .telemetry(pipeline.telemetry())
+        .build()
+        .unwrap();
+    let r = d.client(cfg).run("split it").unwrap();
+    assert_eq!(outputs(&r), ["alpha done", "beta done"]);
+    assert!(fake.failures().is_empty(), "both calls were in flight at once: {:?}", fake.failures());
+    pipeline.shutdown();
+    let spans: Vec<_> = collector.spans().into_iter().map(|(_, s)| s).collect();
+    let named = |name: &str| spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
+    let run = named("invoke_agent");
+    assert_eq!(run.len(), 1, "{spans:#?}");
+    for (agent, model, calls) in [("alpha", "m-alpha", 2), ("beta", "m-beta", 1), ("", "m-parent", 2)] {
+        let parent = if agent.is_empty() { run[0] } else { named(&format!("invoke_agent {agent}"))[0] };
+        let chats = named(&format!("chat {model}"));
+        assert_eq!(chats.len(), calls, "{model}: one span per call");
+        for chat in chats {
+            assert_eq!(chat.parent_span_id, parent.span_id, "{model} under its own run's span");
+            assert!(attr(&chat.attributes, "gen_ai.usage.input_tokens").is_some_and(|t| t != "0"), "{model}");
+            assert!(attr(&chat.attributes, "gen_ai.response.finish_reasons").is_some(), "{model}");
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The async driver, on smol: the shared HTTP/1.1 client over smol sockets (`h1`) and the
 //! batch's tool calls polled as concurrent futures (blocking tool bodies on
-//! smol's blocking pool). The same pump as the blocking driver; only the I/O
-//! differs.
+//! smol's blocking pool), beside the sub-agents' concurrent model calls. The
+//! same pump as the blocking driver; only the I/O differs.
 
 pub(crate) mod h1;
 
@@ -229,6 +229,9 @@ enum Seed {
 enum Done {
     Tool(String, ToolReply),
     Answer(Answer),
+    /// A sub-agent's model call has its response head (boxed: a response is
+    /// far larger than the other pieces).
+    Head(ExchangeId, Box<Result<h1::Response, h1::Failure>>),
 }
 
 type Work = Pin<Box<dyn Future<Output = Done> + Send>>;
@@ -236,6 +239,8 @@ type Work = Pin<Box<dyn Future<Output = Done> + Send>>;
 /// What woke the driver up.
 enum Woke {
     Chunk(ExchangeId, Result<usize, h1::Failure>),
+    /// A piece of the body of `streams[i]`.
+    Stream(usize, Result<usize, h1::Failure>),
     Work(Done),
     Timer,
     Cancelled,
@@ -245,15 +250,32 @@ enum Woke {
 struct Driver {
     engine: Engine,
     pool: Arc<h1::Pool>,
+    /// The top run's response body (alone in the tree).
     body: Option<(ExchangeId, h1::Body)>,
-    work: Vec<Work>,
+    /// The response bodies of sub-agents' calls read side by side.
+    streams: Vec<(ExchangeId, h1::Body)>,
+    /// Tools, answers, and sub-agents' requests awaiting their head (these
+    /// tagged with their exchange, so one the machine gave up on is dropped).
+    work: Vec<(Option<ExchangeId>, Work)>,
+    /// Which of `streams` is read first on the next wait: each in turn, so
+    /// one that always has bytes ready cannot hold the others back.
+    first: usize,
     alarm: Alarm,
     done: bool,
 }
 
 impl Driver {
     fn new(pool: Arc<h1::Pool>, engine: Engine) -> Driver {
-        Driver { engine, pool, body: None, work: Vec::new(), alarm: Alarm::new(), done: false }
+        Driver {
+            engine,
+            pool,
+            body: None,
+            streams: Vec::new(),
+            work: Vec::new(),
+            first: 0,
+            alarm: Alarm::new(),
+            done: false,
+        }
     }
 
     async fn next(&mut self) -> Option<Result<StreamItem, DriveError>> {
@@ -264,16 +286,26 @@ impl Driver {
             match self.engine.step() {
                 Step::Event(ev) => return Some(Ok(StreamItem::Event(ev))),
                 Step::Send(req) => {
+                    if self.engine.shares_time(req.exchange) {
+                        // A sub-agent's call beside its siblings': its head is awaited with the other work.
+                        let (pool, id) = (self.pool.clone(), req.exchange);
+                        let sent = async move { Done::Head(id, Box::new(h1::send(&pool, &req).await)) };
+                        self.work.push((Some(id), Box::pin(sent)));
+                        continue;
+                    }
                     self.body = None;
                     self.send(req).await;
                 }
                 Step::RunTools(jobs) => {
                     for job in jobs {
                         let fut = job.run_async();
-                        self.work.push(Box::pin(async move {
-                            let (id, reply) = fut.await;
-                            Done::Tool(id, reply)
-                        }));
+                        self.work.push((
+                            None,
+                            Box::pin(async move {
+                                let (id, reply) = fut.await;
+                                Done::Tool(id, reply)
+                            }),
+                        ));
                     }
                 }
                 Step::Resolve(requests) => {
@@ -282,7 +314,7 @@ impl Driver {
                     };
                     for request in requests {
                         let fut = answer_async(wait_for.clone(), request);
-                        self.work.push(Box::pin(async move { Done::Answer(fut.await) }));
+                        self.work.push((None, Box::pin(async move { Done::Answer(fut.await) })));
                     }
                 }
                 Step::Wait { until, busy } => {
@@ -298,6 +330,7 @@ impl Driver {
     fn finish(&mut self, item: Result<StreamItem, DriveError>) -> Option<Result<StreamItem, DriveError>> {
         self.done = true;
         self.body = None;
+        self.streams.clear();
         self.work.clear();
         Some(item)
     }
@@ -306,7 +339,7 @@ impl Driver {
     async fn send(&mut self, req: HttpRequest) {
         let cancel = self.engine.cancel_token().clone();
         // The head may be due before the run's deadline (the failover policy's head timeout).
-        let deadline = self.engine.head_deadline();
+        let deadline = self.engine.head_deadline(req.exchange);
         let alarm = self.alarm.at(deadline, &self.engine);
         let pool = self.pool.clone();
         // A stack temporary, matched right away: boxing the response buys nothing.
@@ -342,8 +375,10 @@ impl Driver {
     /// Makes progress on whatever is in flight, or sleeps until `until`.
     async fn wait(&mut self, until: Option<Timestamp>, busy: bool) -> Result<(), DriveError> {
         let cancel = self.engine.cancel_token().clone();
-        let Driver { body, work, alarm, engine, .. } = self;
-        if body.is_none() && work.is_empty() && until.is_none() {
+        let Driver { body, streams, work, first, alarm, engine, .. } = self;
+        *first = first.wrapping_add(1);
+        let first = *first;
+        if body.is_none() && streams.is_empty() && work.is_empty() && until.is_none() {
             return Err(DriveError::Input(InputError::OutOfOrder(if busy {
                 "the run waits on work this driver lost"
             } else {
@@ -354,10 +389,13 @@ impl Driver {
             if let Some((id, b)) = body.as_mut() {
                 return Woke::Chunk(*id, b.read().await);
             }
-            if !work.is_empty() {
-                return Woke::Work(first_done(work).await);
+            if streams.is_empty() {
+                if !work.is_empty() {
+                    return Woke::Work(first_done(work).await);
+                }
+                return std::future::pending().await;
             }
-            std::future::pending().await
+            first_progress(streams, work, first).await
         };
         let alarm = alarm.at(until, engine);
         let woke = progress
@@ -389,11 +427,36 @@ impl Driver {
                 self.body = None;
                 self.engine.on_transport_error(id, f.kind, f.message);
             }
+            Woke::Stream(i, Ok(0)) => {
+                let (id, _) = self.streams.swap_remove(i);
+                self.engine.on_end(id);
+            }
+            Woke::Stream(i, Ok(n)) => {
+                if let Some((id, b)) = self.streams.get(i) {
+                    self.engine.on_body(*id, b.chunk(n));
+                }
+            }
+            Woke::Stream(i, Err(f)) => {
+                let (id, _) = self.streams.swap_remove(i);
+                self.engine.on_transport_error(id, f.kind, f.message);
+            }
+            Woke::Work(Done::Head(id, sent)) => match *sent {
+                Ok(resp) => {
+                    if self.engine.on_head(id, resp.status, resp.headers) {
+                        self.streams.push((id, resp.body));
+                    }
+                }
+                Err(f) => self.engine.on_transport_error(id, f.kind, f.message),
+            },
             Woke::Work(Done::Tool(id, reply)) => self.engine.on_tool_reply(&id, reply),
             Woke::Work(Done::Answer(answer)) => self.engine.on_answer(answer)?,
             Woke::Timer => self.engine.on_timeout(),
             Woke::Cancelled => {}
         }
+        // Calls the machine gave up on (a head timeout, a newer request) stop.
+        let engine = &self.engine;
+        self.streams.retain(|(id, _)| engine.in_flight(*id));
+        self.work.retain(|(id, _)| id.is_none_or(|id| engine.in_flight(id)));
         Ok(())
     }
 }
@@ -441,19 +504,47 @@ impl Alarm {
 }
 
 /// The first of `work` to finish (removed from it).
-async fn first_done(work: &mut Vec<Work>) -> Done {
-    futures_lite::future::poll_fn(|cx| {
-        let ready = work.iter_mut().enumerate().find_map(|(i, w)| match w.as_mut().poll(cx) {
-            Poll::Ready(done) => Some((i, done)),
-            Poll::Pending => None,
-        });
-        match ready {
-            Some((i, done)) => {
-                drop(work.swap_remove(i));
-                Poll::Ready(done)
-            }
-            None => Poll::Pending,
+async fn first_done(work: &mut Vec<(Option<ExchangeId>, Work)>) -> Done {
+    futures_lite::future::poll_fn(|cx| poll_work(work, cx)).await
+}
+
+fn poll_work(work: &mut Vec<(Option<ExchangeId>, Work)>, cx: &mut std::task::Context<'_>) -> Poll<Done> {
+    let ready = work.iter_mut().enumerate().find_map(|(i, (_, w))| match w.as_mut().poll(cx) {
+        Poll::Ready(done) => Some((i, done)),
+        Poll::Pending => None,
+    });
+    match ready {
+        Some((i, done)) => {
+            drop(work.swap_remove(i));
+            Poll::Ready(done)
         }
+        None => Poll::Pending,
+    }
+}
+
+/// The first of `work` to finish, or the first piece of any of `streams`'
+/// bodies, those read from `first` on (modulo their number). A body's read
+/// is dropped unfinished when another wins: it consumes nothing until it
+/// completes, so the next wait picks it up.
+async fn first_progress(
+    streams: &mut [(ExchangeId, h1::Body)],
+    work: &mut Vec<(Option<ExchangeId>, Work)>,
+    first: usize,
+) -> Woke {
+    type Read<'a> = Pin<Box<dyn Future<Output = Result<usize, h1::Failure>> + Send + 'a>>;
+    let n = streams.len();
+    let mut reads: Vec<Read<'_>> = streams.iter_mut().map(|(_, b)| Box::pin(b.read()) as Read<'_>).collect();
+    futures_lite::future::poll_fn(|cx| {
+        if let Poll::Ready(done) = poll_work(work, cx) {
+            return Poll::Ready(Woke::Work(done));
+        }
+        for k in 0..n {
+            let i = (first + k) % n;
+            if let Some(Poll::Ready(r)) = reads.get_mut(i).map(|read| read.as_mut().poll(cx)) {
+                return Poll::Ready(Woke::Stream(i, r));
+            }
+        }
+        Poll::Pending
     })
     .await
 }

@@ -1,7 +1,10 @@
-//! Tool calls and host answers in flight on threads, collected as they finish.
+//! Tool calls, host answers and sub-agents' model calls in flight on
+//! threads, collected as they finish (or, for a model call, as each piece
+//! of its response arrives).
 //!
 //! One call of a batch runs inline on the driver thread when nothing needs
-//! watching meanwhile; this set is for everything else. The threads come
+//! watching meanwhile, and the top run's model call is read there too (it
+//! is alone in the tree); this set is for everything else. The threads come
 //! from the client's [`Workers`], so a busy client spawns none.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -9,12 +12,14 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nexus_proto::{Answer, Request, ToolReply};
+use nexus_proto::{Answer, ExchangeId, HttpRequest, Request, ToolReply};
 
 use crate::cancel::{CancelGuard, CancelToken};
 use crate::config::WaitFor;
+use crate::h1::Failure;
 use crate::tool::{timed_out, ToolJob};
 
+use super::h1;
 use super::workers::Workers;
 
 /// How long a driver thread polls for a job's reply before it sleeps.
@@ -23,13 +28,40 @@ const SPIN: Duration = Duration::from_micros(50);
 enum Msg {
     Tool(String, ToolReply),
     Answer(Answer),
+    Exchange(ExchangeId, Piece),
     Cancelled,
+}
+
+/// A piece of a model call read on a thread of its own.
+pub(crate) enum Piece {
+    Head { status: u16, headers: Vec<(String, String)> },
+    Chunk(Vec<u8>),
+    End,
+    Failed(Failure),
+}
+
+/// A model call on a thread: a cancel of the run stops it, and so does the
+/// driver dropping it (its own token shuts its socket).
+struct Stream {
+    id: ExchangeId,
+    stop: CancelToken,
+    _run_cancel: CancelGuard,
+}
+
+impl Drop for Stream {
+    /// A call dropped before its end (by the driver, or with the run)
+    /// stops: a thread blocked on its socket returns at once.
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 /// What finished.
 pub(crate) enum Next {
     Tool(String, ToolReply),
     Answer(Answer),
+    /// A piece of a model call's response; after `End` or `Failed` the call is forgotten.
+    Exchange(ExchangeId, Piece),
     /// `until` passed first.
     TimedOut,
     /// The run was cancelled.
@@ -55,6 +87,8 @@ pub(crate) struct Jobs {
     tx: Sender<Msg>,
     rx: Receiver<Msg>,
     waiting: Vec<Waiting>,
+    streams: Vec<Stream>,
+    cancel: CancelToken,
     workers: Arc<Workers>,
     _cancel: CancelGuard,
 }
@@ -67,11 +101,66 @@ impl Jobs {
             // The receiver may be gone already; nothing then waits to be woken.
             let _ = wake.send(Msg::Cancelled);
         });
-        Jobs { tx, rx, waiting: Vec::new(), workers, _cancel: guard }
+        Jobs { tx, rx, waiting: Vec::new(), streams: Vec::new(), cancel: cancel.clone(), workers, _cancel: guard }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.waiting.is_empty()
+        self.waiting.is_empty() && self.streams.is_empty()
+    }
+
+    /// Sends `req` and reads its response on a thread of its own, each
+    /// piece coming back through [`next`](Self::next): a sub-agent's model
+    /// call beside the others of its turn. `until` bounds the exchange,
+    /// `head` its response head (as [`h1::send`] takes them).
+    pub(crate) fn spawn_exchange(
+        &mut self,
+        pool: &Arc<h1::Pool>,
+        req: HttpRequest,
+        until: Option<Instant>,
+        head: Option<Instant>,
+    ) {
+        let id = req.exchange;
+        let stop = CancelToken::new();
+        let on_cancel = stop.clone();
+        let guard = self.cancel.on_cancel(move || on_cancel.cancel());
+        self.streams.push(Stream { id, stop: stop.clone(), _run_cancel: guard });
+        let (tx, pool) = (self.tx.clone(), pool.clone());
+        self.workers.run(move || {
+            let piece = |p: Piece| tx.send(Msg::Exchange(id, p)).is_ok();
+            let resp = match h1::send(&pool, &req, &stop, until, head) {
+                Ok(resp) => resp,
+                Err(f) => {
+                    piece(Piece::Failed(f));
+                    return;
+                }
+            };
+            let mut body = resp.body;
+            if !piece(Piece::Head { status: resp.status, headers: resp.headers }) {
+                return;
+            }
+            loop {
+                let sent = match h1::read(&mut body, &stop, until) {
+                    Ok(0) => {
+                        piece(Piece::End);
+                        return;
+                    }
+                    Ok(n) => piece(Piece::Chunk(body.chunk(n).to_vec())),
+                    Err(f) => {
+                        piece(Piece::Failed(f));
+                        return;
+                    }
+                };
+                // The driver is gone, or dropped this call.
+                if !sent || stop.is_cancelled() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Stops the model calls `keep` refuses (the run no longer waits on them).
+    pub(crate) fn retain_exchanges(&mut self, keep: impl Fn(ExchangeId) -> bool) {
+        self.streams.retain(|s| keep(s.id));
     }
 
     pub(crate) fn spawn_tool(&mut self, job: ToolJob) {
@@ -137,6 +226,16 @@ impl Jobs {
                     if self.forget(&a.id) {
                         return Next::Answer(a);
                     }
+                }
+                Ok(Msg::Exchange(id, piece)) => {
+                    let Some(pos) = self.streams.iter().position(|s| s.id == id) else {
+                        // A piece of a call the driver dropped.
+                        continue;
+                    };
+                    if matches!(piece, Piece::End | Piece::Failed(_)) {
+                        self.streams.swap_remove(pos);
+                    }
+                    return Next::Exchange(id, piece);
                 }
                 Ok(Msg::Cancelled) => return Next::Cancelled,
                 Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {

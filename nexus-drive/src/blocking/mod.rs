@@ -1,5 +1,6 @@
 //! The blocking driver: the shared HTTP/1.1 client over std sockets
-//! (`h1`), threads for concurrent tools.
+//! (`h1`), threads for concurrent tools and for sub-agents' concurrent
+//! model calls.
 //!
 //! Every entry point builds the same driver and pumps it; `run` drains
 //! it (giving events to the config's `on_event`), `stream` yields it.
@@ -21,7 +22,7 @@ use crate::input::{self, Claimed, RunInput};
 use crate::result::{RunResult, StreamItem};
 use crate::store::RunStore;
 use crate::tool::ToolJob;
-use jobs::{Jobs, Next};
+use jobs::{Jobs, Next, Piece};
 use workers::Workers;
 
 /// A blocking client. Cheap to clone; clones share the connection pool and
@@ -264,10 +265,16 @@ impl<'c> Driver<'c> {
             match self.engine.step() {
                 Step::Event(ev) => return Some(Ok(StreamItem::Event(ev))),
                 Step::Send(req) => {
+                    let until = self.engine.deadline().map(|d| Instant::now() + self.engine.until(d));
+                    let head = self.engine.head_deadline(req.exchange).map(|d| Instant::now() + self.engine.until(d));
+                    if self.engine.shares_time(req.exchange) {
+                        // A sub-agent's call beside its siblings': read on a thread of its own.
+                        let client = self.client;
+                        self.jobs_mut().spawn_exchange(&client.pool, req, until, head);
+                        continue;
+                    }
                     // A new request supersedes a body still open (the machine gave up on it).
                     self.body = None;
-                    let until = self.engine.deadline().map(|d| Instant::now() + self.engine.until(d));
-                    let head = self.engine.head_deadline().map(|d| Instant::now() + self.engine.until(d));
                     match h1::send(&self.client.pool, &req, self.engine.cancel_token(), until, head) {
                         Ok(resp) => {
                             if self.engine.on_head(req.exchange, resp.status, resp.headers) {
@@ -383,8 +390,14 @@ impl<'c> Driver<'c> {
             match jobs.next(at) {
                 Next::Tool(id, reply) => self.engine.on_tool_reply(&id, reply),
                 Next::Answer(answer) => self.engine.on_answer(answer)?,
+                Next::Exchange(id, piece) => self.on_piece(id, piece),
                 Next::TimedOut => self.engine.on_timeout(),
                 Next::Cancelled => {}
+            }
+            // Calls the machine gave up on (a head timeout, a newer request) stop.
+            let engine = &self.engine;
+            if let Some(jobs) = self.jobs.as_mut() {
+                jobs.retain_exchanges(|id| engine.in_flight(id));
             }
             return Ok(());
         }
@@ -397,6 +410,20 @@ impl<'c> Driver<'c> {
             }
             None if busy => Err(DriveError::Input(InputError::OutOfOrder("the run waits on work this driver lost"))),
             None => Err(DriveError::Input(InputError::OutOfOrder("the run waits with nothing in flight"))),
+        }
+    }
+
+    /// A piece of a model call read on a thread of its own.
+    fn on_piece(&mut self, id: ExchangeId, piece: Piece) {
+        match piece {
+            Piece::Head { status, headers } => {
+                self.engine.on_head(id, status, headers);
+            }
+            Piece::Chunk(bytes) => {
+                self.engine.on_body(id, &bytes);
+            }
+            Piece::End => self.engine.on_end(id),
+            Piece::Failed(f) => self.transport_error(id, f.kind, f.message),
         }
     }
 

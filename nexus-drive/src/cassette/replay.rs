@@ -238,15 +238,23 @@ impl Replayer<'_> {
         })
     }
 
-    fn begin(&mut self, state: &StateJson, api_key: bool, resumed: bool) -> Result<(), ReplayError> {
+    fn begin(&mut self, state: &StateJson, api_key: bool, resumed: bool, exchanges: usize) -> Result<(), ReplayError> {
         let line = self.line;
         let mut run = Run::restore(state.as_bytes()).map_err(|error| ReplayError::State { line, error })?;
+        // With parallel sub-agents it decides when each request goes out.
+        run.set_concurrent_exchanges(exchanges);
         if api_key {
             // The recorded request carried an auth header; so must this one
             // (its value is never compared).
             run.set_api_key(REDACTED);
             for i in 1..run.config().upstream_count() {
                 run.set_upstream_api_key(i, REDACTED);
+            }
+            // So did the sub-agents' requests, to whatever API they call.
+            let mut names = Vec::new();
+            agent_names(run.config(), &mut names);
+            for name in names {
+                run.set_agent_api_key(&name, REDACTED);
             }
         }
         self.sends.clear();
@@ -270,13 +278,13 @@ impl Replayer<'_> {
         }
         match entry {
             Entry::Header { .. } => self.mismatch("a second header"),
-            Entry::Start { state, api_key } => {
+            Entry::Start { state, api_key, exchanges } => {
                 if self.run.is_some() && self.finished.is_none() && !stopped {
                     return self.mismatch("a new run starts before the previous one ended");
                 }
-                self.begin(state, *api_key, false)
+                self.begin(state, *api_key, false, *exchanges)
             }
-            Entry::Resume { state, api_key } => self.resume(state, *api_key),
+            Entry::Resume { state, api_key, exchanges } => self.resume(state, *api_key, *exchanges),
             Entry::Request { exchange, method, url, headers, body } => {
                 let Some(sent) = self.sends.pop_front() else {
                     return self.mismatch(format!(
@@ -382,11 +390,11 @@ impl Replayer<'_> {
     /// A stored state handed to a new process. When the cassette holds the
     /// run that stored it, the replayed machine must have stored exactly the
     /// recorded bytes.
-    fn resume(&mut self, state: &StateJson, api_key: bool) -> Result<(), ReplayError> {
+    fn resume(&mut self, state: &StateJson, api_key: bool, exchanges: usize) -> Result<(), ReplayError> {
         let Some(run) = &self.run else {
             // A cassette that begins with a resumed run (recorded from its resume on).
             self.runs += 1;
-            return self.begin(state, api_key, true);
+            return self.begin(state, api_key, true, exchanges);
         };
         if self.finished.is_some() {
             return self.mismatch("a run is resumed after it ended");
@@ -406,7 +414,7 @@ impl Replayer<'_> {
         let Some(handed) = StateJson::from_bytes(&handed) else {
             return self.mismatch("the handed-over state is not JSON");
         };
-        self.begin(&handed, api_key, true)
+        self.begin(&handed, api_key, true, exchanges)
     }
 
     fn idle_reason(&self) -> String {
@@ -428,6 +436,16 @@ impl Replayer<'_> {
             }
             Some(_) => "it waits for a response or a timer".into(),
             None => "no run has started".into(),
+        }
+    }
+}
+
+/// The names of every agent `config` may delegate to, at any depth.
+fn agent_names(config: &nexus_proto::RunConfig, out: &mut Vec<String>) {
+    for spec in config.agents.iter().flat_map(|a| &a.agents) {
+        if !out.contains(&spec.name) {
+            out.push(spec.name.clone());
+            agent_names(&spec.config, out);
         }
     }
 }

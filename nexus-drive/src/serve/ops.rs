@@ -21,7 +21,7 @@ use super::failover::state_name;
 use super::gateway::Shared;
 use super::limits::{cost, Reservation, TokenUsage};
 use super::surface::Reply;
-use crate::metrics::{counter, histogram, labels, Histogram, FINE_BUCKETS};
+use crate::metrics::{counter, histogram, labels, labels_into, Histogram, FINE_BUCKETS};
 
 /// Distinct model label values kept; later ones are counted as `other`, so
 /// clients naming random models cannot grow the metrics without bound.
@@ -298,20 +298,47 @@ struct Registry {
     key_rejections: BTreeMap<String, u64>,
     /// Dollars per key and model, as text when rendered.
     key_cost: BTreeMap<String, f64>,
+    /// The label text of the series being counted (kept for its capacity).
+    scratch: String,
 }
 
 impl Registry {
-    fn model_label(&mut self, model: Option<&str>) -> String {
-        let Some(m) = model else { return String::new() };
+    /// The label a model is counted under: its name while there are few,
+    /// `other` past [`MAX_MODEL_LABELS`].
+    fn model_label<'a>(&mut self, model: Option<&'a str>) -> &'a str {
+        let Some(m) = model else { return "" };
         if self.models.contains(m) {
-            return m.to_string();
+            return m;
         }
         if self.models.len() < MAX_MODEL_LABELS {
             self.models.insert(m.to_string());
-            return m.to_string();
+            return m;
         }
-        "other".to_string()
+        "other"
     }
+}
+
+/// The value of series `key`, made by `make` when it is new (the only time
+/// the key is copied).
+fn series<'m, V>(map: &'m mut BTreeMap<String, V>, key: &str, make: impl FnOnce() -> V) -> &'m mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_owned(), make());
+    }
+    map.get_mut(key).expect("the series was just inserted")
+}
+
+/// A status code's digits, written into `buf` (no allocation).
+fn status_digits(mut n: u16, buf: &mut [u8; 5]) -> &str {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 || i == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[i..]).unwrap_or_default()
 }
 
 impl Metrics {
@@ -328,50 +355,54 @@ impl Metrics {
     }
 
     fn finish(&self, surface: &str, d: &RecordData, total: Duration, outcome: &str, cost_usd: Option<f64>) {
-        let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let r = &mut *guard;
+        // Every series' label text is written into one buffer, and a key is
+        // allocated only for a series not seen before: a request in steady
+        // state allocates nothing here.
+        let mut text = std::mem::take(&mut r.scratch);
         let model = r.model_label(d.model.as_deref());
         let upstream = d.upstream.as_deref().unwrap_or("");
-        let status = d.status.to_string();
-        let series = labels(&[("surface", surface), ("upstream", upstream), ("model", &model)]);
-        let key = labels(&[
-            ("surface", surface),
-            ("upstream", upstream),
-            ("model", &model),
-            ("status", &status),
-            ("outcome", outcome),
-        ]);
-        *r.requests.entry(key).or_default() += 1;
+        let mut digits = [0; 5];
+        let status = status_digits(d.status, &mut digits);
+        let fine = || Histogram::with_buckets(FINE_BUCKETS);
+        let base = [("surface", surface), ("upstream", upstream), ("model", model)];
+        labels_into(&mut text, &[base[0], base[1], base[2], ("status", status), ("outcome", outcome)]);
+        *series(&mut r.requests, &text, u64::default) += 1;
+        labels_into(&mut text, &base);
         if let Some(t) = d.first_byte {
-            r.first_byte
-                .entry(series.clone())
-                .or_insert_with(|| Histogram::with_buckets(FINE_BUCKETS))
-                .observe(t.as_secs_f64());
+            series(&mut r.first_byte, &text, fine).observe(t.as_secs_f64());
         }
-        r.duration.entry(series).or_insert_with(|| Histogram::with_buckets(FINE_BUCKETS)).observe(total.as_secs_f64());
+        series(&mut r.duration, &text, fine).observe(total.as_secs_f64());
         if d.usage.total() > 0 {
             for (dir, n) in [("in", d.usage.input), ("out", d.usage.output)] {
-                let k = labels(&[("upstream", upstream), ("model", &model), ("direction", dir)]);
-                *r.tokens.entry(k).or_default() += n;
+                labels_into(&mut text, &[("upstream", upstream), ("model", model), ("direction", dir)]);
+                *series(&mut r.tokens, &text, u64::default) += n;
             }
         }
         // Per key name (bounded: names come from the configuration).
         if let Some(key) = d.key.as_deref() {
-            *r.key_requests.entry(labels(&[("key", key), ("status", &status)])).or_default() += 1;
+            labels_into(&mut text, &[("key", key), ("status", status)]);
+            *series(&mut r.key_requests, &text, u64::default) += 1;
             let u = &d.usage;
             for (kind, n) in
                 [("input", u.input), ("output", u.output), ("cached", u.cached), ("reasoning", u.reasoning)]
             {
                 if n > 0 {
-                    *r.key_tokens.entry(labels(&[("key", key), ("kind", kind)])).or_default() += n;
+                    labels_into(&mut text, &[("key", key), ("kind", kind)]);
+                    *series(&mut r.key_tokens, &text, u64::default) += n;
                 }
             }
             if let Some(limit) = d.refused_by {
-                *r.key_rejections.entry(labels(&[("key", key), ("limit", limit)])).or_default() += 1;
+                labels_into(&mut text, &[("key", key), ("limit", limit)]);
+                *series(&mut r.key_rejections, &text, u64::default) += 1;
             }
             if let Some(c) = cost_usd {
-                *r.key_cost.entry(labels(&[("key", key), ("model", &model)])).or_default() += c;
+                labels_into(&mut text, &[("key", key), ("model", model)]);
+                *series(&mut r.key_cost, &text, f64::default) += c;
             }
         }
+        r.scratch = text;
     }
 
     /// The Prometheus text exposition; `circuits` is each upstream's
@@ -592,5 +623,28 @@ mod tests {
         assert_eq!(host_port("http://127.0.0.1:8080/v1"), Some(("127.0.0.1".into(), 8080)));
         assert_eq!(host_port("http://[::1]:9/v1beta"), Some(("::1".into(), 9)));
         assert_eq!(host_port("ftp://x"), None);
+    }
+
+    #[test]
+    fn status_digits_are_the_number_s() {
+        for n in [0u16, 7, 10, 200, 429, 999, 1000, 65535] {
+            assert_eq!(status_digits(n, &mut [0; 5]), n.to_string());
+        }
+    }
+
+    #[test]
+    fn a_series_is_counted_once_per_label_set_and_rendered_as_before() {
+        let mut map = BTreeMap::new();
+        let mut text = String::new();
+        for (model, n) in [("a\"b", 1), ("c", 2), ("a\"b", 3)] {
+            labels_into(&mut text, &[("model", model), ("status", "200")]);
+            *series(&mut map, &text, u64::default) += n;
+        }
+        let want: Vec<(String, u64)> = vec![
+            (labels(&[("model", "a\"b"), ("status", "200")]), 4),
+            (labels(&[("model", "c"), ("status", "200")]), 2),
+        ];
+        assert_eq!(map.into_iter().collect::<Vec<_>>(), want);
+        assert_eq!(want[0].0, r#"model="a\"b",status="200""#);
     }
 }

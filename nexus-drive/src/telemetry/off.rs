@@ -15,9 +15,9 @@ impl RunSpans {
         RunSpans
     }
     pub(crate) fn send(&mut self, _: &Run, _: &HttpRequest, _: u32) {}
-    pub(crate) fn first_chunk(&mut self) {}
+    pub(crate) fn first_chunk(&mut self, _: &str) {}
     pub(crate) fn event(&mut self, _: &Run, _: &StreamEvent) {}
-    pub(crate) fn exchange_ended(&mut self, _: &Run, _: bool, _: Option<u16>) {}
+    pub(crate) fn exchange_ended(&mut self, _: &Run, _: &str, _: bool, _: Option<u16>) {}
     pub(crate) fn tool_started(&mut self, _: &Run, _: &str, _: &str, _: &Value) -> Option<String> {
         None
     }

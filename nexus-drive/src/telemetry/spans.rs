@@ -22,13 +22,14 @@ pub(crate) struct RunSpans(Option<Box<Live>>);
 struct Live {
     tel: Telemetry,
     run: Context,
-    chat: Option<Chat>,
+    /// The model call of each run of the tree, by agent path (empty for
+    /// the top run): a run has one call at a time, its children theirs
+    /// alongside.
+    chats: HashMap<String, Chat>,
     tools: HashMap<String, Context>,
     /// The sub-agents' runs by agent path: each an `invoke_agent {name}`
     /// span under its delegating run's, the parent of its own tool calls.
     agents: HashMap<String, Context>,
-    /// Why the last turn stopped (its `TurnFinished`), for the chat span.
-    stop: Option<StopReason>,
 }
 
 /// The model call in flight: one span across its retries and failovers.
@@ -55,6 +56,8 @@ struct Chat {
     /// Whether the top run made the call (not a sub-agent): its transcript
     /// is the call's content.
     top: bool,
+    /// Why the turn stopped (its `TurnFinished`).
+    stop: Option<StopReason>,
 }
 
 /// The conventions' provider name of a wire format.
@@ -193,10 +196,9 @@ impl RunSpans {
         RunSpans(Some(Box::new(Live {
             tel: tel.clone(),
             run: run_cx,
-            chat: None,
+            chats: HashMap::new(),
             tools: HashMap::new(),
             agents: HashMap::new(),
-            stop: None,
         })))
     }
 
@@ -206,12 +208,12 @@ impl RunSpans {
         let Some(live) = self.0.as_deref_mut() else {
             return;
         };
-        if live.chat.as_ref().is_some_and(|c| c.answered.is_some()) {
-            live.close_answered();
-        }
         // A sub-agent's call goes to its own upstream, under its own span.
         let (path, upstream) = run.exchange_owner(req.exchange).unwrap_or_else(|| (String::new(), run.upstream()));
-        if let Some(chat) = &mut live.chat {
+        if live.chats.get(&path).is_some_and(|c| c.answered.is_some()) {
+            live.close_answered(&path);
+        }
+        if let Some(chat) = live.chats.get_mut(&path) {
             chat.attempt_started = Instant::now();
             chat.first_chunk = None;
             chat.model = upstream.model;
@@ -237,14 +239,14 @@ impl RunSpans {
         let parent = if top { live.run.clone() } else { live.agent(run, &path) };
         let span = live.tel.tracer.build_with_context(builder, &parent);
         let now = Instant::now();
-        live.stop = None;
-        live.chat = Some(Chat {
+        let owner = run.agent_run(&path).unwrap_or(run);
+        let chat = Chat {
             cx: parent.with_span(span),
             started: now,
             attempt_started: now,
             first_chunk: None,
             streaming: req.streaming,
-            usage_before: run.tree_usage(),
+            usage_before: owner.usage(),
             messages_before: run.transcript().len(),
             metric_attrs,
             error: None,
@@ -252,12 +254,14 @@ impl RunSpans {
             answer: Vec::new(),
             model: upstream.model,
             top,
-        });
+            stop: None,
+        };
+        live.chats.insert(path, chat);
     }
 
-    /// The first chunk of a successful response arrived.
-    pub(crate) fn first_chunk(&mut self) {
-        if let Some(chat) = self.0.as_deref_mut().and_then(|l| l.chat.as_mut()) {
+    /// The first chunk of a successful response to the run at `path` arrived.
+    pub(crate) fn first_chunk(&mut self, path: &str) {
+        if let Some(chat) = self.0.as_deref_mut().and_then(|l| l.chats.get_mut(path)) {
             if chat.streaming && chat.first_chunk.is_none() {
                 chat.first_chunk = Some(chat.attempt_started.elapsed().as_secs_f64());
             }
@@ -276,12 +280,16 @@ impl RunSpans {
             other => (None, other),
         };
         let scope = agent.map(|path| live.agent(run, path));
-        let target = live.chat.as_ref().map(|c| c.cx.clone()).or_else(|| scope.clone()).unwrap_or(live.run.clone());
+        let path = agent.unwrap_or_default();
+        let chat = live.chats.get(path).map(|c| c.cx.clone());
+        let target = chat.or_else(|| scope.clone()).unwrap_or(live.run.clone());
         match inner {
-            // The tree calls one model at a time: the answered call is this turn's.
+            // Each run calls one model at a time: its answered call is this turn's.
             StreamEvent::TurnFinished { stop, .. } => {
-                live.stop = Some(*stop);
-                live.close_answered();
+                if let Some(chat) = live.chats.get_mut(path) {
+                    chat.stop = Some(*stop);
+                }
+                live.close_answered(path);
             }
             // A delegation ended: its agent's span ends.
             StreamEvent::ToolResult { call_id, .. } => match agent {
@@ -328,26 +336,27 @@ impl RunSpans {
         }
     }
 
-    /// An exchange ended. A 2xx response ends the call's span with what
-    /// the model answered; a failure leaves it open for the retry.
-    pub(crate) fn exchange_ended(&mut self, run: &Run, ok: bool, status: Option<u16>) {
+    /// An exchange of the run at `path` ended. A 2xx response ends the
+    /// call's span with what the model answered; a failure leaves it open
+    /// for the retry.
+    pub(crate) fn exchange_ended(&mut self, run: &Run, path: &str, ok: bool, status: Option<u16>) {
         let Some(live) = self.0.as_deref_mut() else {
             return;
         };
         let success = ok || status.is_some_and(|s| (200..300).contains(&s));
         if !success {
-            if let Some(chat) = &mut live.chat {
+            if let Some(chat) = live.chats.get_mut(path) {
                 chat.error = Some(status.map_or_else(|| "transport".to_string(), |s| s.to_string()));
             }
             return;
         }
-        let Some(chat) = live.chat.as_mut().filter(|c| c.answered.is_none()) else {
+        let Some(chat) = live.chats.get_mut(path).filter(|c| c.answered.is_none()) else {
             return;
         };
         chat.answered = Some(SystemTime::now());
         let span = chat.cx.span();
-        // The tree calls one model at a time: its usage grew by this call's.
-        let usage = run.tree_usage();
+        // The run calls one model at a time: its usage grew by this call's.
+        let usage = run.agent_run(path).unwrap_or(run).usage();
         let input = usage.prompt_tokens.saturating_sub(chat.usage_before.prompt_tokens);
         let output = usage.completion_tokens.saturating_sub(chat.usage_before.completion_tokens);
         let cached = usage.cached_tokens.saturating_sub(chat.usage_before.cached_tokens);
@@ -487,9 +496,13 @@ impl RunSpans {
         let Some(mut live) = self.0.take() else {
             return;
         };
-        live.close_answered();
+        let answered: Vec<String> =
+            live.chats.iter().filter(|(_, c)| c.answered.is_some()).map(|(p, _)| p.clone()).collect();
+        for path in answered {
+            live.close_answered(&path);
+        }
         let error = err.map(error_type);
-        if let Some(chat) = &live.chat {
+        for chat in live.chats.values() {
             let span = chat.cx.span();
             if let Some(e) = chat.error.clone().or_else(|| error.clone()) {
                 span.set_attribute(KeyValue::new(n::ERROR_TYPE, e.clone()));
@@ -567,16 +580,19 @@ impl Live {
         span.end();
     }
 
-    /// Ends the answered call's span, with why its turn stopped.
-    fn close_answered(&mut self) {
-        let Some(chat) = self.chat.take_if(|c| c.answered.is_some()) else {
+    /// Ends the answered call's span of the run at `path`, with why its turn stopped.
+    fn close_answered(&mut self, path: &str) {
+        if self.chats.get(path).is_none_or(|c| c.answered.is_none()) {
+            return;
+        }
+        let Some(chat) = self.chats.remove(path) else {
             return;
         };
         let span = chat.cx.span();
-        let reason = content::finish_reason(self.stop);
+        let reason = content::finish_reason(chat.stop);
         span.set_attribute(KeyValue::new(n::RESPONSE_FINISH_REASONS, strings([reason.to_string()])));
         if self.tel.capture && chat.top {
-            span.set_attribute(KeyValue::new(n::OUTPUT_MESSAGES, content::output_messages(&chat.answer, self.stop)));
+            span.set_attribute(KeyValue::new(n::OUTPUT_MESSAGES, content::output_messages(&chat.answer, chat.stop)));
         }
         span.end_with_timestamp(chat.answered.unwrap_or_else(SystemTime::now));
     }

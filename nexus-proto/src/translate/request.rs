@@ -30,6 +30,12 @@ pub fn openai_request_to(style: Style, request: &Value) -> Result<TranslatedRequ
 /// [`openai_request_to`] on raw body bytes. Malformed JSON is a 400; for
 /// [`Style::OpenAi`] the bytes are forwarded exactly as given.
 pub fn openai_request_bytes_to(style: Style, body: &[u8]) -> Result<TranslatedRequest, TranslateError> {
+    if style == Style::OpenAi {
+        if let Some(head) = passthrough_head(body) {
+            let (model, stream, include_usage) = passthrough_fields(&head)?;
+            return Ok(TranslatedRequest { style, model, stream, include_usage, body: body.to_vec() });
+        }
+    }
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| TranslateError::invalid_json(format!("We could not parse the JSON body of your request: {e}")))?;
     if style == Style::OpenAi {
@@ -38,6 +44,33 @@ pub fn openai_request_bytes_to(style: Style, body: &[u8]) -> Result<TranslatedRe
         return Ok(TranslatedRequest { style, model, stream, include_usage, body: body.to_vec() });
     }
     openai_request_to(style, &value)
+}
+
+/// The keys a passed-through body is read for, without building the rest:
+/// serde_json checks the whole body while it skips the other keys, so a
+/// body read here is one the full parse accepts, with the same three values.
+/// `None` (a body that is not an object, malformed, or repeats one of these
+/// keys) leaves it to the full parse, whose errors and last-key-wins reading
+/// are the contract.
+fn passthrough_head(body: &[u8]) -> Option<Map<String, Value>> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        model: Option<Value>,
+        stream: Option<Value>,
+        stream_options: Option<Value>,
+    }
+    // A derived struct also reads an array as its fields in order.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    let head: Head = serde_json::from_slice(body).ok()?;
+    let mut obj = Map::new();
+    for (key, value) in [("model", head.model), ("stream", head.stream), ("stream_options", head.stream_options)] {
+        if let Some(v) = value {
+            obj.insert(key.to_string(), v);
+        }
+    }
+    Some(obj)
 }
 
 fn not_an_object() -> TranslateError {
@@ -782,6 +815,48 @@ mod tests {
         assert_eq!(gemini_model("models/gemini-2.5-flash").unwrap(), "gemini-2.5-flash");
         for bad in ["../files", "a/b", "x:generateContent?key=1", "", "models/", "a b", ".hidden"] {
             assert!(gemini_model(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    /// The pass-through as it read every body before [`passthrough_head`]:
+    /// the whole body parsed into a tree.
+    fn read_whole(body: &[u8]) -> Result<(String, bool, bool), TranslateError> {
+        let value: Value = serde_json::from_slice(body).map_err(|e| {
+            TranslateError::invalid_json(format!("We could not parse the JSON body of your request: {e}"))
+        })?;
+        passthrough_fields(value.as_object().ok_or_else(not_an_object)?)
+    }
+
+    #[test]
+    fn the_passthrough_reads_what_the_whole_parse_reads_and_fails_as_it_fails() {
+        let bodies: &[&str] = &[
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+            r#" {"messages":[],"stream":true,"stream_options":{"include_usage":true},"model":"m"}"#,
+            r#"{"model":"a","model":"b"}"#,
+            r#"{"model":"m","stream":false,"stream":true}"#,
+            r#"{"model":null}"#,
+            r#"{"model":""}"#,
+            r#"{"model":7}"#,
+            r#"{"model":"m","stream":"yes"}"#,
+            r#"{"model":"m","stream":null,"stream_options":null}"#,
+            r#"{"model":"m","stream_options":{"include_usage":1}}"#,
+            r#"{"model":"m","stream_options":{"other":true}}"#,
+            r#"{"model":"m","stream_options":[true]}"#,
+            r#"{"model":"m","tools":[{"x":{"y":[1,2,{"z":null}]}}],"n":1e3}"#,
+            r#"["m", true, null]"#,
+            r#"["m"]"#,
+            r#""m""#,
+            "\u{c}{\"model\":\"m\"}",
+            r#"{"model":"m","#,
+            r#"{"model":"m"} x"#,
+            r#"{"model":"m","messages":[}"#,
+            "",
+        ];
+        for body in bodies {
+            let fast = openai_request_bytes_to(Style::OpenAi, body.as_bytes())
+                .map(|t| (t.model, t.stream, t.include_usage, t.body == body.as_bytes()));
+            let whole = read_whole(body.as_bytes()).map(|(m, s, u)| (m, s, u, true));
+            assert_eq!(fast, whole, "{body}");
         }
     }
 }

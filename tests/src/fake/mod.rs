@@ -35,6 +35,7 @@ use serde_json::Value;
 mod anthropic;
 mod context;
 mod faults;
+mod gate;
 mod gemini;
 pub(crate) mod http;
 mod openai;
@@ -45,6 +46,7 @@ pub mod script;
 mod server;
 mod wire;
 
+pub use gate::Gate;
 pub use script::{
     ExpectFinal, Fault, FaultKind, Recorded, Script, Scripts, Thinking, ToolCallSpec, Turn, TurnUsage, DEFAULT_API_KEY,
 };
@@ -238,6 +240,16 @@ impl FakeProvider {
     /// wait on it to act only after the server hung up).
     pub fn closed_connections(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.shared.closed)
+    }
+
+    /// How many requests have arrived at the scripts' gate so far.
+    pub fn gate_arrived(&self) -> usize {
+        self.shared.gate.arrived()
+    }
+
+    /// Opens the scripts' gate: held requests are answered.
+    pub fn open_gate(&self) {
+        self.shared.gate.open();
     }
 
     /// Stops the server and waits for its threads (what dropping it does).

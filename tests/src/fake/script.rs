@@ -22,6 +22,10 @@
 //! }
 //! ```
 //!
+//! A top-level `"gate": {"models": ["m-a", "m-b"], "count": 2}` holds the
+//! answers to the first requests for those models until `count` of them
+//! arrived (see [`Gate`](crate::fake::Gate)): a test of concurrent calls.
+//!
 //! Fault kinds: `status` (`status`, `retry_after`, `body`),
 //! `reset_before_headers`, `reset_after_headers`, `reset_mid_stream`
 //! (`after_events`), `truncated_chunked`, `stall` (`ms`), `malformed_json`,
@@ -49,18 +53,28 @@ pub struct Scripts {
     /// Scripts by model name (the `model` body field, or the model in the Gemini URL).
     #[serde(default)]
     pub models: BTreeMap<String, Script>,
+    /// Answers held until several requests are in flight at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<crate::fake::Gate>,
 }
 
 impl Default for Scripts {
     fn default() -> Self {
-        Scripts { api_key: default_api_key(), models: BTreeMap::new() }
+        Scripts { api_key: default_api_key(), models: BTreeMap::new(), gate: None }
     }
 }
 
 impl Scripts {
     /// No scripts, accepting `api_key`.
     pub fn new(api_key: impl Into<String>) -> Scripts {
-        Scripts { api_key: api_key.into(), models: BTreeMap::new() }
+        Scripts { api_key: api_key.into(), models: BTreeMap::new(), gate: None }
+    }
+
+    /// Holds the answers to the first `count` requests for `models` until
+    /// all `count` have arrived ([`Gate`](crate::fake::Gate)).
+    pub fn gate(mut self, models: &[&str], count: usize) -> Scripts {
+        self.gate = Some(crate::fake::Gate { models: models.iter().map(|m| m.to_string()).collect(), count });
+        self
     }
 
     /// Adds (or replaces) the script of `model`.

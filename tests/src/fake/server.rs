@@ -32,6 +32,8 @@ pub struct Shared {
     pub cut_by_client: AtomicU64,
     /// Connections this server has closed.
     pub closed: Arc<AtomicU64>,
+    /// The scripts' gate, as requests arrive at it.
+    pub gate: super::gate::GateState,
     next_connection: AtomicU64,
 }
 
@@ -51,6 +53,7 @@ impl Shared {
             shutdown: Arc::new(AtomicBool::new(false)),
             cut_by_client: AtomicU64::new(0),
             closed: Arc::default(),
+            gate: super::gate::GateState::default(),
             next_connection: AtomicU64::new(0),
         }
     }
@@ -383,6 +386,11 @@ fn plan(
         (Style::Gemini, None) => Err(gemini::error(404, "Not Found")),
     }?;
     record.model = Some(parsed.model.clone());
+    if let Some(gate) = &shared.scripts.gate {
+        if let Some(failure) = shared.gate.hold(gate, &parsed.model, &shared.shutdown) {
+            lock(&shared.failures).push(failure);
+        }
+    }
     let Some(script) = shared.scripts.models.get(&parsed.model) else {
         return Err(match style {
             Style::Anthropic => anthropic::error(404, &format!("model: {}", parsed.model)),

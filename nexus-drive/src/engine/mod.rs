@@ -7,23 +7,24 @@
 // the rest is unused by design.
 #![cfg_attr(not(all(feature = "blocking", feature = "async")), allow(dead_code))]
 
-use std::collections::{HashSet, VecDeque};
+mod exchanges;
+
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use nexus_proto::provider::is_retryable_status;
 use nexus_proto::{
-    Answer, ExchangeId, HttpRequest, Input, InputError, Message, Outcome, Output, Request, Run, RunError, Status,
-    StopReason, StreamEvent, Timestamp, ToolBatch, ToolInvocation, ToolReply, ToolResult, TransportErrorKind, Usage,
+    Answer, HttpRequest, Input, InputError, Message, Outcome, Output, Request, Run, RunError, Status, StopReason,
+    StreamEvent, Timestamp, ToolBatch, ToolInvocation, ToolReply, ToolResult,
 };
 use serde_json::Value;
 
 use crate::approval::{approval_request, is_approval_request};
 use crate::cancel::CancelToken;
-use crate::config::{ClientConfig, FailureInfo, RetryDecision};
+use crate::config::ClientConfig;
 use crate::error::DriveError;
-use crate::hooks::{BeforeTool, ModelRequest, ModelResponse, ToolCallView};
+use crate::hooks::{BeforeTool, ToolCallView};
 use crate::metrics::Metric;
 use crate::result::{RunResult, RunStatus, SuspendedRun};
 use crate::tool::{ToolContext, ToolJob};
@@ -45,24 +46,6 @@ pub(crate) enum Step {
     Finished(Box<Result<RunResult, DriveError>>),
 }
 
-struct Exchange {
-    id: ExchangeId,
-    started: Instant,
-    status: Option<u16>,
-    /// An error response, held whole until its end so the host's classifier
-    /// can decide before the machine schedules a retry.
-    held: Option<Held>,
-    usage_before: Usage,
-    turns_before: u32,
-    /// The model of the upstream it went to, kept for the metric only.
-    model: Option<String>,
-}
-
-struct Held {
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
 struct Running {
     call_id: String,
     name: String,
@@ -78,10 +61,11 @@ pub(crate) struct Engine {
     cancel: CancelToken,
     started: Instant,
     last_now: u64,
-    turn: u32,
-    attempt: u32,
     last_stop: Option<StopReason>,
-    exchange: Option<Exchange>,
+    /// The model calls in flight, the run's own or its sub-agents'.
+    exchanges: Vec<exchanges::Exchange>,
+    /// Turn and attempt numbers by agent path (empty for the top run).
+    paces: HashMap<String, exchanges::Pace>,
     tools: Vec<Running>,
     resolving: HashSet<String>,
     /// Set when the driver (a hook, the classifier) ended the run: reported
@@ -117,7 +101,9 @@ impl Engine {
             let d = Timestamp(now_ms()).plus_ms(u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
             rc.deadline = Some(rc.deadline.map_or(d, |x| x.min(d)));
         }
-        let run = Run::new(rc, cfg.toolbox.tool_set(), messages)?;
+        let mut run = Run::new(rc, cfg.toolbox.tool_set(), messages)?;
+        // Before the tap sees the run: a cassette replays with the same number.
+        run.set_concurrent_exchanges(cfg.model_calls);
         if let Some(tap) = &cfg.tap {
             tap.started(&run);
         }
@@ -157,13 +143,13 @@ impl Engine {
         // An approved call this client cannot run would reach the model as
         // `Unknown tool` and end the run: the approval would be lost. Refuse
         // before anything runs, so the stored run stays as it was.
-        let unbound = engine
-            .run
-            .calls_to_run()
-            .into_iter()
-            .find(|call| engine.cfg.toolbox.get(&call.name).is_none_or(|e| e.handler.is_none()));
+        // The tree's children hand out calls too: each is served by its own agent's tools.
+        let calls = engine.run.calls_to_run().into_iter().cloned().chain(engine.run.agent_calls_to_run());
+        let unbound = calls.into_iter().find(|call| {
+            engine.toolbox_for(&call.id).and_then(|t| t.get(&call.name)).is_none_or(|e| e.handler.is_none())
+        });
         if let Some(call) = unbound {
-            return Err(DriveError::MissingTool { tool: call.name.clone(), call_id: call.id.clone() });
+            return Err(DriveError::MissingTool { tool: call.name, call_id: call.id });
         }
         Ok(engine)
     }
@@ -188,6 +174,10 @@ impl Engine {
         for (name, key) in &cfg.agent_keys {
             run.set_agent_api_key(name, key.clone());
         }
+        run.set_concurrent_exchanges(cfg.model_calls);
+        if let (Some(tap), Some(_)) = (&cfg.tap, state) {
+            tap.restored(&run);
+        }
         let spans = crate::telemetry::RunSpans::begin(&cfg, &run, state);
         Engine {
             spans,
@@ -196,10 +186,9 @@ impl Engine {
             cancel,
             started: Instant::now(),
             last_now: 0,
-            turn: 0,
-            attempt: 0,
             last_stop: None,
-            exchange: None,
+            exchanges: Vec::new(),
+            paces: HashMap::new(),
             tools: Vec::new(),
             resolving: HashSet::new(),
             failure: None,
@@ -220,12 +209,6 @@ impl Engine {
     /// The run's deadline.
     pub(crate) fn deadline(&self) -> Option<Timestamp> {
         self.run.config().deadline
-    }
-
-    /// When the exchange in flight must have its response head by: the
-    /// failover policy's head timeout, or the run's deadline when earlier.
-    pub(crate) fn head_deadline(&self) -> Option<Timestamp> {
-        self.run.head_deadline()
     }
 
     /// How long until `t` by the wall clock (zero when past).
@@ -271,7 +254,7 @@ impl Engine {
                 return Step::Event(ev);
             }
             if self.cancel.is_cancelled() && self.run.outcome().is_none() {
-                self.exchange = None;
+                self.drop_exchanges();
                 let _ = self.feed(Input::Cancel);
             }
             if self.run.config().upstream_count() > 1 {
@@ -295,28 +278,15 @@ impl Engine {
             match output {
                 Output::Event(ev) => {
                     match &ev {
-                        StreamEvent::Retrying { attempt, .. } => self.attempt = *attempt,
                         StreamEvent::TurnFinished { stop, .. } => self.last_stop = Some(*stop),
                         StreamEvent::ToolResult { call_id, name, result } => {
                             if let Some(activated) = self.activation(call_id, name, result) {
                                 self.queued.push_back(activated);
                             }
                         }
-                        StreamEvent::Failover { from, to, reason, .. } => {
-                            self.attempt = 0;
-                            if let Some(m) = &self.cfg.on_metric {
-                                let name = |i: usize| {
-                                    self.run
-                                        .config()
-                                        .upstream(i)
-                                        .map(|u| format!("{} {}", u.style.name(), u.model))
-                                        .unwrap_or_default()
-                                };
-                                m(&Metric::Failover { from: name(*from), to: name(*to), reason: reason.clone() });
-                            }
-                        }
                         _ => {}
                     }
+                    self.pace_event(&ev);
                     self.spans.event(&self.run, &ev);
                     return Step::Event(ev);
                 }
@@ -337,7 +307,7 @@ impl Engine {
                     }
                 }
                 Output::Wait { until } => {
-                    let busy = self.exchange.is_some() || !self.tools.is_empty() || !self.resolving.is_empty();
+                    let busy = !self.exchanges.is_empty() || !self.tools.is_empty() || !self.resolving.is_empty();
                     if !busy && self.run.status() == Status::Pending {
                         // Resumed without answers, or answers for only some
                         // requests: still pending on the rest.
@@ -383,171 +353,8 @@ impl Engine {
             other => RunError::Aborted { reason: other.to_string() },
         };
         self.failure.get_or_insert(err);
-        self.exchange = None;
+        self.drop_exchanges();
         let _ = self.feed(Input::Abort { error });
-    }
-
-    fn prepare_send(&mut self, mut req: HttpRequest) -> Option<HttpRequest> {
-        let turn = self.run.turns() + 1;
-        if turn != self.turn {
-            self.turn = turn;
-            self.attempt = 0;
-        }
-        if let Some(t) = &self.cfg.body_transform {
-            req.body = t(std::mem::take(&mut req.body));
-        }
-        if let Some(hook) = self.cfg.hooks.before_model.clone() {
-            let mut view = ModelRequest { turn, attempt: self.attempt, url: &req.url, body: &mut req.body };
-            if let Err(e) = hook(&mut view) {
-                self.abort(DriveError::Hook(e.0));
-                return None;
-            }
-        }
-        self.spans.send(&self.run, &req, self.attempt);
-        if self.run.config().failover.head_timeout_ms.is_some() {
-            // The machine starts the head timer at its first input after the send.
-            let _ = self.feed(Input::Timeout);
-        }
-        self.exchange = Some(Exchange {
-            id: req.exchange,
-            started: Instant::now(),
-            status: None,
-            held: None,
-            usage_before: self.run.usage(),
-            turns_before: self.run.turns(),
-            model: self.cfg.on_metric.is_some().then(|| self.run.upstream().model),
-        });
-        Some(req)
-    }
-
-    fn current(&mut self, id: ExchangeId) -> Option<&mut Exchange> {
-        self.exchange.as_mut().filter(|x| x.id == id)
-    }
-
-    /// The response head. Returns whether to read the body.
-    pub(crate) fn on_head(&mut self, id: ExchangeId, status: u16, headers: Vec<(String, String)>) -> bool {
-        let Some(ex) = self.current(id) else {
-            return false;
-        };
-        ex.status = Some(status);
-        if !(200..300).contains(&status) {
-            ex.held = Some(Held { headers, body: Vec::new() });
-            return true;
-        }
-        if self.feed(Input::ResponseHead { exchange: id, status, headers }).is_err() {
-            self.exchange = None;
-            return false;
-        }
-        true
-    }
-
-    /// A piece of the body. Returns whether to keep reading (false once the
-    /// machine has given up on the exchange: over the limit, failed, cancelled).
-    pub(crate) fn on_body(&mut self, id: ExchangeId, chunk: &[u8]) -> bool {
-        let limit = self.run.config().max_body_bytes;
-        let Some(ex) = self.current(id) else {
-            return false;
-        };
-        if let Some(held) = &mut ex.held {
-            // The machine keeps only the start of an oversize error body; so do we.
-            let room = limit.saturating_sub(held.body.len());
-            held.body.extend_from_slice(chunk.get(..chunk.len().min(room)).unwrap_or_default());
-            return true;
-        }
-        if self.feed(Input::ResponseBody { exchange: id, chunk }).is_err() {
-            self.exchange = None;
-            return false;
-        }
-        self.spans.first_chunk();
-        true
-    }
-
-    /// The body is complete.
-    pub(crate) fn on_end(&mut self, id: ExchangeId) {
-        let Some(ex) = self.exchange.take().filter(|x| x.id == id) else {
-            return;
-        };
-        if let Some(held) = &ex.held {
-            let status = ex.status.unwrap_or(0);
-            let will_retry = is_retryable_status(status) && self.retries_left();
-            let info = FailureInfo {
-                status: Some(status),
-                transport: None,
-                attempt: self.attempt,
-                will_retry,
-                message: String::from_utf8_lossy(&held.body).into_owned(),
-            };
-            if self.classify(&info) == RetryDecision::FailNow && will_retry {
-                let retry_after =
-                    held.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("retry-after")).map(|(_, v)| v.as_str());
-                let err = self.run.config().style.decode_error(Some(status), retry_after, &held.body);
-                self.exchange_ended(&ex, false);
-                self.abort(DriveError::Run(RunError::Provider(err)));
-                return;
-            }
-            // Fed as the machine would have read it; it decides on retries.
-            let fed = self
-                .feed(Input::ResponseHead { exchange: id, status, headers: held.headers.clone() })
-                .and_then(|()| self.feed(Input::ResponseBody { exchange: id, chunk: &held.body }))
-                .and_then(|()| self.feed(Input::ResponseEnd { exchange: id }));
-            let _ = fed;
-        } else {
-            let _ = self.feed(Input::ResponseEnd { exchange: id });
-        }
-        let ok = self.run.turns() > ex.turns_before;
-        self.exchange_ended(&ex, ok);
-    }
-
-    /// The exchange failed in the transport (never called for aborts the
-    /// driver made because of a cancel: `step` feeds the cancel).
-    pub(crate) fn on_transport_error(&mut self, id: ExchangeId, kind: TransportErrorKind, message: String) {
-        let Some(ex) = self.exchange.take().filter(|x| x.id == id) else {
-            return;
-        };
-        if self.cancel.is_cancelled() {
-            return;
-        }
-        let will_retry = matches!(kind, TransportErrorKind::Connect | TransportErrorKind::Io) && self.retries_left();
-        let info = FailureInfo { status: None, transport: Some(kind), attempt: self.attempt, will_retry, message };
-        if self.classify(&info) == RetryDecision::FailNow && will_retry {
-            self.exchange_ended(&ex, false);
-            self.abort(DriveError::Run(RunError::Transport { kind, message: info.message }));
-            return;
-        }
-        let _ = self.feed(Input::TransportError { exchange: id, kind, message: info.message });
-        self.exchange_ended(&ex, false);
-    }
-
-    fn retries_left(&self) -> bool {
-        self.attempt < self.run.config().retry.retries
-    }
-
-    fn classify(&self, info: &FailureInfo) -> RetryDecision {
-        self.cfg.classifier.as_ref().map_or(RetryDecision::Default, |c| c(info))
-    }
-
-    /// Metrics and the `after_model` hook for an exchange that ended.
-    fn exchange_ended(&mut self, ex: &Exchange, ok: bool) {
-        let latency = ex.started.elapsed();
-        self.spans.exchange_ended(&self.run, ok, ex.status);
-        if let Some(m) = &self.cfg.on_metric {
-            let usage = self.run.usage();
-            m(&Metric::Llm {
-                model: ex.model.clone().unwrap_or_default(),
-                status: if ok { "ok" } else { "error" },
-                http_status: ex.status,
-                latency,
-                attempt: self.attempt,
-                prompt_tokens: usage.prompt_tokens.saturating_sub(ex.usage_before.prompt_tokens),
-                completion_tokens: usage.completion_tokens.saturating_sub(ex.usage_before.completion_tokens),
-            });
-        }
-        if let Some(hook) = self.cfg.hooks.after_model.clone() {
-            let resp = ModelResponse { turn: self.turn, attempt: self.attempt, status: ex.status, latency, ok };
-            if let Err(e) = hook(&resp) {
-                self.abort(DriveError::Hook(e.0));
-            }
-        }
     }
 
     /// The folders the run's calls may read besides the workspace: those of
@@ -696,6 +503,8 @@ impl Engine {
     /// A timer the machine asked for may have fired.
     pub(crate) fn on_timeout(&mut self) {
         let _ = self.feed(Input::Timeout);
+        // A head timeout may have failed a call: the driver stops reading it.
+        self.prune_exchanges();
     }
 
     fn finish(&mut self, outcome: Outcome) -> Result<RunResult, DriveError> {
