@@ -396,6 +396,14 @@ impl<Built: From<ClientConfig>> ClientBuilder<Built> {
         self
     }
 
+    /// The context window of upstream `index` (0 the primary, then the
+    /// fallbacks in order) in tokens, over the built-in table (turns the
+    /// context budget on).
+    pub fn context_window_of(mut self, index: usize, tokens: u64) -> Self {
+        self.context().windows.insert(index, tokens);
+        self
+    }
+
     /// Compact when the next request's estimate passes this fraction of the
     /// window (default 0.8; turns the context budget on). The low-water mark
     /// follows it down when it is lower.
@@ -417,6 +425,23 @@ impl<Built: From<ClientConfig>> ClientBuilder<Built> {
     /// Cap on results of tool `name`, over [`max_tool_result_bytes`](Self::max_tool_result_bytes).
     pub fn tool_result_cap(mut self, name: impl Into<String>, n: usize) -> Self {
         self.context().tool_result_caps.insert(name.into(), n);
+        self
+    }
+
+    /// Ask OpenAI Responses upstreams to compact server-side past
+    /// `compact_threshold` input tokens (`context_management`); the opaque
+    /// item they answer with is kept and sent back to them, and left out
+    /// for any other style. Turns the context budget on.
+    pub fn responses_compaction(mut self, compact_threshold: u64) -> Self {
+        self.context().responses_compaction = Some(nexus_proto::ResponsesCompaction { compact_threshold });
+        self
+    }
+
+    /// Ask the upstream's token counter (Anthropic, OpenAI Responses,
+    /// Gemini) for a request whose estimate is within `fraction` of the
+    /// compaction trigger, and go by its count. Turns the context budget on.
+    pub fn count_margin(mut self, fraction: f64) -> Self {
+        self.context().count_margin = Some(fraction);
         self
     }
 

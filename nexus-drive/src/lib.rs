@@ -399,6 +399,7 @@ pub mod __private {
 
 pub use nexus_proto::{
     AgentReport, Answer, BreakerPolicy, Breakers, ClearToolUses, Compaction, ContextPolicy, FailoverPolicy, Message,
-    OutputError, OutputMode, OutputSpec, Request, RunError, StopReason, Strategy, StrategyRecord, StreamEvent, Style,
-    Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream, Usage,
+    OutputError, OutputMode, OutputSpec, ProviderCompaction, Request, ResponsesCompaction, RunError, StopReason,
+    Strategy, StrategyRecord, StreamEvent, Style, Timestamp, ToolCallRecord, ToolDecl, ToolReply, ToolResult, Upstream,
+    Usage,
 };

@@ -1,8 +1,8 @@
 //! What a run gives back.
 
 use nexus_proto::{
-    AgentReport, Message, Request, Run, StopReason, Strategy, StrategyRecord, StreamEvent, Style, ToolCallRecord,
-    Upstream, Usage,
+    AgentReport, Message, ProviderCompaction, Request, Run, StopReason, Strategy, StrategyRecord, StreamEvent, Style,
+    TokenCount, ToolCallRecord, Upstream, Usage,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -81,6 +81,14 @@ pub struct RunResult {
     /// the JSON when there was none). Their usage is in [`usage`](Self::usage).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub compactions: Vec<CompactionReport>,
+    /// Every compaction a provider made on its side (OpenAI Responses
+    /// server-side compaction), in order (left out of the JSON when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provider_compactions: Vec<ProviderCompaction>,
+    /// Every token count an upstream's counter made for the run's requests
+    /// (`ContextPolicy::count_margin`), in order (left out of the JSON when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub token_counts: Vec<TokenCount>,
 }
 
 /// One compaction of a run's context, as reported.
@@ -246,6 +254,8 @@ mod tests {
             output_strategies: vec![],
             agents: vec![],
             compactions: vec![],
+            provider_compactions: vec![],
+            token_counts: vec![],
         }
     }
 

@@ -225,7 +225,9 @@ pub mod translate;
 
 pub use agent::{AgentReport, AgentSpec, Agents};
 pub use config::{RetryPolicy, RunConfig};
-pub use context::{ClearToolUses, Compaction, ContextItem, ContextPolicy};
+pub use context::{
+    ClearToolUses, Compaction, ContextItem, ContextPolicy, ProviderCompaction, ResponsesCompaction, TokenCount,
+};
 pub use error::{
     DecodeError, GateError, InputError, ProviderError, RemoteError, RunError, StateError, TransportErrorKind,
 };

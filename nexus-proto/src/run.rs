@@ -915,7 +915,8 @@ impl Run {
         let prepared = crate::context::prepare(&mut self.state, &self.output.shape())?;
         let (style, base_url, model) = self.current();
         let cfg = &self.state.config;
-        let streaming = cfg.stream && !prepared.compaction;
+        let streaming = cfg.stream && !prepared.side();
+        let side = prepared.side();
         let mut headers = style.base_headers();
         headers.extend(prepared.headers);
         let key = match index {
@@ -935,14 +936,14 @@ impl Run {
         let request = HttpRequest {
             exchange,
             method: "POST",
-            url: style.endpoint(base_url, model, streaming),
+            url: prepared.url.unwrap_or_else(|| style.endpoint(base_url, model, streaming)),
             headers,
             body: prepared.body,
             streaming,
         };
         self.state.next_exchange += 1;
         let turn = self.state.turns + 1;
-        if attempt == 0 && self.announced_turn != turn && !prepared.compaction {
+        if attempt == 0 && self.announced_turn != turn && !side {
             self.announced_turn = turn;
             self.events.push_back(StreamEvent::TurnStarted { turn });
         }
@@ -1012,6 +1013,12 @@ impl Run {
         let style = self.current().0;
         let Some(mut f) = self.inflight.take() else { return };
         let status = f.status.unwrap_or(0);
+        if crate::context::counting(&self.state) {
+            // A token count answered (or failed: the estimate stands); the request is built again.
+            crate::context::accept_count(&mut self.state, status, &f.body);
+            self.state.phase = Phase::Ready { attempt: 0 };
+            return;
+        }
         if !(200..300).contains(&status) {
             let err = style.decode_error(Some(status), f.retry_after.as_deref(), &f.body);
             if crate::output::native_refused(&mut self.state, &err, &mut self.events) {
@@ -1109,6 +1116,12 @@ impl Run {
             Phase::Awaiting { attempt, .. } => attempt,
             _ => return,
         };
+        if crate::context::counting(&self.state) {
+            // A count that could not be made leaves the estimate: no retry, failover or failure.
+            crate::context::accept_count(&mut self.state, 0, &[]);
+            self.state.phase = Phase::Ready { attempt };
+            return;
+        }
         if crate::failover::FailoverPolicy::upstream_at_fault(&error) {
             self.reports.push((self.state.upstream, false, now));
         }

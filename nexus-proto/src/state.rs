@@ -35,6 +35,16 @@ use crate::run::{Run, RunState};
 ///     and the state `context` (learned windows, the calibration,
 ///     compactions and a compaction under way). A version-2 state is read as
 ///     a run without a context budget.
+///   - provider compactions: the budget may hold `responsesCompaction`
+///     (`compactThreshold`) and the state's `context` then
+///     `providerCompactions` (`turn`, `upstream`, `style`, `id` of each
+///     compaction item an OpenAI Responses upstream returned; the item itself
+///     rides on its assistant turn). A state without them is a run whose
+///     providers compacted nothing.
+///   - token counts: the budget may hold `countMargin`, and the state's
+///     `context` then `count` (the count asked or answered for the next
+///     request's body) and `tokenCounts` (`turn`, `upstream`, `estimate`,
+///     `tokens`). A state without them is a run that counted nothing.
 pub const FORMAT_VERSION: u64 = 3;
 
 #[derive(Deserialize)]

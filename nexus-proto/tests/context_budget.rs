@@ -48,6 +48,17 @@ fn file(path: &str, n: usize) -> String {
     s
 }
 
+/// Turn `n` of a `turns`-turn task: read `src/f{n}.rs`, then (last) report.
+fn read_turn(n: usize, turns: usize) -> Turn {
+    if n + 1 < turns {
+        let id = format!("call_{n}");
+        let args = format!(r#"{{"path":"src/f{n}.rs"}}"#);
+        Turn::calls(&[(id.as_str(), "read_file", args.as_str())])
+    } else {
+        Turn::text("all files read")
+    }
+}
+
 /// What happened in one driven run.
 #[derive(Default)]
 struct Log {
@@ -82,14 +93,7 @@ fn drive(
                     log.main_bodies.push(req.body.clone());
                     let n = *next;
                     *next += 1;
-                    let turn = if n + 1 < turns {
-                        let id = format!("call_{n}");
-                        let args = format!(r#"{{"path":"src/f{n}.rs"}}"#);
-                        Turn::calls(&[(id.as_str(), "read_file", args.as_str())])
-                    } else {
-                        Turn::text("all files read")
-                    };
-                    (turn, n)
+                    (read_turn(n, turns), n)
                 };
                 let bytes = wire_n(style, &turn, req.streaming, n);
                 let ct = if req.streaming { "text/event-stream" } else { "application/json" };
@@ -314,6 +318,221 @@ fn anthropic_context_editing_is_sent_with_its_beta_header_when_asked() {
     );
     let beta = req.headers.iter().find(|(k, _)| k == "anthropic-beta").map(|(_, v)| v.as_str());
     assert_eq!(beta, Some("context-management-2025-06-27"));
+}
+
+/// The next request the run sends (events skipped).
+fn next_send(run: &mut Run) -> nexus_proto::HttpRequest {
+    loop {
+        match run.poll_output() {
+            Output::Send(req) => return req,
+            Output::Event(_) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn responses_server_compaction_is_asked_kept_recorded_and_sent_back_after_a_restore() {
+    for stream in [false, true] {
+        let mut cfg = config(Style::OpenAiResponses, stream, 100_000);
+        cfg.context.as_mut().unwrap().responses_compaction =
+            Some(nexus_proto::ResponsesCompaction { compact_threshold: 2_000 });
+        let mut run = Run::new(cfg, tools(), vec![Message::user("go")]).unwrap();
+        let req = next_send(&mut run);
+        let body: Value = serde_json::from_slice(&req.body).unwrap();
+        assert_eq!(body["context_management"], json!([{"type": "compaction", "compact_threshold": 2_000}]));
+
+        // The API compacted: its opaque item comes first, then the call.
+        let compaction = json!({"id": "cmp_1", "type": "compaction", "encrypted_content": "gAAAAA-opaque==",
+                                "created_by": "server"});
+        let call = json!({"id": "fc_1", "type": "function_call", "status": "completed", "call_id": "call_1",
+                          "name": "read_file", "arguments": "{\"path\":\"a.rs\"}"});
+        let usage = json!({"input_tokens": 2_100, "output_tokens": 9, "total_tokens": 2_109});
+        let whole = json!({"id": "resp_1", "object": "response", "status": "completed", "model": "m",
+                           "output": [compaction, call], "usage": usage});
+        let bytes = if stream {
+            let mut sse = String::new();
+            let mut ev =
+                |data: Value| sse.push_str(&format!("event: {}\ndata: {data}\n\n", data["type"].as_str().unwrap()));
+            ev(
+                json!({"type": "response.created", "sequence_number": 0, "response": {"id": "resp_1", "status": "in_progress", "output": []}}),
+            );
+            ev(
+                json!({"type": "response.output_item.added", "sequence_number": 1, "output_index": 0, "item": compaction}),
+            );
+            ev(
+                json!({"type": "response.compaction.compacting", "sequence_number": 2, "output_index": 0, "item_id": "cmp_1"}),
+            );
+            ev(
+                json!({"type": "response.output_item.done", "sequence_number": 3, "output_index": 0, "item": compaction}),
+            );
+            ev(json!({"type": "response.output_item.added", "sequence_number": 4, "output_index": 1, "item": call}));
+            ev(json!({"type": "response.output_item.done", "sequence_number": 5, "output_index": 1, "item": call}));
+            ev(json!({"type": "response.completed", "sequence_number": 6, "response": whole}));
+            sse.into_bytes()
+        } else {
+            whole.to_string().into_bytes()
+        };
+        let ct = if stream { "text/event-stream" } else { "application/json" };
+        let ex = req.exchange;
+        let head = Input::ResponseHead { exchange: ex, status: 200, headers: vec![("content-type".into(), ct.into())] };
+        run.handle_input(NOW, head).unwrap();
+        run.handle_input(NOW, Input::ResponseBody { exchange: ex, chunk: &bytes }).unwrap();
+        run.handle_input(NOW, Input::ResponseEnd { exchange: ex }).unwrap();
+        let batch = loop {
+            match run.poll_output() {
+                Output::RunTools(batch) => break batch,
+                Output::Event(_) => {}
+                other => panic!("stream={stream}: {other:?}"),
+            }
+        };
+        assert_eq!(batch.calls.len(), 1, "stream={stream}: the call still runs");
+        let call_id = batch.calls[0].call_id.clone();
+        run.handle_input(NOW, Input::ToolReply { call_id, reply: ToolReply::Done(ToolResult::ok("fn a() {}")) })
+            .unwrap();
+        assert_eq!(run.provider_compactions().len(), 1, "stream={stream}");
+        assert_eq!(run.provider_compactions()[0].turn, 1);
+        assert_eq!(run.provider_compactions()[0].id, "cmp_1");
+
+        // Recorded in the state; a restored run sends the item back in its place.
+        let state = run.snapshot();
+        let v: Value = serde_json::from_slice(&state).unwrap();
+        assert_eq!(
+            v["context"]["providerCompactions"],
+            json!([{"turn": 1, "upstream": 0, "style": "openai-responses", "id": "cmp_1"}])
+        );
+        if !stream {
+            // The committed fixture of this state (a run with a provider's compaction on record).
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/state/v3-openai-responses-server-compaction-context.json");
+            if std::env::var("NEXUS_WRITE_STATE_FIXTURES").is_ok() {
+                std::fs::write(&path, &state).unwrap();
+            }
+            let stored = std::fs::read(&path).unwrap();
+            assert!(stored == state, "this build writes the fixture");
+        }
+        let mut restored = Run::restore(&state).unwrap();
+        assert!(restored.snapshot() == state, "round trip");
+        let body: Value = serde_json::from_slice(&next_send(&mut restored).body).unwrap();
+        let kinds: Vec<&str> = body["input"].as_array().unwrap().iter().map(|i| i["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["message", "compaction", "function_call", "function_call_output"], "stream={stream}");
+        assert_eq!(
+            body["input"][1],
+            json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAA-opaque=="}),
+            "stream={stream}: the input form, without what the API adds on output"
+        );
+        assert_eq!(body["context_management"][0]["compact_threshold"], 2_000);
+    }
+}
+
+/// Drives a read loop of `turns` turns of 2 KB results where every token
+/// count is answered by `counter` (status, body); returns the count
+/// requests' URLs and bodies, the compactions, and the outcome.
+fn drive_counted(
+    style: Style,
+    turns: usize,
+    counter: &dyn Fn() -> (u16, String),
+) -> (Vec<(String, Value)>, usize, Outcome, Run) {
+    let mut cfg = config(style, false, 6_000);
+    cfg.context.as_mut().unwrap().count_margin = Some(0.5);
+    let mut run = Run::new(cfg, tools(), vec![Message::user("Read every file.")]).unwrap();
+    let (mut counts, mut compactions, mut next) = (Vec::new(), 0, 0);
+    for _ in 0..10_000 {
+        match run.poll_output() {
+            Output::Send(req) => {
+                let (status, bytes) = if req.url.contains("count_tokens") || req.url.contains("countTokens") {
+                    counts.push((req.url.clone(), serde_json::from_slice(&req.body).unwrap()));
+                    let (status, body) = counter();
+                    (status, body.into_bytes())
+                } else if is_compaction(&req.body) {
+                    compactions += 1;
+                    (200, wire_n(style, &Turn::text("Summary: files were read."), false, 1000 + compactions))
+                } else {
+                    let n = next;
+                    next += 1;
+                    (200, wire_n(style, &read_turn(n, turns), false, n))
+                };
+                let ex = req.exchange;
+                if status == 0 {
+                    // The connection to the counter failed.
+                    let kind = nexus_proto::TransportErrorKind::Io;
+                    run.handle_input(NOW, Input::TransportError { exchange: ex, kind, message: "reset".into() })
+                        .unwrap();
+                    continue;
+                }
+                let head = Input::ResponseHead {
+                    exchange: ex,
+                    status,
+                    headers: vec![("content-type".into(), "application/json".into())],
+                };
+                run.handle_input(NOW, head).unwrap();
+                run.handle_input(NOW, Input::ResponseBody { exchange: ex, chunk: &bytes }).unwrap();
+                run.handle_input(NOW, Input::ResponseEnd { exchange: ex }).unwrap();
+            }
+            Output::RunTools(batch) => {
+                for inv in batch.calls {
+                    let path = inv.input["path"].as_str().unwrap_or("?").to_string();
+                    let reply = ToolReply::Done(ToolResult::ok(file(&path, 2_000)));
+                    run.handle_input(NOW, Input::ToolReply { call_id: inv.call_id, reply }).unwrap();
+                }
+            }
+            Output::Event(_) => {}
+            Output::Done(o) => return (counts, compactions, o, run),
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("no progress")
+}
+
+#[test]
+fn a_token_count_near_the_trigger_decides_instead_of_the_estimate() {
+    // Without counting, this loop compacts.
+    let (_, baseline, outcome, _) = drive_counted(Style::Anthropic, 12, &|| (200, String::new()));
+    assert_eq!(outcome, Outcome::Done);
+    assert!(baseline >= 1, "the estimate alone compacts");
+
+    // A counter that says the requests are small: no compaction at all.
+    let (counts, compactions, outcome, run) =
+        drive_counted(Style::Anthropic, 12, &|| (200, r#"{"input_tokens":100}"#.to_string()));
+    assert_eq!(outcome, Outcome::Done);
+    assert!(!counts.is_empty(), "counted near the trigger");
+    assert_eq!(compactions, 0, "the count, not the estimate, decided");
+    for (url, body) in &counts {
+        assert_eq!(url, "http://127.0.0.1:1/v1/messages/count_tokens");
+        assert!(body.get("max_tokens").is_none() && body["messages"].is_array(), "{body}");
+    }
+    assert_eq!(run.token_counts().len(), counts.len());
+    assert!(run.token_counts().iter().all(|c| c.tokens == Some(100) && c.estimate > 100));
+    let state: Value = serde_json::from_slice(&run.snapshot()).unwrap();
+    assert_eq!(state["context"]["tokenCounts"].as_array().map(Vec::len), Some(counts.len()));
+
+    // A counter that says they are huge: a compaction right after the first count.
+    let (counts, compactions, outcome, _) =
+        drive_counted(Style::Anthropic, 12, &|| (200, r#"{"input_tokens":5800}"#.to_string()));
+    assert!(matches!(outcome, Outcome::Done | Outcome::Failed { .. }));
+    assert!(compactions >= 1 && !counts.is_empty());
+
+    // A counter that fails: the estimate stands, the run goes on as without one.
+    let refusal = r#"{"type":"error","error":{"type":"api_error","message":"down"}}"#;
+    let (counts, compactions, outcome, run) = drive_counted(Style::Anthropic, 12, &|| (500, refusal.to_string()));
+    assert_eq!(outcome, Outcome::Done);
+    assert!(!counts.is_empty());
+    assert_eq!(compactions, baseline);
+    assert!(run.token_counts().iter().all(|c| c.tokens.is_none()));
+    // Nor does one it cannot reach: no retry, no failover, no failure.
+    let (counts, compactions, outcome, run) = drive_counted(Style::Anthropic, 12, &|| (0, String::new()));
+    assert_eq!(outcome, Outcome::Done);
+    assert_eq!(compactions, baseline);
+    assert_eq!(run.token_counts().len(), counts.len(), "one try per count");
+    assert!(run.failovers().is_empty());
+
+    // Gemini asks :countTokens with a generateContentRequest; Chat Completions has no counter.
+    let (counts, _, _, _) = drive_counted(Style::Gemini, 12, &|| (200, r#"{"totalTokens":100}"#.to_string()));
+    assert!(counts.iter().all(|(url, body)| url.ends_with(":countTokens")
+        && body["generateContentRequest"]["model"].as_str().is_some_and(|m| m.starts_with("models/"))));
+    assert!(!counts.is_empty());
+    let (counts, compactions, outcome, _) = drive_counted(Style::OpenAi, 12, &|| panic!("no counter"));
+    assert!(counts.is_empty() && compactions >= 1 && outcome == Outcome::Done);
 }
 
 #[test]

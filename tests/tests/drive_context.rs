@@ -9,10 +9,13 @@ use std::sync::Arc;
 
 use drive_support::*;
 use nexus_drive::cassette::{replay, Cassette, Quiet, Recorder, ReplayEnd};
-use nexus_drive::{DriveError, DynTool, Request, RunError, RunStatus, StreamEvent, ToolError, ToolOutcome};
-use nexus_proto::context::DEFAULT_COMPACTION_INSTRUCTION;
+use nexus_drive::{
+    DriveError, DynTool, FailoverPolicy, Request, RunError, RunStatus, StreamEvent, ToolError, ToolOutcome, Upstream,
+};
+use nexus_proto::context::{DEFAULT_COMPACTION_INSTRUCTION, SUMMARY_PREFIX};
 use nexus_proto::Role;
-use nexus_tests::fake::{fake_token_count, FakeProvider, Script, Scripts, Style, Turn};
+use nexus_tests::fake::{fake_token_count, FakeProvider, Fault, FaultKind, Script, Scripts, Style, Turn};
+use nexus_tests::oracle;
 use serde_json::{json, Value};
 
 both_drivers!(
@@ -20,6 +23,8 @@ both_drivers!(
     a_compacted_run_suspends_and_resumes_in_a_fresh_client,
     an_over_long_request_is_refused_with_each_providers_text_and_the_window_is_learned,
     a_result_bigger_than_the_window_ends_the_run_with_context_exhausted_naming_it,
+    responses_server_compaction_is_sent_back_and_a_failover_sees_the_portable_summary,
+    near_the_trigger_the_upstreams_own_counter_decides,
 );
 
 /// The fake's window: requests over it are refused with a 400.
@@ -267,6 +272,154 @@ fn a_result_bigger_than_the_window_ends_the_run_with_context_exhausted_naming_it
         } else {
             assert_eq!(refused.len(), 1, "{ctx}: the refusal names the window; nothing more is sent");
         }
+        assert!(fake.failures().is_empty(), "{ctx}: {:?}", fake.failures());
+    }
+}
+
+/// A Responses upstream asked to compact server-side past 1 500 tokens
+/// answers with opaque compaction items, which every later request to it
+/// carries back (the fake verifies them); at turn `FAILOVER` it fails and an
+/// Anthropic upstream takes over, seeing no compaction item but the
+/// machine's own summary of the earlier turns.
+fn responses_server_compaction_is_sent_back_and_a_failover_sees_the_portable_summary(d: Drv) {
+    const TURNS: usize = 24;
+    const FAILOVER: usize = 16;
+    let stream = matches!(d, Drv::Async);
+    let ctx = format!("{d:?} stream={stream}");
+    let model = "m-server-compaction";
+    // Fixed call ids: the fake finds the turn of a compacted request by
+    // them, whichever style asks.
+    let script = |faults: bool| {
+        let mut turns: Vec<Turn> = (0..TURNS - 1)
+            .map(|n| {
+                Turn::default().call_with_id(format!("call_f{n}"), "read_file", format!(r#"{{"path":"src/f{n}.rs"}}"#))
+            })
+            .collect();
+        turns.push(Turn::text("all files read"));
+        if faults {
+            let down = Fault::new(FaultKind::Status { status: 500, retry_after: None, body: None }).times(1_000);
+            turns[FAILOVER] = turns[FAILOVER].clone().fault(down);
+        }
+        Script::new(turns).context_limit(LIMIT).summarize_on(marker())
+    };
+    let primary = FakeProvider::start(Scripts::new(KEY).model(model, script(true)));
+    let backup = FakeProvider::start(Scripts::new(KEY).model(model, script(false)));
+    let to = Upstream {
+        style: proto_style(Style::Anthropic),
+        base_url: backup.base_url(Style::Anthropic),
+        model: model.to_string(),
+    };
+    let cfg = builder(&primary, Style::OpenAiResponses, model, stream)
+        .retries(0)
+        .fallback_key(to, KEY)
+        .failover_policy(FailoverPolicy { retry_after_bound_ms: 5_000, ..FailoverPolicy::default() })
+        .max_turns(TURNS as u32 + 1)
+        .max_tokens(256)
+        .context_window(LIMIT)
+        .max_tool_result_bytes(8_000)
+        .responses_compaction(1_500)
+        .context_window_of(1, LIMIT)
+        .dyn_tool(read_file())
+        .build()
+        .unwrap();
+    let r = d.client(cfg).run("Read every file of the project.").unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    assert_eq!(r.status, RunStatus::Done, "{ctx}");
+    assert_eq!(r.text, "all files read", "{ctx}");
+    assert_eq!(r.failovers.len(), 1, "{ctx}: {:?}", r.failovers);
+    let failed_over_at = r.failovers[0].turn;
+
+    // To the Responses upstream: every turn asks for server-side compaction;
+    // its items come back verbatim in their input form, and it accepted them.
+    let answered: Vec<_> = primary.requests_for(model).into_iter().filter(|r| r.status != Some(500)).collect();
+    let (summaries, turns): (Vec<Value>, Vec<Value>) =
+        answered.into_iter().map(|r| r.json.unwrap()).partition(|b| b.to_string().contains(&marker()));
+    assert!(!summaries.is_empty(), "{ctx}: the machine compacted before the failover");
+    assert!(primary.requests_for(model).iter().all(|r| matches!(r.status, Some(200 | 500))), "{ctx}");
+    let mut echoed = 0;
+    for body in &turns {
+        assert_eq!(body["context_management"], json!([{"type": "compaction", "compact_threshold": 1_500}]), "{ctx}");
+        let items = body["input"].as_array().unwrap();
+        for item in items.iter().filter(|i| i["type"] == "compaction") {
+            echoed += 1;
+            let keys: Vec<&str> = item.as_object().unwrap().keys().map(String::as_str).collect();
+            assert_eq!(keys, ["encrypted_content", "id", "type"], "{ctx}: {item}");
+        }
+    }
+    for body in &summaries {
+        assert!(body.get("context_management").is_none(), "{ctx}: a summary request asks for no server compaction");
+    }
+    assert!(echoed > 0, "{ctx}: compaction items were sent back");
+    assert!(!r.provider_compactions.is_empty(), "{ctx}: recorded");
+    assert!(r.provider_compactions.iter().all(|c| c.turn < failed_over_at && c.id.starts_with("cmp_")), "{ctx}");
+    let carrying = |b: &&Value| b["input"].as_array().is_some_and(|i| i.iter().any(|it| it["type"] == "compaction"));
+    if let Some(run) = turns
+        .iter()
+        .find(carrying)
+        .and_then(|b| oracle::validate_request(Style::OpenAiResponses, &serde_json::to_vec(b).unwrap()))
+    {
+        assert!(run.ok, "{ctx}: the SDK's types take the body: {}", run.stdout);
+    }
+
+    // The Anthropic upstream never sees the opaque item, and what stands for
+    // the earlier turns there is the machine's summary.
+    let (after, _) = split(&backup, model, Style::Anthropic);
+    assert!(!after.is_empty(), "{ctx}");
+    for body in &after {
+        let text = body.to_string();
+        assert!(!text.contains("gAAAAAcmp") && !text.contains("cmp_"), "{ctx}: {text}");
+    }
+    let first = after[0]["messages"][0]["content"].to_string();
+    assert!(first.contains(SUMMARY_PREFIX.trim_end()), "{ctx}: the portable summary leads: {first}");
+    assert!(primary.failures().is_empty() && backup.failures().is_empty(), "{ctx}");
+}
+
+/// With a count margin, requests near the trigger are counted by each
+/// upstream's own counter first (an exchange like any other); the counts
+/// the run goes by are the fake's counts of the bodies it was sent.
+fn near_the_trigger_the_upstreams_own_counter_decides(d: Drv) {
+    for style in [Style::Anthropic, Style::Gemini, Style::OpenAiResponses] {
+        let stream = matches!(d, Drv::Async);
+        let ctx = format!("{d:?} {style:?} stream={stream}");
+        let model = "m-counted";
+        let fake = FakeProvider::start(Scripts::new(KEY).model(model, coding_script(style, 20)));
+        let path =
+            std::env::temp_dir().join(format!("nexus-counted-{}-{d:?}-{}.jsonl", std::process::id(), style.name()));
+        let rec = Arc::new(Recorder::create(&path).unwrap());
+        rec.set_api_key(KEY);
+        let cfg = builder(&fake, style, model, stream)
+            .tap(rec.clone())
+            .max_turns(21)
+            .max_tokens(256)
+            .context_window(LIMIT)
+            .max_tool_result_bytes(8_000)
+            .count_margin(0.3)
+            .dyn_tool(read_file())
+            .build()
+            .unwrap();
+        let r = d.client(cfg).run("Read every file of the project.").unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        rec.finish().unwrap();
+        assert_eq!(r.status, RunStatus::Done, "{ctx}");
+        assert_eq!(r.text, "all files read", "{ctx}");
+        // The counts are exchanges of the cassette: the run replays byte for byte with them.
+        let replayed = replay(&Cassette::load(&path).unwrap(), &mut Quiet).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert!(matches!(replayed.end, ReplayEnd::Finished(_)), "{ctx}: {:?}", replayed.end);
+        assert_eq!(replayed.run.token_counts(), &r.token_counts[..], "{ctx}");
+        let _ = std::fs::remove_file(&path);
+        let counter = match style {
+            Style::Anthropic => "/v1/messages/count_tokens".to_string(),
+            Style::OpenAiResponses => "/v1/responses/input_tokens".to_string(),
+            _ => format!("/v1beta/models/{model}:countTokens"),
+        };
+        let counted: Vec<_> = fake.requests().into_iter().filter(|r| r.path() == counter).collect();
+        assert!(!counted.is_empty(), "{ctx}: counted near the trigger");
+        assert_eq!(counted.len(), r.token_counts.len(), "{ctx}");
+        for (req, count) in counted.iter().zip(&r.token_counts) {
+            assert_eq!(req.status, Some(200), "{ctx}: the counter took the request");
+            assert!(!req.target.contains("alt=sse"), "{ctx}");
+            assert_eq!(count.tokens, Some(fake_token_count(req.json.as_ref().unwrap())), "{ctx}");
+        }
+        // Every model call stayed under the window and was accepted.
+        split(&fake, model, style);
         assert!(fake.failures().is_empty(), "{ctx}: {:?}", fake.failures());
     }
 }

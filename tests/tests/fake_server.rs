@@ -865,3 +865,136 @@ fn a_context_limit_refuses_over_long_requests_with_each_providers_text_and_repor
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.json()["content"][0]["text"].as_str().unwrap().starts_with("Summary 1:"), "{}", r.text());
 }
+
+#[test]
+fn token_counters_answer_in_each_apis_shape_and_refuse_what_it_refuses() {
+    let fake = FakeProvider::start(scripts());
+    let post = |style: Style, target: &str, body: &Value| {
+        let headers = auth_headers(style, Some(KEY));
+        let refs: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Client::connect(fake.addr()).request("POST", target, &refs, body.to_string().as_bytes())
+    };
+    let anthropic = json!({"model": "m-rich", "messages": [user(Style::Anthropic, "hi")], "system": "Be brief."});
+    let responses = json!({"model": "m-rich", "input": "hi", "instructions": "Be brief."});
+    let gemini = json!({"contents": [user(Style::Gemini, "hi")]});
+    let wrapped =
+        json!({"generateContentRequest": {"model": "models/m-rich", "contents": [user(Style::Gemini, "hi")]}});
+    let gemini_target = "/v1beta/models/m-rich:countTokens";
+    let cases: Vec<(Style, &str, &Value, String)> = vec![
+        (Style::Anthropic, "/v1/messages/count_tokens", &anthropic, format!(r#"{{"input_tokens":{}}}"#, 0)),
+        (
+            Style::OpenAiResponses,
+            "/v1/responses/input_tokens",
+            &responses,
+            "{\n  \"object\": \"response.input_tokens\",\n  \"input_tokens\": 0\n}".into(),
+        ),
+        (
+            Style::Gemini,
+            gemini_target,
+            &gemini,
+            "{\n  \"totalTokens\": 0,\n  \"promptTokensDetails\": [\n    {\n      \"modality\": \"TEXT\",\n      \"tokenCount\": 0\n    }\n  ]\n}".into(),
+        ),
+        (
+            Style::Gemini,
+            gemini_target,
+            &wrapped,
+            "{\n  \"totalTokens\": 0,\n  \"promptTokensDetails\": [\n    {\n      \"modality\": \"TEXT\",\n      \"tokenCount\": 0\n    }\n  ]\n}".into(),
+        ),
+    ];
+    for (style, target, body, shape) in cases {
+        let r = post(style, target, body);
+        assert_eq!(r.status, 200, "{style:?}: {}", r.text());
+        let n = nexus_tests::fake::fake_token_count(body);
+        assert_eq!(r.text(), shape.replace(": 0", &format!(": {n}")).replace(":0", &format!(":{n}")), "{style:?}");
+    }
+    // What each counter refuses, in its own error shape.
+    let mut with_max = anthropic.clone();
+    with_max["max_tokens"] = json!(64);
+    assert_error(
+        Style::Anthropic,
+        &post(Style::Anthropic, "/v1/messages/count_tokens", &with_max),
+        400,
+        "invalid_request_error",
+        "max_tokens: Extra inputs are not permitted",
+    );
+    let mut streamed = responses.clone();
+    streamed["stream"] = json!(true);
+    let r = post(Style::OpenAiResponses, "/v1/responses/input_tokens", &streamed);
+    assert_error(Style::OpenAiResponses, &r, 400, "unknown_parameter", "Unknown parameter: 'stream'.");
+    assert_eq!(r.json()["error"]["param"], "stream");
+    let both = json!({"contents": [], "generateContentRequest": {"model": "models/m-rich", "contents": []}});
+    assert_error(Style::Gemini, &post(Style::Gemini, gemini_target, &both), 400, "INVALID_ARGUMENT", "exclusive");
+    let nothing = json!({});
+    assert_error(Style::Gemini, &post(Style::Gemini, gemini_target, &nothing), 400, "INVALID_ARGUMENT", "contents");
+    let no_model = json!({"generateContentRequest": {"contents": []}});
+    assert_error(Style::Gemini, &post(Style::Gemini, gemini_target, &no_model), 400, "INVALID_ARGUMENT", "model");
+    let wrong_key = Client::connect(fake.addr()).request(
+        "POST",
+        "/v1/responses/input_tokens",
+        &[("Authorization", "Bearer nope")],
+        responses.to_string().as_bytes(),
+    );
+    assert_eq!(wrong_key.status, 401);
+}
+
+#[test]
+fn responses_server_compaction_is_checked_issued_and_verified_like_the_api() {
+    let fake = FakeProvider::start(scripts());
+    let s = Style::OpenAiResponses;
+    let with = |cm: Value, items: Vec<Value>| {
+        let mut body = wrap(s, "m-rich", items, false);
+        body["context_management"] = cm;
+        body
+    };
+    let long = user(s, &"word ".repeat(400));
+    // Malformed settings are refused by name.
+    for (cm, param) in [
+        (json!({"type": "compaction"}), "context_management"),
+        (json!([{"type": "truncate"}]), "context_management[0].type"),
+        (json!([{"type": "compaction", "compact_threshold": -1}]), "context_management[0].compact_threshold"),
+    ] {
+        let r = call_with(&fake, s, "m-rich", &with(cm, vec![user(s, "hi")]), false, Some(KEY));
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert_eq!(r.json()["error"]["param"], param);
+    }
+    // Under the threshold: no compaction; over it: a compaction item first, whole and streamed.
+    let cm = json!([{"type": "compaction", "compact_threshold": 200}]);
+    let r = call_with(&fake, s, "m-rich", &with(cm.clone(), vec![user(s, "hi")]), false, Some(KEY));
+    assert!(r.json()["output"].as_array().unwrap().iter().all(|i| i["type"] != "compaction"));
+    let r = call_with(&fake, s, "m-rich", &with(cm.clone(), vec![long.clone()]), false, Some(KEY));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let item = r.json()["output"][0].clone();
+    assert_eq!(item["type"], "compaction", "{item}");
+    assert!(item["encrypted_content"].as_str().is_some_and(|e| !e.is_empty()));
+    if let Some(run) = oracle::validate_response(s, &r.body) {
+        assert!(run.ok, "the SDK reads the compaction item: {}", run.stdout);
+    }
+    let mut streamed = with(cm.clone(), vec![long.clone()]);
+    streamed["stream"] = json!(true);
+    let r = call_with(&fake, s, "m-rich", &streamed, true, Some(KEY));
+    let kinds: Vec<String> = sse_events(&r.body).into_iter().filter_map(|(k, _)| k).collect();
+    assert!(kinds.iter().any(|k| k == "response.compaction.compacting"), "{kinds:?}");
+
+    // Sent back in its input form it is accepted, and the input before it no
+    // longer counts; a forged or decorated one is refused.
+    let answer = json!({"role": "user", "content": "go on"});
+    let r = call_with(
+        &fake,
+        s,
+        "m-rich",
+        &with(cm.clone(), vec![long.clone(), item.clone(), answer.clone()]),
+        false,
+        Some(KEY),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["output"].as_array().unwrap().iter().all(|i| i["type"] != "compaction"), "pruned before it");
+    let mut forged = item.clone();
+    forged["encrypted_content"] = json!("gAAAAAforged");
+    let r =
+        call_with(&fake, s, "m-rich", &with(cm.clone(), vec![user(s, "hi"), forged, answer.clone()]), false, Some(KEY));
+    assert_error(s, &r, 400, "invalid_encrypted_content", "could not be verified");
+    let mut decorated = item;
+    decorated["created_by"] = json!("server");
+    let r = call_with(&fake, s, "m-rich", &with(cm, vec![user(s, "hi"), decorated, answer]), false, Some(KEY));
+    assert_error(s, &r, 400, "unknown_parameter", "Unknown parameter: 'input[1].created_by'.");
+}

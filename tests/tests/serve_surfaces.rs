@@ -126,6 +126,27 @@ fn check_follow_up_upstream(fake: &FakeProvider, style: Style, ids: &[String]) {
     }
 }
 
+/// A count the SDK read: the upstream's own counter answered it (its
+/// count of what it was sent), or, for Chat Completions, which has none,
+/// the gateway's estimate, said to be one.
+fn check_sdk_count(fake: &FakeProvider, style: Style, count: &Value, field: &str) {
+    let name = style.name();
+    let counted: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.target.contains("ount") || r.target.contains("input_tokens"))
+        .collect();
+    if style == Style::OpenAi {
+        assert!(counted.is_empty(), "{name}: no counter upstream");
+        assert_eq!(count["estimate"], "estimate", "{name}");
+        assert!(count[field].as_u64().unwrap() > 3, "{name}: {count}");
+        return;
+    }
+    assert_eq!(counted.len(), 1, "{name}");
+    assert_eq!(count[field], fake_token_count(counted[0].json.as_ref().unwrap()), "{name}: {count}");
+    assert!(count["estimate"].is_null(), "{name}");
+}
+
 // ---------------------------------------------------------------- the anthropic SDK
 
 const ANTHROPIC_CLIENT: &str = r#"
@@ -273,7 +294,6 @@ fn anthropic_scenario(style: Style) {
     assert_eq!(out["wrong_token"]["type"], "authentication_error", "{name}");
 
     // What a translation cannot carry is named; what it cannot honour is refused.
-    let counted = fake.requests().into_iter().filter(|r| r.target.contains("ount")).collect::<Vec<_>>();
     if translated {
         let bad = &out["bad"];
         assert_eq!((&bad["status"], &bad["type"]), (&json!(400), &json!("invalid_request_error")), "{name}: {bad}");
@@ -297,19 +317,7 @@ fn anthropic_scenario(style: Style) {
     assert_eq!(out["beta"]["text"], "Hello from the fake", "{name}");
 
     // count_tokens: the upstream's own counter where it has one.
-    match style {
-        Style::OpenAi | Style::OpenAiResponses => {
-            assert!(counted.is_empty(), "{name}: no counter upstream");
-            assert_eq!(out["count"]["estimate"], "estimate", "{name}");
-            assert!(out["count"]["input_tokens"].as_u64().unwrap() > 10, "{name}: {}", out["count"]);
-        }
-        _ => {
-            assert_eq!(counted.len(), 1, "{name}");
-            let want = fake_token_count(counted[0].json.as_ref().unwrap());
-            assert_eq!(out["count"]["input_tokens"], want, "{name}");
-            assert!(out["count"]["estimate"].is_null(), "{name}");
-        }
-    }
+    check_sdk_count(&fake, style, &out["count"], "input_tokens");
     assert_eq!(out["models"], json!(["m-busy", "m-text", "m-tools"]), "{name}");
     check_upstream_auth(&fake, style);
     server.shutdown();
@@ -407,6 +415,9 @@ out["busy_stream"] = failure(lambda: list(client.models.generate_content_stream(
 if cfg["translated"]:
     out["bad"] = failure(lambda: client.models.generate_content(model="m-text", contents="hi",
         config=types.GenerateContentConfig(candidate_count=2)))
+r = client.models.count_tokens(model="m-text", contents="What is 2 + 2?")
+out["count"] = {"total_tokens": r.total_tokens,
+                "estimate": (r.sdk_http_response.headers or {}).get("x-nexus-token-count")}
 out["models"] = sorted(m.name for m in client.models.list())
 wrong = genai.Client(api_key="not-the-token", http_options=types.HttpOptions(base_url=cfg["base_url"], api_version="v1beta"))
 out["wrong_token"] = failure(lambda: wrong.models.generate_content(model="m-text", contents="hi"))
@@ -457,6 +468,7 @@ fn gemini_scenario(style: Style) {
         assert_eq!((&e["code"], &e["status"]), (&json!(429), &json!("RESOURCE_EXHAUSTED")), "{name} {key}: {e}");
         assert!(e["message"].as_str().unwrap().contains(SLOW_DOWN), "{name} {key}: {e}");
     }
+    check_sdk_count(&fake, style, &out["count"], "total_tokens");
     assert_eq!(out["models"], json!(["models/m-busy", "models/m-text", "models/m-tools"]), "{name}");
     assert_eq!(out["wrong_token"]["code"], 401, "{name}: {}", out["wrong_token"]);
     check_upstream_auth(&fake, style);
@@ -533,6 +545,11 @@ def failure(fn):
         return {"class": type(e).__name__, "status": e.status_code, "message": e.message,
                 "param": getattr(e, "param", None)}
 
+raw = c.responses.input_tokens.with_raw_response.count(model="m-text", input=ask, tools=tools,
+                                                      instructions="Use the tools.")
+out["count"] = {"input_tokens": raw.parse().input_tokens, "object": raw.parse().object,
+                "estimate": raw.headers.get("x-nexus-token-count")}
+
 out["busy"] = failure(lambda: c.responses.create(model="m-busy", input="hi"))
 out["stateful"] = failure(lambda: c.responses.create(model="m-text", input="hi", previous_response_id="resp_1"))
 print(json.dumps(out))
@@ -583,6 +600,8 @@ fn responses_scenario(style: Style) {
     assert!(e["message"].as_str().unwrap().contains(SLOW_DOWN), "{name}: {e}");
     let e = &out["stateful"];
     assert_eq!((&e["status"], &e["param"]), (&json!(400), &json!("previous_response_id")), "{name}: {e}");
+    assert_eq!(out["count"]["object"], "response.input_tokens", "{name}");
+    check_sdk_count(&fake, style, &out["count"], "input_tokens");
     check_upstream_auth(&fake, style);
     server.shutdown();
 }

@@ -556,6 +556,8 @@ impl Engine {
             output_strategies,
             agents: self.run.agent_reports(),
             compactions: RunResult::compactions(&self.run),
+            provider_compactions: self.run.provider_compactions().to_vec(),
+            token_counts: self.run.token_counts().to_vec(),
         }
     }
 

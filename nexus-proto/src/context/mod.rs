@@ -19,6 +19,8 @@
 //! kept, a marker says how much was left out); the full result stays in the
 //! transcript and the ledger.
 
+mod count;
+mod native;
 mod view;
 mod window;
 
@@ -27,6 +29,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use count::TokenCount;
+pub(crate) use count::{accept as accept_count, counting};
+pub use native::{ClearToolUses, ProviderCompaction, ResponsesCompaction, ANTHROPIC_CONTEXT_BETA};
 pub use view::{cap_text, SUMMARY_PREFIX};
 pub use window::builtin_window;
 
@@ -90,6 +95,14 @@ pub struct ContextPolicy {
     /// Anthropic context editing, sent to Anthropic upstreams (opt-in).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anthropic_clear_tool_uses: Option<ClearToolUses>,
+    /// OpenAI Responses server-side compaction, asked of Responses upstreams (opt-in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responses_compaction: Option<ResponsesCompaction>,
+    /// Ask the upstream's token counter (Anthropic, Responses, Gemini) for
+    /// a request whose estimate is within this fraction of the trigger, and
+    /// go by its count (none: the estimate decides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count_margin: Option<f64>,
 }
 
 impl Default for ContextPolicy {
@@ -103,6 +116,8 @@ impl Default for ContextPolicy {
             tool_result_caps: BTreeMap::new(),
             instruction: None,
             anthropic_clear_tool_uses: None,
+            responses_compaction: None,
+            count_margin: None,
         }
     }
 }
@@ -122,31 +137,15 @@ impl ContextPolicy {
         if self.low_water > self.compact_at {
             return Err("lowWater must not be above compactAt".into());
         }
+        if self.count_margin.is_some_and(|m| !(m > 0.0 && m <= 1.0)) {
+            return Err("countMargin must be in (0, 1]".into());
+        }
         if self.cap_for("").is_some_and(|c| c < 64) || self.tool_result_caps.values().any(|c| *c < 64) {
             return Err("a tool result cap must be at least 64 bytes".into());
         }
         Ok(())
     }
 }
-
-/// Anthropic context editing (`context_management.edits` with
-/// `clear_tool_uses_20250919`, beta `context-management-2025-06-27`): the
-/// API clears the oldest tool results server-side before the model sees
-/// the prompt. The client still sends, and keeps, the whole view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClearToolUses {
-    /// Input tokens at which the API starts clearing (`trigger`).
-    pub trigger_tokens: u64,
-    /// Most recent tool uses kept (`keep`).
-    pub keep_tool_uses: u32,
-    /// Clear at least this many tokens each time, so the cache is broken rarely (`clear_at_least`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clear_at_least: Option<u64>,
-}
-
-/// The beta header value Anthropic context editing needs.
-pub const ANTHROPIC_CONTEXT_BETA: &str = "context-management-2025-06-27";
 
 /// One compaction of this run, as recorded in the state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -202,6 +201,15 @@ pub(crate) struct ContextState {
     /// A compaction whose request is being made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compacting: Option<Job>,
+    /// Compactions a provider made on its side (OpenAI Responses), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provider_compactions: Vec<ProviderCompaction>,
+    /// A token count asked or answered for the next request's body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<count::Pending>,
+    /// Every count an upstream made for the run, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub token_counts: Vec<TokenCount>,
 }
 
 /// A compaction under way.
@@ -222,6 +230,16 @@ pub(crate) struct Prepared {
     /// A compaction request (never streamed, shows no deltas, is not a turn).
     pub compaction: bool,
     pub headers: Vec<(String, String)>,
+    /// A token count's URL (the request goes there instead of the model's
+    /// endpoint; never streamed, not a turn).
+    pub url: Option<String>,
+}
+
+impl Prepared {
+    /// A request of the budget's own (a compaction or a count), not a turn.
+    pub(crate) fn side(&self) -> bool {
+        self.compaction || self.url.is_some()
+    }
 }
 
 /// Limits for one upstream, in tokens.
@@ -330,27 +348,33 @@ pub(crate) fn prepare(state: &mut RunState, shape: &crate::output::Shape<'_>) ->
         crate::gate::check(style, &state.transcript).map_err(RunError::Gate)?;
         let body =
             encode(state, style, upstream, state.config.system.as_deref(), &state.transcript, &Map::new(), Some(shape));
-        return Ok(Prepared { body, compaction: false, headers: Vec::new() });
+        return Ok(Prepared { body, compaction: false, headers: Vec::new(), url: None });
     };
     let model = state.config.parts_of(upstream).2.to_string();
-    let (extra, headers) = native_options(&policy, style);
+    let (extra, headers) = native::options(&policy, style);
     loop {
         let budget = budget(state, &policy, upstream, &model);
         if let Some(job) = state.context.as_ref().and_then(|c| c.compacting.clone()) {
             let body = compaction_body(state, &policy, style, upstream, &job, budget.as_ref());
             let est = estimate(state.context.as_ref(), upstream, body.len() as u64);
             state.context.get_or_insert_with(Default::default).sent = Some((upstream, body.len() as u64, est));
-            return Ok(Prepared { body, compaction: true, headers: Vec::new() });
+            return Ok(Prepared { body, compaction: true, headers: Vec::new(), url: None });
         }
         let system = state.config.system.as_deref();
         let view = view::build(&state.transcript, current_cut(state), Some(&policy));
         crate::gate::check(style, &view).map_err(RunError::Gate)?;
         let body = encode(state, style, upstream, system, &view, &extra, Some(shape));
         let est = estimate(state.context.as_ref(), upstream, body.len() as u64);
+        drop(view);
+        let est = match count::settle(state, &policy, budget.as_ref(), style, &body, est, &headers) {
+            count::Counted::Ask(request) => return Ok(request),
+            count::Counted::Tokens(n) => n,
+        };
         // Over the trigger: a compaction, if a cut is left; none and over
         // the limit, nothing can be sent.
         let planned = match &budget {
             Some(budget) if est > budget.trigger => {
+                let view = view::build(&state.transcript, current_cut(state), Some(&policy));
                 let overhead = (body.len() as u64).saturating_sub(view.iter().map(|m| view::weight(m, &policy)).sum());
                 let planned = plan(state, &policy, upstream, budget, est, overhead);
                 if planned.is_none() && est > budget.limit {
@@ -360,13 +384,12 @@ pub(crate) fn prepare(state: &mut RunState, shape: &crate::output::Shape<'_>) ->
             }
             _ => None,
         };
-        drop(view);
         let ctx = state.context.get_or_insert_with(Default::default);
         match planned {
             Some(job) => ctx.compacting = Some(job),
             None => {
                 ctx.sent = Some((upstream, body.len() as u64, est));
-                return Ok(Prepared { body, compaction: false, headers });
+                return Ok(Prepared { body, compaction: false, headers, url: None });
             }
         }
     }
@@ -456,25 +479,6 @@ fn exhausted(
     RunError::ContextExhausted { estimate: est, limit, biggest: items }
 }
 
-/// Body keys and headers of the provider-native options for `style`.
-fn native_options(policy: &ContextPolicy, style: Style) -> (Map<String, Value>, Vec<(String, String)>) {
-    let mut extra = Map::new();
-    let mut headers = Vec::new();
-    if let (Style::Anthropic, Some(c)) = (style, policy.anthropic_clear_tool_uses) {
-        let mut edit = serde_json::json!({
-            "type": "clear_tool_uses_20250919",
-            "trigger": {"type": "input_tokens", "value": c.trigger_tokens},
-            "keep": {"type": "tool_uses", "value": c.keep_tool_uses},
-        });
-        if let (Some(n), Value::Object(o)) = (c.clear_at_least, &mut edit) {
-            o.insert("clear_at_least".into(), serde_json::json!({"type": "input_tokens", "value": n}));
-        }
-        extra.insert("context_management".into(), serde_json::json!({ "edits": [edit] }));
-        headers.push(("anthropic-beta".to_string(), ANTHROPIC_CONTEXT_BETA.to_string()));
-    }
-    (extra, headers)
-}
-
 /// Whether the request in flight (or about to be rebuilt) is a compaction's.
 pub(crate) fn compacting(state: &RunState) -> bool {
     state.context.as_ref().is_some_and(|c| c.compacting.is_some())
@@ -482,6 +486,10 @@ pub(crate) fn compacting(state: &RunState) -> bool {
 
 /// A model turn was accepted: its reported prompt tokens calibrate the estimate.
 pub(crate) fn on_turn(state: &mut RunState, turn: &TurnResponse) {
+    if state.config.context.is_none() {
+        return;
+    }
+    native::on_turn(state, turn);
     let upstream = state.upstream;
     let Some(ctx) = state.context.as_mut() else { return };
     if let Some((u, bytes, _)) = ctx.sent.take() {
@@ -585,6 +593,18 @@ impl Run {
     /// The compactions of this run, in order (empty without a context policy).
     pub fn compactions(&self) -> &[Compaction] {
         self.state.context.as_ref().map_or(&[], |c| &c.compactions)
+    }
+
+    /// The token counts upstreams made for this run's requests, in order
+    /// (`ContextPolicy::count_margin`).
+    pub fn token_counts(&self) -> &[TokenCount] {
+        self.state.context.as_ref().map_or(&[], |c| &c.token_counts)
+    }
+
+    /// The compactions providers made on their side (OpenAI Responses
+    /// server-side compaction), in order.
+    pub fn provider_compactions(&self) -> &[ProviderCompaction] {
+        self.state.context.as_ref().map_or(&[], |c| &c.provider_compactions)
     }
 
     /// The context window the budget uses for upstream `index` now, in

@@ -105,6 +105,9 @@ struct Driver {
     finished: bool,
     /// With a context budget: no request may estimate over this many tokens.
     limit: Option<u64>,
+    /// The open exchange is a token count: the count an honest counter
+    /// answers (never below what the counted request will weigh).
+    count: Option<u64>,
 }
 
 type Step = arbitrary::Result<()>;
@@ -144,6 +147,14 @@ impl Driver {
             if u.arbitrary()? {
                 policy.max_tool_result_bytes = Some(u.int_in_range(64..=4_096)?);
             }
+            if u.ratio(1, 3)? {
+                // Near the trigger the upstream's counter is asked first.
+                policy.count_margin = Some(f64::from(u.int_in_range(1..=10u8)?) / 10.0);
+            }
+            if u.ratio(1, 4)? {
+                policy.responses_compaction =
+                    Some(crate::context::ResponsesCompaction { compact_threshold: u.int_in_range(1..=4_000)? });
+            }
             config.max_tokens = Some(50);
             config.context = Some(policy);
             limit = Some(window - 70);
@@ -179,6 +190,7 @@ impl Driver {
             next_id: 0,
             finished: false,
             limit,
+            count: None,
         })
     }
 
@@ -227,7 +239,19 @@ impl Driver {
                 assert_eq!(shadow.poll_output(), out, "the restored run gave a different output");
             }
             match out {
+                Output::Send(req) if is_count(&req.url) => {
+                    // A count request is not a model call: the limit and the
+                    // transcript rules are the counted request's, checked when it goes.
+                    assert!(self.limit.is_some(), "a token count without a context budget");
+                    assert!(!req.streaming, "a token count is never streamed");
+                    assert!(serde_json::from_slice::<Value>(&req.body).is_ok_and(|v| v.is_object()));
+                    // Over what the request itself will weigh (it holds a few fields more).
+                    self.count = Some((req.body.len() as u64 + 256).div_ceil(4));
+                    self.open = Some((req.exchange, false));
+                    self.sent = self.sent.max(req.exchange.0);
+                }
                 Output::Send(req) => {
+                    self.count = None;
                     check_request(self.style, &req);
                     if let Some(limit) = self.limit {
                         let tokens = (req.body.len() as u64).div_ceil(4);
@@ -270,12 +294,12 @@ impl Driver {
     }
 
     fn respond(&mut self, u: &mut Unstructured<'_>) -> Step {
-        let (exchange, streaming) = match self.open {
-            Some(open) if !u.ratio(1, 16)? => {
+        let (exchange, streaming, count) = match self.open {
+            Some((exchange, streaming)) if !u.ratio(1, 16)? => {
                 self.open = None; // answered (or failed) below either way
-                open
+                (exchange, streaming, self.count.take())
             }
-            _ => (ExchangeId(u.int_in_range(0..=self.sent + 1)?), u.arbitrary()?),
+            _ => (ExchangeId(u.int_in_range(0..=self.sent + 1)?), u.arbitrary()?, None),
         };
         let status = *u.choose(&[200u16, 200, 200, 200, 200, 400, 429, 500, 529])?;
         let mut headers = Vec::new();
@@ -290,6 +314,10 @@ impl Driver {
             0 => {
                 let n = u.int_in_range(0..=256)?;
                 u.bytes(n.min(u.len()))?.to_vec()
+            }
+            _ if status == 200 && count.is_some() => {
+                let field = if self.style == Style::Gemini { "totalTokens" } else { "input_tokens" };
+                json!({ field: count }).to_string().into_bytes()
             }
             _ if status == 200 => {
                 let turn = self.turn(u)?;
@@ -447,6 +475,7 @@ impl Driver {
             self.run = restored;
             self.shadow = None;
             self.open = None;
+            self.count = None;
             self.running.clear();
         }
         Ok(())
@@ -533,6 +562,11 @@ fn has_result(transcript: &[Message], call_id: &str) -> bool {
 /// Checks a request body on the wire, independently of the gate: each turn's
 /// tool calls are answered, each exactly once, by the results of the very
 /// next turn, and no result answers a call of any other turn.
+/// Whether a request goes to a token counter instead of the model.
+fn is_count(url: &str) -> bool {
+    url.ends_with("/count_tokens") || url.ends_with(":countTokens") || url.ends_with("/input_tokens")
+}
+
 fn check_request(style: Style, req: &HttpRequest) {
     let body: Value = match serde_json::from_slice(&req.body) {
         Ok(v) => v,

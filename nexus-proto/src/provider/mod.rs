@@ -14,6 +14,7 @@ use crate::tool::ToolDecl;
 
 pub mod anthropic;
 mod body;
+pub mod count;
 pub mod gemini;
 pub mod openai;
 mod partial_json;

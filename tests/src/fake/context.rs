@@ -104,7 +104,7 @@ pub fn last_call_id(style: Style, body: &Value) -> Option<String> {
 pub fn turn_after_call(script: &Script, model: &str, style: Style, id: &str) -> Option<usize> {
     let prefix = if style == Style::Anthropic { "toolu_01" } else { "call_" };
     script.turns.iter().enumerate().find_map(|(t, turn)| {
-        let ctx = Ctx { model, turn_index: t, turn, huge: None, include_usage: false };
+        let ctx = Ctx { model, turn_index: t, turn, huge: None, include_usage: false, compaction: false };
         (0..turn.tool_calls.len()).any(|i| ctx.call_id(i, prefix) == id).then_some(t + 1)
     })
 }

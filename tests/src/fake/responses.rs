@@ -8,6 +8,13 @@
 //! reasoning item without the item that followed it, a reasoning item
 //! without `summary`, and any item referred to by id alone while `store` is
 //! false (nothing is persisted, so the API answers 404).
+//!
+//! Server-side compaction: a request with `context_management: [{type:
+//! "compaction", compact_threshold}]` whose input after its last
+//! `compaction` item (the API drops what came before) counts more than the
+//! threshold is answered with a `compaction` item first. A compaction item
+//! sent back must be one this server issued (its `encrypted_content` is
+//! derived from its id) and carry only the input fields.
 
 use serde_json::{json, Value};
 
@@ -20,7 +27,7 @@ fn kind(item: &Value) -> &str {
 
 fn is_output_item(item: &Value) -> bool {
     match kind(item) {
-        "reasoning" | "function_call" => true,
+        "reasoning" | "function_call" | "compaction" => true,
         "message" => item.get("role").and_then(Value::as_str) == Some("assistant"),
         _ => false,
     }
@@ -102,9 +109,75 @@ pub fn parse(body: &Value) -> Result<Parsed, Reject> {
     Ok(Parsed { model, stream, include_usage: false, assistant_turns, messages, tool_results })
 }
 
+/// The opaque content of compaction item `id` of `model`.
+fn encrypted_for(model: &str, id: &str) -> String {
+    format!("gAAAAAcmp{}", stable_id("", &[model, id, "compaction"], 48))
+}
+
+/// The threshold a request asks server-side compaction at (`None`: not
+/// asked), with the API's 400 for a malformed `context_management`.
+pub fn compact_threshold(body: &Value) -> Result<Option<u64>, Reject> {
+    let entries = match body.get("context_management") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(entries)) => entries,
+        Some(other) => {
+            let got = if other.is_object() { "an object" } else { "a scalar" };
+            return Err(error_full(
+                400,
+                &format!("Invalid type for 'context_management': expected an array, but got {got} instead."),
+                "invalid_request_error",
+                Some("context_management"),
+                Some("invalid_type"),
+            ));
+        }
+    };
+    let mut threshold = None;
+    for (i, entry) in entries.iter().enumerate() {
+        let kind = entry.get("type").and_then(Value::as_str).unwrap_or_default();
+        if kind != "compaction" {
+            return Err(error_full(
+                400,
+                &format!("Invalid value: '{kind}'. Supported values are: 'compaction'."),
+                "invalid_request_error",
+                Some(&format!("context_management[{i}].type")),
+                Some("invalid_value"),
+            ));
+        }
+        match entry.get("compact_threshold") {
+            None | Some(Value::Null) => {}
+            Some(v) => match v.as_u64().filter(|n| *n >= 1) {
+                Some(n) => threshold = Some(n),
+                None => {
+                    return Err(error_full(
+                        400,
+                        &format!("Invalid 'context_management[{i}].compact_threshold': expected a positive integer."),
+                        "invalid_request_error",
+                        Some(&format!("context_management[{i}].compact_threshold")),
+                        Some("invalid_value"),
+                    ))
+                }
+            },
+        }
+    }
+    // Without a threshold the API uses its own, far above what a test sends.
+    Ok(Some(threshold.unwrap_or(u64::MAX)))
+}
+
+/// The fake's count of a request's input after its last compaction item
+/// (what the API still renders), the rest of the body included.
+pub fn tokens_since_compaction(body: &Value) -> u64 {
+    let mut body = body.clone();
+    if let Some(Value::Array(items)) = body.get_mut("input") {
+        if let Some(last) = items.iter().rposition(|it| kind(it) == "compaction") {
+            items.drain(..last);
+        }
+    }
+    super::fake_token_count(&body)
+}
+
 /// The conversation rules the API enforces with a 400 (or a 404 for items it
 /// was asked to look up).
-pub fn check_balance(body: &Value) -> Result<(), Reject> {
+pub fn check_balance(body: &Value, model: &str) -> Result<(), Reject> {
     let items = items(body);
     let stored = body.get("store").and_then(Value::as_bool).unwrap_or(true);
     for (i, item) in items.iter().enumerate() {
@@ -126,6 +199,29 @@ pub fn check_balance(body: &Value) -> Result<(), Reject> {
             continue;
         }
         match k {
+            "compaction" => {
+                if let Some(extra) = item.as_object().and_then(|o| {
+                    o.keys().find(|key| !matches!(key.as_str(), "type" | "id" | "encrypted_content")).cloned()
+                }) {
+                    return Err(error_full(
+                        400,
+                        &format!("Unknown parameter: 'input[{i}].{extra}'."),
+                        "invalid_request_error",
+                        Some(&format!("input[{i}].{extra}")),
+                        Some("unknown_parameter"),
+                    ));
+                }
+                let id = str_of(item, "id");
+                if str_of(item, "encrypted_content") != encrypted_for(model, id) {
+                    return Err(error_full(
+                        400,
+                        &format!("The encrypted content for item {id} could not be verified."),
+                        "invalid_request_error",
+                        Some("input"),
+                        Some("invalid_encrypted_content"),
+                    ));
+                }
+            }
             "reasoning" => {
                 if !item.get("summary").is_some_and(Value::is_array) {
                     return Err(error_full(
@@ -202,6 +298,10 @@ fn usage(ctx: &Ctx<'_>) -> Value {
 fn output(ctx: &Ctx<'_>) -> Vec<Value> {
     let mut out = Vec::new();
     let id = |prefix: &str, n: usize| stable_id(prefix, &[ctx.model, &ctx.turn_index.to_string(), &n.to_string()], 40);
+    if ctx.compaction {
+        let cmp = id("cmp_", 99);
+        out.push(json!({"id": cmp, "type": "compaction", "encrypted_content": encrypted_for(ctx.model, &cmp)}));
+    }
     if let Some(thinking) = &ctx.turn.thinking {
         let encrypted =
             if thinking.signature.is_empty() { format!("gAAAAA{}", id("", 0)) } else { thinking.signature.clone() };
@@ -284,6 +384,16 @@ pub fn events(ctx: &Ctx<'_>) -> Vec<Vec<u8>> {
         let item_id = item["id"].clone();
         let mut added = item.clone();
         match kind(item) {
+            "compaction" => {
+                out.push(event(
+                    json!({"type": "response.output_item.added", "output_index": index, "item": added}),
+                    &mut seq,
+                ));
+                out.push(event(
+                    json!({"type": "response.compaction.compacting", "item_id": item_id, "output_index": index}),
+                    &mut seq,
+                ));
+            }
             "reasoning" => {
                 added["summary"] = json!([]);
                 out.push(event(

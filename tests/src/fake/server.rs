@@ -156,6 +156,10 @@ fn handle(shared: &Shared, req: &Request, connection: u64) -> (Reply, RecordedRe
         record.style = Some(Style::OpenAiResponses);
         only_post(req, Style::OpenAiResponses)
             .unwrap_or_else(|| model_call(shared, Style::OpenAiResponses, req, None, &mut record))
+    } else if path == "/v1/responses/input_tokens" {
+        record.style = Some(Style::OpenAiResponses);
+        only_post(req, Style::OpenAiResponses)
+            .unwrap_or_else(|| count_tokens(shared, Style::OpenAiResponses, req, &mut record))
     } else if path == "/v1/models" {
         model_list(shared, req, &mut record)
     } else if let Some((model, method)) = gemini::route(path) {
@@ -218,22 +222,60 @@ fn model_list(shared: &Shared, req: &Request, record: &mut RecordedRequest) -> R
     }
 }
 
+/// What Anthropic's `count_tokens` takes (`MessageCountTokensParams`, the
+/// beta fields included); anything else is refused by name.
+const ANTHROPIC_COUNT_FIELDS: &[&str] = &[
+    "messages",
+    "model",
+    "system",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "output_config",
+    "cache_control",
+    "speed",
+    "context_management",
+    "mcp_servers",
+];
+
+/// What the Responses `input_tokens` endpoint takes (`InputTokenCountParams`).
+const RESPONSES_COUNT_FIELDS: &[&str] = &[
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "reasoning",
+    "text",
+    "truncation",
+    "conversation",
+    "previous_response_id",
+    "personality",
+];
+
 /// The token count the fake answers for a counted request: a quarter of
 /// the length of the body's compact JSON, rounded up (see [`fake_token_count`]).
+/// Each counter answers in its API's own shape: Anthropic `{"input_tokens"}`
+/// (compact), Responses `{"object": "response.input_tokens", "input_tokens"}`
+/// and Gemini `{"totalTokens", "promptTokensDetails"}` (indented, as OpenAI
+/// and Google send JSON).
 fn count_tokens(shared: &Shared, style: Style, req: &Request, record: &mut RecordedRequest) -> Reply {
     let key = &shared.scripts.api_key;
     let checked = match style {
         Style::Anthropic => anthropic::check_auth(req, key),
-        _ => gemini::check_auth(req, key),
+        Style::OpenAi | Style::OpenAiResponses => openai::check_auth(req, key),
+        Style::Gemini => gemini::check_auth(req, key),
     };
     if let Err(r) = checked {
         return faults::reject_reply(r);
     }
-    let Ok(body) = serde_json::from_slice::<Value>(&req.body) else {
-        return faults::reject_reply(style_error(style, 400, "The request body is not valid JSON"));
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&req.body) else {
+        return faults::reject_reply(style_error(style, 400, "The request body is not a valid JSON object"));
     };
-    record.json = Some(body.clone());
-    let n = super::fake_token_count(&body);
+    record.json = Some(Value::Object(body.clone()));
+    let n = super::fake_token_count(&Value::Object(body.clone()));
+    let unknown = |allowed: &[&str]| body.keys().find(|k| !allowed.contains(&k.as_str())).cloned();
     match style {
         Style::Anthropic => {
             if req.header("anthropic-version").is_none() {
@@ -243,20 +285,46 @@ fn count_tokens(shared: &Shared, style: Style, req: &Request, record: &mut Recor
                 (Some(m), Some(_)) => record.model = Some(m.to_string()),
                 _ => return faults::reject_reply(anthropic::error(400, "model and messages: Field required")),
             }
-            if body.get("max_tokens").is_some() {
-                return faults::reject_reply(anthropic::error(400, "max_tokens: Extra inputs are not permitted"));
+            if let Some(k) = unknown(ANTHROPIC_COUNT_FIELDS) {
+                return faults::reject_reply(anthropic::error(400, &format!("{k}: Extra inputs are not permitted")));
             }
             Reply::json(200, serde_json::json!({ "input_tokens": n }).to_string().into_bytes())
         }
-        _ => {
+        Style::OpenAi | Style::OpenAiResponses => {
+            if let Some(k) = unknown(RESPONSES_COUNT_FIELDS) {
+                let message = format!("Unknown parameter: '{k}'.");
+                return faults::reject_reply(openai::error_full(
+                    400,
+                    &message,
+                    "invalid_request_error",
+                    Some(&k),
+                    Some("unknown_parameter"),
+                ));
+            }
+            record.model = body.get("model").and_then(Value::as_str).map(str::to_string);
+            // Written out: the API's key order, which a map would sort away.
+            let answer = format!("{{\n  \"object\": \"response.input_tokens\",\n  \"input_tokens\": {n}\n}}");
+            Reply::json(200, answer.into_bytes())
+        }
+        Style::Gemini => {
             let inner = body.get("generateContentRequest");
+            if inner.is_some() && body.get("contents").is_some() {
+                return faults::reject_reply(gemini::error(
+                    400,
+                    "contents and generateContentRequest are mutually exclusive: send one of them",
+                ));
+            }
             if inner.and_then(|r| r.get("contents")).is_none() && body.get("contents").is_none() {
                 return faults::reject_reply(gemini::error(400, "contents is not specified"));
             }
-            if inner.is_some_and(|r| r.get("model").is_none()) {
+            if inner.is_some_and(|r| !r.get("model").and_then(Value::as_str).is_some_and(|m| m.starts_with("models/")))
+            {
                 return faults::reject_reply(gemini::error(400, "generateContentRequest.model is required"));
             }
-            Reply::json(200, serde_json::json!({ "totalTokens": n }).to_string().into_bytes())
+            let answer = format!(
+                "{{\n  \"totalTokens\": {n},\n  \"promptTokensDetails\": [\n    {{\n      \"modality\": \"TEXT\",\n      \"tokenCount\": {n}\n    }}\n  ]\n}}"
+            );
+            Reply::json(200, answer.into_bytes())
         }
     }
 }
@@ -333,13 +401,14 @@ fn plan(
     match style {
         Style::Anthropic => anthropic::check_balance(&body)?,
         Style::OpenAi => openai::check_balance(&body)?,
-        Style::OpenAiResponses => responses::check_balance(&body)?,
+        Style::OpenAiResponses => responses::check_balance(&body, &parsed.model)?,
         Style::Gemini => {
             gemini::check_balance(&body)?;
             gemini::check_signatures(&body, &parsed.model)?;
         }
     }
     output::check(style, &body, &parsed.model)?;
+    let compact_threshold = if style == Style::OpenAiResponses { responses::compact_threshold(&body)? } else { None };
     let counted = super::fake_token_count(&body);
     if let Some(limit) = script.context_limit.filter(|l| counted > *l) {
         return Err(context::too_long(style, counted, limit));
@@ -400,7 +469,14 @@ fn plan(
         }
         None => turn,
     };
-    let ctx = Ctx { model: &parsed.model, turn_index, turn, huge: None, include_usage: parsed.include_usage };
+    let ctx = Ctx {
+        model: &parsed.model,
+        turn_index,
+        turn,
+        huge: None,
+        include_usage: parsed.include_usage,
+        compaction: compact_threshold.is_some_and(|t| responses::tokens_since_compaction(&body) > t),
+    };
     Ok(faults::answer(style, &ctx, framing, faults::select(&turn.faults, attempt)))
 }
 
@@ -421,7 +497,14 @@ fn summary(shared: &Shared, style: Style, parsed: &Parsed, counted: u64, gemini:
         None => Framing::Whole,
     };
     let turn_index = 100_000 + n as usize;
-    let ctx = Ctx { model: &parsed.model, turn_index, turn: &turn, huge: None, include_usage: parsed.include_usage };
+    let ctx = Ctx {
+        model: &parsed.model,
+        turn_index,
+        turn: &turn,
+        huge: None,
+        include_usage: parsed.include_usage,
+        compaction: false,
+    };
     faults::answer(style, &ctx, framing, None)
 }
 

@@ -48,6 +48,9 @@ pub struct Ctx<'a> {
     pub huge: Option<usize>,
     /// OpenAI: send the usage-only chunk and `usage: null` on the others.
     pub include_usage: bool,
+    /// OpenAI Responses: the request crossed its `compact_threshold`, so the
+    /// answer starts with a `compaction` item.
+    pub compaction: bool,
 }
 
 impl Ctx<'_> {

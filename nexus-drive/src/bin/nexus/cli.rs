@@ -213,6 +213,13 @@ mod tests {
             panic!("run parses")
         };
         assert_eq!((r.compact_at, r.context_window, r.max_tool_result_bytes), (0.6, Some(9000), Some(4096)));
+        let Ok(Cli { command: Command::Run(r) }) =
+            parse(&["run", "--count-margin", "0.2", "--responses-compact-at", "50000", "hi"])
+        else {
+            panic!("run parses")
+        };
+        assert_eq!((r.count_margin, r.responses_compact_at), (Some(0.2), Some(50_000)));
+        assert_eq!(parse(&["run", "--count-margin", "2", "hi"]).err().map(|e| e.exit_code()), Some(2));
         let err = parse(&["run", "--jsn", "hi"]).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("--json"), "a near flag is suggested: {err}");
         let err = parse(&["run", "--style", "anthropik", "hi"]).err().map(|e| e.to_string()).unwrap_or_default();

@@ -102,6 +102,8 @@ pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Valu
         output_strategies,
         agents: run.agent_reports(),
         compactions: RunResult::compactions(run),
+        provider_compactions: run.provider_compactions().to_vec(),
+        token_counts: run.token_counts().to_vec(),
     };
     serde_json::to_value(&result).unwrap_or(Value::Null)
 }

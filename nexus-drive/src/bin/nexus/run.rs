@@ -77,6 +77,16 @@ pub struct RunArgs {
     /// head and tail with a marker (the run keeps it whole).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(64..))]
     pub max_tool_result_bytes: Option<u64>,
+    /// Ask the upstream's token counter (Anthropic, OpenAI Responses,
+    /// Gemini) for a request whose estimate is within this fraction of the
+    /// compaction point, and go by its count instead of the estimate.
+    #[arg(long, value_name = "FRACTION", value_parser = fraction)]
+    pub count_margin: Option<f64>,
+    /// Ask OpenAI Responses upstreams to compact server-side past TOKENS
+    /// input tokens (`context_management`); their opaque compaction items
+    /// are kept and sent back to them only.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub responses_compact_at: Option<u64>,
     /// A JSON array of {name, description, input_schema}: tools the model may
     /// call that run elsewhere; their calls suspend the run with one
     /// `tool_call` request per turn.
@@ -472,6 +482,12 @@ pub fn run_main(p: RunArgs) -> Result<i32, Fail> {
     }
     if let Some(n) = p.max_tool_result_bytes {
         b = b.max_tool_result_bytes(usize::try_from(n).unwrap_or(usize::MAX));
+    }
+    if let Some(f) = p.count_margin {
+        b = b.count_margin(f);
+    }
+    if let Some(tokens) = p.responses_compact_at {
+        b = b.responses_compaction(tokens);
     }
     let typed = p.output_schema.is_some();
     if let Some(path) = &p.output_schema {

@@ -5,8 +5,9 @@
 //!
 //! * `POST /v1/messages` (`?beta=true` accepted) and
 //!   `POST /v1/messages/count_tokens`;
-//! * `POST /v1beta/models/{model}:generateContent` and
-//!   `:streamGenerateContent?alt=sse`; `GET /v1beta/models`;
+//! * `POST /v1beta/models/{model}:generateContent`,
+//!   `:streamGenerateContent?alt=sse` and `:countTokens`; `GET /v1beta/models`;
+//! * `POST /v1/responses` and `/v1/responses/input_tokens`;
 //! * `GET /v1/models` asked by an Anthropic client (it sends
 //!   `anthropic-version`): the list in Anthropic's shape ([`anthropic_models`]).
 //!
@@ -24,8 +25,10 @@ use nexus_proto::translate::{
 use nexus_proto::{SseDecoder, SseEvent, Style};
 use serde_json::{json, Value};
 
+mod count;
+
 use super::failover::Forwarded;
-use super::gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest, MAX_ERROR_BODY};
+use super::gateway::{Ctx, Route, Target, UpstreamBody, UpstreamRequest};
 use super::handler::{note_usage, openai_error, retry_after_header, Usage};
 use super::surface::{BoxFuture, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
@@ -111,7 +114,8 @@ impl Surface for GeminiGenerate {
     }
 }
 
-/// `POST /v1/responses` (stateless) in OpenAI Responses shapes.
+/// `POST /v1/responses` (stateless) and `/v1/responses/input_tokens` in
+/// OpenAI Responses shapes.
 pub(crate) struct OpenAiResponses;
 
 impl Surface for OpenAiResponses {
@@ -120,7 +124,7 @@ impl Surface for OpenAiResponses {
     }
 
     fn claims(&self, path: &str) -> bool {
-        path.trim_end_matches('/') == "/v1/responses"
+        matches!(path.trim_end_matches('/'), "/v1/responses" | "/v1/responses/input_tokens")
     }
 
     fn error(&self, e: &GatewayError) -> Reply {
@@ -138,6 +142,15 @@ impl Surface for OpenAiResponses {
                 Ok(x) => x,
                 Err(e) => return cx.error(&e, &[]),
             };
+            if req.path.trim_end_matches('/') != "/v1/responses" {
+                // `/v1/responses/input_tokens`, asked of the route's first upstream (see [`count`]).
+                ctx.note_model(&model);
+                let target = route.primary;
+                return match responses_request_to(target.style(), &body) {
+                    Ok(sr) => cx.count(&target, sr).await,
+                    Err(e) => cx.error(&e, &[]),
+                };
+            }
             let first = route.primary().model().to_string();
             cx.relay(&route, model, |target| responses_request_to(target.style(), &retarget(&body, &first, target)))
                 .await
@@ -270,10 +283,7 @@ impl Cx<'_> {
         headers
     }
 
-    /// `POST /v1/messages/count_tokens`: the upstream's own counter where it
-    /// has one (Anthropic, Gemini `countTokens`); Chat Completions has none,
-    /// so the count is estimated from the translated request (system and
-    /// tools included) and the `x-nexus-token-count: estimate` header says so.
+    /// `POST /v1/messages/count_tokens` (see [`count`]).
     async fn count_tokens(&self) -> Reply {
         let (route, body, model) = match self.body_routed() {
             Ok(x) => x,
@@ -282,60 +292,9 @@ impl Cx<'_> {
         self.ctx.note_model(&model);
         // A count is not worth a failover: the route's first upstream answers it.
         let target = route.primary;
-        let style = target.style();
-        let sr = match anthropic_request_to(style, &body, &self.beta_headers()) {
-            Ok(sr) => sr,
-            Err(e) => return self.error(&e, &[]),
-        };
-        let dropped = dropped_header(&sr.dropped);
-        let t = &sr.upstream;
-        let base = target.base_url().trim_end_matches('/');
-        let (url, body, headers) = match style {
-            Style::Anthropic => {
-                let root = base.strip_suffix("/v1").unwrap_or(base);
-                (format!("{root}/v1/messages/count_tokens"), t.body.clone(), self.anthropic_headers(t))
-            }
-            Style::Gemini => {
-                let mut inner: Value = serde_json::from_slice(&t.body).unwrap_or(Value::Null);
-                if let Value::Object(o) = &mut inner {
-                    o.insert("model".into(), json!(format!("models/{}", t.model)));
-                    // The counter counts the prompt; generation settings are not its business.
-                    o.remove("generationConfig");
-                }
-                let body = json!({ "generateContentRequest": inner }).to_string().into_bytes();
-                (format!("{base}/models/{}:countTokens", t.model), body, t.headers(None))
-            }
-            _ => {
-                // Roughly four bytes of JSON per token: an estimate, and said to be one.
-                let estimate = t.body.len().div_ceil(4);
-                let body = json!({ "input_tokens": estimate }).to_string();
-                return with_headers(Reply::json(200, body), &dropped).with_header("x-nexus-token-count", "estimate");
-            }
-        };
-        let up = UpstreamRequest { method: "POST", url, headers, body, stream: false };
-        let response = match self.ctx.send(&target, up).await {
-            Ok(r) => r,
-            Err(e) => return self.error(&gateway_error(&e), &dropped),
-        };
-        let status = response.status;
-        let mut body = response.body;
-        let bytes = match body.read_to_end(MAX_ERROR_BODY).await {
-            Ok(b) => b,
-            Err(e) => return self.error(&gateway_error(&e), &dropped),
-        };
-        if style == Style::Anthropic {
-            return with_headers(Reply::json(status, bytes), &dropped);
-        }
-        if !(200..300).contains(&status) {
-            return self.error(&error_to_openai(style, status, &bytes), &dropped);
-        }
-        let total = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v.get("totalTokens")?.as_u64());
-        match total {
-            Some(n) => with_headers(Reply::json(200, json!({ "input_tokens": n }).to_string()), &dropped),
-            None => {
-                let e = GatewayError::new(ErrorKind::Upstream, "the upstream token count has no totalTokens");
-                self.error(&gateway_error(&e), &dropped)
-            }
+        match anthropic_request_to(target.style(), &body, &self.beta_headers()) {
+            Ok(sr) => self.count(&target, sr).await,
+            Err(e) => self.error(&e, &[]),
         }
     }
 
@@ -364,6 +323,7 @@ impl Cx<'_> {
                 }
                 true
             }
+            "countTokens" => return self.gemini_count(model).await,
             _ => return self.error(&not_found(&format!("Method {method}")), &[]),
         };
         let route = match self.route(model) {

@@ -18,6 +18,11 @@
 //! * `function_call` items ⇄ [`Block::ToolCall`] (`call_id` is the id, the raw
 //!   `arguments` text is kept) with `{"openai-responses": {"id", "status"?}}`.
 //! * Tool results → one `function_call_output` per call, same `call_id`.
+//! * `compaction` items (server-side compaction, `context_management`) ⇄ an
+//!   empty [`Block::Text`] with `{"openai-responses": {"compaction": <the
+//!   item>}}`, sent back in its place as `{encrypted_content, id, type}`
+//!   (the input form of the item). Every other style leaves it out: only
+//!   OpenAI can read it.
 //!
 //! Data under another style's key is never read, and data under this key is
 //! never read by another style, so opaque reasoning never leaks elsewhere;
@@ -170,6 +175,8 @@ fn encode_output(result: &ToolResultBlock) -> Value {
 pub(super) enum AssistantItem<'a> {
     /// A reasoning item of ours, verbatim.
     Reasoning(&'a Value),
+    /// A compaction item of ours (sent as [`compaction_input`] writes it).
+    Compaction(&'a Value),
     /// Consecutive text blocks of one message of ours.
     Message { meta: &'a Map<String, Value>, parts: &'a [Block] },
     /// Text without a message of ours behind it (another style's, or written
@@ -192,6 +199,11 @@ pub(super) fn assistant_items(blocks: &[Block]) -> Vec<AssistantItem<'_>> {
                     if i + 1 < blocks.len() {
                         out.push(AssistantItem::Reasoning(item));
                     }
+                }
+            }
+            Block::Text { provider_data, .. } if compaction_item(provider_data.as_ref()).is_some() => {
+                if let Some(item) = compaction_item(provider_data.as_ref()) {
+                    out.push(AssistantItem::Compaction(item));
                 }
             }
             Block::Text { text, provider_data } => match message_meta(provider_data.as_ref()) {
@@ -225,6 +237,7 @@ pub(super) fn assistant_items(blocks: &[Block]) -> Vec<AssistantItem<'_>> {
 fn encode_assistant_item(item: &AssistantItem<'_>) -> Value {
     match item {
         AssistantItem::Reasoning(item) => (*item).clone(),
+        AssistantItem::Compaction(item) => Value::Object(compaction_input(item)),
         AssistantItem::Message { meta, parts } => {
             let content: Vec<Value> = parts
                 .iter()
@@ -287,6 +300,24 @@ pub(crate) fn reasoning_item(provider_data: Option<&Value>) -> Option<&Value> {
     own(provider_data)?.get("item").filter(|v| v.is_object())
 }
 
+/// The compaction item an (empty) text block carries.
+pub(crate) fn compaction_item(provider_data: Option<&Value>) -> Option<&Value> {
+    own(provider_data)?.get("compaction").filter(|v| v.is_object())
+}
+
+/// A compaction item as input: the fields the API takes back
+/// (`encrypted_content`, `id`, `type`); what it adds on output
+/// (`created_by`, …) is not sent.
+pub(crate) fn compaction_input(item: &Value) -> Map<String, Value> {
+    let mut m = Map::new();
+    for key in ["encrypted_content", "id", "type"] {
+        if let Some(v) = item.get(key).filter(|v| v.is_string()) {
+            m.insert(key.into(), v.clone());
+        }
+    }
+    m
+}
+
 /// The message a text block came from (it has a string id).
 pub(crate) fn message_meta(provider_data: Option<&Value>) -> Option<&Map<String, Value>> {
     own(provider_data).filter(|m| m.get("id").is_some_and(Value::is_string))
@@ -297,7 +328,9 @@ pub(crate) fn message_meta(provider_data: Option<&Value>) -> Option<&Map<String,
 pub(crate) fn is_own_item(block: &Block) -> bool {
     match block {
         Block::Reasoning { provider_data, .. } => reasoning_item(provider_data.as_ref()).is_some(),
-        Block::Text { provider_data, .. } => message_meta(provider_data.as_ref()).is_some(),
+        Block::Text { provider_data, .. } => {
+            message_meta(provider_data.as_ref()).is_some() || compaction_item(provider_data.as_ref()).is_some()
+        }
         Block::ToolCall(call) => {
             own(call.provider_data.as_ref()).is_some_and(|m| m.get("id").is_some_and(Value::is_string))
         }
@@ -468,6 +501,8 @@ pub(crate) enum Item {
         arguments: String,
         meta: Map<String, Value>,
     },
+    /// A server-side compaction's opaque item, kept whole.
+    Compaction(Value),
     /// Hosted-tool calls, custom tools and kinds added later: not ours to run
     /// and not needed back (a stateless request cannot refer to them).
     Other,
@@ -538,6 +573,7 @@ impl Item {
                 }
                 Item::Call { call_id: str_of("call_id"), name: str_of("name"), arguments, meta }
             }
+            "compaction" => Item::Compaction(Value::Object(obj)),
             _ => Item::Other,
         })
     }
@@ -583,6 +619,11 @@ impl Item {
                     parse_arguments(&arguments).ok().or_else(|| parse_partial(&arguments)).unwrap_or(Value::Null);
                 let provider_data = (!meta.is_empty()).then(|| provider_data(meta));
                 out.push(Block::ToolCall(ToolCall { id: call_id, name, input, arguments, provider_data }));
+            }
+            Item::Compaction(item) => {
+                let mut own = Map::new();
+                own.insert("compaction".into(), item);
+                out.push(Block::Text { text: String::new(), provider_data: Some(provider_data(own)) });
             }
             Item::Other => {}
         }
@@ -836,6 +877,46 @@ mod narrow_reading {
             agree(&format!(r#"{{"output":[{{"type":"message","x":{deep}}}]}}"#));
             agree(&format!(r#"{{"output":[{{"type":"reasoning","x":{deep}}}]}}"#));
             agree(&format!(r#"{{"output":[{msg}],"tools":{deep}}}"#));
+        }
+    }
+
+    /// A compaction item is read whole (body and stream alike), kept on its
+    /// turn, and written back in its input form by both body writers; every
+    /// other style leaves it out.
+    #[test]
+    fn a_compaction_item_goes_back_in_its_input_form_and_nowhere_else() {
+        let item = json!({"id": "cmp_1", "type": "compaction", "encrypted_content": "gAAA==", "created_by": "s"});
+        let call = json!({"id": "fc_1", "type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"});
+        let body = json!({"status": "completed", "output": [item, call]}).to_string();
+        let turn = decode_response(body.as_bytes(), &mut crate::provider::CallIds::default()).unwrap();
+        assert_eq!(decode_whole(body.as_bytes()).unwrap().content, turn.content, "both readings agree");
+        assert_eq!(turn.content.len(), 2);
+        assert_eq!(
+            compaction_item(match &turn.content[0] {
+                Block::Text { provider_data, text } if text.is_empty() => provider_data.as_ref(),
+                other => panic!("{other:?}"),
+            }),
+            Some(&item)
+        );
+        let messages =
+            [Message::user("go"), Message { role: Role::Assistant, content: turn.content }, Message::user("more")];
+        let no_params = Map::new();
+        let call = ModelCall {
+            model: "m",
+            system: None,
+            messages: &messages,
+            tools: &[],
+            max_tokens: None,
+            stream: false,
+            params: &no_params,
+            output: None,
+        };
+        let v = encode_body(&call);
+        assert_eq!(v["input"][1], json!({"encrypted_content": "gAAA==", "id": "cmp_1", "type": "compaction"}));
+        assert_eq!(Style::OpenAiResponses.body_bytes(&call), serde_json::to_vec(&v).unwrap());
+        for other in [Style::Anthropic, Style::OpenAi, Style::Gemini] {
+            let text = String::from_utf8(other.body_bytes(&call)).unwrap();
+            assert!(!text.contains("gAAA") && !text.contains("cmp_1"), "{other:?}: {text}");
         }
     }
 }

@@ -112,9 +112,9 @@ impl<'de: 'a, 'a> Fields<'de> for WireItem<'a> {
 }
 
 impl WireItem<'_> {
-    /// Whether this is a reasoning item (kept verbatim, so read as a value).
-    pub(crate) fn is_reasoning(&self) -> bool {
-        self.kind.0.as_deref() == Some("reasoning")
+    /// Whether this item is kept verbatim (reasoning, compaction), so read as a value.
+    pub(crate) fn is_kept_whole(&self) -> bool {
+        matches!(self.kind.0.as_deref(), Some("reasoning" | "compaction"))
     }
 
     /// Whether this is a function call.
@@ -138,12 +138,12 @@ impl WireItem<'_> {
     }
 
     /// The item, as [`Item::read`] reads the same object; `None` for a
-    /// reasoning item, which only the whole value gives.
+    /// reasoning or compaction item, which only the whole value gives.
     pub(crate) fn into_item(self) -> Option<Item> {
         let string = |s: LenientStr<'_>| s.0.map(|s| Value::String(s.into_owned()));
         let text = |s: LenientStr<'_>| s.0.map(WireStr::into_owned).unwrap_or_default();
         Some(match self.kind.0.as_deref().unwrap_or_default() {
-            "reasoning" => return None,
+            "reasoning" | "compaction" => return None,
             "message" => {
                 let mut meta = Map::new();
                 for (key, value) in [("id", self.id), ("status", self.status), ("phase", self.phase)] {

@@ -259,10 +259,10 @@ fn whole(data: &str) -> Option<Value> {
     serde_json::from_str(data).ok()
 }
 
-/// The item of an `output_item.*` event; a reasoning item, which goes back
-/// verbatim, is read from the whole event.
+/// The item of an `output_item.*` event; a reasoning or compaction item,
+/// which goes back verbatim, is read from the whole event.
 fn item_of(wire: WireItem<'_>, data: &str) -> Option<Item> {
-    if !wire.is_reasoning() {
+    if !wire.is_kept_whole() {
         return wire.into_item();
     }
     Item::read(whole(data)?.get_mut("item")?.take()).ok()
@@ -314,7 +314,7 @@ impl Slot {
             Item::Call { arguments, .. } => {
                 arguments.clone_from(self.arguments_done.as_ref().unwrap_or(&self.arguments));
             }
-            Item::Reasoning { .. } | Item::Other => {}
+            Item::Reasoning { .. } | Item::Compaction(_) | Item::Other => {}
         }
         Some(item)
     }

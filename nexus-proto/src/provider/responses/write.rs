@@ -155,6 +155,7 @@ impl Serialize for ItemView<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self.0 {
             AssistantItem::Reasoning(item) => item.serialize(s),
+            AssistantItem::Compaction(item) => super::compaction_input(item).serialize(s),
             AssistantItem::Message { meta, parts } => {
                 let mut map = s.serialize_map(None)?;
                 map.serialize_entry("content", &Seq(parts.iter().filter_map(OutputPart::of)))?;
