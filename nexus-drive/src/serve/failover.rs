@@ -264,8 +264,7 @@ fn stream_error(style: Style, piece: &[u8]) -> Option<ProviderError> {
     // or a `response.failed` event. A piece without either word (nor an
     // escape that could spell one) is not decoded: the first piece of a
     // stream is often the whole answer.
-    let mentions = |word: &[u8]| piece.windows(word.len()).any(|w| w == word);
-    if ![&b"error"[..], b"failed", b"\\u"].into_iter().any(mentions) {
+    if ![&b"error"[..], b"failed", b"\\u"].into_iter().any(|word| super::handler::contains(piece, word)) {
         return None;
     }
     let mut events = Vec::new();

@@ -426,8 +426,10 @@ impl Usage {
         if !contains(piece, b"\"usage\":{") {
             return;
         }
+        // Only the lines with a usage object: the `"usage":null` of every
+        // other chunk says nothing the object's line does not.
         for line in piece.split(|b| *b == b'\n') {
-            if let Some(data) = line.strip_prefix(b"data: ") {
+            if let Some(data) = line.strip_prefix(b"data: ").filter(|d| contains(d, b"\"usage\":{")) {
                 self.scan(data);
             }
         }
@@ -479,8 +481,18 @@ impl UsageCarriers {
     }
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+/// Whether `needle` occurs in `haystack`: each occurrence of its first byte
+/// is found by a byte scan, and only there is the rest compared.
+pub(super) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    let Some((&first, rest)) = needle.split_first() else { return true };
+    let mut from = 0;
+    while let Some(i) = haystack.get(from..).and_then(|h| h.iter().position(|&b| b == first)) {
+        from += i + 1;
+        if haystack.get(from..).is_some_and(|h| h.starts_with(rest)) {
+            return true;
+        }
+    }
+    false
 }
 
 /// `GET /v1/models` and `GET /v1/models/{id}`: the configured models, or the upstream's.
@@ -579,6 +591,17 @@ mod tests {
     /// What [`Usage::scan`] found, field by field.
     fn found(u: &Usage) -> (u64, u64, u64, u64, bool) {
         (u.input, u.output, u.cached, u.reasoning, u.seen)
+    }
+
+    #[test]
+    fn contains_finds_a_needle_anywhere_and_only_there() {
+        let windows = |h: &[u8], n: &[u8]| n.is_empty() || h.windows(n.len()).any(|w| w == n);
+        let hay = b"data: {\"usage\":null}\n\ndata: {\"usage\":{\"a\":1}} uu\"usage\"";
+        for needle in [&b"usage"[..], b"\"usage\":{", b"\"usage\"", b"u", b"uu", b"x", b"}}", b"data: {", b""] {
+            for end in 0..=hay.len() {
+                assert_eq!(contains(&hay[..end], needle), windows(&hay[..end], needle));
+            }
+        }
     }
 
     #[test]
