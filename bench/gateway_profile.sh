@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Instructions per request of `nexus serve` under callgrind, for each
+# upstream style x case (the shared harness's turn-1 and turn-2 bodies, whole
+# and streamed), sent by one keep-alive client to the shared mock: counts,
+# not times, so they hold on a loaded machine and compare two builds exactly.
+#
+# Each case runs the gateway twice, with PROFILE_BASE and PROFILE_BASE +
+# PROFILE_RUNS requests after 5 warm-up ones; the difference divided by
+# PROFILE_RUNS is the per-request figure (start-up and warm-up cancel out).
+# The larger run's callgrind file is kept for `callgrind_annotate`.
+#
+# Needs valgrind and python3. Knobs: NEXUS_BIN [target/release/nexus],
+#   NEXUS_SHARED [../shared], PROFILE_OUT [target/profile/gateway-<UTC time>],
+#   PROFILE_STYLES ["openai anthropic"], PROFILE_CASES ["body1 body2
+#   body1-stream body2-stream"], PROFILE_BASE [50], PROFILE_RUNS [200].
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+shared="${NEXUS_SHARED:-$(cd "$root/.." && pwd)/shared}"
+bin="${NEXUS_BIN:-$root/target/release/nexus}"
+out="${PROFILE_OUT:-$root/target/profile/gateway-$(date -u +%Y%m%dT%H%M%SZ)}"
+base="${PROFILE_BASE:-50}"
+runs="${PROFILE_RUNS:-200}"
+mkdir -p "$out"
+command -v valgrind > /dev/null || { echo "gateway_profile.sh: valgrind not found" >&2; exit 1; }
+[ -x "$bin" ] || { echo "gateway_profile.sh: no $bin (cargo build --release -p nexus-drive --features cli --bin nexus)" >&2; exit 1; }
+python3 "$shared/bench/runners/floor_bodies.py" "$out/bodies" > /dev/null
+
+cat > "$out/client.py" <<'PY'
+import http.client, sys
+port, n, body = int(sys.argv[1]), int(sys.argv[2]), open(sys.argv[3], "rb").read()
+c = http.client.HTTPConnection("127.0.0.1", port)
+for _ in range(n):
+    c.request("POST", "/v1/chat/completions", body,
+              {"Content-Type": "application/json", "Authorization": "Bearer tok-profile"})
+    r = c.getresponse()
+    data = r.read()
+    assert r.status == 200, (r.status, data[:300])
+PY
+
+python3 "$shared/bench/mock_llm.py" --port 0 --port-file "$out/mock.port" > "$out/mock.log" 2>&1 &
+mock=$!
+trap 'kill "$mock" 2> /dev/null || true' EXIT
+for _ in $(seq 50); do [ -s "$out/mock.port" ] && break; sleep 0.1; done
+mock_port=$(cat "$out/mock.port")
+
+# Free loopback port for one gateway.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+total() { callgrind_annotate "$1" 2> /dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
+
+echo "| upstream | case | instructions per request |"
+echo "|---|---|--:|"
+for style in ${PROFILE_STYLES:-openai anthropic}; do
+  key=OPENAI_API_KEY
+  [ "$style" = anthropic ] && key=ANTHROPIC_API_KEY
+  for case in ${PROFILE_CASES:-body1 body2 body1-stream body2-stream}; do
+    for n in "$base" $((base + runs)); do
+      port=$(free_port)
+      env "$key=sk-upstream-mock" valgrind --tool=callgrind --callgrind-out-file="$out/$style-$case.$n.cg" \
+        "$bin" serve --listen "127.0.0.1:$port" --upstream-style "$style" \
+        --upstream-base-url "http://127.0.0.1:$mock_port" --client-token tok-profile > "$out/$style-$case.$n.log" 2>&1 &
+      gw=$!
+      for _ in $(seq 200); do
+        python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2> /dev/null && break
+        sleep 0.2
+      done
+      python3 "$out/client.py" "$port" 5 "$out/bodies/$case.json"
+      python3 "$out/client.py" "$port" "$n" "$out/bodies/$case.json"
+      kill -INT "$gw"
+      wait "$gw" || true
+    done
+    a=$(total "$out/$style-$case.$base.cg")
+    b=$(total "$out/$style-$case.$((base + runs)).cg")
+    echo "| $style | $case | $(( (b - a) / runs )) |"
+  done
+done | tee "$out/gateway-instructions.md"
