@@ -73,6 +73,16 @@ fn passthrough_head(body: &[u8]) -> Option<Map<String, Value>> {
     Some(obj)
 }
 
+/// Whether an OpenAI upstream can hold its answer to `schema` (`strict:
+/// true`) without the schema changing: it is already in the strict subset
+/// (lowering leaves it as it is). A schema from a dialect whose answers keep
+/// to it (Anthropic `output_config`, Gemini `responseJsonSchema`) goes strict
+/// then; any other goes as written, since the strict rewrite (optional
+/// properties made required and nullable) would change the answer's shape.
+fn holds_as_strict(schema: &Value) -> bool {
+    crate::output::lower::for_style(Style::OpenAi, schema).is_some_and(|lowered| lowered == *schema)
+}
+
 fn not_an_object() -> TranslateError {
     TranslateError::not_an_object("the request body must be a JSON object")
 }
@@ -643,10 +653,11 @@ fn openai_settings(
             out.insert("response_format".into(), json!({ "type": "json_object" }));
         }
         Some(Format::JsonSchema(schema)) => {
-            out.insert(
-                "response_format".into(),
-                json!({ "type": "json_schema", "json_schema": { "name": "response", "schema": schema } }),
-            );
+            let mut json_schema = json!({ "name": "response", "schema": schema });
+            if holds_as_strict(schema) {
+                json_schema["strict"] = Value::Bool(true);
+            }
+            out.insert("response_format".into(), json!({ "type": "json_schema", "json_schema": json_schema }));
         }
     }
     if let Some(effort) = &s.effort {
@@ -715,6 +726,9 @@ fn responses_settings(
             // `name` is required on both sides; `strict` and `description` carry over.
             let name = given.and_then(|g| g.get("name")).and_then(Value::as_str).unwrap_or("response");
             let mut format = json!({ "type": "json_schema", "name": name, "schema": schema });
+            if given.is_none() && holds_as_strict(schema) {
+                format["strict"] = Value::Bool(true);
+            }
             for key in ["strict", "description"] {
                 if let Some(v) = given.and_then(|g| g.get(key)).filter(|v| !v.is_null()) {
                     format[key] = v.clone();
@@ -815,6 +829,25 @@ mod tests {
         assert_eq!(gemini_model("models/gemini-2.5-flash").unwrap(), "gemini-2.5-flash");
         for bad in ["../files", "a/b", "x:generateContent?key=1", "", "models/", "a b", ".hidden"] {
             assert!(gemini_model(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn a_schema_already_strict_goes_strict_to_openai_and_any_other_as_written() {
+        let closed = json!({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false});
+        let open = json!({"type":"object","properties":{"n":{"type":"integer"}}});
+        for (schema, strict) in [(closed, Some(true)), (open, None)] {
+            let body = json!({"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}],
+                "output_config":{"format":{"type":"json_schema","schema":schema}}});
+            let chat = crate::translate::anthropic_request_to(Style::OpenAi, body.to_string().as_bytes(), &[]).unwrap();
+            let sent: Value = serde_json::from_slice(&chat.upstream.body).unwrap();
+            assert_eq!(sent["response_format"]["json_schema"]["schema"], schema, "the schema as written");
+            assert_eq!(sent["response_format"]["json_schema"].get("strict").and_then(Value::as_bool), strict);
+            let responses =
+                crate::translate::anthropic_request_to(Style::OpenAiResponses, body.to_string().as_bytes(), &[])
+                    .unwrap();
+            let sent: Value = serde_json::from_slice(&responses.upstream.body).unwrap();
+            assert_eq!(sent["text"]["format"].get("strict").and_then(Value::as_bool), strict);
         }
     }
 
