@@ -136,6 +136,38 @@ pub struct FailoverReport {
 }
 
 impl RunResult {
+    /// The result of `run` as its state tells it, ending `status` (with
+    /// `limit` for an incomplete run). What only a driver knows is left for
+    /// it to fill: `messages` (empty here, so a finished run's transcript can
+    /// be moved in rather than copied), `pending`, `stop_reason` and
+    /// `suspended`.
+    pub fn of_run(run: &Run, status: RunStatus, limit: Option<String>) -> RunResult {
+        let (upstreams, failovers) = RunResult::routing(run);
+        let (output, output_mode, output_strategies) = RunResult::typed_output(run);
+        RunResult {
+            status,
+            text: run.final_text(),
+            tool_calls: run.tool_calls(),
+            turns: run.turns(),
+            usage: run.usage(),
+            model: run.config().model.clone(),
+            limit,
+            pending: Vec::new(),
+            stop_reason: None,
+            messages: Vec::new(),
+            suspended: None,
+            upstreams,
+            failovers,
+            output,
+            output_mode,
+            output_strategies,
+            agents: run.agent_reports(),
+            compactions: RunResult::compactions(run),
+            provider_compactions: run.provider_compactions().to_vec(),
+            token_counts: run.token_counts().to_vec(),
+        }
+    }
+
     /// The routing of `run` as reported: `(upstreams, failovers)`.
     pub fn routing(run: &Run) -> (Vec<UpstreamTurn>, Vec<FailoverReport>) {
         let cfg = run.config();

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use drive_support::*;
 use nexus_drive::cassette::{replay, Cassette, Quiet, Recorder, ReplayEnd};
 use nexus_drive::{AgentTool, Answer, CancelToken, DriveError, DynTool, Hooks, Request, RunStatus, ToolOutcome};
-use nexus_tests::fake::{FakeProvider, Fault, FaultKind, Scripts, Style, Turn};
+use nexus_tests::fake::{FakeProvider, Fault, FaultKind, Script, Scripts, Style, Turn};
 use serde_json::{json, Value};
 
 both_drivers!(
@@ -33,18 +33,18 @@ const BETA: &str = "m-beta";
 
 /// `alpha` takes two turns (a tool call first), `beta` one: `beta` finishes
 /// first, yet its result comes second.
+/// The parent's turns: both agents called in one turn, then its answer.
+fn parent_script() -> Script {
+    script(vec![
+        Turn::default().call("alpha", r#"{"prompt": "look it up"}"#).call("beta", r#"{"prompt": "say hello"}"#),
+        Turn::text("both back"),
+    ])
+}
+
 fn fake(gate: usize) -> FakeProvider {
     FakeProvider::start(
         Scripts::new(KEY)
-            .model(
-                "m-parent",
-                script(vec![
-                    Turn::default()
-                        .call("alpha", r#"{"prompt": "look it up"}"#)
-                        .call("beta", r#"{"prompt": "say hello"}"#),
-                    Turn::text("both back"),
-                ]),
-            )
+            .model("m-parent", parent_script())
             .model(ALPHA, script(vec![Turn::default().call("lookup", "{}"), Turn::text("alpha done")]))
             .model(BETA, script(vec![Turn::text("beta done")]))
             .gate(&[ALPHA, BETA], gate),
@@ -250,15 +250,7 @@ fn a_resume_refuses_a_childs_call_this_client_cannot_run(d: Drv) {
 fn a_childs_head_timeout_is_its_own(d: Drv) {
     let fake = FakeProvider::start(
         Scripts::new(KEY)
-            .model(
-                "m-parent",
-                script(vec![
-                    Turn::default()
-                        .call("alpha", r#"{"prompt": "look it up"}"#)
-                        .call("beta", r#"{"prompt": "say hello"}"#),
-                    Turn::text("both back"),
-                ]),
-            )
+            .model("m-parent", parent_script())
             .model(ALPHA, script(vec![Turn::text("too late").fault(Fault::new(FaultKind::Stall { ms: 3_000 }))]))
             .model(BETA, script(vec![Turn::text("beta done")])),
     );

@@ -529,36 +529,11 @@ impl Engine {
     /// The run's result. With `last`, the run is over and the transcript
     /// moves into the result instead of being copied.
     fn result(&mut self, status: RunStatus, limit: Option<String>, last: bool) -> RunResult {
-        let (upstreams, failovers) = RunResult::routing(&self.run);
-        let (output, output_mode, output_strategies) = RunResult::typed_output(&self.run);
-        let text = self.run.final_text();
-        let tool_calls = self.run.tool_calls();
-        let messages = match last {
-            true => self.run.take_transcript(),
-            false => None,
-        };
-        RunResult {
-            status,
-            text,
-            tool_calls,
-            turns: self.run.turns(),
-            usage: self.run.usage(),
-            model: self.run.config().model.clone(),
-            limit,
-            pending: Vec::new(),
-            stop_reason: self.last_stop,
-            messages: messages.unwrap_or_else(|| self.run.transcript().to_vec()),
-            suspended: None,
-            upstreams,
-            failovers,
-            output,
-            output_mode,
-            output_strategies,
-            agents: self.run.agent_reports(),
-            compactions: RunResult::compactions(&self.run),
-            provider_compactions: self.run.provider_compactions().to_vec(),
-            token_counts: self.run.token_counts().to_vec(),
-        }
+        let mut result = RunResult::of_run(&self.run, status, limit);
+        result.stop_reason = self.last_stop;
+        let taken = if last { self.run.take_transcript() } else { None };
+        result.messages = taken.unwrap_or_else(|| self.run.transcript().to_vec());
+        result
     }
 
     fn run_metric(&self, status: &'static str, r: &RunResult, error: Option<String>) {

@@ -81,29 +81,11 @@ pub fn result_json(run: &Run, end: &ReplayEnd, stop: Option<StopReason>) -> Valu
             return json!({"status": "failed", "error": error, "turns": run.turns(), "model": run.config().model});
         }
     };
-    let (upstreams, failovers) = RunResult::routing(run);
-    let (output, output_mode, output_strategies) = RunResult::typed_output(run);
     let result = RunResult {
-        status,
-        text: run.final_text(),
-        tool_calls: run.tool_calls(),
-        turns: run.turns(),
-        usage: run.usage(),
-        model: run.config().model.clone(),
-        limit,
         pending,
         stop_reason: stop,
         messages: run.transcript().to_vec(),
-        suspended: None,
-        upstreams,
-        failovers,
-        output,
-        output_mode,
-        output_strategies,
-        agents: run.agent_reports(),
-        compactions: RunResult::compactions(run),
-        provider_compactions: run.provider_compactions().to_vec(),
-        token_counts: run.token_counts().to_vec(),
+        ..RunResult::of_run(run, status, limit)
     };
     serde_json::to_value(&result).unwrap_or(Value::Null)
 }
