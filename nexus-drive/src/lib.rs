@@ -217,8 +217,8 @@
 //!   over stdio or Streamable HTTP, both protocol eras; a question a server
 //!   asks is a suspension like any other.
 //! * [`serve`]: a gateway in front of any of the four wire formats (hyper on
-//!   smol, HTTP/1.1 and h2c), with routes, client keys, limits, health and
-//!   Prometheus metrics.
+//!   its own epoll event loops, HTTP/1.1 and h2c), with routes, client keys,
+//!   limits, health and Prometheus metrics.
 //! * [`CancelToken`], timeouts, retry policies, error classification: see
 //!   [`ClientBuilder`].
 //!
@@ -231,7 +231,7 @@
 //! | `async` | no | [`AsyncClient`] on smol: the same HTTP/1.1 client over smol sockets |
 //! | `builtins` | with `cli` | the [`builtins`] module (compiled in, every tool still off until enabled) |
 //! | `skills` | with `cli` | the [`skills`] module: Agent Skills discovered in folders, loaded on demand (saphyr parses their YAML) |
-//! | `serve` | with `cli` | the [`serve`] gateway: hyper (HTTP/1.1 and h2c) on smol, the async driver's client upstream, TOML configuration |
+//! | `serve` | with `cli` | the [`serve`] gateway: hyper (HTTP/1.1 and h2c) on its own event loops (mio), the async driver's client upstream, TOML configuration |
 //! | `redis` | with `cli` | `serve`'s `[limits] store = "redis://…"`: request and token limits, budgets and open circuits shared by every instance through Redis or Valkey (redis-rs's blocking client on a thread of its own) |
 //! | `otel` | with `cli` | the [`telemetry`] module's spans and metrics in OpenTelemetry's GenAI conventions, exported over OTLP/HTTP (protobuf) by the official crates on a thread of their own (no tokio) |
 //! | `cli` | no | the `nexus` binary (`run`, `resume`, `runs`, `replay`, `demo`, `tools`, `decode`, `serve`): `cargo run -p nexus-drive --features cli --bin nexus`; includes `sqlite` for `--store sqlite:PATH` |

@@ -28,7 +28,53 @@ pub(crate) type Body = crate::h1::Body<Conn>;
 pub(crate) enum Conn {
     /// Held as the reactor's handle, whose readiness can be awaited.
     Plain(Arc<Async<std::net::TcpStream>>),
-    Tls(Box<TlsStream<TcpStream>>),
+    /// On the gateway's event loop that opened it.
+    #[cfg(feature = "serve")]
+    Looped(crate::serve::runtime::Stream),
+    Tls(Box<TlsStream<Tcp>>),
+}
+
+/// The socket under TLS: smol's, or the gateway loop's.
+pub(crate) enum Tcp {
+    Smol(TcpStream),
+    #[cfg(feature = "serve")]
+    Looped(crate::serve::runtime::Stream),
+}
+
+impl AsyncRead for Tcp {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Tcp::Smol(s) => Pin::new(s).poll_read(cx, buf),
+            #[cfg(feature = "serve")]
+            Tcp::Looped(s) => s.poll_read_buf(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Tcp {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Tcp::Smol(s) => Pin::new(s).poll_write(cx, buf),
+            #[cfg(feature = "serve")]
+            Tcp::Looped(s) => s.poll_write_buf(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Tcp::Smol(s) => Pin::new(s).poll_flush(cx),
+            #[cfg(feature = "serve")]
+            Tcp::Looped(_) => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Tcp::Smol(s) => Pin::new(s).poll_close(cx),
+            #[cfg(feature = "serve")]
+            Tcp::Looped(s) => Poll::Ready(s.shutdown_write()),
+        }
+    }
 }
 
 impl Conn {
@@ -45,6 +91,12 @@ impl Conn {
     /// reactor, that is a second hand-off between threads for a response
     /// that is already there. A read that finds nothing registers again.
     async fn readable(&self) -> io::Result<()> {
+        #[cfg(feature = "serve")]
+        if let Conn::Looped(s) = self {
+            // Readiness is kept by the loop: this waits for the answer's edge.
+            futures_lite::future::poll_fn(|cx| s.poll_readable(cx)).await;
+            return Ok(());
+        }
         let Conn::Plain(s) = self else { return Ok(()) };
         let mut ready = s.readable();
         let mut polled = false;
@@ -62,6 +114,8 @@ impl AsyncRead for Conn {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(&mut &**s).poll_read(cx, buf),
+            #[cfg(feature = "serve")]
+            Conn::Looped(s) => s.poll_read_buf(cx, buf),
             Conn::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
@@ -71,6 +125,8 @@ impl AsyncWrite for Conn {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(&mut &**s).poll_write(cx, buf),
+            #[cfg(feature = "serve")]
+            Conn::Looped(s) => s.poll_write_buf(cx, buf),
             Conn::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
@@ -78,6 +134,8 @@ impl AsyncWrite for Conn {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(&mut &**s).poll_flush(cx),
+            #[cfg(feature = "serve")]
+            Conn::Looped(_) => Poll::Ready(Ok(())),
             Conn::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
@@ -85,6 +143,8 @@ impl AsyncWrite for Conn {
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(&mut &**s).poll_close(cx),
+            #[cfg(feature = "serve")]
+            Conn::Looped(s) => Poll::Ready(s.shutdown_write()),
             Conn::Tls(s) => Pin::new(&mut **s).poll_close(cx),
         }
     }
@@ -92,6 +152,19 @@ impl AsyncWrite for Conn {
 
 async fn connect(pool: &Pool, key: &Key) -> Result<Conn, Failure> {
     let timeout = pool.connect_timeout;
+    #[cfg(feature = "serve")]
+    if crate::serve::runtime::on_loop() {
+        // On a gateway loop, the upstream socket joins that loop: its
+        // readiness and its wake-ups stay on the thread of the request.
+        let tcp = crate::serve::runtime::connect(&key.host, key.port, timeout)
+            .await
+            .map_err(|e| connect_err(format!("connect to {}:{}: {e}", key.host, key.port)))?;
+        let _ = tcp.set_nodelay(true);
+        if !key.tls {
+            return Ok(Conn::Looped(tcp));
+        }
+        return tls(pool, key, Tcp::Looped(tcp)).await;
+    }
     let tcp = TcpStream::connect((key.host.as_str(), key.port))
         .or(async {
             smol::Timer::after(timeout).await;
@@ -104,6 +177,10 @@ async fn connect(pool: &Pool, key: &Key) -> Result<Conn, Failure> {
     if !key.tls {
         return Ok(Conn::Plain(tcp.into()));
     }
+    tls(pool, key, Tcp::Smol(tcp)).await
+}
+
+async fn tls(pool: &Pool, key: &Key, tcp: Tcp) -> Result<Conn, Failure> {
     let name = key.server_name()?;
     let tls = TlsConnector::from(pool.tls()?)
         .connect(name, tcp)
@@ -120,6 +197,8 @@ fn still_open(conn: &mut Conn) -> bool {
     match conn {
         #[cfg(unix)]
         Conn::Plain(s) => crate::h1::still_open(s.get_ref()),
+        #[cfg(feature = "serve")]
+        Conn::Looped(s) => crate::h1::still_open(s.socket()),
         _ => {
             let mut probe = [0u8; 1];
             let mut cx = Context::from_waker(std::task::Waker::noop());

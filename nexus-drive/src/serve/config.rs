@@ -150,12 +150,12 @@ pub struct ServeConfig {
     pub shutdown_grace: Duration,
     /// How often `/ready` re-checks that each upstream can be reached.
     pub probe_interval: Duration,
-    /// Threads running the server's event loop (0: one per CPU; default 1).
-    /// Connections never get their own. One thread is the default because
-    /// async-io has one reactor: with several executor threads most I/O
-    /// wake-ups cross threads (a futex and an eventfd write each), which
-    /// costs more CPU per request than a second core gains until a few
-    /// dozen requests are in flight at once.
+    /// Event loops, one thread each (0: one per CPU; default 1). Connections
+    /// never get their own thread: they are dealt to the loops in turn, and
+    /// a connection's socket, timers and upstream exchange stay on its loop,
+    /// so no wake-up crosses threads. One is the default because a gateway
+    /// usually shares its machine with what it fronts; give it more when it
+    /// has cores of its own.
     pub threads: usize,
     /// Write one JSON line per request to stderr (never a body, a header or a key).
     pub log_requests: bool,

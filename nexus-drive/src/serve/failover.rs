@@ -436,7 +436,7 @@ impl Ctx {
                 (Decision::Retry { delay_ms }, _) => {
                     last = Some(failure.settled());
                     attempt += 1;
-                    smol::Timer::after(Duration::from_millis(delay_ms)).await;
+                    super::runtime::sleep(Duration::from_millis(delay_ms)).await;
                 }
                 (Decision::FailOver, Some(to)) => {
                     last = Some(failure.settled());

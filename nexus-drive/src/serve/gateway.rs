@@ -14,6 +14,7 @@ use super::failover::Circuits;
 use super::keys::KeyRing;
 use super::limits::{Limiter, RateLimits, TokenUsage};
 use super::ops::{Health, Metrics, Record};
+use super::runtime;
 use super::surface::{ErrorKind, GatewayError, Surface};
 use crate::asynchronous::h1;
 
@@ -254,7 +255,7 @@ pub struct UpstreamBody {
     /// Fires at the earliest moment the body could count as stalled; armed
     /// once and moved on only when it fires early. A timer per read would
     /// cost a reactor wake-up per piece.
-    watchdog: Option<smol::Timer>,
+    watchdog: Option<runtime::Sleep>,
     upstream: Arc<Upstream>,
     /// The circuit a stall or a cut counts against.
     circuit: String,
@@ -296,7 +297,7 @@ impl UpstreamBody {
             deadline.map_or(at, |d| at.min(d))
         };
         let read = loop {
-            let timer = watchdog.get_or_insert_with(|| smol::Timer::at(stall_at(*progress)));
+            let timer = watchdog.get_or_insert_with(|| runtime::sleep_until(stall_at(*progress)));
             let woke = async { Some(body.read().await) }
                 .or(async {
                     timer.await;
@@ -309,7 +310,7 @@ impl UpstreamBody {
                 // Pieces came since it was armed: move it to the new moment.
                 None => {
                     if let Some(t) = watchdog.as_mut() {
-                        t.set_at(stall_at(*progress));
+                        t.reset(stall_at(*progress));
                     }
                 }
             }
@@ -541,7 +542,7 @@ impl Ctx {
         let pool = &self.shared.pool;
         let sent = async { Some(h1::send(pool, &http).await) }
             .or(async {
-                smol::Timer::after(head_wait).await;
+                runtime::sleep(head_wait).await;
                 None
             })
             .await;

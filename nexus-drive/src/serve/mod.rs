@@ -16,9 +16,11 @@
 //!   connection opens with the HTTP/2 preface. Request heads are capped at
 //!   [`ServeConfig::max_header_bytes`], bodies at [`ServeConfig::max_body_bytes`]
 //!   (413 before the body is read when `content-length` says so).
-//! * Connections are tasks on a small smol executor
-//!   ([`ServeConfig::threads`], one by default): ten thousand idle
-//!   keep-alive connections or a thousand streams need no more threads.
+//! * Connections are tasks on the gateway's event loops
+//!   ([`ServeConfig::threads`], one by default; each its own executor,
+//!   edge-triggered epoll and timers): ten thousand idle keep-alive
+//!   connections or a thousand streams need no more threads, and a
+//!   request's wake-ups stay on the thread of its connection.
 //! * Slow clients: a request head must arrive within
 //!   [`ServeConfig::idle_timeout`] of the connection going idle, a body within
 //!   [`ServeConfig::request_timeout`], and a response write that the client
@@ -99,6 +101,7 @@ mod handler;
 mod keys;
 mod limits;
 mod ops;
+pub(crate) mod runtime;
 mod server;
 mod surface;
 mod surfaces;
@@ -108,7 +111,6 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 pub use config::{ClientKeyConfig, ConfigError, OtlpExport, RouteConfig, RouteFailover, ServeConfig, UpstreamConfig};
@@ -177,10 +179,9 @@ impl ShutdownHandle {
 pub struct Server {
     addr: SocketAddr,
     handle: ShutdownHandle,
-    accept: Option<smol::Task<()>>,
-    /// Closed once everything has drained: the executor threads then return.
-    halt: smol::channel::Sender<()>,
-    threads: Vec<JoinHandle<()>>,
+    accept: Option<async_task::Task<()>>,
+    /// Stopped once everything has drained.
+    loops: runtime::Runtime,
 }
 
 impl Server {
@@ -213,7 +214,10 @@ impl Server {
 
     fn join(&mut self) {
         if let Some(accept) = self.accept.take() {
-            smol::block_on(accept);
+            // Parks without touching the reactor: a waiting thread that held
+            // async-io's reactor would take every I/O event first and wake
+            // the executor thread across threads, two switches per event.
+            futures_lite::future::block_on(accept);
         }
         let shared = &self.handle.shared;
         let deadline = Instant::now() + shared.config.shutdown_grace;
@@ -227,10 +231,7 @@ impl Server {
                 active = shared.idle.wait_timeout(active, left).unwrap_or_else(|e| e.into_inner()).0;
             }
         }
-        self.halt.close();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        self.loops.stop();
     }
 }
 
@@ -272,36 +273,20 @@ pub fn serve_with(config: ServeConfig, surfaces: Vec<Arc<dyn Surface>>) -> Resul
     let listen = config.listen;
     let std_listener = bind(listen).map_err(|source| ServeError::Bind { addr: listen, source })?;
     let addr = std_listener.local_addr().map_err(|source| ServeError::Bind { addr: listen, source })?;
-    let listener =
-        smol::net::TcpListener::try_from(std_listener).map_err(|source| ServeError::Bind { addr: listen, source })?;
     let threads = match config.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
     let shared = Arc::new(Shared::new(config, surfaces).map_err(ServeError::Keys)?);
-    let ex = Arc::new(smol::Executor::new());
+    let loops = runtime::Runtime::start(threads, "nexus-serve").map_err(ServeError::Thread)?;
+    let handles = loops.handles().to_vec();
+    let first = handles.first().cloned().ok_or_else(|| ServeError::Thread(io::Error::other("no event loop")))?;
+    // The listener joins the first loop's epoll there, so that a failure to
+    // register it is this call's error.
+    let listener = futures_lite::future::block_on(first.spawn(async move { runtime::Listener::adopt(std_listener) }))
+        .map_err(|source| ServeError::Bind { addr: listen, source })?;
     let (stop, stopped) = smol::channel::bounded::<()>(1);
-    let (halt, halted) = smol::channel::bounded::<()>(1);
-    let mut handles = Vec::with_capacity(threads);
-    for i in 0..threads {
-        let (ex, halted) = (ex.clone(), halted.clone());
-        let spawned = std::thread::Builder::new().name(format!("nexus-serve-{i}")).spawn(move || {
-            smol::block_on(ex.run(async {
-                let _ = halted.recv().await;
-            }))
-        });
-        match spawned {
-            Ok(h) => handles.push(h),
-            Err(e) => {
-                halt.close();
-                for h in handles {
-                    let _ = h.join();
-                }
-                return Err(ServeError::Thread(e));
-            }
-        }
-    }
-    ex.spawn(ops::probe_loop(shared.clone(), stopped.clone())).detach();
-    let accept = ex.spawn(server::accept_loop(shared.clone(), listener, ex.clone(), stopped));
-    Ok(Server { addr, handle: ShutdownHandle { shared, stop }, accept: Some(accept), halt, threads: handles })
+    first.spawn(ops::probe_loop(shared.clone(), stopped.clone())).detach();
+    let accept = first.spawn(server::accept_loop(shared.clone(), listener, handles, stopped));
+    Ok(Server { addr, handle: ShutdownHandle { shared, stop }, accept: Some(accept), loops })
 }

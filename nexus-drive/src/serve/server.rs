@@ -1,7 +1,8 @@
 //! The HTTP side: hyper serves each connection (HTTP/1.1 with keep-alive
 //! and pipelining, or h2c when the client opens with the HTTP/2 preface) as
-//! a task on a small smol executor; [`dispatch`] turns each request into
-//! a surface call with limits, keys and the record around it.
+//! a task on one of the gateway's event loops ([`runtime`]); [`dispatch`]
+//! turns each request into a surface call with limits, keys and the record
+//! around it.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -12,33 +13,33 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_lite::io::{AsyncRead, AsyncWrite};
 use futures_lite::FutureExt;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper::{Request, Response};
-use smol::net::{TcpListener, TcpStream};
-use smol::Executor;
-use smol_hyper::rt::{SmolExecutor, SmolTimer};
 
 use super::gateway::{Ctx, Shared};
 use super::keys::{KeyRing, Permit};
 use super::limits::{self, Admission, Limiter, Scope};
 use super::ops::{self, Finish, Record};
+use super::runtime::{self, Handle, Listener, LoopTimer, Stream};
 use super::surface::{ChunkStream, ErrorKind, GatewayError, Reply, Surface, SurfaceRequest};
 
 /// The first bytes of every HTTP/2 connection with prior knowledge (RFC 9113 §3.4).
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Accepts until `stop` closes, each connection a task on `ex`.
+/// Accepts until `stop` closes, handing connections to the loops in turn
+/// (each connection stays on its loop: its socket, its timers, its upstream
+/// exchange).
 pub(crate) async fn accept_loop(
     shared: Arc<Shared>,
-    listener: TcpListener,
-    ex: Arc<Executor<'static>>,
+    listener: Listener,
+    loops: Vec<Handle>,
     stop: smol::channel::Receiver<()>,
 ) {
+    let mut turn = 0usize;
     loop {
         let accepted = async { Some(listener.accept().await) }
             .or(async {
@@ -48,11 +49,11 @@ pub(crate) async fn accept_loop(
             .await;
         let stream = match accepted {
             None => break,
-            Some(Ok((stream, _))) => stream,
+            Some(Ok(stream)) => stream,
             Some(Err(_)) => {
                 // Out of descriptors or a connection reset before accept: back off
                 // a moment instead of spinning on the same error.
-                smol::Timer::after(Duration::from_millis(20)).await;
+                runtime::sleep(Duration::from_millis(20)).await;
                 continue;
             }
         };
@@ -65,34 +66,31 @@ pub(crate) async fn accept_loop(
             ok
         };
         if !admitted {
-            ex.spawn(refuse_busy(stream)).detach();
+            runtime::spawn(refuse_busy(stream)).detach();
             continue;
         }
-        let task = connection(shared.clone(), stream, ex.clone(), stop.clone());
-        ex.spawn(task).detach();
+        let Some(on) = loops.get(turn % loops.len().max(1)) else { return };
+        turn = turn.wrapping_add(1);
+        on.spawn(connection(shared.clone(), stream, stop.clone())).detach();
     }
     // Dropping the listener here refuses new connections from now on.
 }
 
 /// Answers a connection over the limit with 503 and closes it.
-async fn refuse_busy(stream: TcpStream) {
+async fn refuse_busy(stream: mio::net::TcpStream) {
     use futures_lite::AsyncWriteExt;
+    let Ok(mut s) = Stream::adopt(stream) else { return };
     let body = r#"{"error":{"message":"the gateway is at its connection limit; retry shortly","type":"server_error","param":null,"code":"overloaded"}}"#;
     let head = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
         body.len()
     );
-    let mut s = stream;
     let write = async {
         let _ = s.write_all(head.as_bytes()).await;
         let _ = s.write_all(body.as_bytes()).await;
         let _ = s.flush().await;
     };
-    write
-        .or(async {
-            smol::Timer::after(Duration::from_secs(5)).await;
-        })
-        .await;
+    write.or(runtime::sleep(Duration::from_secs(5))).await;
 }
 
 /// Counts a connection out when its task ends, however it ends.
@@ -158,7 +156,7 @@ async fn drive<C: Graceful>(conn: C, stop: smol::channel::Receiver<()>) {
 
 /// Whether a connection opens with the HTTP/2 preface (h2c with prior
 /// knowledge). `None`: it closed or sent nothing in time.
-async fn opens_with_h2(stream: &TcpStream, wait: Duration) -> Option<bool> {
+async fn opens_with_h2(stream: &Stream, wait: Duration) -> Option<bool> {
     let sniff = async {
         let mut buf = [0u8; 24];
         loop {
@@ -174,24 +172,34 @@ async fn opens_with_h2(stream: &TcpStream, wait: Duration) -> Option<bool> {
                 return Some(true);
             }
             // A prefix of the preface so far: wait for the rest.
-            smol::Timer::after(Duration::from_millis(1)).await;
+            runtime::sleep(Duration::from_millis(1)).await;
         }
     };
     sniff
         .or(async {
-            smol::Timer::after(wait).await;
+            runtime::sleep(wait).await;
             None
         })
         .await
 }
 
-async fn connection(
-    shared: Arc<Shared>,
-    stream: TcpStream,
-    ex: Arc<Executor<'static>>,
-    stop: smol::channel::Receiver<()>,
-) {
+/// hyper's HTTP/2 streams as tasks of the connection's loop.
+#[derive(Clone, Copy)]
+struct LoopExec;
+
+impl<F> hyper::rt::Executor<F> for LoopExec
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        runtime::spawn(fut).detach();
+    }
+}
+
+async fn connection(shared: Arc<Shared>, stream: mio::net::TcpStream, stop: smol::channel::Receiver<()>) {
     let _active = Active(shared.clone());
+    let Ok(stream) = Stream::adopt(stream) else { return };
     let _ = stream.set_nodelay(true);
     let cfg = &shared.config;
     let Some(h2) = opens_with_h2(&stream, cfg.idle_timeout).await else { return };
@@ -202,8 +210,8 @@ async fn connection(
         async move { Ok::<_, Infallible>(dispatch(shared, req).await) }
     });
     if h2 {
-        let mut b = http2::Builder::new(SmolExecutor::new(ex));
-        b.timer(SmolTimer::new())
+        let mut b = http2::Builder::new(LoopExec);
+        b.timer(LoopTimer)
             .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX))
             .keep_alive_interval(Some(cfg.idle_timeout))
             .keep_alive_timeout(cfg.request_timeout);
@@ -212,7 +220,7 @@ async fn connection(
         let mut b = http1::Builder::new();
         // The header timer runs from the moment a connection waits for its next
         // request head: it is both the keep-alive idle limit and the slow-head limit.
-        b.timer(SmolTimer::new())
+        b.timer(LoopTimer)
             .header_read_timeout(cfg.idle_timeout)
             .max_buf_size(cfg.max_header_bytes.max(8192))
             .max_headers(128)
@@ -226,13 +234,13 @@ async fn connection(
 /// `timeout` (a client that stopped reading must not hold a stream, and its
 /// upstream, forever).
 struct WriteTimeout {
-    io: TcpStream,
+    io: Stream,
     timeout: Duration,
-    blocked: Option<smol::Timer>,
+    blocked: Option<runtime::Sleep>,
 }
 
 impl WriteTimeout {
-    fn new(io: TcpStream, timeout: Duration) -> WriteTimeout {
+    fn new(io: Stream, timeout: Duration) -> WriteTimeout {
         WriteTimeout { io, timeout, blocked: None }
     }
 
@@ -244,7 +252,7 @@ impl WriteTimeout {
             }
             Poll::Pending => {
                 let timeout = self.timeout;
-                let timer = self.blocked.get_or_insert_with(|| smol::Timer::after(timeout));
+                let timer = self.blocked.get_or_insert_with(|| runtime::sleep(timeout));
                 match Pin::new(timer).poll(cx) {
                     Poll::Ready(_) => Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
@@ -260,15 +268,14 @@ impl WriteTimeout {
 thread_local! {
     /// Where socket reads land before they are copied into hyper's buffer.
     /// hyper hands out uninitialized memory, which safe code must zero before
-    /// reading into (smol-hyper's adapter zeroes all of it on every read);
-    /// one zeroed scratch per thread costs a copy of the bytes read instead,
-    /// and no memory per connection.
+    /// reading into; one zeroed scratch per thread costs a copy of the bytes
+    /// read instead, and no memory per connection.
     static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 16 * 1024]);
 }
 
 impl hyper::rt::Read for WriteTimeout {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         mut buf: hyper::rt::ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
@@ -276,7 +283,7 @@ impl hyper::rt::Read for WriteTimeout {
             let mut scratch = scratch.borrow_mut();
             let want = buf.remaining().min(scratch.len());
             let into = scratch.get_mut(..want).unwrap_or_default();
-            match Pin::new(&mut self.io).poll_read(cx, into) {
+            match self.io.poll_read_buf(cx, into) {
                 Poll::Ready(Ok(n)) => {
                     buf.put_slice(into.get(..n).unwrap_or_default());
                     Poll::Ready(Ok(()))
@@ -290,7 +297,7 @@ impl hyper::rt::Read for WriteTimeout {
 
 impl hyper::rt::Write for WriteTimeout {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        let polled = self.io.poll_write_buf(cx, buf);
         self.watch(cx, polled)
     }
 
@@ -299,7 +306,7 @@ impl hyper::rt::Write for WriteTimeout {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        let polled = self.io.poll_write_bufs(cx, bufs);
         self.watch(cx, polled)
     }
 
@@ -307,13 +314,13 @@ impl hyper::rt::Write for WriteTimeout {
         true
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let polled = Pin::new(&mut self.io).poll_flush(cx);
-        self.watch(cx, polled)
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Writes go straight to the socket: nothing is held here.
+        Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_close(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.io.shutdown_write())
     }
 }
 
@@ -484,7 +491,7 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, req: Request<Incoming>) -> Res
     let timeout = shared.config.request_timeout;
     let collected = async { Some(Limited::new(body, max).collect().await) }
         .or(async {
-            smol::Timer::after(timeout).await;
+            runtime::sleep(timeout).await;
             None
         })
         .await;
