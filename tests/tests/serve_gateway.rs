@@ -427,6 +427,40 @@ fn an_unreachable_upstream_is_a_bad_gateway() {
     server.shutdown();
 }
 
+/// The upstream closes a kept-alive connection after answering, without
+/// saying so (its idle timeout). The gateway's next request must not be
+/// written into it: it goes out once, on a new connection, and succeeds.
+/// (The gateway's loop knows a close from its readiness edge, and probes
+/// the socket only then.)
+#[test]
+fn a_pooled_upstream_connection_the_upstream_closed_is_not_used() {
+    for style in [Style::Anthropic, Style::OpenAi] {
+        let hang_up = Fault::new(FaultKind::CloseWhenIdle);
+        let fake = FakeProvider::start(
+            Scripts::new(UPSTREAM_KEY).model("m-idle", Script::new(vec![Turn::text("the answer").fault(hang_up)])),
+        );
+        let server = start(&fake, style, |_| {});
+        let body = json!({"model": "m-idle", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+        let token = CLIENT_TOKEN;
+        let first = http(server.local_addr(), "POST", "/v1/chat/completions", Some(token), body.as_bytes());
+        assert_eq!(first.0, 200, "{style:?}: {}", String::from_utf8_lossy(&first.2));
+        let closed = fake.closed_connections();
+        let until = Instant::now() + Duration::from_secs(10);
+        while closed.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < until, "{style:?}: the fake never closed the connection");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The same request: the fault has been spent, so the answer is plain.
+        let second = http(server.local_addr(), "POST", "/v1/chat/completions", Some(token), body.as_bytes());
+        assert_eq!(second.0, 200, "{style:?}: {}", String::from_utf8_lossy(&second.2));
+        assert!(String::from_utf8_lossy(&second.2).contains("the answer"), "{style:?}");
+        let conns: Vec<u64> = fake.requests().iter().map(|r| r.connection).collect();
+        assert_eq!(conns.len(), 2, "{style:?}: one upstream request each, no failed attempt");
+        assert_ne!(conns[0], conns[1], "{style:?}: the second request went on a new connection");
+        server.shutdown();
+    }
+}
+
 /// The text of an OpenAI chunk stream, and whether it ended with `[DONE]`.
 fn stream_text(body: &str) -> (String, bool) {
     let mut text = String::new();

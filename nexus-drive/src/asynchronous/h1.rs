@@ -198,7 +198,7 @@ fn still_open(conn: &mut Conn) -> bool {
         #[cfg(unix)]
         Conn::Plain(s) => crate::h1::still_open(s.get_ref()),
         #[cfg(feature = "serve")]
-        Conn::Looped(s) => crate::h1::still_open(s.socket()),
+        Conn::Looped(s) => !s.may_have_arrived() || crate::h1::still_open(s.socket()),
         _ => {
             let mut probe = [0u8; 1];
             let mut cx = Context::from_waker(std::task::Waker::noop());

@@ -164,12 +164,18 @@ impl Target {
     /// The key of this target's circuit breaker (style, base URL and model;
     /// see [`nexus_proto::Upstream::circuit_key`]).
     pub fn circuit_key(&self) -> String {
-        nexus_proto::Upstream {
-            style: self.upstream.style,
-            base_url: self.upstream.base_url.clone(),
-            model: self.model.clone(),
+        // The same text, written at once: every request asks for it, and
+        // `format!` through an `Upstream` built for it cost two copies and
+        // `fmt`'s machinery each time.
+        let (style, base, model) = (self.upstream.style.name(), &self.upstream.base_url, &self.model);
+        let mut key = String::with_capacity(style.len() + base.len() + model.len() + 2);
+        for (i, part) in [style, base, model].into_iter().enumerate() {
+            if i > 0 {
+                key.push(' ');
+            }
+            key.push_str(part);
         }
-        .circuit_key()
+        key
     }
 }
 
@@ -606,4 +612,26 @@ pub(crate) struct SendFailure {
     pub(crate) what: &'static str,
     pub(crate) kind: TransportErrorKind,
     pub(crate) error: GatewayError,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_targets_circuit_key_is_the_cores() {
+        for (style, model) in [(Style::Anthropic, "claude-x"), (Style::OpenAi, ""), (Style::Gemini, "g 1")] {
+            let upstream = Arc::new(Upstream {
+                name: "u".into(),
+                style,
+                base_url: "http://127.0.0.1:9/v1".into(),
+                api_key: None,
+                headers: Vec::new(),
+                health: Health::default(),
+            });
+            let target = Target { upstream: upstream.clone(), model: model.into() };
+            let core = nexus_proto::Upstream { style, base_url: upstream.base_url.clone(), model: model.into() };
+            assert_eq!(target.circuit_key(), core.circuit_key());
+        }
+    }
 }

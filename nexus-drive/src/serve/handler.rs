@@ -204,7 +204,9 @@ async fn chat_completion(req: &SurfaceRequest, ctx: &Ctx) -> Reply {
     match response_to_openai_with(style, &bytes, &meta) {
         Ok(v) => {
             note_usage(ctx, &v);
-            Reply::json(200, v.to_string())
+            // Written into bytes directly: `to_string` goes through `fmt`'s
+            // writer, a call per token.
+            Reply::json(200, serde_json::to_vec(&v).unwrap_or_default())
         }
         Err(e) => send_error(&e, &[]),
     }

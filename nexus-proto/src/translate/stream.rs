@@ -161,7 +161,7 @@ impl StreamTranslator {
                 "choices": [],
                 "usage": usage_json(&turn),
             });
-            out.push(format!("data: {usage}\n\n"));
+            out.push(super::surface::data_event(&usage));
         }
         out.push("data: [DONE]\n\n".to_string());
         out
@@ -231,7 +231,7 @@ impl StreamTranslator {
             "model": self.meta.model,
             "choices": [{ "index": 0, "delta": delta, "logprobs": null, "finish_reason": finish }],
         });
-        format!("data: {chunk}\n\n")
+        super::surface::data_event(&chunk)
     }
 
     fn fail(&mut self, error: TranslateError, out: &mut Vec<String>) {

@@ -372,10 +372,25 @@ pub(super) fn id_body(id: &str) -> &str {
 
 /// One SSE event with an `event:` line (the Anthropic SDK skips events without one).
 pub(super) fn named_event(name: &str, data: &Value) -> String {
-    format!("event: {name}\ndata: {data}\n\n")
+    let mut out = Vec::with_capacity(name.len() + 128);
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.push(b'\n');
+    finish_data(out, data)
 }
 
-/// One SSE event with only a `data:` line (Gemini).
+/// One SSE event with only a `data:` line (Gemini, Chat Completions).
 pub(super) fn data_event(data: &Value) -> String {
-    format!("data: {data}\n\n")
+    finish_data(Vec::with_capacity(128), data)
+}
+
+/// `data: {json}` and the blank line, after `out`. The JSON is written
+/// straight into the bytes: `format!` would pass it through `fmt`'s writer,
+/// a call per token, for every event of every stream.
+fn finish_data(mut out: Vec<u8>, data: &Value) -> String {
+    out.extend_from_slice(b"data: ");
+    // Writing a `Value` into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut out, data);
+    out.extend_from_slice(b"\n\n");
+    String::from_utf8(out).unwrap_or_default()
 }

@@ -181,6 +181,14 @@ impl Stream {
         self.io.set_nodelay(on)
     }
 
+    /// Whether anything (bytes, the end, an error) may have arrived since a
+    /// read last emptied the socket. A pooled connection with nothing is
+    /// still open without a probe: a close is an edge, and the loop has
+    /// looked at its edges since.
+    pub(crate) fn may_have_arrived(&self) -> bool {
+        self.reg.source.read.state.load(Ordering::Acquire) & READY != 0
+    }
+
     pub(crate) fn socket(&self) -> &mio::net::TcpStream {
         &self.io
     }

@@ -435,7 +435,7 @@ impl Cx<'_> {
         match answer {
             Ok(v) => {
                 note_usage(self.ctx, &v);
-                with_headers(Reply::json(200, v.to_string()), &extra)
+                with_headers(Reply::json(200, serde_json::to_vec(&v).unwrap_or_default()), &extra)
             }
             Err(e) => self.error(&e, &extra),
         }
