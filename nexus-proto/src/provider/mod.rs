@@ -180,6 +180,18 @@ impl Style {
         .ok()
     }
 
+    /// This style's `tools` array as a tree, for a caller that edits it
+    /// (translation marks tools strict) before it is written raw.
+    pub(crate) fn tools_value(self, tools: &[ToolDecl]) -> Value {
+        match self {
+            Style::Anthropic => serde_json::to_value(anthropic::tools_part(tools)),
+            Style::OpenAi => serde_json::to_value(openai::tools_part(tools)),
+            Style::Gemini => serde_json::to_value(gemini::tools_part(tools)),
+            Style::OpenAiResponses => serde_json::to_value(responses::tools_part(tools)),
+        }
+        .unwrap_or(Value::Null)
+    }
+
     /// [`write_body`](Self::write_body) into a new buffer.
     pub fn body_bytes(self, call: &ModelCall<'_>) -> Vec<u8> {
         let mut out = Vec::with_capacity(1024);

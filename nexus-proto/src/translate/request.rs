@@ -204,6 +204,58 @@ fn translate(style: Style, obj: &Map<String, Value>) -> Result<TranslatedRequest
 pub(super) fn encode_neutral(style: Style, n: &Neutral) -> Result<TranslatedRequest, TranslateError> {
     let settings = &n.settings;
     crate::gate::check(style, &n.messages).map_err(|e| TranslateError::invalid("messages", e.0))?;
+    // The settings the transcript does not carry become keys the body
+    // writer merges in, as a caller's params are; the tools array, which
+    // the settings may mark strict, is a tree here and written raw. The
+    // conversation itself goes from the transcript to bytes with no tree.
+    let mut params = Map::new();
+    if !n.tools.is_empty() {
+        params.insert("tools".into(), style.tools_value(&n.tools));
+    }
+    settings_into(style, &mut params, n)?;
+    let tools = match params.remove("tools") {
+        Some(t) => {
+            Some(serde_json::value::to_raw_value(&t).map_err(|e| TranslateError::invalid("tools", e.to_string()))?)
+        }
+        None => None,
+    };
+    let call = ModelCall {
+        model: &settings.model,
+        system: n.system.as_deref(),
+        messages: &n.messages,
+        tools: &n.tools,
+        max_tokens: settings.max_tokens,
+        stream: settings.stream,
+        params: &params,
+        output: None,
+    };
+    let mut body = Vec::with_capacity(1024);
+    style.write_body_with(&call, tools.as_deref(), &mut body);
+    Ok(TranslatedRequest {
+        style,
+        model: settings.model.clone(),
+        stream: settings.stream,
+        include_usage: settings.include_usage,
+        body,
+    })
+}
+
+fn settings_into(style: Style, out: &mut Map<String, Value>, n: &Neutral) -> Result<(), TranslateError> {
+    let settings = &n.settings;
+    match style {
+        Style::Anthropic => anthropic_settings(out, settings, &n.tools, &n.strict),
+        Style::Gemini => gemini_settings(out, settings, &n.tools, &n.strict),
+        Style::OpenAi => openai_settings(out, settings, &n.tools, &n.strict),
+        Style::OpenAiResponses => responses_settings(out, settings, n.json_schema.as_ref(), &n.tools, &n.strict),
+    }
+}
+
+/// The body as the encoder's tree with the settings added to it: what
+/// [`encode_neutral`] writes, as JSON (its tests hold the two equal).
+#[cfg(test)]
+pub(super) fn encode_neutral_tree(style: Style, n: &Neutral) -> Result<Value, TranslateError> {
+    let settings = &n.settings;
+    crate::gate::check(style, &n.messages).map_err(|e| TranslateError::invalid("messages", e.0))?;
     let params = Map::new();
     let call = ModelCall {
         model: &settings.model,
@@ -219,20 +271,8 @@ pub(super) fn encode_neutral(style: Style, n: &Neutral) -> Result<TranslatedRequ
     let Value::Object(out) = &mut body else {
         return Err(TranslateError::invalid("", "the encoder produced no JSON object"));
     };
-    match style {
-        Style::Anthropic => anthropic_settings(out, settings, &n.tools, &n.strict)?,
-        Style::Gemini => gemini_settings(out, settings, &n.tools, &n.strict)?,
-        Style::OpenAi => openai_settings(out, settings, &n.tools, &n.strict)?,
-        Style::OpenAiResponses => responses_settings(out, settings, n.json_schema.as_ref(), &n.tools, &n.strict)?,
-    }
-    let body = serde_json::to_vec(&body).map_err(|e| TranslateError::invalid("", e.to_string()))?;
-    Ok(TranslatedRequest {
-        style,
-        model: settings.model.clone(),
-        stream: settings.stream,
-        include_usage: settings.include_usage,
-        body,
-    })
+    settings_into(style, out, n)?;
+    Ok(body)
 }
 
 fn read_settings(style: Style, obj: &Map<String, Value>) -> Result<Settings, TranslateError> {
@@ -823,6 +863,57 @@ pub(super) fn number(value: &Value, param: &str) -> Result<Number, TranslateErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bytes written from the transcript, with the settings merged in as
+    /// params, say what the encoder's tree with the settings added says.
+    #[test]
+    fn the_written_body_is_the_trees_json_in_every_style() {
+        let strict_schema = json!({"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false});
+        let requests = [
+            json!({"model":"m","max_tokens":64,"temperature":0.5,"top_p":0.9,"stop":["END"],
+                   "messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}]}),
+            json!({"model":"m","max_completion_tokens":32,"parallel_tool_calls":false,
+                   "tool_choice":{"type":"function","function":{"name":"get_weather"}},
+                   "tools":[{"type":"function","function":{"name":"get_weather","description":"Weather.","parameters":strict_schema,"strict":true}},
+                            {"type":"function","function":{"name":"add","parameters":{"type":"object","properties":{"b":{"type":"number"},"a":{"type":"number"}}}}}],
+                   "messages":[{"role":"user","content":"weather?"},
+                               {"role":"assistant","content":null,"tool_calls":[
+                                   {"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\", \"at\":1}"}},
+                                   {"id":"call_2","type":"function","function":{"name":"add","arguments":"{\"b\":2,\"a\":1}"}}]},
+                               {"role":"tool","tool_call_id":"call_1","content":"sunny"},
+                               {"role":"tool","tool_call_id":"call_2","content":"3"}]}),
+            json!({"model":"m","stream":true,"stream_options":{"include_usage":true},"user":"u-1","reasoning_effort":"high",
+                   "response_format":{"type":"json_schema","json_schema":{"name":"city","schema":strict_schema,"strict":true}},
+                   "messages":[{"role":"user","content":[{"type":"text","text":"where?"}]}]}),
+            json!({"model":"m","tool_choice":"required","response_format":{"type":"json_object"},
+                   "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],
+                   "messages":[{"role":"user","content":"go"}]}),
+        ];
+        let mut compared = 0;
+        for request in &requests {
+            let obj = request.as_object().unwrap();
+            for style in [Style::Anthropic, Style::Gemini, Style::OpenAi, Style::OpenAiResponses] {
+                let neutral = || -> Result<Neutral, TranslateError> {
+                    let settings = read_settings(style, obj)?;
+                    let (tools, strict) = read_tools(style, obj.get("tools"))?;
+                    let (system, messages) = read_messages(style, obj.get("messages"))?;
+                    let json_schema = obj.get("response_format").and_then(|f| f.get("json_schema")).cloned();
+                    Ok(Neutral { settings, system, messages, tools, strict, json_schema })
+                };
+                let Ok(n) = neutral() else { continue };
+                match (encode_neutral(style, &n), encode_neutral_tree(style, &n)) {
+                    (Ok(written), Ok(tree)) => {
+                        let written: Value = serde_json::from_slice(&written.body).unwrap();
+                        assert_eq!(written, tree, "{style:?} {request}");
+                        compared += 1;
+                    }
+                    (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{style:?}"),
+                    (a, b) => panic!("{style:?} {request}: written {:?}, tree {:?}", a.err(), b.err()),
+                }
+            }
+        }
+        assert!(compared >= 12, "only {compared} bodies compared");
+    }
 
     #[test]
     fn gemini_model_names_cannot_change_the_path() {
