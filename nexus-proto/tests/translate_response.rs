@@ -12,7 +12,10 @@ mod translate_support;
 use std::path::{Path, PathBuf};
 
 use nexus_proto::provider::{decode_stream_chunks, CallIds};
-use nexus_proto::translate::{error_to_openai, response_to_openai, turn_to_openai, CompletionMeta, StreamTranslator};
+use nexus_proto::translate::{
+    error_to_openai, response_to_openai, response_to_openai_bytes, response_to_openai_with, turn_to_openai,
+    CompletionMeta, StreamTranslator,
+};
 use nexus_proto::{SseDecoder, SseEvent, Style};
 use serde_json::{json, Value};
 use translate_support::{assemble, oracle, oracle_batch, Assembled, Job};
@@ -208,6 +211,46 @@ fn corpus_bodies_become_completions_that_say_what_the_capture_says() {
         checked += 1;
     }
     assert!(checked >= 10, "only {checked} bodies checked");
+}
+
+/// What a gateway writes straight to bytes is the tree's completion, key
+/// for key, in OpenAI's key order, and the usage it notes is the one the
+/// completion reports.
+#[test]
+fn corpus_bodies_written_as_bytes_are_the_trees_completion() {
+    let mut checked = 0;
+    for style in [Style::Anthropic, Style::Gemini, Style::OpenAiResponses] {
+        for (path, stream) in common::captures(style) {
+            if stream {
+                continue;
+            }
+            let bytes = read(&path);
+            let meta = CompletionMeta { id: String::new(), model: "gpt-compat".into(), created: 1_700_000_000 };
+            match (response_to_openai_bytes(style, &bytes, &meta), response_to_openai_with(style, &bytes, &meta)) {
+                (Ok(written), Ok(tree)) => {
+                    let text = std::str::from_utf8(&written.body).unwrap();
+                    let parsed: Value = serde_json::from_str(text).unwrap();
+                    assert_eq!(parsed, tree, "{}", path.display());
+                    let order: Vec<usize> = ["\"id\"", "\"object\"", "\"created\"", "\"model\"", "\"choices\""]
+                        .iter()
+                        .map(|k| text.find(k).unwrap_or_else(|| panic!("{}: no {k}", path.display())))
+                        .collect();
+                    assert!(order.windows(2).all(|w| w[0] < w[1]), "{}: keys out of order: {text}", path.display());
+                    match written.usage {
+                        Some(u) => {
+                            assert_eq!(tree["usage"]["prompt_tokens"], u.prompt_tokens, "{}", path.display());
+                            assert_eq!(tree["usage"]["completion_tokens"], u.completion_tokens, "{}", path.display());
+                        }
+                        None => assert!(tree.get("usage").is_none(), "{}", path.display()),
+                    }
+                    checked += 1;
+                }
+                (Err(a), Err(b)) => assert_eq!(a, b, "{}", path.display()),
+                (a, b) => panic!("{}: bytes {:?}, tree {:?}", path.display(), a.err(), b.err()),
+            }
+        }
+    }
+    assert!(checked >= 15, "only {checked} bodies compared");
 }
 
 #[test]

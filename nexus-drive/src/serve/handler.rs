@@ -3,8 +3,8 @@
 
 use bytes::Bytes;
 use nexus_proto::translate::{
-    error_to_openai, openai_request_bytes_to, openai_request_to, response_to_openai_with, CompletionMeta,
-    StreamTranslator, TranslateError, TranslatedRequest,
+    error_to_openai, openai_request_bytes_to, openai_request_to, response_to_openai_bytes, CompletionBytes,
+    CompletionMeta, StreamTranslator, TranslateError, TranslatedRequest,
 };
 use nexus_proto::{SseDecoder, SseEvent, Style};
 use serde_json::{json, Value};
@@ -201,12 +201,20 @@ async fn chat_completion(req: &SurfaceRequest, ctx: &Ctx) -> Reply {
         }
         return Reply::json(status, bytes);
     }
-    match response_to_openai_with(style, &bytes, &meta) {
-        Ok(v) => {
-            note_usage(ctx, &v);
-            // Written into bytes directly: `to_string` goes through `fmt`'s
-            // writer, a call per token.
-            Reply::json(200, serde_json::to_vec(&v).unwrap_or_default())
+    // Written from the decoded turn straight to bytes, no tree; the counts
+    // come from the turn, as a stream's come from the upstream's events
+    // (cached and reasoning tokens included).
+    match response_to_openai_bytes(style, &bytes, &meta) {
+        Ok(CompletionBytes { body, usage, .. }) => {
+            if let Some(u) = usage {
+                ctx.note_token_usage(TokenUsage {
+                    input: u.prompt_tokens,
+                    output: u.completion_tokens,
+                    cached: u.cached_tokens,
+                    reasoning: u.reasoning_tokens,
+                });
+            }
+            Reply::json(200, body)
         }
         Err(e) => send_error(&e, &[]),
     }

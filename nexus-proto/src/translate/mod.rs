@@ -87,7 +87,8 @@ pub use gemini_in::gemini_request_to;
 pub use gemini_out::{response_to_gemini, turn_to_gemini, GeminiEmitter, GeminiStream};
 pub use request::{openai_request_bytes_to, openai_request_to};
 pub use response::{
-    error_to_openai, remote_error_to_openai, response_to_openai, response_to_openai_with, turn_to_openai,
+    error_to_openai, remote_error_to_openai, response_to_openai, response_to_openai_bytes, response_to_openai_with,
+    turn_to_openai, turn_to_openai_bytes, CompletionBytes,
 };
 pub use responses::{
     read_responses_request, response_echo, turn_to_responses, turn_to_responses_events, ResponseMeta, ResponsesRequest,

@@ -205,11 +205,12 @@ pub(super) fn encode_neutral(style: Style, n: &Neutral) -> Result<TranslatedRequ
     let settings = &n.settings;
     crate::gate::check(style, &n.messages).map_err(|e| TranslateError::invalid("messages", e.0))?;
     // The settings the transcript does not carry become keys the body
-    // writer merges in, as a caller's params are; the tools array, which
-    // the settings may mark strict, is a tree here and written raw. The
-    // conversation itself goes from the transcript to bytes with no tree.
+    // writer merges in, as a caller's params are. The tools array is a tree
+    // only when the settings mark a tool strict (they edit it) and is then
+    // written raw; otherwise the writer writes it from the declarations.
+    // The conversation itself goes from the transcript to bytes with no tree.
     let mut params = Map::new();
-    if !n.tools.is_empty() {
+    if n.strict.contains(&true) {
         params.insert("tools".into(), style.tools_value(&n.tools));
     }
     settings_into(style, &mut params, n)?;

@@ -36,6 +36,126 @@ pub fn response_to_openai_with(style: Style, body: &[u8], meta: &CompletionMeta)
     Ok(turn_to_openai(&turn, &meta))
 }
 
+/// A translated `chat.completion` as bytes, and the usage it reports.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct CompletionBytes {
+    /// The `chat.completion` JSON.
+    pub body: Vec<u8>,
+    /// The answer's token counts, when the provider reported them (`None`
+    /// for an OpenAI body, which goes back as it came: read its `usage`).
+    pub usage: Option<crate::message::Usage>,
+}
+
+/// [`response_to_openai_with`] written straight to bytes, keys in the order
+/// OpenAI sends them: what a gateway answers with, without the tree. An
+/// OpenAI body (already the right shape) is returned as it came.
+pub fn response_to_openai_bytes(
+    style: Style,
+    body: &[u8],
+    meta: &CompletionMeta,
+) -> Result<CompletionBytes, TranslateError> {
+    if style == Style::OpenAi {
+        response_to_openai_with(style, body, meta)?;
+        return Ok(CompletionBytes { body: body.to_vec(), usage: None });
+    }
+    let meta = resolved(meta, body);
+    let mut ids = call_ids(&meta);
+    let turn = style.decode_response(body, &mut ids).map_err(|e| remote_error_to_openai(&e))?;
+    Ok(CompletionBytes { body: turn_to_openai_bytes(&turn, &meta), usage: turn.usage_reported.then_some(turn.usage) })
+}
+
+/// [`turn_to_openai`] written straight to bytes: the same JSON, keys in
+/// OpenAI's order.
+pub fn turn_to_openai_bytes(turn: &TurnResponse, meta: &CompletionMeta) -> Vec<u8> {
+    use serde::Serialize;
+    #[derive(Serialize)]
+    struct Completion<'a> {
+        id: &'a str,
+        object: &'static str,
+        created: u64,
+        model: &'a str,
+        choices: [Choice<'a>; 1],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<UsageOut>,
+    }
+    #[derive(Serialize)]
+    struct Choice<'a> {
+        index: u32,
+        message: MessageOut<'a>,
+        logprobs: (),
+        finish_reason: &'static str,
+    }
+    #[derive(Serialize)]
+    struct MessageOut<'a> {
+        role: &'static str,
+        content: Option<String>,
+        refusal: (),
+        #[serde(skip_serializing_if = "String::is_empty")]
+        reasoning_content: String,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<CallOut<'a>>,
+    }
+    #[derive(Serialize)]
+    struct CallOut<'a> {
+        id: &'a str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+        function: FunctionOut<'a>,
+    }
+    #[derive(Serialize)]
+    struct FunctionOut<'a> {
+        name: &'a str,
+        arguments: &'a str,
+    }
+    #[derive(Serialize)]
+    struct UsageOut {
+        prompt_tokens: u64,
+        completion_tokens: u64,
+        total_tokens: u64,
+    }
+    let text = turn.text();
+    let tool_calls: Vec<CallOut<'_>> = turn
+        .tool_calls()
+        .map(|c| CallOut {
+            id: &c.id,
+            kind: "function",
+            function: FunctionOut {
+                name: &c.name,
+                arguments: if c.arguments.is_empty() { "{}" } else { &c.arguments },
+            },
+        })
+        .collect();
+    let has_calls = !tool_calls.is_empty();
+    let completion = Completion {
+        id: &meta.id,
+        object: "chat.completion",
+        created: meta.created,
+        model: &meta.model,
+        choices: [Choice {
+            index: 0,
+            message: MessageOut {
+                role: "assistant",
+                content: (!(text.is_empty() && has_calls)).then_some(text),
+                refusal: (),
+                reasoning_content: reasoning_text(turn),
+                tool_calls,
+            },
+            logprobs: (),
+            finish_reason: finish_reason(turn.stop.reason, has_calls),
+        }],
+        usage: turn.usage_reported.then_some(UsageOut {
+            prompt_tokens: turn.usage.prompt_tokens,
+            completion_tokens: turn.usage.completion_tokens,
+            total_tokens: turn.usage.total_tokens,
+        }),
+    };
+    let mut out = Vec::with_capacity(512);
+    // Writing plain structs of strings and numbers into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut out, &completion);
+    out
+}
+
 /// The meta with its id filled in: the provider's response id when the body
 /// has one, else a fingerprint of the body.
 pub(crate) fn resolved(meta: &CompletionMeta, body: &[u8]) -> CompletionMeta {
@@ -54,12 +174,75 @@ pub(crate) fn call_ids(meta: &CompletionMeta) -> CallIds {
 /// The provider's own response id (Anthropic `id` / `message.id`, Gemini
 /// `responseId`, Responses `id` / `response.id`), reduced to characters safe in any id.
 pub(crate) fn provider_id(body: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(body).ok()?;
-    let raw = ["/id", "/responseId", "/message/id", "/response/id"]
-        .iter()
-        .find_map(|p| v.pointer(p).and_then(Value::as_str))?;
+    let raw = match id_keys(body) {
+        Some(found) => found?,
+        // A body the key reader cannot take (a repeated key) is read whole,
+        // whose last-key-wins reading is the rule.
+        None => {
+            let v: Value = serde_json::from_slice(body).ok()?;
+            ["/id", "/responseId", "/message/id", "/response/id"]
+                .iter()
+                .find_map(|p| v.pointer(p).and_then(Value::as_str))?
+                .to_string()
+        }
+    };
     let clean: String = raw.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-')).take(48).collect();
     (!clean.is_empty()).then_some(clean)
+}
+
+/// The id keys of a response body, read without building the rest of it
+/// (the answer's content is most of the body): `Some(found)` is what the
+/// whole-tree reading finds, `None` asks for that reading.
+fn id_keys(body: &[u8]) -> Option<Option<String>> {
+    use serde_json::value::RawValue;
+    #[derive(serde::Deserialize)]
+    struct Keys<'a> {
+        #[serde(borrow)]
+        id: Option<&'a RawValue>,
+        #[serde(borrow, rename = "responseId")]
+        response_id: Option<&'a RawValue>,
+        #[serde(borrow)]
+        message: Option<&'a RawValue>,
+        #[serde(borrow)]
+        response: Option<&'a RawValue>,
+    }
+    fn starts_with(raw: &[u8], byte: u8) -> bool {
+        raw.iter().find(|b| !b.is_ascii_whitespace()) == Some(&byte)
+    }
+    fn string(raw: Option<&RawValue>) -> Option<String> {
+        raw.filter(|r| starts_with(r.get().as_bytes(), b'"')).and_then(|r| serde_json::from_str(r.get()).ok())
+    }
+    // Only an object has keys; a derived struct would also read an array
+    // as its fields in order.
+    if !starts_with(body, b'{') {
+        return Some(None);
+    }
+    let keys: Keys<'_> = match serde_json::from_slice(body) {
+        Ok(keys) => keys,
+        // Malformed bytes have no id either way; a repeated key is left to the tree.
+        Err(e) if e.is_syntax() || e.is_eof() => return Some(None),
+        Err(_) => return None,
+    };
+    if let Some(id) = string(keys.id).or_else(|| string(keys.response_id)) {
+        return Some(Some(id));
+    }
+    for inner in [keys.message, keys.response] {
+        let Some(r) = inner.filter(|r| starts_with(r.get().as_bytes(), b'{')) else { continue };
+        #[derive(serde::Deserialize)]
+        struct Id<'a> {
+            #[serde(borrow)]
+            id: Option<&'a RawValue>,
+        }
+        match serde_json::from_str::<Id<'_>>(r.get()) {
+            Ok(Id { id }) => {
+                if let Some(id) = string(id) {
+                    return Some(Some(id));
+                }
+            }
+            Err(_) => return None,
+        }
+    }
+    Some(None)
 }
 
 /// A decoded turn as a `chat.completion`: text (or `null` beside tool
@@ -212,6 +395,47 @@ mod tests {
         let body = br#"{"error":{"code":400,"message":"bad","status":"INVALID_ARGUMENT"}}"#;
         let e = error_to_openai(Style::Gemini, 0, body);
         assert_eq!((e.status, e.kind.as_str(), e.message.as_str()), (400, "invalid_request_error", "bad"));
+    }
+
+    /// The id as the whole tree gives it, the rule `id_keys` keeps.
+    fn tree_id(body: &[u8]) -> Option<String> {
+        let v: Value = serde_json::from_slice(body).ok()?;
+        ["/id", "/responseId", "/message/id", "/response/id"]
+            .iter()
+            .find_map(|p| v.pointer(p).and_then(Value::as_str))
+            .map(str::to_string)
+    }
+
+    #[test]
+    fn the_id_keys_read_as_the_whole_tree_does() {
+        let bodies: &[&[u8]] = &[
+            br#"{"id":"msg_1","content":[{"type":"text","text":"hi"}]}"#,
+            br#"{"content":[],"id":7,"responseId":"r\u00e9-1"}"#,
+            br#"{"type":"message_start","message":{"model":"m","id":"msg_9"}}"#,
+            br#"{"type":"response.completed","response":{"id":"resp_1","output":[]}}"#,
+            br#"{"message":["not","an","object"],"response":{"id":"resp_2"}}"#,
+            br#"{"message":"text","response":{"id":null}}"#,
+            br#"{"id":"first","id":"second"}"#,
+            br#"{"message":{"id":"a","id":"b"}}"#,
+            br#"["msg_1"]"#,
+            br#"  {"id" : "spaced" }  "#,
+            br#"{"id":"x""#,
+            br#"{"id":"x"} trailing"#,
+            b"\xff",
+            b"",
+            br#"{}"#,
+            br#"{"id":null,"responseId":null,"message":null,"response":{"id":"deep"}}"#,
+        ];
+        for body in bodies {
+            let from_keys = match id_keys(body) {
+                Some(found) => found,
+                None => tree_id(body),
+            };
+            assert_eq!(from_keys, tree_id(body), "{}", String::from_utf8_lossy(body));
+        }
+        // A repeated key is the one case the key reader hands to the tree.
+        assert_eq!(id_keys(br#"{"id":"first","id":"second"}"#), None);
+        assert_eq!(provider_id(br#"{"id":"first","id":"second"}"#).as_deref(), Some("second"));
     }
 
     #[test]

@@ -34,6 +34,13 @@ use nexus_proto::Style;
 
 use crate::cli::{Cli, Command};
 
+/// The process's allocator. The gateway's requests are short-lived trees of
+/// small allocations (JSON bodies, headers, the transcript of a translated
+/// request), freed on another request's time; mimalloc's per-thread free
+/// lists serve them at a fraction of glibc's cost per call.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Why a command stopped early: an exit code and one line for stderr.
 #[derive(Debug)]
 pub struct Fail {
