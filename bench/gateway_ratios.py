@@ -6,8 +6,10 @@ Each argument is LABEL=FILE[,FILE...]: the JSON files gateway_bench.py wrote
 it. For every nexus row and case, it prints the median over the sittings of
 the row's figure and of its ratio to nginx's figure *in the same sitting*
 (added p50, added p99, gateway CPU per request at c = 1; req/s and p99 in
-the concurrency sweep), so that builds measured in alternating sittings
-compare without trusting one sitting's machine state.
+the concurrency sweep, with the highest peak RSS and upstream connections
+per request of any sitting), so that builds measured in alternating
+sittings compare without trusting one sitting's machine state; then each
+sitting's quietness as the harness measured it.
 
     python3 bench/gateway_ratios.py before=a1.json,a2.json after=b1.json,b2.json
 """
@@ -61,13 +63,13 @@ def main(args):
             show = lambda k, d=2: " / ".join(fmt(x, d) for x in cols[k])
             print(f"| {label} | {row} | {show('p50', 0)} | {show('p50r')} | {show('p99r')} | {show('cpu', 0)} | {show('cpur')} |")
     print()
-    print("| build | row | c | req/s | ÷ nginx | p99 ms | ÷ nginx | CPU µs/req | errors |")
-    print("|---|---|--:|--:|--:|--:|--:|--:|--:|")
+    print("| build | row | c | req/s | ÷ nginx | p99 ms | ÷ nginx | CPU µs/req | errors | peak RSS MB | upstream conns/req |")
+    print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for label, sittings in builds:
         conns = sorted({r["conns"] for s in sittings for r in s["sweep"]})
         for row in [FLOOR] + rows:
             for c in conns:
-                rps, rpsr, p99, p99r, cpu, errs = [], [], [], [], [], 0
+                rps, rpsr, p99, p99r, cpu, errs, rss, ups = [], [], [], [], [], 0, [], []
                 for s in sittings:
                     by = {(r["row"], r["conns"]): r for r in s["sweep"] if r["case"] == "turn1"}
                     r, f = by.get((row, c)), by.get((FLOOR, c))
@@ -79,8 +81,23 @@ def main(args):
                     rpsr.append(ratio(r["rps"], f["rps"]))
                     p99r.append(ratio(r["p99_ms"], f["p99_ms"]))
                     errs += r["errors"]
+                    rss.append(r.get("gw_peak_rss_mb"))
+                    ups.append(r.get("upstream_conns_per_req"))
+                rss = [x for x in rss if x is not None]
+                ups = [x for x in ups if x is not None]
                 print(f"| {label} | {row} | {c} | {fmt(med(rps), 0)} | {fmt(med(rpsr))} | {fmt(med(p99), 1)} | "
-                      f"{fmt(med(p99r))} | {fmt(med(cpu), 0)} | {errs} |")
+                      f"{fmt(med(p99r))} | {fmt(med(cpu), 0)} | {errs} | {fmt(max(rss) if rss else None, 1)} | "
+                      f"{fmt(max(ups) if ups else None)} |")
+    print()
+    # How quiet each sitting was: other processes' CPU and steal, as the harness measured them.
+    print("| build | sitting (UTC) | other processes' CPU % (latency / sweep) | steal % (latency / sweep) |")
+    print("|---|---|---|---|")
+    for label, sittings in builds:
+        for s in sittings:
+            m = s.get("machine", {})
+            other, steal = m.get("other_processes_cpu_pct", {}), m.get("steal_pct", {})
+            print(f"| {label} | {s.get('date_utc', '?')} | {other.get('latency', '?')} / {other.get('sweep', '?')} | "
+                  f"{steal.get('latency', '?')} / {steal.get('sweep', '?')} |")
 
 
 if __name__ == "__main__":
