@@ -8,7 +8,8 @@
 //! chunks come from the assembled turn, so they say exactly what a whole
 //! response would: the finish reason, then usage when it was asked for.
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::json;
 
 use super::response::{call_ids, provider_id, remote_error_to_openai, resolved, usage_json};
 use super::{finish_reason, CompletionMeta, TranslateError};
@@ -146,12 +147,11 @@ impl StreamTranslator {
         self.role(&mut out);
         for (index, (_, sent)) in self.calls.iter().enumerate() {
             if *sent == 0 {
-                let delta = json!({ "tool_calls": [{ "index": index, "function": { "arguments": "{}" } }] });
-                out.push(self.chunk(delta, None));
+                out.push(self.chunk(ArgumentsDelta::of(index, "{}"), None));
             }
         }
         let has_calls = turn.tool_calls().next().is_some() || !self.calls.is_empty();
-        out.push(self.chunk(json!({}), Some(finish_reason(turn.stop.reason, has_calls))));
+        out.push(self.chunk(Empty {}, Some(finish_reason(turn.stop.reason, has_calls))));
         if self.include_usage && turn.usage_reported {
             let usage = json!({
                 "id": self.meta.id,
@@ -182,22 +182,24 @@ impl StreamTranslator {
         match event {
             StreamEvent::TextDelta { text } if !text.is_empty() => {
                 self.role(out);
-                out.push(self.chunk(json!({ "content": text }), None));
+                out.push(self.chunk(ContentDelta { content: text }, None));
             }
             StreamEvent::ReasoningDelta { text } if !text.is_empty() => {
                 self.role(out);
-                out.push(self.chunk(json!({ "reasoning_content": text }), None));
+                out.push(self.chunk(ReasoningDelta { reasoning_content: text }, None));
             }
             StreamEvent::ToolCallStarted { id, name } => {
                 self.role(out);
                 let index = self.calls.len();
                 self.calls.push((id.clone(), 0));
-                let delta = json!({ "tool_calls": [{
-                    "index": index,
-                    "id": id,
-                    "type": "function",
-                    "function": { "name": name, "arguments": "" },
-                }] });
+                let delta = ToolCallsDelta {
+                    tool_calls: [CallStart {
+                        index,
+                        id,
+                        kind: "function",
+                        function: NamedArguments { name, arguments: "" },
+                    }],
+                };
                 out.push(self.chunk(delta, None));
             }
             StreamEvent::ToolCallDelta { id, arguments } if !arguments.is_empty() => {
@@ -208,8 +210,7 @@ impl StreamTranslator {
                 if let Some((_, sent)) = self.calls.get_mut(index) {
                     *sent += arguments.len();
                 }
-                let delta = json!({ "tool_calls": [{ "index": index, "function": { "arguments": arguments } }] });
-                out.push(self.chunk(delta, None));
+                out.push(self.chunk(ArgumentsDelta::of(index, arguments), None));
             }
             _ => {}
         }
@@ -219,24 +220,102 @@ impl StreamTranslator {
     fn role(&mut self, out: &mut Vec<String>) {
         if !self.role_sent {
             self.role_sent = true;
-            out.push(self.chunk(json!({ "role": "assistant", "content": "" }), None));
+            out.push(self.chunk(RoleDelta { role: "assistant", content: "" }, None));
         }
     }
 
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
-        let chunk = json!({
-            "id": self.meta.id,
-            "object": "chat.completion.chunk",
-            "created": self.meta.created,
-            "model": self.meta.model,
-            "choices": [{ "index": 0, "delta": delta, "logprobs": null, "finish_reason": finish }],
-        });
+    /// One `chat.completion.chunk` line, written from borrowed fields (keys
+    /// in OpenAI's order): a stream makes one per upstream delta.
+    fn chunk<D: Serialize>(&self, delta: D, finish: Option<&'static str>) -> String {
+        let chunk = Chunk {
+            id: &self.meta.id,
+            object: "chat.completion.chunk",
+            created: self.meta.created,
+            model: &self.meta.model,
+            choices: [ChunkChoice { index: 0, delta, logprobs: (), finish_reason: finish }],
+        };
         super::surface::data_event(&chunk)
     }
 
     fn fail(&mut self, error: TranslateError, out: &mut Vec<String>) {
         out.push(format!("data: {}\n\n", error.to_json()));
         self.failed = Some(error);
+    }
+}
+
+#[derive(Serialize)]
+struct Chunk<'a, D> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [ChunkChoice<D>; 1],
+}
+
+#[derive(Serialize)]
+struct ChunkChoice<D> {
+    index: u32,
+    delta: D,
+    logprobs: (),
+    finish_reason: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+#[derive(Serialize)]
+struct RoleDelta {
+    role: &'static str,
+    content: &'static str,
+}
+
+#[derive(Serialize)]
+struct ContentDelta<'a> {
+    content: &'a str,
+}
+
+#[derive(Serialize)]
+struct ReasoningDelta<'a> {
+    reasoning_content: &'a str,
+}
+
+#[derive(Serialize)]
+struct ToolCallsDelta<C> {
+    tool_calls: [C; 1],
+}
+
+#[derive(Serialize)]
+struct CallStart<'a> {
+    index: usize,
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: NamedArguments<'a>,
+}
+
+#[derive(Serialize)]
+struct NamedArguments<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct CallArguments<'a> {
+    index: usize,
+    function: Arguments<'a>,
+}
+
+#[derive(Serialize)]
+struct Arguments<'a> {
+    arguments: &'a str,
+}
+
+/// A later piece of call `index`: its argument text only.
+struct ArgumentsDelta;
+
+impl ArgumentsDelta {
+    fn of(index: usize, arguments: &str) -> ToolCallsDelta<CallArguments<'_>> {
+        ToolCallsDelta { tool_calls: [CallArguments { index, function: Arguments { arguments } }] }
     }
 }
 
@@ -304,6 +383,33 @@ mod tests {
         assert!(t.abort(e).is_empty());
         assert!(t.finish().is_empty());
         assert!(t.push(&ev("{}")).is_empty());
+    }
+
+    /// A chunk is written from borrowed fields, keys in OpenAI's order.
+    #[test]
+    fn chunks_are_written_in_openais_key_order() {
+        let mut t = StreamTranslator::with_meta(
+            Style::Anthropic,
+            CompletionMeta { id: "chatcmpl-1".into(), model: "m".into(), created: 7 },
+            true,
+        );
+        let mut out = Vec::new();
+        t.translate(&StreamEvent::ToolCallStarted { id: "call_1".into(), name: "add".into() }, &mut out);
+        t.translate(&StreamEvent::ToolCallDelta { id: "call_1".into(), arguments: "{\"a\":1}".into() }, &mut out);
+        let head = r#"data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":"#;
+        assert_eq!(
+            out,
+            vec![
+                format!(r#"{head}{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}}"#)
+                    + "\n\n",
+                format!(
+                    r#"{head}{{"tool_calls":[{{"index":0,"id":"call_1","type":"function","function":{{"name":"add","arguments":""}}}}]}},"logprobs":null,"finish_reason":null}}]}}"#
+                ) + "\n\n",
+                format!(
+                    r#"{head}{{"tool_calls":[{{"index":0,"function":{{"arguments":"{{\"a\":1}}"}}}}]}},"logprobs":null,"finish_reason":null}}]}}"#
+                ) + "\n\n",
+            ]
+        );
     }
 
     #[test]

@@ -380,16 +380,16 @@ pub(super) fn named_event(name: &str, data: &Value) -> String {
 }
 
 /// One SSE event with only a `data:` line (Gemini, Chat Completions).
-pub(super) fn data_event(data: &Value) -> String {
-    finish_data(Vec::with_capacity(128), data)
+pub(super) fn data_event<T: serde::Serialize + ?Sized>(data: &T) -> String {
+    finish_data(Vec::with_capacity(256), data)
 }
 
 /// `data: {json}` and the blank line, after `out`. The JSON is written
 /// straight into the bytes: `format!` would pass it through `fmt`'s writer,
 /// a call per token, for every event of every stream.
-fn finish_data(mut out: Vec<u8>, data: &Value) -> String {
+fn finish_data<T: serde::Serialize + ?Sized>(mut out: Vec<u8>, data: &T) -> String {
     out.extend_from_slice(b"data: ");
-    // Writing a `Value` into a `Vec` cannot fail.
+    // Writing a `Value`, or a struct of strings and numbers, into a `Vec` cannot fail.
     let _ = serde_json::to_writer(&mut out, data);
     out.extend_from_slice(b"\n\n");
     String::from_utf8(out).unwrap_or_default()
