@@ -203,7 +203,7 @@ fn translate(style: Style, obj: &Map<String, Value>) -> Result<TranslatedRequest
 /// the provider's encoder, then the settings the transcript does not carry.
 pub(super) fn encode_neutral(style: Style, n: &Neutral) -> Result<TranslatedRequest, TranslateError> {
     let settings = &n.settings;
-    crate::gate::check(style, &n.messages).map_err(|e| TranslateError::invalid("messages", e.0))?;
+    gate(style, n)?;
     // The settings the transcript does not carry become keys the body
     // writer merges in, as a caller's params are. The tools array is a tree
     // only when the settings mark a tool strict (they edit it) and is then
@@ -220,18 +220,8 @@ pub(super) fn encode_neutral(style: Style, n: &Neutral) -> Result<TranslatedRequ
         }
         None => None,
     };
-    let call = ModelCall {
-        model: &settings.model,
-        system: n.system.as_deref(),
-        messages: &n.messages,
-        tools: &n.tools,
-        max_tokens: settings.max_tokens,
-        stream: settings.stream,
-        params: &params,
-        output: None,
-    };
     let mut body = Vec::with_capacity(1024);
-    style.write_body_with(&call, tools.as_deref(), &mut body);
+    style.write_body_with(&model_call(n, &params), tools.as_deref(), &mut body);
     Ok(TranslatedRequest {
         style,
         model: settings.model.clone(),
@@ -239,6 +229,24 @@ pub(super) fn encode_neutral(style: Style, n: &Neutral) -> Result<TranslatedRequ
         include_usage: settings.include_usage,
         body,
     })
+}
+
+fn gate(style: Style, n: &Neutral) -> Result<(), TranslateError> {
+    crate::gate::check(style, &n.messages).map_err(|e| TranslateError::invalid("messages", e.0))
+}
+
+/// The provider encoders' view of a neutral request, with `params` merged in.
+fn model_call<'a>(n: &'a Neutral, params: &'a Map<String, Value>) -> ModelCall<'a> {
+    ModelCall {
+        model: &n.settings.model,
+        system: n.system.as_deref(),
+        messages: &n.messages,
+        tools: &n.tools,
+        max_tokens: n.settings.max_tokens,
+        stream: n.settings.stream,
+        params,
+        output: None,
+    }
 }
 
 fn settings_into(style: Style, out: &mut Map<String, Value>, n: &Neutral) -> Result<(), TranslateError> {
@@ -255,20 +263,8 @@ fn settings_into(style: Style, out: &mut Map<String, Value>, n: &Neutral) -> Res
 /// [`encode_neutral`] writes, as JSON (its tests hold the two equal).
 #[cfg(test)]
 pub(super) fn encode_neutral_tree(style: Style, n: &Neutral) -> Result<Value, TranslateError> {
-    let settings = &n.settings;
-    crate::gate::check(style, &n.messages).map_err(|e| TranslateError::invalid("messages", e.0))?;
-    let params = Map::new();
-    let call = ModelCall {
-        model: &settings.model,
-        system: n.system.as_deref(),
-        messages: &n.messages,
-        tools: &n.tools,
-        max_tokens: settings.max_tokens,
-        stream: settings.stream,
-        params: &params,
-        output: None,
-    };
-    let mut body = style.encode_body(&call);
+    gate(style, n)?;
+    let mut body = style.encode_body(&model_call(n, &Map::new()));
     let Value::Object(out) = &mut body else {
         return Err(TranslateError::invalid("", "the encoder produced no JSON object"));
     };
