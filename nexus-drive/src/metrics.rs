@@ -215,12 +215,18 @@ pub(crate) fn labels_into(s: &mut String, pairs: &[(&str, &str)]) {
         }
         s.push_str(k);
         s.push_str("=\"");
-        for c in v.chars() {
-            match c {
-                '\\' => s.push_str("\\\\"),
-                '"' => s.push_str("\\\""),
-                '\n' => s.push_str("\\n"),
-                c => s.push(c),
+        // Label values are almost always plain (a model, a status, a key
+        // name): copied whole, escaped a character at a time only when needed.
+        if !v.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+            s.push_str(v);
+        } else {
+            for c in v.chars() {
+                match c {
+                    '\\' => s.push_str("\\\\"),
+                    '"' => s.push_str("\\\""),
+                    '\n' => s.push_str("\\n"),
+                    c => s.push(c),
+                }
             }
         }
         s.push('"');
@@ -249,6 +255,12 @@ pub(crate) fn histogram(out: &mut String, name: &str, help: &str, series: &BTree
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_values_are_escaped_only_where_needed() {
+        assert_eq!(labels(&[("model", "gpt-4o"), ("status", "200")]), "model=\"gpt-4o\",status=\"200\"");
+        assert_eq!(labels(&[("tool", "a\\b\"c\nd é")]), "tool=\"a\\\\b\\\"c\\nd é\"");
+    }
 
     #[test]
     fn counts_and_renders() {
