@@ -48,7 +48,21 @@ impl Upstream {
     /// The key its circuit is kept under in [`Breakers`]: style, base URL and
     /// model (an overloaded model is not an overloaded provider).
     pub fn circuit_key(&self) -> String {
-        format!("{} {} {}", self.style.name(), self.base_url, self.model)
+        Upstream::circuit_key_of(self.style, &self.base_url, &self.model)
+    }
+
+    /// [`circuit_key`](Self::circuit_key) from borrowed parts, for a caller
+    /// that holds them elsewhere (a gateway asks for it on every request).
+    pub fn circuit_key_of(style: Style, base_url: &str, model: &str) -> String {
+        let style = style.name();
+        let mut key = String::with_capacity(style.len() + base_url.len() + model.len() + 2);
+        for (i, part) in [style, base_url, model].into_iter().enumerate() {
+            if i > 0 {
+                key.push(' ');
+            }
+            key.push_str(part);
+        }
+        key
     }
 }
 

@@ -779,3 +779,12 @@ proptest! {
         }
     }
 }
+
+/// A circuit's key is kept in stored breaker state: its text is fixed, and
+/// the borrowed-parts form a gateway uses writes the same.
+#[test]
+fn a_circuit_key_is_style_base_url_and_model() {
+    let up = Upstream::new(Style::Gemini, "gemini-2.5-flash").with_base_url("http://127.0.0.1:9/v1beta");
+    assert_eq!(up.circuit_key(), "gemini http://127.0.0.1:9/v1beta gemini-2.5-flash");
+    assert_eq!(Upstream::circuit_key_of(Style::Anthropic, "http://h", ""), "anthropic http://h ");
+}

@@ -31,8 +31,6 @@ both_drivers!(
 const ALPHA: &str = "m-alpha";
 const BETA: &str = "m-beta";
 
-/// `alpha` takes two turns (a tool call first), `beta` one: `beta` finishes
-/// first, yet its result comes second.
 /// The parent's turns: both agents called in one turn, then its answer.
 fn parent_script() -> Script {
     script(vec![
@@ -41,6 +39,8 @@ fn parent_script() -> Script {
     ])
 }
 
+/// `alpha` takes two turns (a tool call first), `beta` one: `beta` finishes
+/// first, yet its result comes second.
 fn fake(gate: usize) -> FakeProvider {
     FakeProvider::start(
         Scripts::new(KEY)

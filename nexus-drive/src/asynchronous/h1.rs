@@ -46,7 +46,7 @@ impl AsyncRead for Tcp {
         match self.get_mut() {
             Tcp::Smol(s) => Pin::new(s).poll_read(cx, buf),
             #[cfg(feature = "serve")]
-            Tcp::Looped(s) => s.poll_read_buf(cx, buf),
+            Tcp::Looped(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -56,7 +56,7 @@ impl AsyncWrite for Tcp {
         match self.get_mut() {
             Tcp::Smol(s) => Pin::new(s).poll_write(cx, buf),
             #[cfg(feature = "serve")]
-            Tcp::Looped(s) => s.poll_write_buf(cx, buf),
+            Tcp::Looped(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -64,7 +64,7 @@ impl AsyncWrite for Tcp {
         match self.get_mut() {
             Tcp::Smol(s) => Pin::new(s).poll_flush(cx),
             #[cfg(feature = "serve")]
-            Tcp::Looped(_) => Poll::Ready(Ok(())),
+            Tcp::Looped(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -72,7 +72,7 @@ impl AsyncWrite for Tcp {
         match self.get_mut() {
             Tcp::Smol(s) => Pin::new(s).poll_close(cx),
             #[cfg(feature = "serve")]
-            Tcp::Looped(s) => Poll::Ready(s.shutdown_write()),
+            Tcp::Looped(s) => Pin::new(s).poll_close(cx),
         }
     }
 }
@@ -115,7 +115,7 @@ impl AsyncRead for Conn {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(&mut &**s).poll_read(cx, buf),
             #[cfg(feature = "serve")]
-            Conn::Looped(s) => s.poll_read_buf(cx, buf),
+            Conn::Looped(s) => Pin::new(s).poll_read(cx, buf),
             Conn::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
@@ -126,7 +126,7 @@ impl AsyncWrite for Conn {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(&mut &**s).poll_write(cx, buf),
             #[cfg(feature = "serve")]
-            Conn::Looped(s) => s.poll_write_buf(cx, buf),
+            Conn::Looped(s) => Pin::new(s).poll_write(cx, buf),
             Conn::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
@@ -135,7 +135,7 @@ impl AsyncWrite for Conn {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(&mut &**s).poll_flush(cx),
             #[cfg(feature = "serve")]
-            Conn::Looped(_) => Poll::Ready(Ok(())),
+            Conn::Looped(s) => Pin::new(s).poll_flush(cx),
             Conn::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
@@ -144,7 +144,7 @@ impl AsyncWrite for Conn {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(&mut &**s).poll_close(cx),
             #[cfg(feature = "serve")]
-            Conn::Looped(s) => Poll::Ready(s.shutdown_write()),
+            Conn::Looped(s) => Pin::new(s).poll_close(cx),
             Conn::Tls(s) => Pin::new(&mut **s).poll_close(cx),
         }
     }

@@ -164,18 +164,7 @@ impl Target {
     /// The key of this target's circuit breaker (style, base URL and model;
     /// see [`nexus_proto::Upstream::circuit_key`]).
     pub fn circuit_key(&self) -> String {
-        // The same text, written at once: every request asks for it, and
-        // `format!` through an `Upstream` built for it cost two copies and
-        // `fmt`'s machinery each time.
-        let (style, base, model) = (self.upstream.style.name(), &self.upstream.base_url, &self.model);
-        let mut key = String::with_capacity(style.len() + base.len() + model.len() + 2);
-        for (i, part) in [style, base, model].into_iter().enumerate() {
-            if i > 0 {
-                key.push(' ');
-            }
-            key.push_str(part);
-        }
-        key
+        nexus_proto::Upstream::circuit_key_of(self.upstream.style, &self.upstream.base_url, &self.model)
     }
 }
 

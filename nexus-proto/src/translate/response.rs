@@ -1,6 +1,7 @@
 //! Provider responses and errors → OpenAI `chat.completion` and error objects.
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::{fingerprint, finish_reason, id_token, CompletionMeta, TranslateError};
 use crate::error::{DecodeError, ProviderError, RemoteError};
@@ -30,10 +31,20 @@ pub fn response_to_openai_with(style: Style, body: &[u8], meta: &CompletionMeta)
         }
         return Ok(value);
     }
+    let (turn, meta) = decode_turn(style, body, meta)?;
+    Ok(turn_to_openai(&turn, &meta))
+}
+
+/// A provider's whole answer decoded, with the meta its completion reports.
+fn decode_turn(
+    style: Style,
+    body: &[u8],
+    meta: &CompletionMeta,
+) -> Result<(TurnResponse, CompletionMeta), TranslateError> {
     let meta = resolved(meta, body);
     let mut ids = call_ids(&meta);
     let turn = style.decode_response(body, &mut ids).map_err(|e| remote_error_to_openai(&e))?;
-    Ok(turn_to_openai(&turn, &meta))
+    Ok((turn, meta))
 }
 
 /// A translated `chat.completion` as bytes, and the usage it reports.
@@ -59,101 +70,122 @@ pub fn response_to_openai_bytes(
         response_to_openai_with(style, body, meta)?;
         return Ok(CompletionBytes { body: body.to_vec(), usage: None });
     }
-    let meta = resolved(meta, body);
-    let mut ids = call_ids(&meta);
-    let turn = style.decode_response(body, &mut ids).map_err(|e| remote_error_to_openai(&e))?;
+    let (turn, meta) = decode_turn(style, body, meta)?;
     Ok(CompletionBytes { body: turn_to_openai_bytes(&turn, &meta), usage: turn.usage_reported.then_some(turn.usage) })
 }
 
 /// [`turn_to_openai`] written straight to bytes: the same JSON, keys in
 /// OpenAI's order.
 pub fn turn_to_openai_bytes(turn: &TurnResponse, meta: &CompletionMeta) -> Vec<u8> {
-    use serde::Serialize;
-    #[derive(Serialize)]
-    struct Completion<'a> {
-        id: &'a str,
-        object: &'static str,
-        created: u64,
-        model: &'a str,
-        choices: [Choice<'a>; 1],
-        #[serde(skip_serializing_if = "Option::is_none")]
-        usage: Option<UsageOut>,
-    }
-    #[derive(Serialize)]
-    struct Choice<'a> {
-        index: u32,
-        message: MessageOut<'a>,
-        logprobs: (),
-        finish_reason: &'static str,
-    }
-    #[derive(Serialize)]
-    struct MessageOut<'a> {
-        role: &'static str,
-        content: Option<String>,
-        refusal: (),
-        #[serde(skip_serializing_if = "String::is_empty")]
-        reasoning_content: String,
-        #[serde(skip_serializing_if = "Vec::is_empty")]
-        tool_calls: Vec<CallOut<'a>>,
-    }
-    #[derive(Serialize)]
-    struct CallOut<'a> {
-        id: &'a str,
-        #[serde(rename = "type")]
-        kind: &'static str,
-        function: FunctionOut<'a>,
-    }
-    #[derive(Serialize)]
-    struct FunctionOut<'a> {
-        name: &'a str,
-        arguments: &'a str,
-    }
-    #[derive(Serialize)]
-    struct UsageOut {
-        prompt_tokens: u64,
-        completion_tokens: u64,
-        total_tokens: u64,
-    }
-    let text = turn.text();
-    let tool_calls: Vec<CallOut<'_>> = turn
-        .tool_calls()
-        .map(|c| CallOut {
-            id: &c.id,
-            kind: "function",
-            function: FunctionOut {
-                name: &c.name,
-                arguments: if c.arguments.is_empty() { "{}" } else { &c.arguments },
-            },
-        })
-        .collect();
-    let has_calls = !tool_calls.is_empty();
-    let completion = Completion {
-        id: &meta.id,
-        object: "chat.completion",
-        created: meta.created,
-        model: &meta.model,
-        choices: [Choice {
-            index: 0,
-            message: MessageOut {
-                role: "assistant",
-                content: (!(text.is_empty() && has_calls)).then_some(text),
-                refusal: (),
-                reasoning_content: reasoning_text(turn),
-                tool_calls,
-            },
-            logprobs: (),
-            finish_reason: finish_reason(turn.stop.reason, has_calls),
-        }],
-        usage: turn.usage_reported.then_some(UsageOut {
+    let mut out = Vec::with_capacity(512);
+    // Writing plain structs of strings and numbers into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut out, &Completion::of(turn, meta));
+    out
+}
+
+/// A `chat.completion`, borrowed from the turn and its meta: the one shape
+/// both [`turn_to_openai`] and [`turn_to_openai_bytes`] write.
+#[derive(Serialize)]
+struct Completion<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [Choice<'a>; 1],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<UsageOut>,
+}
+
+#[derive(Serialize)]
+struct Choice<'a> {
+    index: u32,
+    message: MessageOut<'a>,
+    logprobs: (),
+    finish_reason: &'static str,
+}
+
+#[derive(Serialize)]
+struct MessageOut<'a> {
+    role: &'static str,
+    content: Option<String>,
+    refusal: (),
+    #[serde(skip_serializing_if = "String::is_empty")]
+    reasoning_content: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<CallOut<'a>>,
+}
+
+#[derive(Serialize)]
+struct CallOut<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionOut<'a>,
+}
+
+/// A call's `function`: its name and argument text (stream chunks write it too).
+#[derive(Serialize)]
+pub(super) struct FunctionOut<'a> {
+    pub(super) name: &'a str,
+    pub(super) arguments: &'a str,
+}
+
+/// `usage` as Chat Completions reports it.
+#[derive(Serialize)]
+pub(super) struct UsageOut {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: u64,
+}
+
+impl UsageOut {
+    pub(super) fn of(turn: &TurnResponse) -> UsageOut {
+        UsageOut {
             prompt_tokens: turn.usage.prompt_tokens,
             completion_tokens: turn.usage.completion_tokens,
             total_tokens: turn.usage.total_tokens,
-        }),
-    };
-    let mut out = Vec::with_capacity(512);
-    // Writing plain structs of strings and numbers into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut out, &completion);
-    out
+        }
+    }
+}
+
+impl<'a> Completion<'a> {
+    /// Text (or `null` beside tool calls), every tool call in provider order
+    /// with its raw argument text (`{}`, the text of "no arguments", for a
+    /// call that had none), the finish reason and usage when reported.
+    fn of(turn: &'a TurnResponse, meta: &'a CompletionMeta) -> Completion<'a> {
+        let text = turn.text();
+        let tool_calls: Vec<CallOut<'_>> = turn
+            .tool_calls()
+            .map(|c| CallOut {
+                id: &c.id,
+                kind: "function",
+                function: FunctionOut {
+                    name: &c.name,
+                    arguments: if c.arguments.is_empty() { "{}" } else { &c.arguments },
+                },
+            })
+            .collect();
+        let has_calls = !tool_calls.is_empty();
+        Completion {
+            id: &meta.id,
+            object: "chat.completion",
+            created: meta.created,
+            model: &meta.model,
+            choices: [Choice {
+                index: 0,
+                message: MessageOut {
+                    role: "assistant",
+                    content: (!(text.is_empty() && has_calls)).then_some(text),
+                    refusal: (),
+                    reasoning_content: reasoning_text(turn),
+                    tool_calls,
+                },
+                logprobs: (),
+                finish_reason: finish_reason(turn.stop.reason, has_calls),
+            }],
+            usage: turn.usage_reported.then(|| UsageOut::of(turn)),
+        }
+    }
 }
 
 /// The meta with its id filled in: the provider's response id when the body
@@ -251,45 +283,8 @@ fn id_keys(body: &[u8]) -> Option<Option<String>> {
 /// Reasoning text, which Chat Completions has no field for, goes in
 /// `reasoning_content`, as compatible servers send it.
 pub fn turn_to_openai(turn: &TurnResponse, meta: &CompletionMeta) -> Value {
-    let text = turn.text();
-    let calls: Vec<Value> = turn.tool_calls().map(|c| tool_call_json(&c.id, &c.name, &c.arguments)).collect();
-    let mut message = Map::new();
-    message.insert("role".into(), json!("assistant"));
-    let content = if text.is_empty() && !calls.is_empty() { Value::Null } else { Value::String(text) };
-    message.insert("content".into(), content);
-    message.insert("refusal".into(), Value::Null);
-    let reasoning = reasoning_text(turn);
-    if !reasoning.is_empty() {
-        message.insert("reasoning_content".into(), Value::String(reasoning));
-    }
-    let has_calls = !calls.is_empty();
-    if has_calls {
-        message.insert("tool_calls".into(), Value::Array(calls));
-    }
-    let mut out = json!({
-        "id": meta.id,
-        "object": "chat.completion",
-        "created": meta.created,
-        "model": meta.model,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "logprobs": null,
-            "finish_reason": finish_reason(turn.stop.reason, has_calls),
-        }],
-    });
-    if turn.usage_reported {
-        out["usage"] = usage_json(turn);
-    }
-    out
-}
-
-pub(crate) fn usage_json(turn: &TurnResponse) -> Value {
-    json!({
-        "prompt_tokens": turn.usage.prompt_tokens,
-        "completion_tokens": turn.usage.completion_tokens,
-        "total_tokens": turn.usage.total_tokens,
-    })
+    // A struct of strings and numbers always has a JSON tree.
+    serde_json::to_value(Completion::of(turn, meta)).unwrap_or(Value::Null)
 }
 
 fn reasoning_text(turn: &TurnResponse) -> String {
@@ -300,13 +295,6 @@ fn reasoning_text(turn: &TurnResponse) -> String {
             _ => None,
         })
         .collect()
-}
-
-/// `{id, type:"function", function:{name, arguments}}`. A call with no
-/// argument text at all says `{}`, the text of "no arguments".
-pub(crate) fn tool_call_json(id: &str, name: &str, arguments: &str) -> Value {
-    let arguments = if arguments.is_empty() { "{}" } else { arguments };
-    json!({ "id": id, "type": "function", "function": { "name": name, "arguments": arguments } })
 }
 
 /// A provider error response (status and body) → the OpenAI error, keeping

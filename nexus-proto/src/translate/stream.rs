@@ -9,9 +9,8 @@
 //! response would: the finish reason, then usage when it was asked for.
 
 use serde::Serialize;
-use serde_json::json;
 
-use super::response::{call_ids, provider_id, remote_error_to_openai, resolved, usage_json};
+use super::response::{call_ids, provider_id, remote_error_to_openai, resolved, FunctionOut, UsageOut};
 use super::{finish_reason, CompletionMeta, TranslateError};
 use crate::event::StreamEvent;
 use crate::provider::{Assembler, CallIds, Style};
@@ -153,14 +152,14 @@ impl StreamTranslator {
         let has_calls = turn.tool_calls().next().is_some() || !self.calls.is_empty();
         out.push(self.chunk(Empty {}, Some(finish_reason(turn.stop.reason, has_calls))));
         if self.include_usage && turn.usage_reported {
-            let usage = json!({
-                "id": self.meta.id,
-                "object": "chat.completion.chunk",
-                "created": self.meta.created,
-                "model": self.meta.model,
-                "choices": [],
-                "usage": usage_json(&turn),
-            });
+            let usage = UsageChunk {
+                id: &self.meta.id,
+                object: "chat.completion.chunk",
+                created: self.meta.created,
+                model: &self.meta.model,
+                choices: [],
+                usage: UsageOut::of(&turn),
+            };
             out.push(super::surface::data_event(&usage));
         }
         out.push("data: [DONE]\n\n".to_string());
@@ -197,7 +196,7 @@ impl StreamTranslator {
                         index,
                         id,
                         kind: "function",
-                        function: NamedArguments { name, arguments: "" },
+                        function: FunctionOut { name, arguments: "" },
                     }],
                 };
                 out.push(self.chunk(delta, None));
@@ -252,6 +251,17 @@ struct Chunk<'a, D> {
     choices: [ChunkChoice<D>; 1],
 }
 
+/// The last chunk of a stream that asked for usage: no choices, the counts.
+#[derive(Serialize)]
+struct UsageChunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [(); 0],
+    usage: UsageOut,
+}
+
 #[derive(Serialize)]
 struct ChunkChoice<D> {
     index: u32,
@@ -290,13 +300,7 @@ struct CallStart<'a> {
     id: &'a str,
     #[serde(rename = "type")]
     kind: &'static str,
-    function: NamedArguments<'a>,
-}
-
-#[derive(Serialize)]
-struct NamedArguments<'a> {
-    name: &'a str,
-    arguments: &'a str,
+    function: FunctionOut<'a>,
 }
 
 #[derive(Serialize)]

@@ -56,7 +56,8 @@ pub(crate) struct Remote {
     /// Whether the waker has been rung since the loop last took the queue.
     rung: AtomicBool,
     waker: mio::Waker,
-    /// Sockets dropped on another thread, to be forgotten by this loop.
+    /// Sockets dropped on another thread (or while the sources were
+    /// borrowed), to be forgotten by this loop when it takes its remote side.
     released: Mutex<Vec<usize>>,
     halted: AtomicBool,
 }
@@ -252,19 +253,21 @@ fn run_tasks(local: &Local) {
         runnable.run();
         ran += 1;
     }
+}
+
+/// Takes what other threads left since the waker was rung: tasks onto the
+/// local queue, sockets dropped there out of the sources. Whether any task
+/// came.
+fn take_remote(local: &Local) -> bool {
+    if !local.remote.rung.swap(false, Ordering::AcqRel) {
+        return false;
+    }
     let released = std::mem::take(&mut *local.remote.released.lock().unwrap_or_else(|e| e.into_inner()));
     if !released.is_empty() {
         let mut sources = local.sources.borrow_mut();
         for token in released {
             sources.try_remove(token);
         }
-    }
-}
-
-/// Moves the remote queue onto the local one; whether it held anything.
-fn take_remote(local: &Local) -> bool {
-    if !local.remote.rung.swap(false, Ordering::AcqRel) {
-        return false;
     }
     let taken = std::mem::take(&mut *local.remote.queue.lock().unwrap_or_else(|e| e.into_inner()));
     let any = !taken.is_empty();

@@ -141,7 +141,7 @@ impl Registered {
 impl Drop for Registered {
     fn drop(&mut self) {
         // Closing the descriptor takes it out of epoll; the loop forgets the
-        // token now, or at its next turn when dropped elsewhere.
+        // token now, or, when dropped elsewhere, once the ring wakes it.
         let mine = current().filter(|l| Arc::ptr_eq(&l.remote, &self.owner));
         let removed = mine.as_ref().is_some_and(|l| match l.sources.try_borrow_mut() {
             Ok(mut sources) => {
@@ -152,6 +152,7 @@ impl Drop for Registered {
         });
         if !removed {
             self.owner.released.lock().unwrap_or_else(|e| e.into_inner()).push(self.token);
+            self.owner.ring();
         }
     }
 }

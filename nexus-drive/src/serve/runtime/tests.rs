@@ -192,3 +192,18 @@ fn stopping_drops_waiting_tasks_and_closes_their_sockets() {
     let mut buf = [0u8; 1];
     assert_eq!(c.read(&mut buf).unwrap(), 0);
 }
+
+/// A socket dropped on another thread is forgotten by its loop, which is
+/// rung for it: its slot does not outlive it.
+#[test]
+fn a_stream_dropped_on_another_thread_leaves_its_loop() {
+    let (_rt, h) = one_loop();
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = std_listener.local_addr().unwrap().port();
+    let sources = || block_on(h.spawn(async { current().map(|l| l.sources.borrow().len()) }));
+    let stream = block_on(h.spawn(async move { connect("127.0.0.1", port, Duration::from_secs(5)).await })).unwrap();
+    let _accepted = std_listener.accept().unwrap();
+    assert_eq!(sources(), Some(1));
+    drop(stream);
+    assert_eq!(sources(), Some(0));
+}
