@@ -114,6 +114,26 @@ fn a_fallback_spec_is_checked() {
 /// version one) still replays: the replayed machine writes version 2, which
 /// agrees with the recording on everything version one knew.
 #[test]
+fn a_cassette_recorded_before_announced_turn_still_replays() {
+    let dir = scratch("pre-announced-cassette");
+    let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cassettes/demo-anthropic.jsonl");
+    let text = std::fs::read_to_string(&demo).unwrap_or_else(|e| panic!("{}: {e}", demo.display()));
+    assert!(text.contains(r#","announcedTurn":1}"#), "the demo's stored state records its announced turn");
+    // What a build of format 3 wrote before the state recorded it.
+    std::fs::write(dir.join("older.jsonl"), text.replace(r#","announcedTurn":1}"#, "}")).unwrap_or_default();
+    let mut replay = nexus(&dir, None);
+    replay.args(["replay", "older.jsonl"]);
+    let out = run(&mut replay).expect(0);
+    assert!(out.stdout.contains("replay matches the recording"), "{}", out.stdout);
+    // A recorded value that differs still fails it.
+    std::fs::write(dir.join("other.jsonl"), text.replace(r#","announcedTurn":1}"#, r#","announcedTurn":2}"#))
+        .unwrap_or_default();
+    let mut replay = nexus(&dir, None);
+    replay.args(["replay", "other.jsonl"]);
+    run(&mut replay).expect(1);
+}
+
+#[test]
 fn a_cassette_with_format_1_states_still_replays() {
     let dir = scratch("format-1-cassette");
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -213,6 +213,15 @@ pub(crate) struct RunState {
     /// The context budget's record (see `context`). Format 3 on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<crate::context::ContextState>,
+    /// The turn a `TurnStarted` was last emitted for: not again for a
+    /// failover, a strategy fallback or a compaction of that turn, in this
+    /// process or after a restore. Format 3 on; absent (0) before the first.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub announced_turn: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The response being read; not part of the state (a restored run re-sends).
@@ -262,8 +271,6 @@ pub struct Run {
     open_until: Vec<Option<Timestamp>>,
     /// Outcomes of exchanges not yet handed to the breakers: (upstream, ok, at).
     reports: Vec<(usize, bool, Timestamp)>,
-    /// The turn a `TurnStarted` was last emitted for (not again after a failover).
-    announced_turn: u32,
     /// The typed output's validator and request shapes.
     output: crate::output::OutputRule,
     /// Routing to the children of sub-agent calls (memory only).
@@ -322,6 +329,7 @@ impl Run {
             output,
             agents,
             context: None,
+            announced_turn: 0,
         };
         Ok(Run::from_state(state, check))
     }
@@ -338,7 +346,6 @@ impl Run {
             delta_scratch: Vec::new(),
             open_until: Vec::new(),
             reports: Vec::new(),
-            announced_turn: 0,
             output: crate::output::OutputRule::with_check(output_check),
             agent_live: crate::agent::Live::default(),
         }
@@ -355,7 +362,6 @@ impl Run {
             delta_scratch: Vec::new(),
             open_until: self.open_until.clone(),
             reports: self.reports.clone(),
-            announced_turn: self.announced_turn,
             output: self.output.clone(),
             agent_live: self.agent_live.clone(),
         }
@@ -943,8 +949,8 @@ impl Run {
         };
         self.state.next_exchange += 1;
         let turn = self.state.turns + 1;
-        if attempt == 0 && self.announced_turn != turn && !side {
-            self.announced_turn = turn;
+        if attempt == 0 && self.state.announced_turn != turn && !side {
+            self.state.announced_turn = turn;
             self.events.push_back(StreamEvent::TurnStarted { turn });
         }
         self.inflight = Some(Inflight {
@@ -1014,9 +1020,13 @@ impl Run {
         let Some(mut f) = self.inflight.take() else { return };
         let status = f.status.unwrap_or(0);
         if crate::context::counting(&self.state) {
-            // A token count answered (or failed: the estimate stands); the request is built again.
+            // A token count answered (or failed: the estimate stands); the
+            // request is built again, at the attempt the count was asked for:
+            // a count between retries must not give the retry budget back.
             crate::context::accept_count(&mut self.state, status, &f.body);
-            self.state.phase = Phase::Ready { attempt: 0 };
+            if let Phase::Awaiting { attempt, .. } = self.state.phase {
+                self.state.phase = Phase::Ready { attempt };
+            }
             return;
         }
         if !(200..300).contains(&status) {

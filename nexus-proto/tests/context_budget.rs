@@ -535,6 +535,75 @@ fn a_token_count_near_the_trigger_decides_instead_of_the_estimate() {
     assert!(counts.is_empty() && compactions >= 1 && outcome == Outcome::Done);
 }
 
+/// Drives one turn whose model requests all fail with a 500 while every
+/// token count is answered, restarting the process (snapshot → restore) once
+/// while the first model request is in flight. Returns how many model
+/// requests and counts went out, the `turn_started` events, and the outcome.
+fn drive_failing_upstream_with_counts(retries: u32) -> (usize, usize, usize, Outcome) {
+    let mut cfg = config(Style::Anthropic, false, 6_000);
+    cfg.retry.retries = retries;
+    // Every request within twice the trigger is counted first: each retry too.
+    cfg.context.as_mut().unwrap().count_margin = Some(1.0);
+    let mut run = Run::new(cfg, tools(), vec![Message::user("Read every file.")]).unwrap();
+    let (mut sends, mut counts, mut started, mut now, mut restarted) = (0, 0, 0, NOW, false);
+    let mut open = None;
+    for _ in 0..1_000 {
+        match run.poll_output() {
+            Output::Send(req) => {
+                let count = req.url.ends_with("/count_tokens");
+                if count {
+                    counts += 1;
+                } else {
+                    sends += 1;
+                }
+                open = Some((req.exchange, count));
+            }
+            Output::Event(StreamEvent::TurnStarted { .. }) => started += 1,
+            Output::Event(_) => {}
+            Output::Wait { until: None } => {
+                let (ex, count) = open.take().expect("a run waits on its request");
+                if !count && !restarted {
+                    // The process ends with the request in flight; another one takes over.
+                    restarted = true;
+                    run = Run::restore(&run.snapshot()).unwrap();
+                    continue;
+                }
+                let (status, body) = match count {
+                    true => (200, r#"{"input_tokens":120}"#),
+                    false => (500, r#"{"type":"error","error":{"type":"api_error","message":"down"}}"#),
+                };
+                let head = Input::ResponseHead {
+                    exchange: ex,
+                    status,
+                    headers: vec![("content-type".into(), "application/json".into())],
+                };
+                run.handle_input(now, head).unwrap();
+                run.handle_input(now, Input::ResponseBody { exchange: ex, chunk: body.as_bytes() }).unwrap();
+                run.handle_input(now, Input::ResponseEnd { exchange: ex }).unwrap();
+            }
+            Output::Wait { until: Some(t) } => {
+                now = Timestamp(now.0.max(t.0));
+                run.handle_input(now, Input::Timeout).unwrap();
+            }
+            Output::Done(o) => return (sends, counts, started, o),
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("no end after 1,000 outputs: a count gave the retries back")
+}
+
+#[test]
+fn a_count_between_retries_gives_no_retry_back_and_a_turn_is_announced_once() {
+    for retries in [0, 1, 3] {
+        let (sends, counts, started, outcome) = drive_failing_upstream_with_counts(retries);
+        assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
+        // The first request, sent again after the restart, then one per retry.
+        assert_eq!(sends, retries as usize + 2, "retries: {retries}");
+        assert_eq!(counts, sends, "each request built was counted first");
+        assert_eq!(started, 1, "turn 1 announced once, across retries and the restart");
+    }
+}
+
 #[test]
 fn bad_policies_are_refused() {
     let mut cfg = config(Style::OpenAi, false, 1_000);

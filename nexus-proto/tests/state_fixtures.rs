@@ -161,6 +161,37 @@ fn every_released_state_version_loads_and_finishes() {
 }
 
 #[test]
+fn a_version_3_state_written_before_announced_turn_loads_and_announces_its_next_turn_once() {
+    let name = format!("v{FORMAT_VERSION}-openai-failed-over-to-anthropic.json");
+    let bytes = String::from_utf8(std::fs::read(dir().join(&name)).unwrap()).unwrap();
+    let older = bytes.replace(r#","announcedTurn":1"#, "");
+    assert_ne!(older, bytes, "{name}: turn 1 was announced");
+    let run = Run::restore(older.as_bytes()).unwrap();
+    assert_eq!(
+        String::from_utf8(run.snapshot()).unwrap(),
+        older,
+        "a run that announced nothing writes no announcedTurn"
+    );
+    let reqs = run.outstanding();
+    let mut sim = Sim::from_run(run, script());
+    for r in reqs {
+        let mut data = Map::new();
+        data.insert("output".into(), json!("relayed"));
+        sim.answer(Answer::ok(r.id, Some(data))).unwrap();
+    }
+    assert_eq!(sim.drive(&mut tool), Stop::Done(Outcome::Done));
+    let started: Vec<u32> = sim
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            nexus_proto::StreamEvent::TurnStarted { turn } => Some(*turn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, [2]);
+}
+
+#[test]
 fn unknown_versions_and_garbage_are_typed_errors() {
     assert!(matches!(
         Run::restore(b"{\"format_version\":999}"),

@@ -521,11 +521,41 @@ fn same_after_migration(recorded: &[u8], mine: &[u8]) -> bool {
     };
     let older =
         old.get("format_version").and_then(serde_json::Value::as_u64).is_some_and(|v| v < nexus_proto::FORMAT_VERSION);
-    for key in ["format_version", "upstream", "served", "failovers"] {
-        old.remove(key);
-        new.remove(key);
+    if older {
+        for key in ["format_version", "upstream", "served", "failovers"] {
+            old.remove(key);
+            new.remove(key);
+        }
     }
-    older && old == new
+    // A member a later build of the same version added: a recording made
+    // before it holds it in none of its run states (a parent's or a child's).
+    let predates_announced = !recorded.windows(ANNOUNCED.len()).any(|w| w == ANNOUNCED.as_bytes());
+    if predates_announced {
+        forget_announced(&mut new);
+    }
+    (older || predates_announced) && old == new
+}
+
+const ANNOUNCED: &str = "\"announcedTurn\"";
+
+/// Drops `announcedTurn` from a run state and the child run states nested in it.
+fn forget_announced(state: &mut serde_json::Map<String, serde_json::Value>) {
+    if state.contains_key("runId") {
+        state.remove("announcedTurn");
+    }
+    for value in state.values_mut() {
+        match value {
+            serde_json::Value::Object(o) => forget_announced(o),
+            serde_json::Value::Array(items) => {
+                for item in items.iter_mut() {
+                    if let serde_json::Value::Object(o) = item {
+                        forget_announced(o);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 fn first_difference(a: &[u8], b: &[u8]) -> usize {
