@@ -580,6 +580,45 @@ fn malformed_conversations_are_refused_with_their_place() {
 }
 
 #[test]
+fn malformed_tools_are_refused_with_their_place_from_bytes_as_from_a_tree() {
+    let f = |function: Value| json!({"type": "function", "function": function});
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({"type": "function"}), "tools"),
+        (json!([5]), "tools[0].type"),
+        (json!([{"type": "retrieval"}]), "tools[0].type"),
+        (json!([{"type": "function"}]), "tools[0].function"),
+        (json!([f(json!({"name": "get weather"}))]), "tools[0].function.name"),
+        (json!([f(json!({"name": 5}))]), "tools[0].function.name"),
+        (json!([weather_tool(), weather_tool()]), "tools[1].function.name"),
+        (json!([f(json!({"name": "a", "description": 5}))]), "tools[0].function.description"),
+        (json!([f(json!({"name": "a", "parameters": "object"}))]), "tools[0].function.parameters"),
+        (json!([f(json!({"name": "a", "strict": "yes"}))]), "tools[0].function.strict"),
+    ];
+    for (tools, param) in cases {
+        for style in [Style::Anthropic, Style::Gemini, Style::OpenAiResponses] {
+            let req =
+                json!({"model": "gemini-2.5-flash", "messages": [{"role": "user", "content": "hi"}], "tools": tools});
+            let from_tree = refused(style, &req);
+            assert_eq!(from_tree.param.as_deref(), Some(param), "{style:?} {req}: {from_tree}");
+            let from_bytes = openai_request_bytes_to(style, req.to_string().as_bytes()).unwrap_err();
+            assert_eq!(from_bytes, from_tree, "{style:?} {req}");
+        }
+    }
+    // Declarations read well go out the same from either entry point.
+    let tools = json!([
+        weather_tool(),
+        add_tool(),
+        f(json!({"name": "bare"})),
+        f(json!({"name": "n", "description": null, "parameters": null, "strict": null}))
+    ]);
+    for style in [Style::Anthropic, Style::Gemini, Style::OpenAiResponses] {
+        let req = json!({"model": "gemini-2.5-flash", "messages": [{"role": "user", "content": "hi"}], "tools": tools});
+        let from_bytes = openai_request_bytes_to(style, req.to_string().as_bytes()).unwrap();
+        assert_eq!(from_bytes, translate(style, &req), "{style:?}");
+    }
+}
+
+#[test]
 fn the_model_is_required() {
     for style in [Style::Anthropic, Style::Gemini, Style::OpenAi] {
         let e = refused(style, &json!({"messages": [{"role": "user", "content": "hi"}]}));

@@ -9,13 +9,14 @@
 //! are left out and named in [`SurfaceRequest::dropped`].
 
 use std::collections::HashMap;
+use std::fmt;
 
 use serde_json::{Map, Value};
 
 use super::conversation::{check_tool_name, image_block};
 use super::request::{gemini_model, number, opt_bool, Choice, Format, Neutral, Settings};
 use super::surface::{finish_request, Dropped, SurfaceRequest};
-use super::{TranslateError, TranslatedRequest};
+use super::{Field, Item, TranslateError, TranslatedRequest};
 use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock};
 use crate::provider::Style;
 use crate::tool::ToolDecl;
@@ -199,7 +200,7 @@ impl Decoder {
         };
         let (mut decls, mut strict) = (Vec::<ToolDecl>::new(), Vec::new());
         for (i, tool) in items.iter().enumerate() {
-            let at = format!("tools[{i}]");
+            let at = Item("tools", i);
             let kind = tool.get("type").and_then(Value::as_str);
             if !matches!(kind, None | Some("custom")) || tool.get("input_schema").is_none() {
                 // A server tool (web search, code execution, …) runs at Anthropic only.
@@ -207,7 +208,7 @@ impl Decoder {
                 continue;
             }
             let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
-            check_tool_name(self.style, name, &format!("{at}.name"))?;
+            check_tool_name(self.style, name, Field(at, "name"))?;
             if decls.iter().any(|d| d.name == name) {
                 return Err(TranslateError::invalid(format!("{at}.name"), format!("tool name {name:?} is not unique")));
             }
@@ -219,14 +220,14 @@ impl Decoder {
                 Some(v @ Value::Object(_)) => v.clone(),
                 _ => return Err(TranslateError::invalid(format!("{at}.input_schema"), "must be a JSON schema object")),
             };
-            strict.push(opt_bool(tool.get("strict"), &format!("{at}.strict"))?.unwrap_or(false));
+            strict.push(opt_bool(tool.get("strict"), Field(at, "strict"))?.unwrap_or(false));
             decls.push(ToolDecl::new(name, description, schema));
         }
         Ok((decls, strict))
     }
 
     /// A `system` value (string or text blocks) as text.
-    fn system_text(&mut self, value: &Value, at: &str) -> Result<String, TranslateError> {
+    fn system_text(&mut self, value: &Value, at: impl fmt::Display) -> Result<String, TranslateError> {
         match value {
             Value::String(s) => Ok(s.clone()),
             Value::Array(blocks) => {
@@ -247,7 +248,7 @@ impl Decoder {
                 }
                 Ok(text.join("\n\n"))
             }
-            _ => Err(TranslateError::invalid(at, "must be a string or an array of text blocks")),
+            _ => Err(TranslateError::invalid(at.to_string(), "must be a string or an array of text blocks")),
         }
     }
 
@@ -261,7 +262,7 @@ impl Decoder {
         };
         let mut out: Vec<Message> = Vec::with_capacity(items.len());
         for (i, m) in items.iter().enumerate() {
-            let at = format!("messages[{i}]");
+            let at = Item("messages", i);
             let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
             let content = m.get("content").unwrap_or(&Value::Null);
             let role = match role {
@@ -269,14 +270,14 @@ impl Decoder {
                 "assistant" => Role::Assistant,
                 // Newer clients put system instructions inline; they join the system prompt.
                 "system" | "developer" => {
-                    system.push(self.system_text(content, &format!("{at}.content"))?);
+                    system.push(self.system_text(content, Field(at, "content"))?);
                     continue;
                 }
                 other => {
                     return Err(TranslateError::invalid(format!("{at}.role"), format!("unknown role {other:?}")));
                 }
             };
-            let blocks = self.content(role, content, &format!("{at}.content"))?;
+            let blocks = self.content(role, content, Field(at, "content"))?;
             if blocks.is_empty() {
                 continue;
             }
@@ -288,15 +289,20 @@ impl Decoder {
         Ok(out)
     }
 
-    fn content(&mut self, role: Role, content: &Value, at: &str) -> Result<Vec<Block>, TranslateError> {
+    fn content(
+        &mut self,
+        role: Role,
+        content: &Value,
+        at: impl fmt::Display + Copy,
+    ) -> Result<Vec<Block>, TranslateError> {
         let blocks = match content {
             Value::String(s) => return Ok(vec![Block::text(s.as_str())]),
             Value::Array(blocks) => blocks,
-            _ => return Err(TranslateError::invalid(at, "content must be a string or an array of blocks")),
+            _ => return Err(TranslateError::invalid(at.to_string(), "content must be a string or an array of blocks")),
         };
         let mut out = Vec::with_capacity(blocks.len());
         for (j, b) in blocks.iter().enumerate() {
-            let at = format!("{at}[{j}]");
+            let at = Item(at, j);
             if b.get("cache_control").is_some_and(|c| !c.is_null()) {
                 self.dropped.add("cache_control");
             }
@@ -309,10 +315,10 @@ impl Decoder {
                         .ok_or_else(|| TranslateError::invalid(format!("{at}.text"), "must be a string"))?;
                     out.push(Block::text(text));
                 }
-                ("image", _) => out.push(self.image(b, &at)?),
+                ("image", _) => out.push(self.image(b, at)?),
                 ("tool_use", Role::Assistant) => {
-                    let id = str_field(b, "id", &at)?;
-                    let name = str_field(b, "name", &at)?;
+                    let id = str_field(b, "id", at)?;
+                    let name = str_field(b, "name", at)?;
                     let input = match b.get("input") {
                         Some(v @ Value::Object(_)) => v.clone(),
                         None | Some(Value::Null) => Value::Object(Map::new()),
@@ -328,16 +334,15 @@ impl Decoder {
                     }));
                 }
                 ("tool_result", Role::User) => {
-                    let id = str_field(b, "tool_use_id", &at)?;
+                    let id = str_field(b, "tool_use_id", at)?;
                     let name = self.names.get(id).cloned().ok_or_else(|| {
                         TranslateError::invalid(
                             format!("{at}.tool_use_id"),
                             format!("tool_use_id {id:?} answers no tool_use block of an earlier assistant message"),
                         )
                     })?;
-                    let output =
-                        self.result_text(b.get("content").unwrap_or(&Value::Null), &format!("{at}.content"))?;
-                    let is_error = opt_bool(b.get("is_error"), &format!("{at}.is_error"))?.unwrap_or(false);
+                    let output = self.result_text(b.get("content").unwrap_or(&Value::Null), Field(at, "content"))?;
+                    let is_error = opt_bool(b.get("is_error"), Field(at, "is_error"))?.unwrap_or(false);
                     out.push(Block::ToolResult(ToolResultBlock { call_id: id.to_string(), name, output, is_error }));
                 }
                 // Signed reasoning only means something to the model that signed it.
@@ -348,7 +353,7 @@ impl Decoder {
                 }
                 _ => {
                     return Err(TranslateError::unsupported(
-                        at,
+                        at.to_string(),
                         self.style,
                         format!("{kind:?} blocks in a {} message have no counterpart", role_name(role)),
                     ))
@@ -358,20 +363,20 @@ impl Decoder {
         Ok(out)
     }
 
-    fn image(&mut self, b: &Value, at: &str) -> Result<Block, TranslateError> {
+    fn image(&mut self, b: &Value, at: impl fmt::Display + Copy) -> Result<Block, TranslateError> {
         let source = b.get("source").unwrap_or(&Value::Null);
         match source.get("type").and_then(Value::as_str) {
             Some("base64") => {
-                let media_type = str_field(source, "media_type", &format!("{at}.source"))?;
-                let data = str_field(source, "data", &format!("{at}.source"))?;
+                let media_type = str_field(source, "media_type", Field(at, "source"))?;
+                let data = str_field(source, "data", Field(at, "source"))?;
                 Ok(Block::Image {
                     media_type: media_type.to_string(),
                     source: ImageSource::Base64 { data: data.to_string() },
                 })
             }
             Some("url") => {
-                let url = str_field(source, "url", &format!("{at}.source"))?;
-                image_block(self.style, url, &format!("{at}.source.url"))
+                let url = str_field(source, "url", Field(at, "source"))?;
+                image_block(self.style, url, Field(at, "source.url"))
             }
             _ => Err(TranslateError::unsupported(
                 format!("{at}.source.type"),
@@ -382,7 +387,7 @@ impl Decoder {
     }
 
     /// A tool result's content as text (text blocks joined; other blocks refused).
-    fn result_text(&mut self, content: &Value, at: &str) -> Result<String, TranslateError> {
+    fn result_text(&mut self, content: &Value, at: impl fmt::Display) -> Result<String, TranslateError> {
         match content {
             Value::Null => Ok(String::new()),
             Value::String(s) => Ok(s.clone()),
@@ -402,7 +407,7 @@ impl Decoder {
                 }
                 Ok(text)
             }
-            _ => Err(TranslateError::invalid(at, "must be a string or an array of blocks")),
+            _ => Err(TranslateError::invalid(at.to_string(), "must be a string or an array of blocks")),
         }
     }
 }
@@ -414,7 +419,7 @@ fn role_name(role: Role) -> &'static str {
     }
 }
 
-fn str_field<'a>(v: &'a Value, key: &str, at: &str) -> Result<&'a str, TranslateError> {
+fn str_field<'a>(v: &'a Value, key: &str, at: impl fmt::Display) -> Result<&'a str, TranslateError> {
     v.get(key)
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())

@@ -3,11 +3,12 @@
 //! translation (see the table in [`super::request`]).
 
 use std::collections::HashMap;
+use std::fmt;
 
 use serde_json::{json, Map, Value};
 
 use super::request::{opt_bool, opt_str, unknown};
-use super::TranslateError;
+use super::{Field, Item, TranslateError};
 use crate::message::{Block, ImageSource, Message, Role, ToolCall, ToolResultBlock};
 use crate::provider::Style;
 use crate::tool::{sanitize_name, ToolDecl};
@@ -21,8 +22,10 @@ pub(super) const GEMINI_SKIP_SIGNATURE: &str = "skip_thought_signature_validator
 
 // ---------------------------------------------------------------- tools
 
-/// The declared tools, and which of them asked for `strict`.
-pub(super) fn read_tools(style: Style, tools: Option<&Value>) -> Result<(Vec<ToolDecl>, Vec<bool>), TranslateError> {
+/// The declared tools, and which of them asked for `strict`. The tools are
+/// taken, not borrowed: each schema, name and description moves into its
+/// declaration instead of being copied.
+pub(super) fn read_tools(style: Style, tools: Option<Value>) -> Result<(Vec<ToolDecl>, Vec<bool>), TranslateError> {
     let items = match tools {
         None | Some(Value::Null) => return Ok((Vec::new(), Vec::new())),
         Some(Value::Array(items)) => items,
@@ -30,8 +33,8 @@ pub(super) fn read_tools(style: Style, tools: Option<&Value>) -> Result<(Vec<Too
     };
     let mut decls: Vec<ToolDecl> = Vec::with_capacity(items.len());
     let mut strict = Vec::with_capacity(items.len());
-    for (i, tool) in items.iter().enumerate() {
-        let at = format!("tools[{i}]");
+    for (i, tool) in items.into_iter().enumerate() {
+        let at = Item("tools", i);
         let kind = tool.get("type").and_then(Value::as_str);
         if kind != Some("function") {
             return Err(TranslateError::unsupported(
@@ -40,22 +43,33 @@ pub(super) fn read_tools(style: Style, tools: Option<&Value>) -> Result<(Vec<Too
                 format!("only `function` tools can be translated, not {kind:?}"),
             ));
         }
-        let f = tool
-            .get("function")
-            .and_then(Value::as_object)
-            .ok_or_else(|| TranslateError::invalid(format!("{at}.function"), "a function object is required"))?;
-        let name = f.get("name").and_then(Value::as_str).unwrap_or_default();
-        check_tool_name(style, name, &format!("{at}.function.name"))?;
+        let Some(Value::Object(mut f)) = (match tool {
+            Value::Object(mut tool) => tool.remove("function"),
+            _ => None,
+        }) else {
+            return Err(TranslateError::invalid(format!("{at}.function"), "a function object is required"));
+        };
+        let name = match f.remove("name") {
+            Some(Value::String(name)) => name,
+            _ => String::new(),
+        };
+        check_tool_name(style, &name, Field(at, "function.name"))?;
         if decls.iter().any(|d| d.name == name) {
             return Err(TranslateError::invalid(
                 format!("{at}.function.name"),
                 format!("tool name {name:?} is declared twice"),
             ));
         }
-        let description = opt_str(f.get("description"), &format!("{at}.function.description"))?.unwrap_or_default();
-        let schema = match f.get("parameters") {
+        let description = match f.remove("description") {
+            Some(Value::String(description)) => description,
+            other => {
+                opt_str(other.as_ref(), Field(at, "function.description"))?;
+                String::new()
+            }
+        };
+        let schema = match f.remove("parameters") {
             None | Some(Value::Null) => Value::Null,
-            Some(v @ Value::Object(_)) => v.clone(),
+            Some(v @ Value::Object(_)) => v,
             Some(_) => {
                 return Err(TranslateError::invalid(
                     format!("{at}.function.parameters"),
@@ -63,20 +77,27 @@ pub(super) fn read_tools(style: Style, tools: Option<&Value>) -> Result<(Vec<Too
                 ))
             }
         };
-        strict.push(opt_bool(f.get("strict"), &format!("{at}.function.strict"))?.unwrap_or(false));
-        decls.push(ToolDecl::new(name, description, schema));
+        strict.push(opt_bool(f.get("strict"), Field(at, "function.strict"))?.unwrap_or(false));
+        decls.push(ToolDecl::new(&name, description, schema));
     }
     Ok((decls, strict))
 }
 
 /// Names are checked, not sanitized: a renamed tool would come back to the
 /// caller under a name it never declared.
-pub(super) fn check_tool_name(style: Style, name: &str, param: &str) -> Result<(), TranslateError> {
+pub(super) fn check_tool_name(style: Style, name: &str, param: impl fmt::Display) -> Result<(), TranslateError> {
     if name.is_empty() || name.len() > 64 || sanitize_name(name) != name {
-        return Err(TranslateError::invalid(param, format!("tool name {name:?} must match ^[a-zA-Z0-9_-]{{1,64}}$")));
+        return Err(TranslateError::invalid(
+            param.to_string(),
+            format!("tool name {name:?} must match ^[a-zA-Z0-9_-]{{1,64}}$"),
+        ));
     }
     if style == Style::Gemini && !name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
-        return Err(TranslateError::unsupported(param, style, "function names must start with a letter or `_` there"));
+        return Err(TranslateError::unsupported(
+            param.to_string(),
+            style,
+            "function names must start with a letter or `_` there",
+        ));
     }
     Ok(())
 }
@@ -124,8 +145,9 @@ pub(super) fn read_messages(
     };
     let mut t = Transcript { system: Vec::new(), messages: Vec::new(), names: HashMap::new() };
     for (i, m) in items.iter().enumerate() {
-        let at = format!("messages[{i}]");
-        let obj = m.as_object().ok_or_else(|| TranslateError::invalid(&at, "a message must be an object"))?;
+        let at = Item("messages", i);
+        let obj =
+            m.as_object().ok_or_else(|| TranslateError::invalid(at.to_string(), "a message must be an object"))?;
         let role = obj.get("role").and_then(Value::as_str).unwrap_or_default();
         let allowed = allowed_keys(role);
         if allowed.is_empty() {
@@ -147,13 +169,13 @@ pub(super) fn read_messages(
         let content = obj.get("content").unwrap_or(&Value::Null);
         match role {
             "system" | "developer" => {
-                let text = text_only(content, &format!("{at}.content"), style)?;
+                let text = text_only(content, Field(at, "content"), style)?;
                 if !text.is_empty() {
                     t.system.push(text);
                 }
             }
             "user" => {
-                let blocks = user_content(style, content, &format!("{at}.content"))?;
+                let blocks = user_content(style, content, Field(at, "content"))?;
                 if blocks.iter().all(|b| matches!(b, Block::Text { text, .. } if text.is_empty())) {
                     return Err(TranslateError::unsupported(
                         format!("{at}.content"),
@@ -164,7 +186,7 @@ pub(super) fn read_messages(
                 t.push(Role::User, blocks);
             }
             "assistant" => {
-                let blocks = assistant_content(style, obj, &at, &mut t.names)?;
+                let blocks = assistant_content(style, obj, at, &mut t.names)?;
                 t.push(Role::Assistant, blocks);
             }
             _ => {
@@ -178,7 +200,7 @@ pub(super) fn read_messages(
                         format!("tool_call_id {id:?} answers no tool call of an earlier assistant message"),
                     )
                 })?;
-                let output = text_only(content, &format!("{at}.content"), style)?;
+                let output = text_only(content, Field(at, "content"), style)?;
                 let result = ToolResultBlock { call_id: id.to_string(), name, output, is_error: false };
                 t.push(Role::User, vec![Block::ToolResult(result)]);
             }
@@ -189,7 +211,7 @@ pub(super) fn read_messages(
 }
 
 /// Content that may only be text: a string, `null`, or text parts (joined).
-fn text_only(content: &Value, param: &str, style: Style) -> Result<String, TranslateError> {
+fn text_only(content: &Value, param: impl fmt::Display, style: Style) -> Result<String, TranslateError> {
     match content {
         Value::Null => Ok(String::new()),
         Value::String(s) => Ok(s.clone()),
@@ -209,7 +231,7 @@ fn text_only(content: &Value, param: &str, style: Style) -> Result<String, Trans
             }
             Ok(text)
         }
-        _ => Err(TranslateError::invalid(param, "content must be a string or an array of parts")),
+        _ => Err(TranslateError::invalid(param.to_string(), "content must be a string or an array of parts")),
     }
 }
 
@@ -218,13 +240,13 @@ fn part_text(part: &Value) -> Option<&str> {
     (part.get("type").and_then(Value::as_str) == Some("text")).then(|| part.get("text").and_then(Value::as_str))?
 }
 
-fn user_content(style: Style, content: &Value, param: &str) -> Result<Vec<Block>, TranslateError> {
+fn user_content(style: Style, content: &Value, param: impl fmt::Display + Copy) -> Result<Vec<Block>, TranslateError> {
     match content {
         Value::String(s) => Ok(vec![Block::text(s.as_str())]),
         Value::Array(parts) => {
             let mut blocks = Vec::with_capacity(parts.len());
             for (j, part) in parts.iter().enumerate() {
-                let at = format!("{param}[{j}]");
+                let at = Item(param, j);
                 match part.get("type").and_then(Value::as_str) {
                     Some("text") => {
                         let text = part_text(part)
@@ -235,11 +257,11 @@ fn user_content(style: Style, content: &Value, param: &str) -> Result<Vec<Block>
                         let url = part.pointer("/image_url/url").and_then(Value::as_str).ok_or_else(|| {
                             TranslateError::invalid(format!("{at}.image_url.url"), "an image URL is required")
                         })?;
-                        blocks.push(image_block(style, url, &format!("{at}.image_url.url"))?);
+                        blocks.push(image_block(style, url, Field(at, "image_url.url"))?);
                     }
                     other => {
                         return Err(TranslateError::unsupported(
-                            at,
+                            at.to_string(),
                             style,
                             format!("content part type {other:?} has no counterpart (text and image_url do)"),
                         ))
@@ -248,27 +270,30 @@ fn user_content(style: Style, content: &Value, param: &str) -> Result<Vec<Block>
             }
             Ok(blocks)
         }
-        _ => Err(TranslateError::invalid(param, "user content must be a string or an array of parts")),
+        _ => Err(TranslateError::invalid(param.to_string(), "user content must be a string or an array of parts")),
     }
 }
 
 /// An `image_url` as an image block: data URLs become inline base64, http(s)
 /// URLs stay URLs.
-pub(super) fn image_block(style: Style, url: &str, param: &str) -> Result<Block, TranslateError> {
+pub(super) fn image_block(style: Style, url: &str, param: impl fmt::Display) -> Result<Block, TranslateError> {
     let is_data = url.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("data:"));
     if is_data {
         let (head, data) = url
             .get(5..)
             .and_then(|rest| rest.split_once(','))
-            .ok_or_else(|| TranslateError::invalid(param, "a data URL needs a `,` before its data"))?;
+            .ok_or_else(|| TranslateError::invalid(param.to_string(), "a data URL needs a `,` before its data"))?;
         let mut params = head.split(';');
         let media_type = params.next().unwrap_or_default().trim().to_ascii_lowercase();
         if !params.any(|p| p.trim().eq_ignore_ascii_case("base64")) || !media_type.starts_with("image/") {
-            return Err(TranslateError::invalid(param, "image data URLs must be `data:image/<type>;base64,<data>`"));
+            return Err(TranslateError::invalid(
+                param.to_string(),
+                "image data URLs must be `data:image/<type>;base64,<data>`",
+            ));
         }
         if style == Style::Anthropic && !ANTHROPIC_IMAGE_TYPES.contains(&media_type.as_str()) {
             return Err(TranslateError::unsupported(
-                param,
+                param.to_string(),
                 style,
                 format!("{media_type} images are not accepted (jpeg, png, gif, webp are)"),
             ));
@@ -278,7 +303,7 @@ pub(super) fn image_block(style: Style, url: &str, param: &str) -> Result<Block,
     let scheme_ok =
         ["http://", "https://"].iter().any(|s| url.get(..s.len()).is_some_and(|p| p.eq_ignore_ascii_case(s)));
     if !scheme_ok {
-        return Err(TranslateError::invalid(param, "an image URL must be http(s) or a base64 data URL"));
+        return Err(TranslateError::invalid(param.to_string(), "an image URL must be http(s) or a base64 data URL"));
     }
     let media_type = match (guess_image_type(url), style) {
         (Some(t), _) => t,
@@ -286,7 +311,7 @@ pub(super) fn image_block(style: Style, url: &str, param: &str) -> Result<Block,
         (None, Style::Anthropic) => "image/jpeg",
         (None, _) => {
             return Err(TranslateError::unsupported(
-                param,
+                param.to_string(),
                 style,
                 "an image URL must end in .png, .jpg, .jpeg, .gif, .webp, .heic or .heif (the type is required); send others as data URLs",
             ))
@@ -315,7 +340,7 @@ fn guess_image_type(url: &str) -> Option<&'static str> {
 fn assistant_content(
     style: Style,
     obj: &Map<String, Value>,
-    at: &str,
+    at: impl fmt::Display + Copy,
     names: &mut HashMap<String, String>,
 ) -> Result<Vec<Block>, TranslateError> {
     let mut blocks = Vec::new();
@@ -344,7 +369,7 @@ fn assistant_content(
             return Err(TranslateError::invalid(format!("{at}.content"), "content must be a string, an array or null"))
         }
     }
-    if let Some(refusal) = opt_str(obj.get("refusal"), &format!("{at}.refusal"))? {
+    if let Some(refusal) = opt_str(obj.get("refusal"), Field(at, "refusal"))? {
         blocks.push(Block::text(refusal));
     }
     if let Some(annotations) = obj.get("annotations").filter(|v| !v.is_null()) {
@@ -358,7 +383,7 @@ fn assistant_content(
         Some(_) => return Err(TranslateError::invalid(format!("{at}.tool_calls"), "must be an array")),
     };
     for (j, call) in calls.iter().enumerate() {
-        let mut call = tool_call(style, call, &format!("{at}.tool_calls[{j}]"))?;
+        let mut call = tool_call(style, call, Item(Field(at, "tool_calls"), j))?;
         if style == Style::Gemini && j == 0 {
             call.provider_data = Some(json!({ "gemini": { "thoughtSignature": GEMINI_SKIP_SIGNATURE } }));
         }
@@ -370,8 +395,9 @@ fn assistant_content(
 
 /// One assistant tool call. The argument text is kept exactly as the caller
 /// sent it; arguments given as an object are accepted and written as JSON.
-fn tool_call(style: Style, call: &Value, at: &str) -> Result<ToolCall, TranslateError> {
-    let obj = call.as_object().ok_or_else(|| TranslateError::invalid(at, "a tool call must be an object"))?;
+fn tool_call(style: Style, call: &Value, at: impl fmt::Display + Copy) -> Result<ToolCall, TranslateError> {
+    let obj =
+        call.as_object().ok_or_else(|| TranslateError::invalid(at.to_string(), "a tool call must be an object"))?;
     match obj.get("type").and_then(Value::as_str) {
         None | Some("function") => {}
         Some(other) => {
@@ -396,20 +422,27 @@ fn tool_call(style: Style, call: &Value, at: &str) -> Result<ToolCall, Translate
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
         .ok_or_else(|| TranslateError::invalid(format!("{at}.function.name"), "a function name is required"))?;
-    let param = format!("{at}.function.arguments");
+    let param = Field(at, "function.arguments");
     let (arguments, input) = match function.get("arguments") {
         None | Some(Value::Null) => ("{}".to_string(), Value::Object(Map::new())),
         Some(Value::String(raw)) if raw.trim().is_empty() => (raw.clone(), Value::Object(Map::new())),
         Some(Value::String(raw)) => {
-            let input: Value = serde_json::from_str(raw)
-                .map_err(|e| TranslateError::invalid(&param, format!("the arguments are not valid JSON ({e})")))?;
+            let input: Value = serde_json::from_str(raw).map_err(|e| {
+                TranslateError::invalid(param.to_string(), format!("the arguments are not valid JSON ({e})"))
+            })?;
             (raw.clone(), input)
         }
         Some(v @ Value::Object(_)) => (v.to_string(), v.clone()),
-        Some(_) => return Err(TranslateError::invalid(&param, "arguments must be a JSON string or an object")),
+        Some(_) => {
+            return Err(TranslateError::invalid(param.to_string(), "arguments must be a JSON string or an object"))
+        }
     };
     if !input.is_object() {
-        return Err(TranslateError::unsupported(param, style, "tool arguments must be a JSON object there"));
+        return Err(TranslateError::unsupported(
+            param.to_string(),
+            style,
+            "tool arguments must be a JSON object there",
+        ));
     }
     Ok(ToolCall { id: id.to_string(), name: name.to_string(), input, arguments, provider_data: None })
 }

@@ -125,9 +125,9 @@ impl Decoder {
                     TranslateError::invalid(format!("tools[{i}].functionDeclarations"), "must be an array")
                 })?;
                 for (j, f) in fns.iter().enumerate() {
-                    let at = format!("tools[{i}].functionDeclarations[{j}]");
+                    let at = super::Item(super::Field(super::Item("tools", i), "functionDeclarations"), j);
                     let name = f.get("name").and_then(Value::as_str).unwrap_or_default();
-                    super::conversation::check_tool_name(self.style, name, &format!("{at}.name"))?;
+                    super::conversation::check_tool_name(self.style, name, super::Field(at, "name"))?;
                     if decls.iter().any(|d| d.name == name) {
                         return Err(TranslateError::invalid(
                             format!("{at}.name"),

@@ -172,6 +172,27 @@ impl fmt::Display for TranslateError {
 
 impl std::error::Error for TranslateError {}
 
+/// `param[index]` in a request, written out only when an error names it:
+/// a request that reads cleanly formats no path.
+#[derive(Clone, Copy)]
+pub(super) struct Item<P>(pub(super) P, pub(super) usize);
+
+impl<P: fmt::Display> fmt::Display for Item<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[{}]", self.0, self.1)
+    }
+}
+
+/// `param.key` in a request, written out only when an error names it.
+#[derive(Clone, Copy)]
+pub(super) struct Field<P>(pub(super) P, pub(super) &'static str);
+
+impl<P: fmt::Display> fmt::Display for Field<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.0, self.1)
+    }
+}
+
 /// One translated provider request: what to send, and how to read the answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TranslatedRequest {

@@ -4,6 +4,8 @@
 //! provider modules; the settings the transcript does not carry are then
 //! added to the encoded body. The mapping is tabled in [`super`].
 
+use std::fmt;
+
 use serde_json::{json, Map, Number, Value};
 
 use super::conversation::{read_messages, read_tools};
@@ -24,7 +26,7 @@ pub fn openai_request_to(style: Style, request: &Value) -> Result<TranslatedRequ
         let body = serde_json::to_vec(request).map_err(|e| TranslateError::invalid("", e.to_string()))?;
         return Ok(TranslatedRequest { style, model, stream, include_usage, body });
     }
-    translate(style, obj)
+    translate(style, obj, obj.get("tools").cloned())
 }
 
 /// [`openai_request_to`] on raw body bytes. Malformed JSON is a 400; for
@@ -38,12 +40,16 @@ pub fn openai_request_bytes_to(style: Style, body: &[u8]) -> Result<TranslatedRe
     }
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| TranslateError::invalid_json(format!("We could not parse the JSON body of your request: {e}")))?;
+    let Value::Object(mut obj) = value else {
+        return Err(not_an_object());
+    };
     if style == Style::OpenAi {
-        let obj = value.as_object().ok_or_else(not_an_object)?;
-        let (model, stream, include_usage) = passthrough_fields(obj)?;
+        let (model, stream, include_usage) = passthrough_fields(&obj)?;
         return Ok(TranslatedRequest { style, model, stream, include_usage, body: body.to_vec() });
     }
-    openai_request_to(style, &value)
+    // The body is ours: its tools move into their declarations.
+    let tools = obj.remove("tools");
+    translate(style, &obj, tools)
 }
 
 /// The keys a passed-through body is read for, without building the rest:
@@ -112,8 +118,11 @@ fn include_usage(obj: &Map<String, Value>) -> Result<bool, TranslateError> {
     let options = options.as_object().ok_or_else(|| TranslateError::invalid("stream_options", "must be an object"))?;
     for (key, value) in options {
         match key.as_str() {
-            "include_usage" | "include_obfuscation" => {
-                opt_bool(Some(value), &format!("stream_options.{key}"))?;
+            "include_usage" => {
+                opt_bool(Some(value), "stream_options.include_usage")?;
+            }
+            "include_obfuscation" => {
+                opt_bool(Some(value), "stream_options.include_obfuscation")?;
             }
             _ if value.is_null() => {}
             _ => return Err(unknown(&format!("stream_options.{key}"))),
@@ -191,9 +200,14 @@ const RESPONSES_SAME_NAME: &[&str] =
 /// Top-level keys read by [`read_settings`] or by the conversation readers.
 const CONVERSATION_KEYS: &[&str] = &["messages", "tools"];
 
-fn translate(style: Style, obj: &Map<String, Value>) -> Result<TranslatedRequest, TranslateError> {
+/// `obj` with its `tools` (taken out of it, or a copy) read into a request for `style`.
+fn translate(
+    style: Style,
+    obj: &Map<String, Value>,
+    tools: Option<Value>,
+) -> Result<TranslatedRequest, TranslateError> {
     let settings = read_settings(style, obj)?;
-    let (tools, strict) = read_tools(style, obj.get("tools"))?;
+    let (tools, strict) = read_tools(style, tools)?;
     let (system, messages) = read_messages(style, obj.get("messages"))?;
     let json_schema = obj.get("response_format").and_then(|f| f.get("json_schema")).cloned();
     encode_neutral(style, &Neutral { settings, system, messages, tools, strict, json_schema })
@@ -834,19 +848,19 @@ pub(super) fn unknown(param: &str) -> TranslateError {
     }
 }
 
-pub(super) fn opt_bool(value: Option<&Value>, param: &str) -> Result<Option<bool>, TranslateError> {
+pub(super) fn opt_bool(value: Option<&Value>, param: impl fmt::Display) -> Result<Option<bool>, TranslateError> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(TranslateError::invalid(param, format!("`{param}` must be a boolean"))),
+        Some(_) => Err(TranslateError::invalid(param.to_string(), format!("`{param}` must be a boolean"))),
     }
 }
 
-pub(super) fn opt_str<'a>(value: Option<&'a Value>, param: &str) -> Result<Option<&'a str>, TranslateError> {
+pub(super) fn opt_str(value: Option<&Value>, param: impl fmt::Display) -> Result<Option<&str>, TranslateError> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(TranslateError::invalid(param, format!("`{param}` must be a string"))),
+        Some(_) => Err(TranslateError::invalid(param.to_string(), format!("`{param}` must be a string"))),
     }
 }
 
@@ -892,7 +906,7 @@ mod tests {
             for style in [Style::Anthropic, Style::Gemini, Style::OpenAi, Style::OpenAiResponses] {
                 let neutral = || -> Result<Neutral, TranslateError> {
                     let settings = read_settings(style, obj)?;
-                    let (tools, strict) = read_tools(style, obj.get("tools"))?;
+                    let (tools, strict) = read_tools(style, obj.get("tools").cloned())?;
                     let (system, messages) = read_messages(style, obj.get("messages"))?;
                     let json_schema = obj.get("response_format").and_then(|f| f.get("json_schema")).cloned();
                     Ok(Neutral { settings, system, messages, tools, strict, json_schema })
