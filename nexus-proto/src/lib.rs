@@ -208,6 +208,7 @@ pub mod failover;
 pub mod fuzzing;
 mod gate;
 pub mod http;
+pub mod json;
 mod ledger;
 pub mod mcp;
 pub mod message;

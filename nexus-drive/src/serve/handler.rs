@@ -102,7 +102,7 @@ fn plan(req: &SurfaceRequest, ctx: &Ctx) -> Result<(Route, Option<Value>), Trans
             .ok_or_else(|| openai_error(&GatewayError::new(ErrorKind::ModelNotFound, "no route is configured")))?;
         return Ok((route, None));
     }
-    let mut v: Value = match serde_json::from_slice(&req.body) {
+    let mut v: Value = match nexus_proto::json::from_bytes(&req.body) {
         Ok(v) => v,
         // The translator words a body that is not JSON the way every surface expects.
         Err(_) => return Err(openai_request_bytes_to(Style::OpenAi, &req.body).err().unwrap_or_else(not_json)),
@@ -191,7 +191,7 @@ async fn chat_completion(req: &SurfaceRequest, ctx: &Ctx) -> Reply {
     };
     if style == Style::OpenAi {
         // Only `usage` is read (the rest is skipped, not built): the body goes out as it came.
-        if let Ok(OpenAiUsage { usage: Some(u) }) = serde_json::from_slice::<OpenAiUsage>(&bytes) {
+        if let Ok(OpenAiUsage { usage: Some(u) }) = nexus_proto::json::from_bytes::<OpenAiUsage>(&bytes) {
             ctx.note_token_usage(TokenUsage {
                 input: u.prompt_tokens,
                 output: u.completion_tokens,
@@ -380,7 +380,7 @@ impl Usage {
         }
         // A derived struct would also read an array, by position.
         let object = data.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-        match serde_json::from_slice::<UsageCarriers>(data).ok().filter(|_| object) {
+        match nexus_proto::json::from_bytes::<UsageCarriers>(data).ok().filter(|_| object) {
             Some(carriers) => self.scan_value(&carriers.into_value()),
             None => {
                 if let Ok(v) = serde_json::from_slice::<Value>(data) {

@@ -38,7 +38,7 @@ pub fn openai_request_bytes_to(style: Style, body: &[u8]) -> Result<TranslatedRe
             return Ok(TranslatedRequest { style, model, stream, include_usage, body: body.to_vec() });
         }
     }
-    let value: Value = serde_json::from_slice(body)
+    let value: Value = crate::json::from_bytes(body)
         .map_err(|e| TranslateError::invalid_json(format!("We could not parse the JSON body of your request: {e}")))?;
     let Value::Object(mut obj) = value else {
         return Err(not_an_object());
@@ -69,6 +69,8 @@ fn passthrough_head(body: &[u8]) -> Option<Map<String, Value>> {
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return None;
     }
+    // Mostly skipped, and serde_json checks no skipped string's UTF-8:
+    // a whole-body check first (`json::from_bytes`) would cost more than it saves.
     let head: Head = serde_json::from_slice(body).ok()?;
     let mut obj = Map::new();
     for (key, value) in [("model", head.model), ("stream", head.stream), ("stream_options", head.stream_options)] {

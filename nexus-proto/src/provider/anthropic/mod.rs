@@ -68,7 +68,7 @@ pub fn endpoint(base_url: &str) -> String {
 /// [`DecodeError::Shape`]. Tool-call arguments that are not valid JSON never
 /// fail the decode: see [`ToolCall::arguments`].
 pub fn decode_response(body: &[u8], ids: &mut CallIds) -> Result<TurnResponse, RemoteError> {
-    let msg: WireMessage<'_> = match serde_json::from_slice(body) {
+    let msg: WireMessage<'_> = match crate::json::from_bytes(body) {
         Ok(msg) => msg,
         Err(e) => {
             // A message-shaped struct can fail on an error body that is shaped

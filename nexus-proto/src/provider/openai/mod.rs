@@ -203,7 +203,7 @@ fn is_refusal(provider_data: Option<&Value>) -> bool {
 /// A body that is an error (`{"error": …}`, which some servers send with a
 /// 200) is a [`RemoteError::Provider`].
 pub fn decode_response(body: &[u8], ids: &mut CallIds) -> Result<TurnResponse, RemoteError> {
-    let completion: Completion<'_> = match serde_json::from_slice(body) {
+    let completion: Completion<'_> = match crate::json::from_bytes(body) {
         Ok(c) => c,
         Err(e) => return Err(decode_failure(e, body)),
     };
