@@ -134,17 +134,13 @@ pub struct AgentReport {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct AgentState {
     /// 0 for the top run.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::state::is_zero")]
     pub depth: u32,
     /// The tree's depth limit, inherited from the top.
     pub max_depth: u32,
     /// Children (and their descendants) that finished, in finishing order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub finished: Vec<AgentReport>,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 /// A child run held in its delegating call's ledger entry. Serialized as

@@ -54,15 +54,8 @@ impl Upstream {
     /// [`circuit_key`](Self::circuit_key) from borrowed parts, for a caller
     /// that holds them elsewhere (a gateway asks for it on every request).
     pub fn circuit_key_of(style: Style, base_url: &str, model: &str) -> String {
-        let style = style.name();
-        let mut key = String::with_capacity(style.len() + base_url.len() + model.len() + 2);
-        for (i, part) in [style, base_url, model].into_iter().enumerate() {
-            if i > 0 {
-                key.push(' ');
-            }
-            key.push_str(part);
-        }
-        key
+        // `join` sizes the string once; `format!` goes through `fmt` per part.
+        [style.name(), base_url, model].join(" ")
     }
 }
 

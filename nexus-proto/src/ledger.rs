@@ -25,7 +25,7 @@ pub(crate) enum CallState {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         request: Option<Request>,
         /// Suspensions of this call answered so far.
-        #[serde(default, skip_serializing_if = "is_zero")]
+        #[serde(default, skip_serializing_if = "crate::state::is_zero")]
         rounds: u32,
     },
     /// Handed to the driver; no reply yet.
@@ -34,13 +34,13 @@ pub(crate) enum CallState {
         answer: Option<Answer>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         request: Option<Request>,
-        #[serde(default, skip_serializing_if = "is_zero")]
+        #[serde(default, skip_serializing_if = "crate::state::is_zero")]
         rounds: u32,
     },
     /// The tool suspended on this request.
     Pending {
         request: Request,
-        #[serde(default, skip_serializing_if = "is_zero")]
+        #[serde(default, skip_serializing_if = "crate::state::is_zero")]
         rounds: u32,
     },
     /// Declaration-only: waits for the turn's relay request to be answered.
@@ -56,10 +56,6 @@ pub(crate) enum CallState {
 /// How many times one call may suspend: a tool that still asks after this
 /// many answered rounds gets the error result `unresolved: <prompt>`.
 pub const MAX_SUSPENSION_ROUNDS: u32 = 16;
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
 
 impl CallState {
     /// A call to run for the first time.

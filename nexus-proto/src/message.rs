@@ -174,16 +174,12 @@ pub struct Usage {
     pub total_tokens: u64,
     /// Of `prompt_tokens`, those read from the provider's prompt cache
     /// (OpenAI `cached_tokens`; zero where a provider reports none).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::state::is_zero")]
     pub cached_tokens: u64,
     /// Of `completion_tokens`, those spent on reasoning (OpenAI
     /// `reasoning_tokens`; zero where a provider reports none).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::state::is_zero")]
     pub reasoning_tokens: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 impl Usage {

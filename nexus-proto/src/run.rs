@@ -216,12 +216,8 @@ pub(crate) struct RunState {
     /// The turn a `TurnStarted` was last emitted for: not again for a
     /// failover, a strategy fallback or a compaction of that turn, in this
     /// process or after a restore. Format 3 on; absent (0) before the first.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::state::is_zero")]
     pub announced_turn: u32,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 /// The response being read; not part of the state (a restored run re-sends).

@@ -47,6 +47,12 @@ use crate::run::{Run, RunState};
 ///     `tokens`). A state without them is a run that counted nothing.
 pub const FORMAT_VERSION: u64 = 3;
 
+/// For `skip_serializing_if`: a count at zero is left out of the state,
+/// so states that never used it stay byte-identical to earlier ones.
+pub(crate) fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
+}
+
 #[derive(Deserialize)]
 struct VersionProbe {
     format_version: Option<u64>,

@@ -27,7 +27,7 @@ pub(crate) struct OutputState {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub strategies: Vec<StrategyRecord>,
     /// Answers that failed validation so far.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::state::is_zero")]
     pub retries_used: u32,
     /// What the output tool settled, committed once every call of its turn
     /// is answered (never while a sibling is pending).
@@ -36,10 +36,6 @@ pub(crate) struct OutputState {
     /// The validated final value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 /// An output tool call's verdict, waiting for its turn's other calls.

@@ -43,10 +43,8 @@ pub(super) fn read_tools(style: Style, tools: Option<Value>) -> Result<(Vec<Tool
                 format!("only `function` tools can be translated, not {kind:?}"),
             ));
         }
-        let Some(Value::Object(mut f)) = (match tool {
-            Value::Object(mut tool) => tool.remove("function"),
-            _ => None,
-        }) else {
+        let function = if let Value::Object(mut tool) = tool { tool.remove("function") } else { None };
+        let Some(Value::Object(mut f)) = function else {
             return Err(TranslateError::invalid(format!("{at}.function"), "a function object is required"));
         };
         let name = match f.remove("name") {

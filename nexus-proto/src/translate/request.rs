@@ -69,8 +69,9 @@ fn passthrough_head(body: &[u8]) -> Option<Map<String, Value>> {
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return None;
     }
-    // Mostly skipped, and serde_json checks no skipped string's UTF-8:
-    // a whole-body check first (`json::from_bytes`) would cost more than it saves.
+    // Nearly every string here is skipped, and serde_json checks no skipped
+    // string's UTF-8: a whole-body check first (`json::from_bytes`) saves
+    // nothing, and costs more the longer the body.
     let head: Head = serde_json::from_slice(body).ok()?;
     let mut obj = Map::new();
     for (key, value) in [("model", head.model), ("stream", head.stream), ("stream_options", head.stream_options)] {
