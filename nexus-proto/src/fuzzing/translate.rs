@@ -6,22 +6,27 @@ use serde_json::Value;
 
 use crate::provider::Style;
 use crate::sse::SseEvent;
-use crate::translate::{openai_request_bytes_to, response_to_openai, StreamTranslator};
+use crate::translate::{openai_request_bytes_to, openai_request_to, response_to_openai, StreamTranslator};
 
 /// Translates `data` both ways, in every direction the gateway uses:
 ///
 /// - as an OpenAI Chat Completions request body into Anthropic and Gemini:
 ///   (and OpenAI Responses): a request or a typed 4xx error, the same every time; a translated body
-///   is a JSON object; an OpenAI pass-through forwards the bytes unchanged;
+///   is a JSON object; an OpenAI pass-through forwards the bytes unchanged; read from bytes
+///   (where the common shape is read without a tree) it is what the same JSON gives as a `Value`;
 /// - as an Anthropic or Gemini response body back into a completion: an
 ///   object with one choice, or a typed error;
 /// - as an Anthropic or Gemini SSE stream back into OpenAI chunks, whole and
 ///   in data-derived chunks: every line is `data: <json>` or `data: [DONE]`,
 ///   nothing follows `[DONE]` or an error line, and chunking changes nothing.
 pub fn translate(data: &[u8]) {
+    let tree: Option<Value> = serde_json::from_slice(data).ok();
     for style in [Style::Anthropic, Style::Gemini, Style::OpenAi, Style::OpenAiResponses] {
         let first = openai_request_bytes_to(style, data);
         assert_eq!(first, openai_request_bytes_to(style, data), "request translation is not deterministic");
+        if let (Some(tree), true) = (&tree, style != Style::OpenAi) {
+            assert_eq!(first, openai_request_to(style, tree), "{}: bytes and tree translate differently", style.name());
+        }
         match first {
             Ok(req) if style == Style::OpenAi => assert_eq!(req.body, data, "pass-through changed the bytes"),
             Ok(req) => {

@@ -114,17 +114,17 @@ fn allowed_keys(role: &str) -> &'static [&'static str] {
 }
 
 /// The conversation: the hoisted system prompt and the neutral transcript.
-struct Transcript {
-    system: Vec<String>,
-    messages: Vec<Message>,
+pub(super) struct Transcript {
+    pub(super) system: Vec<String>,
+    pub(super) messages: Vec<Message>,
     /// Call id → tool name, for results (Gemini matches results by name).
-    names: HashMap<String, String>,
+    pub(super) names: HashMap<String, String>,
 }
 
 impl Transcript {
     /// Adds blocks to the conversation; consecutive messages of one role
     /// form one turn (so a run of `tool` messages is one user turn of results).
-    fn push(&mut self, role: Role, blocks: Vec<Block>) {
+    pub(super) fn push(&mut self, role: Role, blocks: Vec<Block>) {
         match self.messages.last_mut() {
             Some(last) if last.role == role => last.content.extend(blocks),
             _ => self.messages.push(Message { role, content: blocks }),

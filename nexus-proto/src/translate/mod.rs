@@ -71,6 +71,7 @@ use crate::provider::Style;
 
 mod anthropic_in;
 mod anthropic_out;
+mod chat_borrowed;
 mod conversation;
 mod gemini_in;
 mod gemini_out;

@@ -38,6 +38,12 @@ pub fn openai_request_bytes_to(style: Style, body: &[u8]) -> Result<TranslatedRe
             return Ok(TranslatedRequest { style, model, stream, include_usage, body: body.to_vec() });
         }
     }
+    // The common shape is read without a tree; anything else is read as one.
+    if style != Style::OpenAi {
+        if let Some(translated) = super::chat_borrowed::translate(style, body) {
+            return translated;
+        }
+    }
     let value: Value = crate::json::from_bytes(body)
         .map_err(|e| TranslateError::invalid_json(format!("We could not parse the JSON body of your request: {e}")))?;
     let Value::Object(mut obj) = value else {
@@ -289,7 +295,7 @@ pub(super) fn encode_neutral_tree(style: Style, n: &Neutral) -> Result<Value, Tr
     Ok(body)
 }
 
-fn read_settings(style: Style, obj: &Map<String, Value>) -> Result<Settings, TranslateError> {
+pub(super) fn read_settings(style: Style, obj: &Map<String, Value>) -> Result<Settings, TranslateError> {
     let mut s = Settings { model: model_name(obj)?.to_string(), ..Settings::default() };
     if style == Style::Gemini {
         s.model = gemini_model(&s.model)?;
