@@ -26,18 +26,6 @@ command -v valgrind > /dev/null || { echo "gateway_profile.sh: valgrind not foun
 [ -x "$bin" ] || { echo "gateway_profile.sh: no $bin (cargo build --release -p nexus-drive --features cli --bin nexus)" >&2; exit 1; }
 python3 "$shared/bench/runners/floor_bodies.py" "$out/bodies" > /dev/null
 
-cat > "$out/client.py" <<'PY'
-import http.client, sys
-port, n, body = int(sys.argv[1]), int(sys.argv[2]), open(sys.argv[3], "rb").read()
-c = http.client.HTTPConnection("127.0.0.1", port)
-for _ in range(n):
-    c.request("POST", "/v1/chat/completions", body,
-              {"Content-Type": "application/json", "Authorization": "Bearer tok-profile"})
-    r = c.getresponse()
-    data = r.read()
-    assert r.status == 200, (r.status, data[:300])
-PY
-
 python3 "$shared/bench/mock_llm.py" --port 0 --port-file "$out/mock.port" > "$out/mock.log" 2>&1 &
 mock=$!
 trap 'kill "$mock" 2> /dev/null || true' EXIT
@@ -64,8 +52,8 @@ for style in ${PROFILE_STYLES:-openai anthropic}; do
         python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2> /dev/null && break
         sleep 0.2
       done
-      python3 "$out/client.py" "$port" 5 "$out/bodies/$case.json"
-      python3 "$out/client.py" "$port" "$n" "$out/bodies/$case.json"
+      python3 bench/send_requests.py "$port" 5 "$out/bodies/$case.json" tok-profile
+      python3 bench/send_requests.py "$port" "$n" "$out/bodies/$case.json" tok-profile
       kill -INT "$gw"
       wait "$gw" || true
     done
