@@ -65,23 +65,16 @@ for raw in open(sys.argv[1], errors="replace"):
 print(f"{len(pages)} pages of 4 KiB, {len(lines)} lines of 64 B")
 PY
 
-python3 "$shared/bench/mock_llm.py" --port 0 --port-file "$out/mock.port" > "$out/mock.log" 2>&1 &
-mock=$!
-trap 'kill "$mock" 2> /dev/null || true' EXIT
-for _ in $(seq 50); do [ -s "$out/mock.port" ] && break; sleep 0.1; done
-mock_url="http://127.0.0.1:$(cat "$out/mock.port")"
-key=OPENAI_API_KEY base=$mock_url/v1
-[ "$style" = anthropic ] && key=ANTHROPIC_API_KEY base=$mock_url
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+. bench/gateway_lib.sh
+start_mock "$out"
+upstream "$style"
+port=$(free_port)
 cg="$out/$style-$case.cg"
-env "$key=sk-upstream-mock" valgrind --tool=callgrind --instr-atstart=no --dump-instr=yes --dump-line=no \
+env "$upstream_key=sk-upstream-mock" valgrind --tool=callgrind --instr-atstart=no --dump-instr=yes --dump-line=no \
   --callgrind-out-file="$cg" "$bin" serve --listen "127.0.0.1:$port" --upstream-style "$style" \
-  --upstream-base-url "$base" --client-token tok-pages > "$out/serve.log" 2>&1 &
+  --upstream-base-url "$upstream_url" --client-token tok-pages > "$out/serve.log" 2>&1 &
 gw=$!
-for _ in $(seq 200); do
-  python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2> /dev/null && break
-  sleep 0.2
-done
+wait_listening "$port"
 python3 bench/send_requests.py "$port" "${PAGES_WARMUP:-20}" "$out/bodies/$case.json" tok-pages
 callgrind_control -i on "$gw" > /dev/null 2>&1
 python3 bench/send_requests.py "$port" "${PAGES_RUNS:-20}" "$out/bodies/$case.json" tok-pages

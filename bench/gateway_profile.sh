@@ -26,32 +26,23 @@ command -v valgrind > /dev/null || { echo "gateway_profile.sh: valgrind not foun
 [ -x "$bin" ] || { echo "gateway_profile.sh: no $bin (cargo build --release -p nexus-drive --features cli --bin nexus)" >&2; exit 1; }
 python3 "$shared/bench/runners/floor_bodies.py" "$out/bodies" > /dev/null
 
-python3 "$shared/bench/mock_llm.py" --port 0 --port-file "$out/mock.port" > "$out/mock.log" 2>&1 &
-mock=$!
-trap 'kill "$mock" 2> /dev/null || true' EXIT
-for _ in $(seq 50); do [ -s "$out/mock.port" ] && break; sleep 0.1; done
-mock_port=$(cat "$out/mock.port")
+. bench/gateway_lib.sh
+start_mock "$out"
 
-# Free loopback port for one gateway.
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 total() { callgrind_annotate "$1" 2> /dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
 
 echo "| upstream | case | instructions per request |"
 echo "|---|---|--:|"
 for style in ${PROFILE_STYLES:-openai anthropic}; do
-  key=OPENAI_API_KEY
-  [ "$style" = anthropic ] && key=ANTHROPIC_API_KEY
+  upstream "$style"
   for case in ${PROFILE_CASES:-body1 body2 body1-stream body2-stream}; do
     for n in "$base" $((base + runs)); do
       port=$(free_port)
-      env "$key=sk-upstream-mock" valgrind --tool=callgrind --callgrind-out-file="$out/$style-$case.$n.cg" \
+      env "$upstream_key=sk-upstream-mock" valgrind --tool=callgrind --callgrind-out-file="$out/$style-$case.$n.cg" \
         "$bin" serve --listen "127.0.0.1:$port" --upstream-style "$style" \
-        --upstream-base-url "http://127.0.0.1:$mock_port" --client-token tok-profile > "$out/$style-$case.$n.log" 2>&1 &
+        --upstream-base-url "$upstream_url" --client-token tok-profile > "$out/$style-$case.$n.log" 2>&1 &
       gw=$!
-      for _ in $(seq 200); do
-        python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2> /dev/null && break
-        sleep 0.2
-      done
+      wait_listening "$port"
       python3 bench/send_requests.py "$port" 5 "$out/bodies/$case.json" tok-profile
       python3 bench/send_requests.py "$port" "$n" "$out/bodies/$case.json" tok-profile
       kill -INT "$gw"

@@ -54,27 +54,15 @@ trained="$dir/generate/$host/release/nexus"
 
 python3 "$shared/bench/runners/floor_bodies.py" "$dir/bodies" > /dev/null
 
-python3 "$shared/bench/mock_llm.py" --port 0 --port-file "$dir/mock.port" > "$dir/mock.log" 2>&1 &
-mock=$!
-trap 'kill "$mock" 2> /dev/null || true' EXIT
-for _ in $(seq 50); do [ -s "$dir/mock.port" ] && break; sleep 0.1; done
-mock_url="http://127.0.0.1:$(cat "$dir/mock.port")"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. bench/gateway_lib.sh
+start_mock "$dir"
 for style in openai anthropic gemini openai-responses; do
-  case $style in
-    openai) key=OPENAI_API_KEY base=$mock_url/v1 ;;
-    openai-responses) key=OPENAI_API_KEY base=$mock_url/v1 ;;
-    anthropic) key=ANTHROPIC_API_KEY base=$mock_url ;;
-    gemini) key=GEMINI_API_KEY base=$mock_url ;;
-  esac
+  upstream "$style"
   port=$(free_port)
-  env "$key=sk-upstream-mock" "$trained" serve --listen "127.0.0.1:$port" --upstream-style "$style" \
-    --upstream-base-url "$base" --client-token tok-pgo > "$dir/serve-$style.log" 2>&1 &
+  env "$upstream_key=sk-upstream-mock" "$trained" serve --listen "127.0.0.1:$port" --upstream-style "$style" \
+    --upstream-base-url "$upstream_url" --client-token tok-pgo > "$dir/serve-$style.log" 2>&1 &
   gw=$!
-  for _ in $(seq 100); do
-    python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2> /dev/null && break
-    sleep 0.1
-  done
+  wait_listening "$port"
   python3 bench/pgo_train.py "$port" "$requests" "$dir/bodies" tok-pgo
   # The profile is written when the process exits; SIGINT is a clean shutdown.
   kill -INT "$gw"

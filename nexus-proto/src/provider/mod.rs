@@ -20,7 +20,7 @@ pub mod openai;
 mod partial_json;
 pub(crate) use partial_json::parse_partial as parse_partial_json;
 pub mod responses;
-mod wire;
+pub(crate) mod wire;
 
 /// Which wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

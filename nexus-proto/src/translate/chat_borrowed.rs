@@ -18,17 +18,14 @@
 //! that reader would: the property tests and the fuzz target hold the two
 //! paths to the same result, byte for byte and error for error.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
-
-use serde::de::{Deserializer, Visitor};
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
-use super::conversation::{check_tool_name, Transcript, GEMINI_SKIP_SIGNATURE};
+use super::conversation::{call_arguments, check_tool_name, Transcript};
 use super::request::{encode_neutral, read_settings, Neutral};
 use super::{Field, Item, TranslateError, TranslatedRequest};
 use crate::message::{Block, Role, ToolCall, ToolResultBlock};
+use crate::provider::wire::WireStr;
 use crate::provider::Style;
 use crate::tool::ToolDecl;
 
@@ -48,20 +45,20 @@ struct Body<'a> {
 struct Message<'a> {
     role: &'a str,
     #[serde(borrow)]
-    content: Option<Text<'a>>,
+    content: Option<WireStr<'a>>,
     #[serde(borrow)]
     tool_calls: Option<Vec<Call<'a>>>,
     #[serde(borrow)]
-    tool_call_id: Option<Text<'a>>,
+    tool_call_id: Option<WireStr<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Call<'a> {
     #[serde(borrow)]
-    id: Text<'a>,
+    id: WireStr<'a>,
     #[serde(rename = "type", borrow)]
-    kind: Option<Text<'a>>,
+    kind: Option<WireStr<'a>>,
     #[serde(borrow)]
     function: CallFunction<'a>,
 }
@@ -70,16 +67,16 @@ struct Call<'a> {
 #[serde(deny_unknown_fields)]
 struct CallFunction<'a> {
     #[serde(borrow)]
-    name: Text<'a>,
+    name: WireStr<'a>,
     #[serde(borrow)]
-    arguments: Option<Text<'a>>,
+    arguments: Option<WireStr<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Tool<'a> {
     #[serde(rename = "type", borrow)]
-    kind: Text<'a>,
+    kind: WireStr<'a>,
     #[serde(borrow)]
     function: ToolFunction<'a>,
 }
@@ -88,50 +85,11 @@ struct Tool<'a> {
 #[serde(deny_unknown_fields)]
 struct ToolFunction<'a> {
     #[serde(borrow)]
-    name: Text<'a>,
+    name: WireStr<'a>,
     #[serde(borrow)]
-    description: Option<Text<'a>>,
+    description: Option<WireStr<'a>>,
     parameters: Option<Value>,
     strict: Option<bool>,
-}
-
-/// A string borrowed from the body when it holds no escape, copied when it
-/// does (`Cow<str>` borrows only as a bare field, not inside an `Option`).
-struct Text<'a>(Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for Visit<'a> {
-            type Value = Text<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Text<'a>, E> {
-                Ok(Text(Cow::Borrowed(s)))
-            }
-            fn visit_str<E>(self, s: &str) -> Result<Text<'a>, E> {
-                Ok(Text(Cow::Owned(s.to_owned())))
-            }
-            fn visit_string<E>(self, s: String) -> Result<Text<'a>, E> {
-                Ok(Text(Cow::Owned(s)))
-            }
-        }
-        deserializer.deserialize_str(Visit(std::marker::PhantomData))
-    }
-}
-
-impl std::ops::Deref for Text<'_> {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Text<'_> {
-    fn into_owned(self) -> String {
-        self.0.into_owned()
-    }
 }
 
 /// `body` translated for `style`, or `None` when it is not of the common
@@ -168,7 +126,7 @@ fn read_tools(style: Style, items: Vec<Tool>) -> Option<(Vec<ToolDecl>, Vec<bool
             Some(_) => return None,
         };
         strict.push(f.strict.unwrap_or(false));
-        decls.push(ToolDecl::new(&f.name, f.description.map(Text::into_owned).unwrap_or_default(), schema));
+        decls.push(ToolDecl::new(&f.name, f.description.map(WireStr::into_owned).unwrap_or_default(), schema));
     }
     Some((decls, strict))
 }
@@ -177,7 +135,7 @@ fn read_messages(style: Style, items: Vec<Message>) -> Option<(Option<String>, V
     if items.is_empty() {
         return None;
     }
-    let mut t = Transcript { system: Vec::new(), messages: Vec::new(), names: HashMap::new() };
+    let mut t = Transcript::default();
     for m in items {
         match m.role {
             "system" | "developer" if m.tool_calls.is_none() && m.tool_call_id.is_none() => {
@@ -195,27 +153,21 @@ fn read_messages(style: Style, items: Vec<Message>) -> Option<(Option<String>, V
                     blocks.push(Block::text(text.into_owned()));
                 }
                 for (j, call) in m.tool_calls.unwrap_or_default().into_iter().enumerate() {
-                    let mut call = tool_call(call)?;
-                    if style == Style::Gemini && j == 0 {
-                        call.provider_data = Some(json!({ "gemini": { "thoughtSignature": GEMINI_SKIP_SIGNATURE } }));
-                    }
-                    t.names.insert(call.id.clone(), call.name.clone());
-                    blocks.push(Block::ToolCall(call));
+                    blocks.push(t.call(style, j, tool_call(call)?));
                 }
                 t.push(Role::Assistant, blocks);
             }
             "tool" if m.tool_calls.is_none() => {
                 let id = m.tool_call_id.filter(|id| !id.is_empty())?;
                 let name = t.names.get(&*id)?.clone();
-                let output = m.content.map(Text::into_owned).unwrap_or_default();
+                let output = m.content.map(WireStr::into_owned).unwrap_or_default();
                 let result = ToolResultBlock { call_id: id.into_owned(), name, output, is_error: false };
                 t.push(Role::User, vec![Block::ToolResult(result)]);
             }
             _ => return None,
         }
     }
-    let system = (!t.system.is_empty()).then(|| t.system.join("\n\n"));
-    Some((system, t.messages))
+    Some(t.finish())
 }
 
 /// One assistant tool call; the argument text is kept exactly as sent.
@@ -226,14 +178,7 @@ fn tool_call(call: Call) -> Option<ToolCall> {
     {
         return None;
     }
-    let (arguments, input) = match call.function.arguments {
-        None => ("{}".to_string(), Value::Object(Map::new())),
-        Some(raw) if raw.trim().is_empty() => (raw.into_owned(), Value::Object(Map::new())),
-        Some(raw) => {
-            let input: Value = serde_json::from_str(&raw).ok()?;
-            (raw.into_owned(), input)
-        }
-    };
+    let (arguments, input) = call_arguments(call.function.arguments.map(WireStr::into_owned)).ok()?;
     if !input.is_object() {
         return None;
     }

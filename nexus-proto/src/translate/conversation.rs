@@ -114,6 +114,9 @@ fn allowed_keys(role: &str) -> &'static [&'static str] {
 }
 
 /// The conversation: the hoisted system prompt and the neutral transcript.
+/// Both Chat readers (this module's tree reader and the borrowed one in
+/// [`super::chat_borrowed`]) build it with the same calls.
+#[derive(Default)]
 pub(super) struct Transcript {
     pub(super) system: Vec<String>,
     pub(super) messages: Vec<Message>,
@@ -130,6 +133,33 @@ impl Transcript {
             _ => self.messages.push(Message { role, content: blocks }),
         }
     }
+
+    /// The `j`th tool call of an assistant message as its block, its name
+    /// kept for the results that answer it. On Gemini the first call of a
+    /// turn carries the documented placeholder signature.
+    pub(super) fn call(&mut self, style: Style, j: usize, mut call: ToolCall) -> Block {
+        if style == Style::Gemini && j == 0 {
+            call.provider_data = Some(json!({ "gemini": { "thoughtSignature": GEMINI_SKIP_SIGNATURE } }));
+        }
+        self.names.insert(call.id.clone(), call.name.clone());
+        Block::ToolCall(call)
+    }
+
+    /// The system prompts joined by a blank line (`None` without any), and the messages.
+    pub(super) fn finish(self) -> (Option<String>, Vec<Message>) {
+        ((!self.system.is_empty()).then(|| self.system.join("\n\n")), self.messages)
+    }
+}
+
+/// A call's argument text and the input it parses to: none is `{}`, text
+/// that is only whitespace is kept as sent and reads as an empty object.
+/// The caller refuses an input that is not an object.
+pub(super) fn call_arguments(raw: Option<String>) -> Result<(String, Value), serde_json::Error> {
+    match raw {
+        None => Ok(("{}".to_string(), Value::Object(Map::new()))),
+        Some(raw) if raw.trim().is_empty() => Ok((raw, Value::Object(Map::new()))),
+        Some(raw) => serde_json::from_str(&raw).map(|input| (raw, input)),
+    }
 }
 
 pub(super) fn read_messages(
@@ -141,7 +171,7 @@ pub(super) fn read_messages(
         Some(Value::Array(_)) => return Err(TranslateError::invalid("messages", "`messages` must not be empty")),
         _ => return Err(TranslateError::invalid("messages", "`messages` must be an array")),
     };
-    let mut t = Transcript { system: Vec::new(), messages: Vec::new(), names: HashMap::new() };
+    let mut t = Transcript::default();
     for (i, m) in items.iter().enumerate() {
         let at = Item("messages", i);
         let obj =
@@ -184,7 +214,7 @@ pub(super) fn read_messages(
                 t.push(Role::User, blocks);
             }
             "assistant" => {
-                let blocks = assistant_content(style, obj, at, &mut t.names)?;
+                let blocks = assistant_content(style, obj, at, &mut t)?;
                 t.push(Role::Assistant, blocks);
             }
             _ => {
@@ -204,8 +234,7 @@ pub(super) fn read_messages(
             }
         }
     }
-    let system = (!t.system.is_empty()).then(|| t.system.join("\n\n"));
-    Ok((system, t.messages))
+    Ok(t.finish())
 }
 
 /// Content that may only be text: a string, `null`, or text parts (joined).
@@ -339,7 +368,7 @@ fn assistant_content(
     style: Style,
     obj: &Map<String, Value>,
     at: impl fmt::Display + Copy,
-    names: &mut HashMap<String, String>,
+    t: &mut Transcript,
 ) -> Result<Vec<Block>, TranslateError> {
     let mut blocks = Vec::new();
     match obj.get("content").unwrap_or(&Value::Null) {
@@ -381,12 +410,8 @@ fn assistant_content(
         Some(_) => return Err(TranslateError::invalid(format!("{at}.tool_calls"), "must be an array")),
     };
     for (j, call) in calls.iter().enumerate() {
-        let mut call = tool_call(style, call, Item(Field(at, "tool_calls"), j))?;
-        if style == Style::Gemini && j == 0 {
-            call.provider_data = Some(json!({ "gemini": { "thoughtSignature": GEMINI_SKIP_SIGNATURE } }));
-        }
-        names.insert(call.id.clone(), call.name.clone());
-        blocks.push(Block::ToolCall(call));
+        let call = tool_call(style, call, Item(Field(at, "tool_calls"), j))?;
+        blocks.push(t.call(style, j, call));
     }
     Ok(blocks)
 }
@@ -421,15 +446,10 @@ fn tool_call(style: Style, call: &Value, at: impl fmt::Display + Copy) -> Result
         .filter(|s| !s.is_empty())
         .ok_or_else(|| TranslateError::invalid(format!("{at}.function.name"), "a function name is required"))?;
     let param = Field(at, "function.arguments");
+    let not_json = |e| TranslateError::invalid(param.to_string(), format!("the arguments are not valid JSON ({e})"));
     let (arguments, input) = match function.get("arguments") {
-        None | Some(Value::Null) => ("{}".to_string(), Value::Object(Map::new())),
-        Some(Value::String(raw)) if raw.trim().is_empty() => (raw.clone(), Value::Object(Map::new())),
-        Some(Value::String(raw)) => {
-            let input: Value = serde_json::from_str(raw).map_err(|e| {
-                TranslateError::invalid(param.to_string(), format!("the arguments are not valid JSON ({e})"))
-            })?;
-            (raw.clone(), input)
-        }
+        None | Some(Value::Null) => call_arguments(None).map_err(not_json)?,
+        Some(Value::String(raw)) => call_arguments(Some(raw.clone())).map_err(not_json)?,
         Some(v @ Value::Object(_)) => (v.to_string(), v.clone()),
         Some(_) => {
             return Err(TranslateError::invalid(param.to_string(), "arguments must be a JSON string or an object"))
