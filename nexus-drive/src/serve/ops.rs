@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -236,11 +235,12 @@ impl Drop for Finish {
                 outcome,
                 trace_id: r.span.trace_id(),
             };
-            // One write per line, so lines from concurrent requests never interleave.
-            if let Ok(mut bytes) = serde_json::to_vec(&line) {
-                bytes.push(b'\n');
-                let _ = std::io::stderr().lock().write_all(&bytes);
-            }
+            // Whole lines, batched with the loop's others (runtime::log_line).
+            super::runtime::log_line(|out| {
+                serde_json::to_writer(&mut *out, &line)?;
+                out.push(b'\n');
+                Ok(())
+            });
         }
     }
 }

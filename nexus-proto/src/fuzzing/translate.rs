@@ -6,7 +6,10 @@ use serde_json::Value;
 
 use crate::provider::Style;
 use crate::sse::SseEvent;
-use crate::translate::{openai_request_bytes_to, openai_request_to, response_to_openai, StreamTranslator};
+use crate::translate::{
+    openai_request_bytes_to, openai_request_to, response_to_openai, response_to_openai_bytes, response_to_openai_with,
+    CompletionMeta, StreamTranslator,
+};
 
 /// Translates `data` both ways, in every direction the gateway uses:
 ///
@@ -15,7 +18,9 @@ use crate::translate::{openai_request_bytes_to, openai_request_to, response_to_o
 ///   is a JSON object; an OpenAI pass-through forwards the bytes unchanged; read from bytes
 ///   (where the common shape is read without a tree) it is what the same JSON gives as a `Value`;
 /// - as an Anthropic or Gemini response body back into a completion: an
-///   object with one choice, or a typed error;
+///   object with one choice, or a typed error; written as bytes (where an
+///   Anthropic answer of the common shape is read in one borrowed pass) it
+///   is the completion the decoded turn gives;
 /// - as an Anthropic or Gemini SSE stream back into OpenAI chunks, whole and
 ///   in data-derived chunks: every line is `data: <json>` or `data: [DONE]`,
 ///   nothing follows `[DONE]` or an error line, and chunking changes nothing.
@@ -47,6 +52,15 @@ pub fn translate(data: &[u8]) {
         match response_to_openai(style, data, "m") {
             Ok(v) => assert_eq!(v["choices"].as_array().map(Vec::len), Some(1), "completion without one choice"),
             Err(e) => assert!((400..600).contains(&e.status), "status {} out of range", e.status),
+        }
+        let meta = CompletionMeta::new("m");
+        match (response_to_openai_bytes(style, data, &meta), response_to_openai_with(style, data, &meta)) {
+            (Ok(bytes), Ok(tree)) => {
+                let written: Value = serde_json::from_slice(&bytes.body).expect("a completion is JSON");
+                assert_eq!(written, tree, "{}: bytes and turn give different completions", style.name());
+            }
+            (Err(a), Err(b)) => assert_eq!(a, b, "{}: bytes and turn fail differently", style.name()),
+            (a, b) => panic!("{}: bytes {:?}, turn {:?}", style.name(), a.map(|c| c.body), b),
         }
 
         let events = super::decode_sse(&[data]);

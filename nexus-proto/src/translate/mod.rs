@@ -69,6 +69,7 @@ use serde_json::{json, Value};
 
 use crate::provider::Style;
 
+mod anthropic_answer;
 mod anthropic_in;
 mod anthropic_out;
 mod chat_borrowed;

@@ -70,6 +70,11 @@ pub fn response_to_openai_bytes(
         response_to_openai_with(style, body, meta)?;
         return Ok(CompletionBytes { body: body.to_vec(), usage: None });
     }
+    if style == Style::Anthropic {
+        if let Some(done) = super::anthropic_answer::completion(body, meta) {
+            return Ok(done);
+        }
+    }
     let (turn, meta) = decode_turn(style, body, meta)?;
     Ok(CompletionBytes { body: turn_to_openai_bytes(&turn, &meta), usage: turn.usage_reported.then_some(turn.usage) })
 }
@@ -86,7 +91,7 @@ pub fn turn_to_openai_bytes(turn: &TurnResponse, meta: &CompletionMeta) -> Vec<u
 /// A `chat.completion`, borrowed from the turn and its meta: the one shape
 /// both [`turn_to_openai`] and [`turn_to_openai_bytes`] write.
 #[derive(Serialize)]
-struct Completion<'a> {
+pub(super) struct Completion<'a> {
     id: &'a str,
     object: &'static str,
     created: u64,
@@ -116,11 +121,11 @@ struct MessageOut<'a> {
 }
 
 #[derive(Serialize)]
-struct CallOut<'a> {
-    id: &'a str,
+pub(super) struct CallOut<'a> {
+    pub(super) id: &'a str,
     #[serde(rename = "type")]
-    kind: &'static str,
-    function: FunctionOut<'a>,
+    pub(super) kind: &'static str,
+    pub(super) function: FunctionOut<'a>,
 }
 
 /// A call's `function`: its name and argument text (stream chunks write it too).
@@ -140,10 +145,14 @@ pub(super) struct UsageOut {
 
 impl UsageOut {
     pub(super) fn of(turn: &TurnResponse) -> UsageOut {
+        UsageOut::of_usage(&turn.usage)
+    }
+
+    pub(super) fn of_usage(usage: &crate::message::Usage) -> UsageOut {
         UsageOut {
-            prompt_tokens: turn.usage.prompt_tokens,
-            completion_tokens: turn.usage.completion_tokens,
-            total_tokens: turn.usage.total_tokens,
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            total_tokens: usage.total_tokens,
         }
     }
 }
@@ -165,9 +174,24 @@ impl<'a> Completion<'a> {
                 },
             })
             .collect();
+        let usage = turn.usage_reported.then(|| UsageOut::of(turn));
+        Completion::assemble(&meta.id, meta, text, reasoning_text(turn), tool_calls, turn.stop.reason, usage)
+    }
+
+    /// The one `chat.completion` shape: the text is `null` when it is empty
+    /// beside tool calls, and tool calls make the finish reason.
+    pub(super) fn assemble(
+        id: &'a str,
+        meta: &'a CompletionMeta,
+        text: String,
+        reasoning_content: String,
+        tool_calls: Vec<CallOut<'a>>,
+        stop: crate::provider::StopReason,
+        usage: Option<UsageOut>,
+    ) -> Completion<'a> {
         let has_calls = !tool_calls.is_empty();
         Completion {
-            id: &meta.id,
+            id,
             object: "chat.completion",
             created: meta.created,
             model: &meta.model,
@@ -177,13 +201,13 @@ impl<'a> Completion<'a> {
                     role: "assistant",
                     content: (!(text.is_empty() && has_calls)).then_some(text),
                     refusal: (),
-                    reasoning_content: reasoning_text(turn),
+                    reasoning_content,
                     tool_calls,
                 },
                 logprobs: (),
-                finish_reason: finish_reason(turn.stop.reason, has_calls),
+                finish_reason: finish_reason(stop, has_calls),
             }],
-            usage: turn.usage_reported.then(|| UsageOut::of(turn)),
+            usage,
         }
     }
 }
@@ -218,6 +242,12 @@ pub(crate) fn provider_id(body: &[u8]) -> Option<String> {
                 .to_string()
         }
     };
+    clean_id(&raw)
+}
+
+/// A provider's response id reduced to characters safe in any id (at most
+/// 48 of them); `None` when none is left.
+pub(super) fn clean_id(raw: &str) -> Option<String> {
     let clean: String = raw.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-')).take(48).collect();
     (!clean.is_empty()).then_some(clean)
 }

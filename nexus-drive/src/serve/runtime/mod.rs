@@ -20,11 +20,15 @@
 //!   (async-io's timers, a channel fed by the Redis thread) crosses threads,
 //!   through the loop's remote queue and an eventfd.
 //!
+//! * the request log's lines are batched per loop ([`log_line`]): one write
+//!   for many requests, not one each.
+//!
 //! Futures that use smol's own sockets and timers still run here: async-io's
 //! thread drives them and wakes the task from outside. The async driver and
 //! everything off the gateway's hot path keep smol; [`sleep`] and the
 //! upstream client pick the loop when they run on one.
 
+mod log;
 mod net;
 mod timer;
 
@@ -96,6 +100,7 @@ pub(crate) struct Local {
     queue: RefCell<VecDeque<Runnable>>,
     sources: RefCell<slab::Slab<Arc<net::Source>>>,
     timers: RefCell<timer::Timers>,
+    log: RefCell<log::Batch>,
 }
 
 thread_local! {
@@ -106,6 +111,22 @@ thread_local! {
 /// The loop of the current thread.
 pub(crate) fn current() -> Option<Rc<Local>> {
     CURRENT.with(|c| c.borrow().clone())
+}
+
+/// Writes one or more whole lines to stderr: batched with the loop's other
+/// lines when this thread runs a loop (see `log`), at once otherwise.
+/// `write` appends the lines to the buffer it is given.
+pub(crate) fn log_line(write: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) {
+    match current() {
+        Some(local) => local.log.borrow_mut().push(write),
+        None => {
+            let mut bytes = Vec::new();
+            if write(&mut bytes).is_ok() {
+                use std::io::Write;
+                let _ = io::stderr().lock().write_all(&bytes);
+            }
+        }
+    }
 }
 
 /// Whether the current thread runs a loop.
@@ -196,6 +217,7 @@ fn run(remote: Arc<Remote>, mut poll: mio::Poll, registry: mio::Registry) {
         queue: RefCell::new(VecDeque::new()),
         sources: RefCell::new(slab::Slab::new()),
         timers: RefCell::new(timer::Timers::default()),
+        log: RefCell::new(log::Batch::default()),
     });
     CURRENT.with(|c| *c.borrow_mut() = Some(local.clone()));
     let mut events = mio::Events::with_capacity(1024);
@@ -205,7 +227,11 @@ fn run(remote: Arc<Remote>, mut poll: mio::Poll, registry: mio::Registry) {
         let wait = if !local.queue.borrow().is_empty() || remote.rung.load(Ordering::Acquire) {
             Some(Duration::ZERO)
         } else {
-            local.timers.borrow().next_wait(now)
+            let timer = local.timers.borrow().next_wait(now);
+            match (timer, local.log.borrow().next_wait(now)) {
+                (Some(t), Some(l)) => Some(t.min(l)),
+                (t, l) => t.or(l),
+            }
         };
         if let Err(e) = poll.poll(&mut events, wait) {
             if e.kind() != io::ErrorKind::Interrupted {
@@ -226,12 +252,16 @@ fn run(remote: Arc<Remote>, mut poll: mio::Poll, registry: mio::Registry) {
                 }
             }
         }
-        let due = local.timers.borrow_mut().take_due(Instant::now());
+        let now = Instant::now();
+        local.log.borrow_mut().write_if_due(now);
+        let due = local.timers.borrow_mut().take_due(now);
         for waker in due {
             waker.wake();
         }
     }
     shut(&local);
+    // After the tasks: a request cut short by the stop logs as it drops.
+    local.log.borrow_mut().write();
     CURRENT.with(|c| *c.borrow_mut() = None);
 }
 

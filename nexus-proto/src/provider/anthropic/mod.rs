@@ -129,7 +129,7 @@ pub fn error_details(body: &[u8]) -> Option<(String, String)> {
 }
 
 /// The neutral reason for a `stop_reason` (every value the API documents).
-fn stop_reason(raw: &str) -> StopReason {
+pub(crate) fn stop_reason(raw: &str) -> StopReason {
     match raw {
         "end_turn" => StopReason::EndTurn,
         "tool_use" => StopReason::ToolUse,
@@ -150,7 +150,7 @@ fn stop(raw: Option<String>) -> Stop {
 }
 
 /// Cache tokens are not added: `input_tokens` is what the API counts as input.
-fn usage(input: Option<u64>, output: Option<u64>) -> Usage {
+pub(crate) fn usage(input: Option<u64>, output: Option<u64>) -> Usage {
     let (prompt_tokens, completion_tokens) = (input.unwrap_or(0), output.unwrap_or(0));
     Usage {
         prompt_tokens,
@@ -220,11 +220,11 @@ struct WireMessage<'a> {
 
 /// `usage` in bodies, `message_start` and `message_delta`.
 #[derive(Deserialize, Default)]
-struct WireUsage {
+pub(crate) struct WireUsage {
     #[serde(default)]
-    input_tokens: Option<u64>,
+    pub(crate) input_tokens: Option<u64>,
     #[serde(default)]
-    output_tokens: Option<u64>,
+    pub(crate) output_tokens: Option<u64>,
 }
 
 /// One content block, read the same way from bodies and `content_block_start`.
