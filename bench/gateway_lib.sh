@@ -8,6 +8,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # start_mock DIR: the shared mock on a free port, its port file and log in
 # DIR; sets mock_url and stops the mock when the script exits.
 start_mock() {
+  # A port file left by an earlier run would name a mock that is gone.
+  rm -f "$1/mock.port"
   python3 "$shared/bench/mock_llm.py" --port 0 --port-file "$1/mock.port" > "$1/mock.log" 2>&1 &
   mock=$!
   trap 'kill "$mock" 2> /dev/null || true' EXIT

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The `nexus` binary built with profile-guided optimization (PGO): an
-# instrumented build serves a training load, then the release build uses the
-# counts it wrote: hot code laid out together and cold blocks moved out of
-# the way, so a gateway request runs fewer instructions from fewer code pages
-# and cache lines, which matters most when its requests arrive between other
-# work (BENCHMARKS.md §8, "A binary laid out by its profile").
+# The `nexus` binary built with profile-guided optimization (PGO), then laid
+# out by BOLT when one is installed: an instrumented build serves a training
+# load, the release build uses the counts it wrote (hot code together, cold
+# blocks out of the way); BOLT then instruments that binary, the same load
+# runs again, and BOLT rewrites the binary with its functions ordered by how
+# the load called them and their blocks by how it ran them. A gateway
+# request then runs fewer instructions from fewer code pages and cache lines,
+# which matters most when its requests arrive between other work
+# (BENCHMARKS.md §8, "A binary laid out by its profile" and "Laid out by
+# BOLT, ...").
 #
 # The training load is the gateway's (bench/pgo_train.py): the shared mock
 # behind `nexus serve` for each upstream style (OpenAI, Anthropic, Gemini,
@@ -16,13 +20,17 @@
 # for size: build with plain `cargo build --release` when the CLI's other
 # commands matter more than the gateway.
 #
-# Output: target/pgo/nexus (and the merged profile, target/pgo/nexus.profdata).
+# Output: target/pgo/nexus (and the merged profiles, target/pgo/nexus.profdata
+# and, with BOLT, target/pgo/bolt.fdata).
 #
 # Needs python3, the shared mock (NEXUS_SHARED [../shared]) and an
 # llvm-profdata that reads this rustc's raw profiles: LLVM_PROFDATA, else the
 # rustup component's (`rustup component add llvm-tools`), else the newest
-# llvm-profdata-N on PATH. Knobs: PGO_REQUESTS [200] per style, surface and
-# case, PGO_DIR [target/pgo].
+# llvm-profdata-N on PATH. BOLT (`llvm-bolt` and `merge-fdata`; Debian's
+# `bolt-N` package) is LLVM_BOLT, else llvm-bolt on PATH, else the newest
+# llvm-bolt-N; without one the PGO build is the output, with LLVM's machine
+# function splitting standing in for BOLT's. Knobs: PGO_REQUESTS [200] per
+# style, surface and case, PGO_DIR [target/pgo], PGO_BOLT [auto; 0 = never].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -41,6 +49,20 @@ if [ -z "$profdata" ]; then
   fi
 fi
 [ -n "$profdata" ] || { echo "pgo_build.sh: no llvm-profdata (rustup component add llvm-tools, or set LLVM_PROFDATA)" >&2; exit 1; }
+newest() { compgen -c "$1-" | grep -E "^$1-[0-9]+$" | sort -t- -k3 -n | tail -1 || true; }
+bolt="${LLVM_BOLT:-}"
+if [ "${PGO_BOLT:-auto}" = 0 ]; then
+  bolt=
+elif [ -z "$bolt" ]; then
+  bolt=$(command -v llvm-bolt || newest llvm-bolt)
+fi
+merge_fdata=
+if [ -n "$bolt" ]; then
+  # merge-fdata comes with llvm-bolt, suffixed alike (llvm-bolt-22, merge-fdata-22).
+  merge_fdata=$(dirname "$(command -v "$bolt")")/merge-fdata${bolt##*llvm-bolt}
+  [ -x "$merge_fdata" ] || merge_fdata=$(command -v merge-fdata || newest merge-fdata)
+  [ -n "$merge_fdata" ] || { echo "pgo_build.sh: $bolt but no merge-fdata" >&2; exit 1; }
+fi
 [ -f "$shared/bench/mock_llm.py" ] || { echo "pgo_build.sh: no $shared/bench/mock_llm.py (set NEXUS_SHARED)" >&2; exit 1; }
 
 raw="$dir/raw"
@@ -56,25 +78,56 @@ python3 "$shared/bench/runners/floor_bodies.py" "$dir/bodies" > /dev/null
 
 . bench/gateway_lib.sh
 start_mock "$dir"
-for style in openai anthropic gemini openai-responses; do
-  upstream "$style"
-  port=$(free_port)
-  env "$upstream_key=sk-upstream-mock" "$trained" serve --listen "127.0.0.1:$port" --upstream-style "$style" \
-    --upstream-base-url "$upstream_url" --client-token tok-pgo > "$dir/serve-$style.log" 2>&1 &
-  gw=$!
-  wait_listening "$port"
-  python3 bench/pgo_train.py "$port" "$requests" "$dir/bodies" tok-pgo
-  # The profile is written when the process exits; SIGINT is a clean shutdown.
-  kill -INT "$gw"
-  wait "$gw"
-done
+# train BIN: the training load through BIN, one `nexus serve` per upstream
+# style; each writes its profile when it exits (SIGINT is a clean shutdown).
+train() {
+  for style in openai anthropic gemini openai-responses; do
+    upstream "$style"
+    port=$(free_port)
+    env "$upstream_key=sk-upstream-mock" "$1" serve --listen "127.0.0.1:$port" --upstream-style "$style" \
+      --upstream-base-url "$upstream_url" --client-token tok-pgo > "$dir/serve-$style.log" 2>&1 &
+    gw=$!
+    wait_listening "$port"
+    python3 bench/pgo_train.py "$port" "$requests" "$dir/bodies" tok-pgo
+    kill -INT "$gw"
+    wait "$gw"
+  done
+}
+train "$trained"
 
 "$profdata" merge -o "$dir/nexus.profdata" "$raw"
-# With the counts, LLVM marks functions hot or unlikely and splits the cold
-# blocks out of hot functions (-enable-split-machine-functions); the linker
-# then keeps each kind together (-z keep-text-section-prefix), so the code a
-# request runs sits in about half a megabyte instead of across the binary.
-RUSTFLAGS="-Cprofile-use=$dir/nexus.profdata -Cllvm-args=-enable-split-machine-functions -Clink-arg=-Wl,-z,keep-text-section-prefix" cargo build --release -p nexus-drive --features cli --bin nexus \
-  --target "$host" --target-dir "$dir/use"
-cp "$dir/use/$host/release/nexus" "$dir/nexus"
-echo "pgo_build.sh: $dir/nexus"
+if [ -z "$bolt" ]; then
+  # With the counts, LLVM marks functions hot or unlikely and splits the cold
+  # blocks out of hot functions (-enable-split-machine-functions); the linker
+  # then keeps each kind together (-z keep-text-section-prefix), so the code a
+  # request runs sits in about half a megabyte instead of across the binary.
+  RUSTFLAGS="-Cprofile-use=$dir/nexus.profdata -Cllvm-args=-enable-split-machine-functions -Clink-arg=-Wl,-z,keep-text-section-prefix" \
+    cargo build --release -p nexus-drive --features cli --bin nexus --target "$host" --target-dir "$dir/use"
+  cp "$dir/use/$host/release/nexus" "$dir/nexus"
+  echo "pgo_build.sh: $dir/nexus (PGO; no llvm-bolt found)"
+  exit 0
+fi
+
+# For BOLT the binary keeps its relocations (--emit-relocs), so BOLT may move
+# every function; LLVM's splitting is left out: BOLT splits blocks itself and
+# does not take the split halves LLVM names `.cold` for local functions.
+RUSTFLAGS="-Cprofile-use=$dir/nexus.profdata -Clink-arg=-Wl,--emit-relocs" \
+  cargo build --release -p nexus-drive --features cli --bin nexus --target "$host" --target-dir "$dir/use-bolt"
+pgo="$dir/use-bolt/$host/release/nexus"
+fdata="$dir/bolt-raw"
+rm -rf "$fdata"
+mkdir -p "$fdata"
+"$bolt" "$pgo" -o "$dir/nexus.instrumented" -instrument --instrumentation-file="$fdata/nexus.fdata" \
+  --instrumentation-file-append-pid > "$dir/bolt-instrument.log" 2>&1 \
+  || { cat "$dir/bolt-instrument.log" >&2; exit 1; }
+train "$dir/nexus.instrumented"
+"$merge_fdata" "$fdata"/*.fdata > "$dir/bolt.fdata" 2> "$dir/bolt-merge.log"
+# Blocks ordered by the exact TSP heuristic, functions by the call graph
+# (cdsort), cold blocks of every function split out (exception landing pads
+# too). BOLT drops the debug sections it cannot rewrite (rustc's DWARF uses
+# forms it does not clone); the symbol table stays, so backtraces and
+# profiles still name functions, and target/pgo/use-bolt keeps the lines.
+"$bolt" "$pgo" -o "$dir/nexus" -data="$dir/bolt.fdata" -reorder-blocks=ext-tsp -reorder-functions=cdsort \
+  -split-functions -split-all-cold -split-eh -dyno-stats > "$dir/bolt-optimize.log" 2>&1 \
+  || { cat "$dir/bolt-optimize.log" >&2; exit 1; }
+echo "pgo_build.sh: $dir/nexus (PGO, then BOLT: $bolt)"
