@@ -39,17 +39,18 @@ dir="${PGO_DIR:-$root/target/pgo}"
 requests="${PGO_REQUESTS:-200}"
 host=$(rustc -vV | awk '/^host:/ {print $2}')
 
+# newest TOOL: the highest-numbered TOOL-N on PATH (Debian's llvm-N packages).
+newest() { compgen -c "$1-" | grep -E "^$1-[0-9]+$" | sort -t- -k3 -n | tail -1 || true; }
 profdata="${LLVM_PROFDATA:-}"
 if [ -z "$profdata" ]; then
   candidate="$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata"
   if [ -x "$candidate" ]; then
     profdata=$candidate
   else
-    profdata=$(compgen -c llvm-profdata- | sort -t- -k3 -n | tail -1 || true)
+    profdata=$(newest llvm-profdata)
   fi
 fi
 [ -n "$profdata" ] || { echo "pgo_build.sh: no llvm-profdata (rustup component add llvm-tools, or set LLVM_PROFDATA)" >&2; exit 1; }
-newest() { compgen -c "$1-" | grep -E "^$1-[0-9]+$" | sort -t- -k3 -n | tail -1 || true; }
 bolt="${LLVM_BOLT:-}"
 if [ "${PGO_BOLT:-auto}" = 0 ]; then
   bolt=

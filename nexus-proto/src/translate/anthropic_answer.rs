@@ -26,7 +26,7 @@ use serde_json::value::RawValue;
 
 use super::response::{CallOut, Completion, CompletionBytes, FunctionOut, UsageOut};
 use super::{fingerprint, CompletionMeta};
-use crate::provider::anthropic::{stop_reason, usage, WireUsage};
+use crate::provider::anthropic::{is_object_text, stop_reason, usage, WireUsage};
 use crate::provider::StopReason;
 
 /// The top-level keys the general path reads (the message's, and the four
@@ -95,7 +95,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
 /// The completion for `body`, or `None` when the general path must read it.
 pub(super) fn completion(body: &[u8], meta: &CompletionMeta) -> Option<CompletionBytes> {
     let text = std::str::from_utf8(body).ok()?;
-    if text.trim_start_matches(|c: char| c.is_ascii_whitespace()).as_bytes().first() != Some(&b'{') {
+    if !is_object_text(body) {
         return None;
     }
     let message: Message<'_> = serde_json::from_str(text).ok()?;
@@ -112,7 +112,7 @@ pub(super) fn completion(body: &[u8], meta: &CompletionMeta) -> Option<Completio
                 // A call without an id gets a generated one: the general path's.
                 let id = block.id.as_deref().filter(|id| !id.is_empty())?;
                 // The exact text of `input`; none (or `null`) is "no arguments".
-                let arguments = block.input.map(RawValue::get).filter(|raw| *raw != "null" && !raw.is_empty());
+                let arguments = block.input.map(RawValue::get).filter(|raw| *raw != "null");
                 tool_calls.push(CallOut {
                     id,
                     kind: "function",

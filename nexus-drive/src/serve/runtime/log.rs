@@ -56,13 +56,17 @@ impl Batch {
     /// Writes every unwritten line.
     pub(super) fn write(&mut self) {
         if !self.bytes.is_empty() {
-            // Under stderr's lock, as every line written at once is: two
-            // loops' batches never interleave.
-            let _ = std::io::stderr().lock().write_all(&self.bytes);
+            write_stderr(&self.bytes);
         }
         self.bytes.clear();
         self.since = None;
     }
+}
+
+/// Whole lines to stderr in one call under its lock: lines written from two
+/// threads (two loops' batches, or a line written off a loop) never interleave.
+pub(super) fn write_stderr(lines: &[u8]) {
+    let _ = std::io::stderr().lock().write_all(lines);
 }
 
 #[cfg(test)]

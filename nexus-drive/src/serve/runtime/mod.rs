@@ -122,8 +122,7 @@ pub(crate) fn log_line(write: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) {
         None => {
             let mut bytes = Vec::new();
             if write(&mut bytes).is_ok() {
-                use std::io::Write;
-                let _ = io::stderr().lock().write_all(&bytes);
+                log::write_stderr(&bytes);
             }
         }
     }

@@ -322,7 +322,7 @@ fn excerpt(text: &str) -> String {
 
 /// Whether JSON text (already known to be valid) is an object. Checked
 /// because serde reads structs from arrays too, by position.
-fn is_object_text(text: &[u8]) -> bool {
+pub(crate) fn is_object_text(text: &[u8]) -> bool {
     text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
