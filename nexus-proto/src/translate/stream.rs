@@ -41,6 +41,10 @@ pub struct StreamTranslator {
     finished: bool,
     failed: Option<TranslateError>,
     scratch: Vec<StreamEvent>,
+    /// Every chunk's bytes up to its delta (`data: {"id":…,"delta":`),
+    /// written once the completion id is known: the same for every chunk
+    /// of the stream, and most of each.
+    head: Vec<u8>,
 }
 
 impl StreamTranslator {
@@ -65,6 +69,7 @@ impl StreamTranslator {
             finished: false,
             failed: None,
             scratch: Vec::new(),
+            head: Vec::new(),
         }
     }
 
@@ -103,6 +108,8 @@ impl StreamTranslator {
                 };
             }
             self.ids = Some(call_ids(&self.meta));
+            self.head.clear();
+            chunk_head(&self.meta, &mut self.head);
         }
         let Some(ids) = self.ids.as_mut() else {
             return out;
@@ -223,17 +230,24 @@ impl StreamTranslator {
         }
     }
 
-    /// One `chat.completion.chunk` line, written from borrowed fields (keys
-    /// in OpenAI's order): a stream makes one per upstream delta.
+    /// One `chat.completion.chunk` line: the stream's [`chunk_head`], the
+    /// delta written from borrowed fields, the rest of the choice. The same
+    /// bytes as the whole chunk serialized with its keys in OpenAI's order
+    /// (`Chunk`, which the tests hold it to).
     fn chunk<D: Serialize>(&self, delta: D, finish: Option<&'static str>) -> String {
-        let chunk = Chunk {
-            id: &self.meta.id,
-            object: "chat.completion.chunk",
-            created: self.meta.created,
-            model: &self.meta.model,
-            choices: [ChunkChoice { index: 0, delta, logprobs: (), finish_reason: finish }],
-        };
-        super::surface::data_event(&chunk)
+        let mut line = Vec::with_capacity(self.head.len().max(96) + 160);
+        if self.head.is_empty() {
+            // No event came before the end: the id is what was given.
+            chunk_head(&self.meta, &mut line);
+        } else {
+            line.extend_from_slice(&self.head);
+        }
+        // Writing a struct of strings and numbers into a `Vec` cannot fail.
+        let _ = serde_json::to_writer(&mut line, &delta);
+        line.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
+        let _ = serde_json::to_writer(&mut line, &finish);
+        line.extend_from_slice(b"}]}\n\n");
+        String::from_utf8(line).unwrap_or_default()
     }
 
     fn fail(&mut self, error: TranslateError, out: &mut Vec<String>) {
@@ -242,13 +256,16 @@ impl StreamTranslator {
     }
 }
 
-#[derive(Serialize)]
-struct Chunk<'a, D> {
-    id: &'a str,
-    object: &'static str,
-    created: u64,
-    model: &'a str,
-    choices: [ChunkChoice<D>; 1],
+/// `data: {"id":…,"object":"chat.completion.chunk","created":…,"model":…,"choices":[{"index":0,"delta":`
+/// for `meta`, after `out`.
+fn chunk_head(meta: &CompletionMeta, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"data: {\"id\":");
+    let _ = serde_json::to_writer(&mut *out, &meta.id);
+    out.extend_from_slice(b",\"object\":\"chat.completion.chunk\",\"created\":");
+    let _ = serde_json::to_writer(&mut *out, &meta.created);
+    out.extend_from_slice(b",\"model\":");
+    let _ = serde_json::to_writer(&mut *out, &meta.model);
+    out.extend_from_slice(b",\"choices\":[{\"index\":0,\"delta\":");
 }
 
 /// The last chunk of a stream that asked for usage: no choices, the counts.
@@ -260,14 +277,6 @@ struct UsageChunk<'a> {
     model: &'a str,
     choices: [(); 0],
     usage: UsageOut,
-}
-
-#[derive(Serialize)]
-struct ChunkChoice<D> {
-    index: u32,
-    delta: D,
-    logprobs: (),
-    finish_reason: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -414,6 +423,61 @@ mod tests {
                 ) + "\n\n",
             ]
         );
+    }
+
+    /// A chunk whole, keys in OpenAI's order: what [`StreamTranslator::chunk`] writes.
+    #[derive(Serialize)]
+    struct Chunk<'a, D> {
+        id: &'a str,
+        object: &'static str,
+        created: u64,
+        model: &'a str,
+        choices: [ChunkChoice<D>; 1],
+    }
+
+    #[derive(Serialize)]
+    struct ChunkChoice<D> {
+        index: u32,
+        delta: D,
+        logprobs: (),
+        finish_reason: Option<&'static str>,
+    }
+
+    /// The head written once and the delta after it are the chunk
+    /// serialized whole, for ids and models that need escaping too, before
+    /// the first event (no head yet) and after it.
+    #[test]
+    fn a_chunk_is_its_whole_serialization() {
+        let metas = [
+            CompletionMeta { id: "chatcmpl-1".into(), model: "m".into(), created: 7 },
+            CompletionMeta { id: "chatcmpl-\"q\"\\é".into(), model: "mödel\n\u{1}".into(), created: u64::MAX },
+            CompletionMeta { id: String::new(), model: String::new(), created: 0 },
+        ];
+        for meta in metas {
+            let mut t = StreamTranslator::with_meta(Style::Anthropic, meta.clone(), false);
+            for primed in [false, true] {
+                if primed {
+                    t.head.clear();
+                    chunk_head(&t.meta, &mut t.head);
+                }
+                for finish in [None, Some("stop"), Some("tool_calls")] {
+                    let content = ContentDelta { content: "a \"b\"\n" };
+                    assert_eq!(t.chunk(&content, finish), whole(&meta, &content, finish));
+                    assert_eq!(t.chunk(Empty {}, finish), whole(&meta, Empty {}, finish));
+                }
+            }
+        }
+    }
+
+    fn whole<D: Serialize>(meta: &CompletionMeta, delta: D, finish: Option<&'static str>) -> String {
+        let chunk = Chunk {
+            id: &meta.id,
+            object: "chat.completion.chunk",
+            created: meta.created,
+            model: &meta.model,
+            choices: [ChunkChoice { index: 0, delta, logprobs: (), finish_reason: finish }],
+        };
+        super::super::surface::data_event(&chunk)
     }
 
     #[test]
