@@ -39,7 +39,8 @@ fn config(fake: &FakeProvider, style: Style, builtins: &Builtins) -> ClientConfi
 fn read_and_grep_in_parallel_then_a_question_that_suspends_and_resumes() {
     for style in Style::ALL {
         let ctx = format!("{style:?}");
-        let dir = std::env::temp_dir().join(format!("nexus-builtins-e2e-{}-{style:?}", std::process::id()));
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("nexus-builtins-e2e-{}-{style:?}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("src")).unwrap();
         fs::write(dir.join("notes.md"), "# Notes\nship it\n").unwrap();

@@ -293,7 +293,8 @@ fn support_agent_approves_declines_and_resumes_in_a_second_process() {
         assert_has(&text, "? — reason: not after 30 days", &what);
 
         let what = format!("support_agent stored ({style})");
-        let dir = std::env::temp_dir().join(format!("nexus-support-agent-test-{}-{style}", std::process::id()));
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("nexus-support-agent-test-{}-{style}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         let db = dir.join("runs.db");
@@ -325,7 +326,8 @@ fn response(text: &str, status: u16) -> Value {
 fn durable_web_handler_resumes_in_a_second_process() {
     for style in STYLES {
         let what = format!("durable_web_handler ({style})");
-        let dir = std::env::temp_dir().join(format!("nexus-examples-test-{}-{style}", std::process::id()));
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("nexus-examples-test-{}-{style}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let d = dir.to_str().expect("UTF-8 temp dir");
 

@@ -107,7 +107,8 @@ fn a_legacy_stream_cut_mid_call_is_reattached_from_its_last_event_id() {
 fn a_modern_http_call_that_times_out_has_its_stream_closed_which_cancels_it() {
     let Some(py) = python() else { return };
     let srv = kitchen_http(&py, &[]);
-    let marker = std::env::temp_dir().join(format!("nexus-mcp-watch-{}", std::process::id()));
+    let marker =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nexus-mcp-watch-{}", std::process::id()));
     let _ = std::fs::remove_file(&marker);
     let mut cfg = http("k", &srv.url, Era::Modern);
     cfg.timeout_ms = Some(1_000);

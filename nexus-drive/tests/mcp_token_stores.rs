@@ -204,7 +204,8 @@ fn memory_store_keeps_the_contract() {
 
 #[test]
 fn file_store_keeps_the_contract_with_private_files() {
-    let dir = std::env::temp_dir().join(format!("nexus-token-stores-{}", std::process::id()));
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nexus-token-stores-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("tokens.json");
@@ -224,7 +225,8 @@ fn file_store_keeps_the_contract_with_private_files() {
 
 #[test]
 fn file_store_sealed_holds_no_secret() {
-    let dir = std::env::temp_dir().join(format!("nexus-token-stores-sealed-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("nexus-token-stores-sealed-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("tokens.json");
@@ -246,7 +248,8 @@ mod sqlite {
     fn scratch() -> std::path::PathBuf {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let dir = std::env::temp_dir().join(format!("nexus-token-sqlite-{}-{n}", std::process::id()));
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("nexus-token-sqlite-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir

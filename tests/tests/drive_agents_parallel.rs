@@ -115,7 +115,8 @@ fn a_suspended_child_beside_a_completing_one_is_pending_and_resumes(d: Drv) {
     let fake = fake(2);
     let done = Arc::new(AtomicUsize::new(0));
     // Both segments to one cassette, the second appended by the resuming process.
-    let dir = std::env::temp_dir().join(format!("nexus-parallel-resume-{}-{d:?}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("nexus-parallel-resume-{}-{d:?}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("parallel-resume.jsonl");
     let recorder = |append: bool| {
@@ -190,7 +191,8 @@ fn a_cancel_with_two_calls_in_flight_ends_the_run(d: Drv) {
 
 fn a_parallel_children_run_replays_from_its_cassette(d: Drv) {
     let fake = fake(2);
-    let dir = std::env::temp_dir().join(format!("nexus-parallel-{}-{d:?}", std::process::id()));
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nexus-parallel-{}-{d:?}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("parallel.jsonl");
     let rec = Arc::new(Recorder::create(&path).unwrap());

@@ -88,7 +88,8 @@ fn split(fake: &FakeProvider, model: &str, style: Style) -> (Vec<Value>, Vec<Val
 }
 
 fn a_sixty_turn_coding_run_compacts_under_a_small_window_on_every_style(d: Drv) {
-    let dir = std::env::temp_dir().join(format!("nexus-context-{}-{d:?}", std::process::id()));
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nexus-context-{}-{d:?}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for style in STYLES {
         let stream = matches!(d, Drv::Async);
@@ -382,8 +383,11 @@ fn near_the_trigger_the_upstreams_own_counter_decides(d: Drv) {
         let ctx = format!("{d:?} {style:?} stream={stream}");
         let model = "m-counted";
         let fake = FakeProvider::start(Scripts::new(KEY).model(model, coding_script(style, 20)));
-        let path =
-            std::env::temp_dir().join(format!("nexus-counted-{}-{d:?}-{}.jsonl", std::process::id(), style.name()));
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "nexus-counted-{}-{d:?}-{}.jsonl",
+            std::process::id(),
+            style.name()
+        ));
         let rec = Arc::new(Recorder::create(&path).unwrap());
         rec.set_api_key(KEY);
         let cfg = builder(&fake, style, model, stream)

@@ -222,7 +222,8 @@ fn an_open_circuit_sends_later_runs_straight_to_the_next_upstream(d: Drv) {
     let metrics: Arc<Mutex<Vec<Metric>>> = Arc::default();
     let sink = metrics.clone();
     // Each run to a cassette of its own: the second's routing comes from the first's failures.
-    let dir = std::env::temp_dir().join(format!("nexus-circuits-{}-{d:?}", std::process::id()));
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nexus-circuits-{}-{d:?}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cassette = |name: &str| {
         let rec = Recorder::create(&dir.join(name)).unwrap();

@@ -211,7 +211,8 @@ fn a_run_suspended_beside_the_output_tool_resumes_into_the_same_strategy(d: Drv)
 }
 
 fn a_recorded_typed_run_replays_byte_for_byte(d: Drv) {
-    let dir = std::env::temp_dir().join(format!("nexus-typed-output-{}-{d:?}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("nexus-typed-output-{}-{d:?}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for style in STYLES {
         let path = dir.join(format!("{}.jsonl", style.name()));

@@ -254,7 +254,8 @@ fn durable_suspend_survives_a_file_and_a_fresh_client(d: Drv) {
         assert_eq!(suspended.pending, r.pending);
         let state_text = String::from_utf8(suspended.state.clone()).unwrap();
         assert!(!state_text.contains(KEY), "{ctx}: the API key reached the state");
-        let path = std::env::temp_dir().join(format!("nexus-drive-{}-{style:?}-{d:?}.state", std::process::id()));
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("nexus-drive-{}-{style:?}-{d:?}.state", std::process::id()));
         std::fs::write(&path, &suspended.state).unwrap();
         drop(first);
 
@@ -636,7 +637,8 @@ fn conversation_and_run_stores_round_trip(d: Drv) {
         assert_eq!(conversations.get("conv-3").unwrap(), Some(resumed.messages.clone()), "{ctx}");
 
         // A suspended run parked in a file store and finished by resume_stored.
-        let dir = std::env::temp_dir().join(format!("nexus-drive-runs-{}-{style:?}-{d:?}", std::process::id()));
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("nexus-drive-runs-{}-{style:?}-{d:?}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let runs = FileRunStore::open(&dir).unwrap();
         let (t, a) = (counter(), counter());

@@ -35,7 +35,8 @@ fn skills() -> Skills {
 }
 
 fn workspace(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("nexus-drive-skills-{name}-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("nexus-drive-skills-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

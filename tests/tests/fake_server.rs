@@ -724,7 +724,7 @@ fn scripts_round_trip_through_json() {
 fn the_binary_serves_a_scripts_file() {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
-    let dir = std::env::temp_dir().join(format!("nexus-fake-bin-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nexus-fake-bin-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("scripts.json");
     std::fs::write(&file, serde_json::to_string(&scripts()).expect("json")).expect("write scripts");

@@ -60,7 +60,8 @@ impl Workspace {
     fn new(tag: &str) -> Workspace {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let root = std::env::temp_dir().join(format!("nexus-agent-{tag}-{}-{n}", std::process::id()));
+        let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("nexus-agent-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join("work")).unwrap();
         std::fs::create_dir_all(root.join("home")).unwrap();

@@ -450,7 +450,7 @@ fn on_connection(s: &mut TcpStream, buf: &mut Vec<u8>, auth: &str) -> Answer {
 #[test]
 fn a_reloaded_keys_file_disables_a_key_on_a_connection_that_stays_open() {
     let fake = fake();
-    let dir = std::env::temp_dir().join(format!("nexus-keys-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nexus-keys-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("keys.toml");
     let write = |extra: &str| {

@@ -1,7 +1,7 @@
 // Shared by the tests: the project's fake provider (tests/src/bin/fake_provider.rs),
 // started as a child process on a script of turns, and where things are.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync, existsSync, readFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, existsSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -24,9 +24,17 @@ export const API_KEY = 'test-key';
 export const KEY_ENV = 'NEXUS_NODE_TEST_KEY';
 process.env[KEY_ENV] = API_KEY;
 
-/** A fresh temporary directory. */
+/** The directories `scratch` made, removed when the test file's process exits. */
+const scratches = [];
+process.on('exit', () => {
+  for (const dir of scratches) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A fresh temporary directory, gone when the tests of this file are done. */
 export function scratch() {
-  return mkdtempSync(join(tmpdir(), 'nexus-node-'));
+  const dir = mkdtempSync(join(tmpdir(), 'nexus-node-'));
+  scratches.push(dir);
+  return dir;
 }
 
 /**

@@ -65,7 +65,7 @@ impl Out {
 /// A scratch directory of its own.
 pub fn scratch(name: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "nexus-cli-{}-{name}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst)

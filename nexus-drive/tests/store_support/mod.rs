@@ -51,7 +51,7 @@ fn unique(tag: &str) -> String {
 impl Db {
     /// A fresh SQLite file in its own temp dir.
     pub fn sqlite(tag: &str) -> Db {
-        let dir = std::env::temp_dir().join(format!("nexus-store-{}", unique(tag)));
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nexus-store-{}", unique(tag)));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         Db {
@@ -163,7 +163,7 @@ pub fn read_lines(path: &Path) -> Vec<String> {
 }
 
 pub fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("nexus-store-work-{}", unique(tag)));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nexus-store-work-{}", unique(tag)));
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap();
     dir

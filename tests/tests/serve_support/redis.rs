@@ -40,7 +40,8 @@ impl RedisServer {
             return None;
         };
         let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free loopback port").port();
-        let dir = std::env::temp_dir().join(format!("nexus-redis-{}-{port}", std::process::id()));
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("nexus-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("the redis-server directory");
         let mut r = RedisServer { bin, port, dir, child: None };
         r.restart();
