@@ -15,18 +15,18 @@
 //! not a string, an error body, a repeated key, bytes that are not UTF-8.
 //! Every field read here has the type the general reader gives it, so a
 //! body accepted here is one the general path decodes, to the same
-//! completion (`tests/translate_answer_paths.rs`, the translate fuzz target).
+//! completion (the `paths` property test below, the translate fuzz target).
 
 use std::borrow::Cow;
-use std::marker::PhantomData;
 
-use serde::de::{IgnoredAny, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::response::{CallOut, Completion, CompletionBytes, FunctionOut, UsageOut};
 use super::{fingerprint, CompletionMeta};
 use crate::provider::anthropic::{is_object_text, stop_reason, usage, WireUsage};
+use crate::provider::wire::{MapOnly, WireStr};
 use crate::provider::StopReason;
 
 /// The top-level keys the general path reads (the message's, and the four
@@ -34,11 +34,11 @@ use crate::provider::StopReason;
 #[derive(Deserialize)]
 struct Message<'a> {
     #[serde(rename = "type", default, borrow)]
-    kind: Option<Cow<'a, str>>,
+    kind: Option<WireStr<'a>>,
     #[serde(default)]
     error: Option<IgnoredAny>,
     #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
+    id: Option<WireStr<'a>>,
     #[serde(rename = "responseId", default)]
     _response_id: Option<IgnoredAny>,
     #[serde(rename = "message", default)]
@@ -47,11 +47,11 @@ struct Message<'a> {
     _response: Option<IgnoredAny>,
     // Read for its type only: the completion reports the gateway's model name.
     #[serde(rename = "model", default, borrow)]
-    _model: Option<Cow<'a, str>>,
+    _model: Option<WireStr<'a>>,
     #[serde(borrow)]
-    content: Vec<Object<Block<'a>>>,
+    content: Vec<MapOnly<Block<'a>>>,
     #[serde(default, borrow)]
-    stop_reason: Option<Cow<'a, str>>,
+    stop_reason: Option<WireStr<'a>>,
     #[serde(default)]
     usage: Option<WireUsage>,
 }
@@ -61,35 +61,15 @@ struct Message<'a> {
 #[serde(deny_unknown_fields)]
 struct Block<'a> {
     #[serde(rename = "type", borrow)]
-    kind: Cow<'a, str>,
+    kind: WireStr<'a>,
     #[serde(default, borrow)]
-    text: Option<Cow<'a, str>>,
+    text: Option<WireStr<'a>>,
     #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
+    id: Option<WireStr<'a>>,
     #[serde(default, borrow)]
-    name: Option<Cow<'a, str>>,
+    name: Option<WireStr<'a>>,
     #[serde(default, borrow)]
     input: Option<&'a RawValue>,
-}
-
-/// `T` read from a JSON object only: a derived struct also reads an array,
-/// by position, which the general path refuses.
-struct Object<T>(T);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Only<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for Only<T> {
-            type Value = T;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-            }
-        }
-        deserializer.deserialize_map(Only(PhantomData)).map(Object)
-    }
 }
 
 /// The completion for `body`, or `None` when the general path must read it.
@@ -105,8 +85,8 @@ pub(super) fn completion(body: &[u8], meta: &CompletionMeta) -> Option<Completio
     let provider_id = message.id.as_deref()?;
     let mut content = String::new();
     let mut tool_calls = Vec::new();
-    for Object(block) in &message.content {
-        match block.kind.as_ref() {
+    for MapOnly(block) in &message.content {
+        match &*block.kind {
             "text" => content.push_str(block.text.as_deref().unwrap_or_default()),
             "tool_use" => {
                 // A call without an id gets a generated one: the general path's.

@@ -41,9 +41,9 @@ pub struct StreamTranslator {
     finished: bool,
     failed: Option<TranslateError>,
     scratch: Vec<StreamEvent>,
-    /// Every chunk's bytes up to its delta (`data: {"id":…,"delta":`),
-    /// written once the completion id is known: the same for every chunk
-    /// of the stream, and most of each.
+    /// Every chunk's bytes up to its delta (`data: {"id":…,"delta":`), the
+    /// same for every chunk of the stream and most of each: written from
+    /// `meta` whenever it is set.
     head: Vec<u8>,
 }
 
@@ -59,6 +59,7 @@ impl StreamTranslator {
     pub fn with_meta(style: Style, meta: CompletionMeta, include_usage: bool) -> StreamTranslator {
         StreamTranslator {
             style,
+            head: chunk_head(&meta),
             meta,
             include_usage,
             assembler: style.assembler(),
@@ -69,7 +70,6 @@ impl StreamTranslator {
             finished: false,
             failed: None,
             scratch: Vec::new(),
-            head: Vec::new(),
         }
     }
 
@@ -106,10 +106,9 @@ impl StreamTranslator {
                     Some(token) => CompletionMeta { id: format!("chatcmpl-{token}"), ..self.meta.clone() },
                     None => resolved(&self.meta, body),
                 };
+                self.head = chunk_head(&self.meta);
             }
             self.ids = Some(call_ids(&self.meta));
-            self.head.clear();
-            chunk_head(&self.meta, &mut self.head);
         }
         let Some(ids) = self.ids.as_mut() else {
             return out;
@@ -235,13 +234,8 @@ impl StreamTranslator {
     /// bytes as the whole chunk serialized with its keys in OpenAI's order
     /// (`Chunk`, which the tests hold it to).
     fn chunk<D: Serialize>(&self, delta: D, finish: Option<&'static str>) -> String {
-        let mut line = Vec::with_capacity(self.head.len().max(96) + 160);
-        if self.head.is_empty() {
-            // No event came before the end: the id is what was given.
-            chunk_head(&self.meta, &mut line);
-        } else {
-            line.extend_from_slice(&self.head);
-        }
+        let mut line = Vec::with_capacity(self.head.len() + 160);
+        line.extend_from_slice(&self.head);
         // Writing a struct of strings and numbers into a `Vec` cannot fail.
         let _ = serde_json::to_writer(&mut line, &delta);
         line.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
@@ -257,15 +251,18 @@ impl StreamTranslator {
 }
 
 /// `data: {"id":…,"object":"chat.completion.chunk","created":…,"model":…,"choices":[{"index":0,"delta":`
-/// for `meta`, after `out`.
-fn chunk_head(meta: &CompletionMeta, out: &mut Vec<u8>) {
+/// for `meta`.
+fn chunk_head(meta: &CompletionMeta) -> Vec<u8> {
+    let mut out = Vec::with_capacity(96 + meta.id.len() + meta.model.len());
     out.extend_from_slice(b"data: {\"id\":");
-    let _ = serde_json::to_writer(&mut *out, &meta.id);
+    // Strings and a number into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut out, &meta.id);
     out.extend_from_slice(b",\"object\":\"chat.completion.chunk\",\"created\":");
-    let _ = serde_json::to_writer(&mut *out, &meta.created);
+    let _ = serde_json::to_writer(&mut out, &meta.created);
     out.extend_from_slice(b",\"model\":");
-    let _ = serde_json::to_writer(&mut *out, &meta.model);
+    let _ = serde_json::to_writer(&mut out, &meta.model);
     out.extend_from_slice(b",\"choices\":[{\"index\":0,\"delta\":");
+    out
 }
 
 /// The last chunk of a stream that asked for usage: no choices, the counts.
@@ -444,8 +441,8 @@ mod tests {
     }
 
     /// The head written once and the delta after it are the chunk
-    /// serialized whole, for ids and models that need escaping too, before
-    /// the first event (no head yet) and after it.
+    /// serialized whole, for ids and models that need escaping too, with
+    /// the meta given and with the id the first event names.
     #[test]
     fn a_chunk_is_its_whole_serialization() {
         let metas = [
@@ -454,12 +451,12 @@ mod tests {
             CompletionMeta { id: String::new(), model: String::new(), created: 0 },
         ];
         for meta in metas {
-            let mut t = StreamTranslator::with_meta(Style::Anthropic, meta.clone(), false);
-            for primed in [false, true] {
-                if primed {
-                    t.head.clear();
-                    chunk_head(&t.meta, &mut t.head);
+            let mut t = StreamTranslator::with_meta(Style::Anthropic, meta, false);
+            for first_event in [false, true] {
+                if first_event {
+                    t.push(&ev(r#"{"type":"message_start","message":{"id":"msg_1","model":"m"}}"#));
                 }
+                let meta = t.meta.clone();
                 for finish in [None, Some("stop"), Some("tool_calls")] {
                     let content = ContentDelta { content: "a \"b\"\n" };
                     assert_eq!(t.chunk(&content, finish), whole(&meta, &content, finish));
@@ -467,6 +464,10 @@ mod tests {
                 }
             }
         }
+        // The id the first event named is in the chunks after it.
+        let mut t = StreamTranslator::new(Style::Anthropic, "m", false);
+        t.push(&ev(r#"{"type":"message_start","message":{"id":"msg_1","model":"m"}}"#));
+        assert!(t.chunk(Empty {}, None).starts_with(r#"data: {"id":"chatcmpl-msg_1","#), "{}", t.chunk(Empty {}, None));
     }
 
     fn whole<D: Serialize>(meta: &CompletionMeta, delta: D, finish: Option<&'static str>) -> String {

@@ -226,11 +226,8 @@ fn run(remote: Arc<Remote>, mut poll: mio::Poll, registry: mio::Registry) {
         let wait = if !local.queue.borrow().is_empty() || remote.rung.load(Ordering::Acquire) {
             Some(Duration::ZERO)
         } else {
-            let timer = local.timers.borrow().next_wait(now);
-            match (timer, local.log.borrow().next_wait(now)) {
-                (Some(t), Some(l)) => Some(t.min(l)),
-                (t, l) => t.or(l),
-            }
+            // The sooner of the next timer and the log batch's deadline.
+            [local.timers.borrow().next_wait(now), local.log.borrow().next_wait(now)].into_iter().flatten().min()
         };
         if let Err(e) = poll.poll(&mut events, wait) {
             if e.kind() != io::ErrorKind::Interrupted {
