@@ -130,9 +130,10 @@ fn add_schema() -> Value {
            "required": ["a", "b"], "additionalProperties": false})
 }
 
-// The blocking driver runs `Tool`s on the calling thread; the async driver
-// polls `AsyncTool`s inline (a blocking `Tool` would hop to smol's blocking
-// pool, which is the right call for slow bodies but not for these).
+// The blocking driver runs `Tool`s, the async driver polls `AsyncTool`s:
+// each driver with its own kind of tool, on the driver's thread. (A blocking
+// `Tool` under the async driver runs there too once its calls have been
+// quick; until then it goes to smol's blocking pool.)
 
 impl Tool for GetWeather {
     const NAME: &'static str = "get_weather";

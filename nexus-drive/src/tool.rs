@@ -714,6 +714,14 @@ impl ToolJob {
         self.timeout.is_none() && self.pace.is_quick()
     }
 
+    /// Whether the async driver runs this call on the executor's thread: a
+    /// blocking body that has been quick (the blocking pool's hand-off would
+    /// cost more than the call).
+    #[cfg(feature = "async")]
+    pub(crate) fn runs_inline(&self) -> bool {
+        matches!(self.handler, Handler::Blocking(_)) && self.is_quick()
+    }
+
     /// Runs the call on this thread. A panic becomes an error result.
     pub(crate) fn run_blocking(self) -> ToolReply {
         let ToolJob { input, ctx, handler, pace, .. } = self;
@@ -728,20 +736,17 @@ impl ToolJob {
         reply
     }
 
-    /// The call as a future (blocking bodies go to the blocking thread pool).
+    /// The call as a future (blocking bodies go to the blocking thread pool;
+    /// the driver runs the quick ones itself, see [`ToolJob::runs_inline`]).
     /// A panic becomes an error result; the timeout, when set, too.
     #[cfg(feature = "async")]
     pub(crate) fn run_async(mut self) -> impl Future<Output = (String, ToolReply)> + Send + 'static {
         use futures_lite::FutureExt;
-        let inline = self.is_quick();
         // The body needs the rest; the id only labels the reply.
         let (call_id, timeout, name) = (std::mem::take(&mut self.call_id), self.timeout, self.ctx.name.clone());
         async move {
             let work = async move {
                 match self.handler {
-                    // A quick blocking body runs on the executor's thread: for
-                    // it, the blocking pool's hand-off costs more than the call.
-                    Handler::Blocking(_) if inline => self.run_blocking(),
                     Handler::Blocking(_) => smol::unblock(move || self.run_blocking()).await,
                     Handler::Async(f) => {
                         let ToolJob { input, ctx, .. } = self;

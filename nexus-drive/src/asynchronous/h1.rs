@@ -3,8 +3,10 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{self, ThreadId};
 
 use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use futures_lite::FutureExt;
@@ -90,6 +92,16 @@ impl Conn {
     /// and waits for one more turn: when async-io's own thread holds the
     /// reactor, that is a second hand-off between threads for a response
     /// that is already there. A read that finds nothing registers again.
+    ///
+    /// A wake-up from another thread means another thread ran the reactor:
+    /// async-io's own, which takes it whenever two of its looks, 50 µs apart
+    /// at first, find no reactor turn in between, and starts its looks over
+    /// each time it takes it. The response's processing that follows is
+    /// such a stretch, so it would take the reactor again, and the next
+    /// wait would be one more hand-off between threads. One yield first
+    /// lets `block_on` run a reactor turn of its own (without waiting),
+    /// which that thread sees and backs off from. Waits woken on the
+    /// polling thread, the steady state, yield nothing.
     async fn readable(&self) -> io::Result<()> {
         #[cfg(feature = "serve")]
         if let Conn::Looped(s) = self {
@@ -99,14 +111,58 @@ impl Conn {
         }
         let Conn::Plain(s) = self else { return Ok(()) };
         let mut ready = s.readable();
-        let mut polled = false;
+        let mut probe: Option<Arc<WakeProbe>> = None;
         futures_lite::future::poll_fn(|cx| {
-            if std::mem::replace(&mut polled, true) {
+            if probe.is_some() {
                 return Poll::Ready(Ok(()));
             }
-            ready.poll(cx)
+            let (p, waker) = WakeProbe::around(cx.waker());
+            probe = Some(p);
+            ready.poll(&mut Context::from_waker(&waker))
         })
-        .await
+        .await?;
+        if probe.is_some_and(|p| p.woken_elsewhere()) {
+            futures_lite::future::yield_now().await;
+        }
+        Ok(())
+    }
+}
+
+/// A waker around another that notes whether it was woken from a thread
+/// other than the one that made it.
+struct WakeProbe {
+    inner: Waker,
+    made_on: ThreadId,
+    elsewhere: AtomicBool,
+}
+
+impl WakeProbe {
+    /// The probe, and a waker that wakes `inner` through it.
+    fn around(inner: &Waker) -> (Arc<WakeProbe>, Waker) {
+        let probe = Arc::new(WakeProbe {
+            inner: inner.clone(),
+            made_on: thread::current().id(),
+            elsewhere: AtomicBool::new(false),
+        });
+        let waker = Waker::from(probe.clone());
+        (probe, waker)
+    }
+
+    fn woken_elsewhere(&self) -> bool {
+        self.elsewhere.load(Ordering::Acquire)
+    }
+}
+
+impl Wake for WakeProbe {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if thread::current().id() != self.made_on {
+            self.elsewhere.store(true, Ordering::Release);
+        }
+        self.inner.wake_by_ref();
     }
 }
 
@@ -201,7 +257,7 @@ fn still_open(conn: &mut Conn) -> bool {
         Conn::Looped(s) => !s.may_have_arrived() || crate::h1::still_open(s.socket()),
         _ => {
             let mut probe = [0u8; 1];
-            let mut cx = Context::from_waker(std::task::Waker::noop());
+            let mut cx = Context::from_waker(Waker::noop());
             Pin::new(conn).poll_read(&mut cx, &mut probe).is_pending()
         }
     }
@@ -263,5 +319,35 @@ impl Body {
             let n = conn.read(room).await.map_err(|e| io_err(format!("read: {e}")))?;
             self.filled(n)?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_probe_tells_a_wake_from_another_thread_and_always_passes_it_on() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let inner = Waker::from(count.clone());
+
+        let (here, waker) = WakeProbe::around(&inner);
+        waker.wake_by_ref();
+        assert!(!here.woken_elsewhere(), "woken on the thread that made it");
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+
+        let (there, waker) = WakeProbe::around(&inner);
+        std::thread::spawn(move || waker.wake()).join().unwrap();
+        assert!(there.woken_elsewhere(), "woken from another thread");
+        assert_eq!(count.0.load(Ordering::SeqCst), 2);
     }
 }

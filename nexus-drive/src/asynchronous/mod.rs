@@ -22,6 +22,7 @@ use crate::error::DriveError;
 use crate::input::{self, Claimed, RunInput};
 use crate::result::{RunResult, StreamItem};
 use crate::store::RunStore;
+use crate::tool::ToolJob;
 
 /// An async client. Cheap to clone; clones share the connection pool.
 /// Its futures are `Send` and run on any executor that can drive smol's
@@ -297,7 +298,11 @@ impl Driver {
                     self.send(req).await;
                 }
                 Step::RunTools(jobs) => {
-                    for job in jobs {
+                    // Which calls run here is decided for the whole batch
+                    // first: a call that turns out slow must not send its
+                    // siblings elsewhere halfway through.
+                    let (here, others): (Vec<ToolJob>, Vec<ToolJob>) = jobs.into_iter().partition(ToolJob::runs_inline);
+                    for job in others {
                         let fut = job.run_async();
                         self.work.push((
                             None,
@@ -306,6 +311,13 @@ impl Driver {
                                 Done::Tool(id, reply)
                             }),
                         ));
+                    }
+                    // These would run on this thread inside their futures
+                    // anyway: run now, without boxing those futures
+                    // (kilobytes each, as they can also await the blocking
+                    // pool and a timeout).
+                    for job in here {
+                        self.engine.run_here(job);
                     }
                 }
                 Step::Resolve(requests) => {

@@ -312,15 +312,11 @@ impl<'c> Driver<'c> {
                         self.jobs_mut().spawn_tool(job);
                     }
                     for job in here {
-                        let id = job.call_id.clone();
-                        let reply = job.run_blocking();
-                        self.engine.on_tool_reply(&id, reply);
+                        self.engine.run_here(job);
                     }
                     // Calls no worker has started yet are quicker run here than waited for.
                     while let Some(job) = self.jobs.as_mut().and_then(Jobs::take_unstarted) {
-                        let id = job.call_id.clone();
-                        let reply = job.run_blocking();
-                        self.engine.on_tool_reply(&id, reply);
+                        self.engine.run_here(job);
                     }
                 }
                 Step::Resolve(requests) => {

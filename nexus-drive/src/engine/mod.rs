@@ -456,6 +456,14 @@ impl Engine {
         }
     }
 
+    /// Runs `job` on this thread and feeds its reply.
+    pub(crate) fn run_here(&mut self, mut job: ToolJob) {
+        // The body does not need the id; only the reply is labelled with it.
+        let id = std::mem::take(&mut job.call_id);
+        let reply = job.run_blocking();
+        self.on_tool_reply(&id, reply);
+    }
+
     /// A tool finished or suspended. Late replies (after a timeout reply) are ignored.
     pub(crate) fn on_tool_reply(&mut self, call_id: &str, reply: ToolReply) {
         let Some(pos) = self.tools.iter().position(|r| r.call_id == call_id) else {
