@@ -184,10 +184,14 @@ impl Stream {
 
     /// Whether anything (bytes, the end, an error) may have arrived since a
     /// read last emptied the socket. A pooled connection with nothing is
-    /// still open without a probe: a close is an edge, and the loop has
-    /// looked at its edges since.
+    /// still open without a probe: a close is an edge, and its loop looks
+    /// at every edge an `epoll_wait` returned before it runs a task. That
+    /// holds for the tasks of its own loop only: another loop's task may
+    /// run while this socket's loop has yet to look (a connection pooled by
+    /// one loop and taken by another), so there anything may have arrived.
     pub(crate) fn may_have_arrived(&self) -> bool {
-        self.reg.source.read.state.load(Ordering::Acquire) & READY != 0
+        let own_loop = current().is_some_and(|l| Arc::ptr_eq(&l.remote, &self.reg.owner));
+        !own_loop || self.reg.source.read.state.load(Ordering::Acquire) & READY != 0
     }
 
     pub(crate) fn socket(&self) -> &mio::net::TcpStream {

@@ -193,6 +193,37 @@ fn stopping_drops_waiting_tasks_and_closes_their_sockets() {
     assert_eq!(c.read(&mut buf).unwrap(), 0);
 }
 
+/// A socket whose loop has not looked at its edges since a read emptied it
+/// may still have been closed: only its own loop's tasks can tell from the
+/// edges alone. Here its loop is stopped, so it never looks; the peer's
+/// close must still count as something that may have arrived elsewhere.
+#[test]
+fn off_its_own_loop_a_socket_may_always_have_news() {
+    let (mut first, a) = one_loop();
+    let (_second, b) = one_loop();
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = std_listener.local_addr().unwrap().port();
+    let stream = block_on(a.spawn(async move {
+        let s = connect("127.0.0.1", port, Duration::from_secs(5)).await.unwrap();
+        // A read that finds nothing: the socket is known empty.
+        let mut buf = [0u8; 8];
+        let nothing =
+            futures_lite::future::poll_once(futures_lite::future::poll_fn(|cx| s.poll_read_buf(cx, &mut buf)));
+        assert!(nothing.await.is_none(), "nothing was sent");
+        assert!(!s.may_have_arrived(), "on its own loop, a socket read empty has nothing new");
+        s
+    }));
+    let (peer, _) = std_listener.accept().unwrap();
+    first.stop();
+    drop(peer);
+    let (news, open) = block_on(b.spawn(async move {
+        let news = stream.may_have_arrived();
+        (news, crate::h1::still_open(stream.socket()))
+    }));
+    assert!(news, "another loop cannot know from the edges that nothing arrived");
+    assert!(!open, "and the probe it makes instead finds the close");
+}
+
 /// A socket dropped on another thread is forgotten by its loop, which is
 /// rung for it: its slot does not outlive it.
 #[test]
