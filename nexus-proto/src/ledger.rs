@@ -74,6 +74,18 @@ pub(crate) struct Entry {
     pub state: CallState,
 }
 
+impl Entry {
+    /// The call's entry, keyed `run/turn/call` so that a tool can tell a
+    /// retry of a call from a new one.
+    pub(crate) fn new(run_id: &str, turn: u32, call: ToolCall, state: CallState) -> Entry {
+        // Put together by hand: `format!` costs several times as much, per
+        // call of every turn.
+        let turn = turn.to_string();
+        let idempotency_key = [run_id, "/", &turn, "/", &call.id].concat();
+        Entry { call, idempotency_key, state }
+    }
+}
+
 /// The tool calls of one model turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

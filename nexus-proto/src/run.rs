@@ -1257,7 +1257,6 @@ impl Run {
             self.finish(outcome);
             return;
         }
-        let run_id = self.state.run_id.clone();
         let mut batch = Batch { turn: turn_no, calls: Vec::new(), relay_request: None, announced: false };
         for call in calls {
             let output = crate::output::on_output_call(&mut self.state, &mut self.output, &call, &turn.stop);
@@ -1280,7 +1279,7 @@ impl Run {
                 }
                 (Some(_), None) => CallState::requested(),
             };
-            batch.calls.push(Entry { idempotency_key: format!("{run_id}/{turn_no}/{}", call.id), call, state });
+            batch.calls.push(Entry::new(&self.state.run_id, turn_no, call, state));
         }
         if batch.relay_request.is_some() {
             if let Some(req) = batch.outstanding().into_iter().find(|r| r.kind == crate::suspend::KIND_TOOL_CALL) {

@@ -102,7 +102,7 @@ impl Style {
     pub fn auth_header(self, key: &str) -> (String, String) {
         match self {
             Style::Anthropic => ("x-api-key".to_string(), key.to_string()),
-            Style::OpenAi | Style::OpenAiResponses => ("authorization".to_string(), format!("Bearer {key}")),
+            Style::OpenAi | Style::OpenAiResponses => ("authorization".to_string(), ["Bearer ", key].concat()),
             Style::Gemini => ("x-goog-api-key".to_string(), key.to_string()),
         }
     }

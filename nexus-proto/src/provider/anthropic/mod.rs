@@ -54,9 +54,9 @@ const TOOL_USE_EXTRAS: &[&str] = &["caller", "toolset_name"];
 pub fn endpoint(base_url: &str) -> String {
     let base = base_url.trim_end_matches('/');
     if base.ends_with("/v1") {
-        format!("{base}/messages")
+        [base, "/messages"].concat()
     } else {
-        format!("{base}/v1/messages")
+        [base, "/v1/messages"].concat()
     }
 }
 

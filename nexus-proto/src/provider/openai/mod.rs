@@ -32,7 +32,7 @@ const KEY: &str = "openai";
 
 /// The URL of one model call.
 pub fn endpoint(base_url: &str) -> String {
-    format!("{}/chat/completions", base_url.trim_end_matches('/'))
+    [base_url.trim_end_matches('/'), "/chat/completions"].concat()
 }
 
 // ---------------------------------------------------------------- encoding

@@ -63,7 +63,7 @@ pub const INCLUDE: &str = "reasoning.encrypted_content";
 
 /// The URL of one model call (`…/v1` is part of the base URL, as for Chat Completions).
 pub fn endpoint(base_url: &str) -> String {
-    format!("{}/responses", base_url.trim_end_matches('/'))
+    [base_url.trim_end_matches('/'), "/responses"].concat()
 }
 
 // ---------------------------------------------------------------- encoding
