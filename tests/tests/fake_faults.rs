@@ -18,6 +18,22 @@ fn text_turn() -> Turn {
     Turn::text("The quick brown fox jumps over the lazy dog.").usage(12, 8)
 }
 
+/// Two calls made within one wall-clock second. A response carries the
+/// second it was made in (OpenAI's `created`, the Responses API's
+/// `created_at`), so two responses compare byte for byte only when made in
+/// the same second; a pair that straddles a tick is made again.
+fn in_one_second<T>(mut pair: impl FnMut() -> (T, T)) -> (T, T) {
+    let second =
+        || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    loop {
+        let before = second();
+        let made = pair();
+        if second() == before {
+            return made;
+        }
+    }
+}
+
 fn fault(kind: FaultKind) -> Fault {
     Fault::new(kind)
 }
@@ -111,12 +127,13 @@ fn reset_after_headers_sends_only_the_head() {
 #[test]
 fn reset_mid_stream_cuts_after_k_events() {
     for style in Style::ALL {
-        let fake = fake_with(text_turn().fault(fault(FaultKind::ResetMidStream { after_events: 3 })));
-        let r = call(&fake, style, "m", 0, true);
+        let (r, whole) = in_one_second(|| {
+            let fake = fake_with(text_turn().fault(fault(FaultKind::ResetMidStream { after_events: 3 })));
+            (call(&fake, style, "m", 0, true), call(&fake, style, "m", 0, true))
+        });
         assert_eq!(r.status, 200);
         assert_eq!(r.end, End::EofInBody, "{style:?}: no terminating chunk");
         assert_eq!(r.chunks.as_ref().map(Vec::len), Some(3), "{style:?}: exactly three events");
-        let whole = call(&fake, style, "m", 0, true);
         assert!(whole.chunks.as_ref().is_some_and(|c| c.len() > 3 && c[..3] == r.chunks.as_ref().expect("chunks")[..]));
     }
     // Without a stream: half the body, then the close.
@@ -129,9 +146,10 @@ fn reset_mid_stream_cuts_after_k_events() {
 #[test]
 fn truncated_chunked_bodies_lack_only_the_terminator() {
     for style in Style::ALL {
-        let fake = fake_with(text_turn().fault(fault(FaultKind::TruncatedChunked)));
-        let cut = call(&fake, style, "m", 0, true);
-        let whole = call(&fake, style, "m", 0, true);
+        let (cut, whole) = in_one_second(|| {
+            let fake = fake_with(text_turn().fault(fault(FaultKind::TruncatedChunked)));
+            (call(&fake, style, "m", 0, true), call(&fake, style, "m", 0, true))
+        });
         assert_eq!(cut.end, End::EofInBody, "{style:?}");
         assert_eq!(whole.end, End::Complete);
         assert_eq!(cut.chunks, whole.chunks, "{style:?}: every event arrived");
