@@ -12,7 +12,10 @@
 # Needs valgrind and python3. Knobs: NEXUS_BIN [target/release/nexus],
 #   NEXUS_SHARED [../shared], PROFILE_OUT [target/profile/gateway-<UTC time>],
 #   PROFILE_STYLES ["openai anthropic"], PROFILE_CASES ["body1 body2
-#   body1-stream body2-stream"], PROFILE_BASE [50], PROFILE_RUNS [200].
+#   body1-stream body2-stream"], PROFILE_BASE [50], PROFILE_RUNS [200],
+#   PROFILE_NGINX=1 (also count the floor: nginx configured as
+#   gateway_bench.py's nginx-openai row, one process, in front of the same
+#   mock, for the same cases; needs nginx).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -31,8 +34,27 @@ start_mock "$out"
 
 total() { callgrind_annotate "$1" 2> /dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
 
+# drive PORT CASE N TOKEN PID SIGNAL: 5 warm-up requests and N measured
+# ones, then stops the process under callgrind so that it writes its file.
+drive() {
+  wait_listening "$1"
+  python3 bench/send_requests.py "$1" 5 "$out/bodies/$2.json" "$4"
+  python3 bench/send_requests.py "$1" "$3" "$out/bodies/$2.json" "$4"
+  kill "-$6" "$5"
+  wait "$5" || true
+}
+
+# per_request NAME: instructions per request from NAME's two runs.
+per_request() {
+  local a b
+  a=$(total "$out/$1.$base.cg")
+  b=$(total "$out/$1.$((base + runs)).cg")
+  echo $(((b - a) / runs))
+}
+
 echo "| upstream | case | instructions per request |"
 echo "|---|---|--:|"
+{
 for style in ${PROFILE_STYLES:-openai anthropic}; do
   upstream "$style"
   for case in ${PROFILE_CASES:-body1 body2 body1-stream body2-stream}; do
@@ -41,15 +63,35 @@ for style in ${PROFILE_STYLES:-openai anthropic}; do
       env "$upstream_key=sk-upstream-mock" valgrind --tool=callgrind --callgrind-out-file="$out/$style-$case.$n.cg" \
         "$bin" serve --listen "127.0.0.1:$port" --upstream-style "$style" \
         --upstream-base-url "$upstream_url" --client-token tok-profile > "$out/$style-$case.$n.log" 2>&1 &
-      gw=$!
-      wait_listening "$port"
-      python3 bench/send_requests.py "$port" 5 "$out/bodies/$case.json" tok-profile
-      python3 bench/send_requests.py "$port" "$n" "$out/bodies/$case.json" tok-profile
-      kill -INT "$gw"
-      wait "$gw" || true
+      drive "$port" "$case" "$n" tok-profile $! INT
     done
-    a=$(total "$out/$style-$case.$base.cg")
-    b=$(total "$out/$style-$case.$((base + runs)).cg")
-    echo "| $style | $case | $(( (b - a) / runs )) |"
+    echo "| $style | $case | $(per_request "$style-$case") |"
   done
-done | tee "$out/gateway-instructions.md"
+done
+if [ "${PROFILE_NGINX:-0}" = 1 ]; then
+  command -v nginx > /dev/null || { echo "gateway_profile.sh: PROFILE_NGINX=1 needs nginx" >&2; exit 1; }
+  mport=${mock_url##*:}
+  for case in ${PROFILE_CASES:-body1 body2 body1-stream body2-stream}; do
+    for n in "$base" $((base + runs)); do
+      port=$(free_port)
+      mkdir -p "$out/nginx/tmp"
+      # gateway_bench.py's nginx-openai configuration, in the foreground
+      # as one process so that callgrind sees the worker.
+      python3 - "$shared/bench/gateway_bench.py" "$out/nginx" "$port" "$mport" << 'PY'
+import sys
+src, where, port, mport = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+text = open(src).read()
+start = text.index('NGINX_CFG = """') + len('NGINX_CFG = """')
+cfg = text[start:text.index('"""', start)].lstrip("\\\n")
+with open(f"{where}/nginx.conf", "w") as f:
+    f.write("master_process off;\n" + cfg.format(port=port, mport=mport, tmp=f"{where}/tmp", pid=f"{where}/nginx.pid"))
+PY
+      valgrind --tool=callgrind --callgrind-out-file="$out/nginx-$case.$n.cg" \
+        nginx -p "$out/nginx" -c "$out/nginx/nginx.conf" -g "daemon off;" > "$out/nginx-$case.$n.log" 2>&1 &
+      # QUIT: nginx's graceful stop, so that callgrind writes its file.
+      drive "$port" "$case" "$n" sk-upstream-mock $! QUIT
+    done
+    echo "| nginx (floor) | $case | $(per_request "nginx-$case") |"
+  done
+fi
+} | tee "$out/gateway-instructions.md"
