@@ -2,6 +2,8 @@
 //! non-streamed responses yield the same events (a whole body is a stream of
 //! one chunk), so hosts need one rendering path.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::message::{ToolCall, Usage};
@@ -44,8 +46,10 @@ pub enum StreamEvent {
     },
     /// A tool call is complete.
     ToolCallFinished {
-        /// The assembled call.
-        call: ToolCall,
+        /// The assembled call. Shared with the run's ledger, which keeps it
+        /// until the call's result is recorded: the event costs no copy of
+        /// the arguments, however large, and serializes as the call itself.
+        call: Arc<ToolCall>,
     },
     /// Usage of one model call.
     Usage {

@@ -6,6 +6,8 @@
 //! call found Started in a restored state is `InDoubt`: it may or may not
 //! have run, so it is surfaced to the host, never silently re-run or dropped.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -68,7 +70,9 @@ impl CallState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Entry {
-    pub call: ToolCall,
+    /// Shared with the turn's `ToolCallFinished` event (an `Arc` serializes
+    /// as what it holds: the state's form is the call's own).
+    pub call: Arc<ToolCall>,
     pub idempotency_key: String,
     #[serde(flatten)]
     pub state: CallState,
@@ -77,7 +81,7 @@ pub(crate) struct Entry {
 impl Entry {
     /// The call's entry, keyed `run/turn/call` so that a tool can tell a
     /// retry of a call from a new one.
-    pub(crate) fn new(run_id: &str, turn: u32, call: ToolCall, state: CallState) -> Entry {
+    pub(crate) fn new(run_id: &str, turn: u32, call: Arc<ToolCall>, state: CallState) -> Entry {
         // Put together by hand: `format!` costs several times as much, per
         // call of every turn.
         let turn = turn.to_string();
@@ -224,7 +228,7 @@ impl Batch {
 
     /// The calls waiting to be handed to the driver, in call order.
     pub(crate) fn requested_calls(&self) -> Vec<&ToolCall> {
-        self.calls.iter().filter(|e| matches!(e.state, CallState::Requested { .. })).map(|e| &e.call).collect()
+        self.calls.iter().filter(|e| matches!(e.state, CallState::Requested { .. })).map(|e| &*e.call).collect()
     }
 
     fn relay_request(&self) -> Request {
@@ -357,15 +361,16 @@ impl Batch {
         self.calls
             .into_iter()
             .filter_map(|e| match e.state {
-                CallState::Completed { result } => Some((
-                    ToolResultBlock {
-                        call_id: e.call.id,
-                        name: e.call.name,
-                        output: result.output.clone(),
-                        is_error: result.is_error,
-                    },
-                    result,
-                )),
+                CallState::Completed { result } => {
+                    // The call's event is usually gone by now: its strings move.
+                    let (call_id, name) = match Arc::try_unwrap(e.call) {
+                        Ok(call) => (call.id, call.name),
+                        Err(shared) => (shared.id.clone(), shared.name.clone()),
+                    };
+                    let block =
+                        ToolResultBlock { call_id, name, output: result.output.clone(), is_error: result.is_error };
+                    Some((block, result))
+                }
                 _ => None,
             })
             .collect()

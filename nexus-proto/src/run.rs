@@ -6,6 +6,7 @@
 //! Every state transition lives in this file and in `ledger.rs`.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -1226,12 +1227,14 @@ impl Run {
         let turn_no = self.state.turns;
         self.state.served.push(ServedTurn { turn: turn_no, upstream: self.state.upstream });
         self.reports.push((self.state.upstream, true, self.state.last_now));
-        for call in turn.tool_calls() {
-            self.events.push_back(StreamEvent::ToolCallFinished { call: call.clone() });
+        // One copy of each call, shared by its event and the ledger; the
+        // transcript keeps the turn's own.
+        let calls: Vec<Arc<ToolCall>> = turn.tool_calls().map(|call| Arc::new(call.clone())).collect();
+        for call in &calls {
+            self.events.push_back(StreamEvent::ToolCallFinished { call: Arc::clone(call) });
         }
         self.events.push_back(StreamEvent::Usage { usage: turn.usage });
         self.events.push_back(StreamEvent::TurnFinished { turn: turn_no, stop: turn.stop.reason });
-        let calls: Vec<_> = turn.tool_calls().cloned().collect();
         let answered = !turn.content.is_empty();
         if answered {
             let mut message = Message { role: Role::Assistant, content: turn.content };

@@ -509,3 +509,31 @@ fn streamed_and_whole_runs_end_with_the_same_transcript() {
         let _ = Block::text("");
     }
 }
+
+#[test]
+fn a_finished_calls_event_shares_the_ledgers_copy_and_the_state_holds_the_call_as_is() {
+    each(|style, stream| {
+        let mut sim =
+            Sim::new(style, stream, tools(), script(vec![vec![call("c1", "login", r#"{"user":"ada"}"#)]], "done"));
+        let Stop::Suspended(reqs) = sim.drive(&mut tool) else { panic!("expected suspension") };
+        let finished: Vec<_> = sim
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                nexus_proto::StreamEvent::ToolCallFinished { call } => Some(std::sync::Arc::clone(call)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(finished.len(), 1, "{style:?}");
+        // Held by the event kept here, the ledger of the suspended batch and `finished`.
+        assert_eq!(std::sync::Arc::strong_count(&finished[0]), 3, "{style:?}: the ledger keeps the event's call");
+        // The state writes the shared call as the call itself.
+        let state = String::from_utf8(sim.run.snapshot()).unwrap();
+        let written = format!("\"call\":{}", serde_json::to_string(&*finished[0]).unwrap());
+        assert!(state.contains(&written), "{style:?}: {state}");
+        sim.answer(Answer::ok(reqs[0].id.clone(), None)).unwrap();
+        assert_eq!(sim.drive(&mut tool), Stop::Done(Outcome::Done));
+        // Its results recorded, the ledger has let go of it.
+        assert_eq!(std::sync::Arc::strong_count(&finished[0]), 2, "{style:?}");
+    });
+}

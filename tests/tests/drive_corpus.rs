@@ -494,7 +494,7 @@ fn assert_events_add_up(rec: &Recording, r: &RunResult, events: &[StreamEvent]) 
             StreamEvent::ReasoningDelta { text: t } => reasoning.push_str(t),
             StreamEvent::ToolCallStarted { id, name } => started.push((id.clone(), name.clone())),
             StreamEvent::ToolCallDelta { id, arguments } => args.entry(id.clone()).or_default().push_str(arguments),
-            StreamEvent::ToolCallFinished { call } => finished.push(call.clone()),
+            StreamEvent::ToolCallFinished { call } => finished.push(call.as_ref().clone()),
             StreamEvent::Usage { usage } => usages.push(*usage),
             StreamEvent::TurnFinished { turn, stop } => ends.push((*turn, *stop)),
             _ => {}
