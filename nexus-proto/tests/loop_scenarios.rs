@@ -3,7 +3,11 @@
 
 mod sim;
 
-use nexus_proto::{Answer, Block, Input, Outcome, Output, Request, RunError, Style, ToolDecl, ToolReply, ToolResult};
+use std::sync::Arc;
+
+use nexus_proto::{
+    Answer, Block, Input, Outcome, Output, Request, RunError, StreamEvent, Style, ToolDecl, ToolReply, ToolResult,
+};
 use serde_json::{json, Map, Value};
 use sim::{echo, Sim, Stop, Turn};
 
@@ -520,13 +524,13 @@ fn a_finished_calls_event_shares_the_ledgers_copy_and_the_state_holds_the_call_a
             .events
             .iter()
             .filter_map(|e| match e {
-                nexus_proto::StreamEvent::ToolCallFinished { call } => Some(std::sync::Arc::clone(call)),
+                StreamEvent::ToolCallFinished { call } => Some(Arc::clone(call)),
                 _ => None,
             })
             .collect();
         assert_eq!(finished.len(), 1, "{style:?}");
         // Held by the event kept here, the ledger of the suspended batch and `finished`.
-        assert_eq!(std::sync::Arc::strong_count(&finished[0]), 3, "{style:?}: the ledger keeps the event's call");
+        assert_eq!(Arc::strong_count(&finished[0]), 3, "{style:?}: the ledger keeps the event's call");
         // The state writes the shared call as the call itself.
         let state = String::from_utf8(sim.run.snapshot()).unwrap();
         let written = format!("\"call\":{}", serde_json::to_string(&*finished[0]).unwrap());
@@ -534,6 +538,6 @@ fn a_finished_calls_event_shares_the_ledgers_copy_and_the_state_holds_the_call_a
         sim.answer(Answer::ok(reqs[0].id.clone(), None)).unwrap();
         assert_eq!(sim.drive(&mut tool), Stop::Done(Outcome::Done));
         // Its results recorded, the ledger has let go of it.
-        assert_eq!(std::sync::Arc::strong_count(&finished[0]), 2, "{style:?}");
+        assert_eq!(Arc::strong_count(&finished[0]), 2, "{style:?}");
     });
 }

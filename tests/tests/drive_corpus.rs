@@ -494,7 +494,7 @@ fn assert_events_add_up(rec: &Recording, r: &RunResult, events: &[StreamEvent]) 
             StreamEvent::ReasoningDelta { text: t } => reasoning.push_str(t),
             StreamEvent::ToolCallStarted { id, name } => started.push((id.clone(), name.clone())),
             StreamEvent::ToolCallDelta { id, arguments } => args.entry(id.clone()).or_default().push_str(arguments),
-            StreamEvent::ToolCallFinished { call } => finished.push(call.as_ref().clone()),
+            StreamEvent::ToolCallFinished { call } => finished.push(&**call),
             StreamEvent::Usage { usage } => usages.push(*usage),
             StreamEvent::TurnFinished { turn, stop } => ends.push((*turn, *stop)),
             _ => {}
@@ -505,7 +505,7 @@ fn assert_events_add_up(rec: &Recording, r: &RunResult, events: &[StreamEvent]) 
     assert_eq!(reasoning, want_reasoning, "{}: reasoning deltas", rec.rel);
     let want_started: Vec<_> = calls.iter().map(|c| (c.id.clone(), c.name.clone())).collect();
     assert_eq!(started, want_started, "{}: calls started", rec.rel);
-    assert_eq!(finished.iter().collect::<Vec<_>>(), calls, "{}: calls finished", rec.rel);
+    assert_eq!(finished, calls, "{}: calls finished", rec.rel);
     for c in &calls {
         assert_eq!(args.get(&c.id).map_or("", String::as_str), c.arguments, "{}: argument deltas of {}", rec.rel, c.id);
     }
